@@ -1,0 +1,24 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="rocketpy",
+    version="0.1.0",
+    description="A lightweight Apache RocketMQ 4.x compatible broker, name server and client on Twisted",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(exclude=["tests", "tests.*"]) + ["twisted.plugins"],
+    install_requires=[
+        "twisted>=24.7",
+        "zope.interface>=6",
+        "msgpack>=1.0",
+    ],
+    extras_require={
+        # rocketmq==0.4.4 bundles the official Apache RocketMQ C++ client
+        # (librocketmq.so): the interop tests drive it against our broker.
+        "test": ["rocketmq==0.4.4"],
+        "dev": ["rocketmq==0.4.4", "mypy", "mypy-zope"],
+    },
+    entry_points={"console_scripts": []},
+    zip_safe=False,
+)
