@@ -1,0 +1,321 @@
+"""Messages as RocketMQ lays them out: properties, stored records, batch bodies, message ids.
+
+Everything here is pure and byte-compatible with Apache RocketMQ 4.x (spec
+``store-and-client.md`` §2 and ``remoting-protocol.md`` §4).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+MAGIC_CODE = -626843481  # 0xDAA320A7, v1 record
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end-of-file filler
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+
+class MessageSysFlag:
+    COMPRESSED = 0x1
+    MULTI_TAGS = 0x2
+    TRANSACTION_NOT_TYPE = 0x0
+    TRANSACTION_PREPARED_TYPE = 0x4
+    TRANSACTION_COMMIT_TYPE = 0x8
+    TRANSACTION_ROLLBACK_TYPE = 0xC
+    TRANSACTION_MASK = 0xC
+    BORNHOST_V6 = 0x10
+    STOREHOST_V6 = 0x20
+
+
+class MessageConst:
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT_STORE_MSG_OK = "WAIT"
+    DELAY_TIME_LEVEL = "DELAY"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QUEUE_ID = "REAL_QID"
+    TRANSACTION_PREPARED = "TRAN_MSG"
+    PRODUCER_GROUP = "PGROUP"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+    CLUSTER = "CLUSTER"
+    TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+    CONSUME_START_TIME = "CONSUME_START_TIME"
+    MSG_REGION = "MSG_REGION"
+    TRACE_SWITCH = "TRACE_ON"
+
+
+def java_hash(text: str) -> int:
+    """Java's ``String.hashCode()``: 31-polynomial over UTF-16 code units, signed 32-bit."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """The consume-queue tag code of a ``TAGS`` value (0 when absent)."""
+    return java_hash(tags) if tags else 0
+
+
+def body_crc(body: bytes) -> int:
+    """CRC-32 of a body masked to 31 bits, as RocketMQ stores it."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def properties_to_string(properties: dict[str, str]) -> str:
+    """``k\\x01v\\x02k\\x01v`` with no trailing separator (Java's form)."""
+    return PROPERTY_SEPARATOR.join(
+        k + NAME_VALUE_SEPARATOR + v for k, v in properties.items()
+    )
+
+
+def string_to_properties(text: str | None) -> dict[str, str]:
+    """Parse a properties string; tolerates the trailing separator C++ and ali-ons add."""
+    result: dict[str, str] = {}
+    if not text:
+        return result
+    for item in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            result[name] = value
+    return result
+
+
+def _pack_host(host: tuple[str, int]) -> tuple[bytes, int]:
+    """4-byte IPv4 address and port; IPv4-mapped IPv6 addresses are folded to IPv4."""
+    ip, port = host
+    if ip.startswith("::ffff:"):
+        ip = ip[7:]
+    try:
+        return socket.inet_aton(ip), port
+    except OSError:
+        return socket.inet_aton("127.0.0.1") if ip == "localhost" else b"\0\0\0\0", port
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``"ip:port"`` → ``(ip, port)``."""
+    ip, _, port = address.rpartition(":")
+    return ip, int(port)
+
+
+def format_address(host: tuple[str, int]) -> str:
+    return f"{host[0]}:{host[1]}"
+
+
+def offset_msg_id(store_host: tuple[str, int], commit_log_offset: int) -> str:
+    """The broker's message id: hex of store IP ‖ port ‖ commit-log offset (32 chars)."""
+    ip, port = _pack_host(store_host)
+    return (ip + struct.pack(">iq", port, commit_log_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[tuple[str, int], int]:
+    """``((ip, port), commit_log_offset)`` of an offset message id (32 or 56 hex chars)."""
+    raw = bytes.fromhex(msg_id)
+    if len(raw) == 16:
+        ip = socket.inet_ntoa(raw[:4])
+        port, offset = struct.unpack(">iq", raw[4:])
+    elif len(raw) == 28:
+        ip = socket.inet_ntop(socket.AF_INET6, raw[:16])
+        port, offset = struct.unpack(">iq", raw[16:])
+    else:
+        raise ValueError(f"not an offset message id: {msg_id!r}")
+    return (ip, port), offset
+
+
+@dataclass(slots=True)
+class Message:
+    """What a producer sends, and what a stored record decodes to."""
+
+    topic: str
+    body: bytes = b""
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(MessageConst.TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(MessageConst.KEYS)
+
+
+@dataclass(slots=True)
+class MessageExt(Message):
+    """A message with its store metadata, as put into or read from the commit log."""
+
+    queue_id: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    store_timestamp: int = 0
+    store_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    queue_offset: int = 0
+    commit_log_offset: int = 0
+    store_size: int = 0
+    body_crc: int = 0
+
+    @property
+    def msg_id(self) -> str:
+        """The offset message id (store host + commit-log offset)."""
+        return offset_msg_id(self.store_host, self.commit_log_offset)
+
+
+# TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTS
+_HEAD = struct.Struct(">iiiiiqqiq")
+_HOST_V4 = struct.Struct(">4si")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_H16 = struct.Struct(">h")
+RECORD_FIXED_SIZE = 91  # IPv4 hosts; + body + topic + properties
+
+
+def encode_record(msg: MessageExt) -> bytearray:
+    """Serialise a message into the v1 commit-log layout.
+
+    QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are written as they are in
+    ``msg``; a store patches them under its lock with :func:`patch_record`.
+    Raises ``ValueError`` for a topic over 127 bytes or properties over 32767 bytes.
+    """
+    topic = msg.topic.encode()
+    props = properties_to_string(msg.properties).encode()
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic longer than {MAX_TOPIC_LENGTH} bytes")
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise ValueError(f"properties longer than {MAX_PROPERTIES_LENGTH} bytes")
+    body = msg.body
+    size = RECORD_FIXED_SIZE + len(body) + len(topic) + len(props)
+    sys_flag = msg.sys_flag & ~(MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6)
+    born_ip, born_port = _pack_host(msg.born_host)
+    store_ip, store_port = _pack_host(msg.store_host)
+    buf = bytearray(size)
+    _HEAD.pack_into(
+        buf, 0, size, MAGIC_CODE, body_crc(body), msg.queue_id, msg.flag,
+        msg.queue_offset, msg.commit_log_offset, sys_flag, msg.born_timestamp,
+    )
+    _HOST_V4.pack_into(buf, 48, born_ip, born_port)
+    _I64.pack_into(buf, 56, msg.store_timestamp)
+    _HOST_V4.pack_into(buf, 64, store_ip, store_port)
+    struct.pack_into(">iqi", buf, 72, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
+    pos = 88 + len(body)
+    buf[88:pos] = body
+    buf[pos] = len(topic)
+    buf[pos + 1 : pos + 1 + len(topic)] = topic
+    pos += 1 + len(topic)
+    _H16.pack_into(buf, pos, len(props))
+    buf[pos + 2 :] = props
+    return buf
+
+
+def patch_record(buf: bytearray, queue_offset: int, commit_log_offset: int, store_timestamp: int) -> None:
+    """Write the fields a store assigns under its lock into an encoded record."""
+    struct.pack_into(">qq", buf, 20, queue_offset, commit_log_offset)
+    _I64.pack_into(buf, 56, store_timestamp)
+
+
+class RecordError(ValueError):
+    """The bytes are not a valid stored record."""
+
+
+def _read_host(data: bytes | memoryview, pos: int, v6: bool) -> tuple[tuple[str, int], int]:
+    if v6:
+        ip = socket.inet_ntop(socket.AF_INET6, bytes(data[pos : pos + 16]))
+        return (ip, _I32.unpack_from(data, pos + 16)[0]), pos + 20
+    raw, port = _HOST_V4.unpack_from(data, pos)
+    return (socket.inet_ntoa(raw), port), pos + 8
+
+
+def decode_record(data: bytes | memoryview, offset: int = 0, check_crc: bool = False) -> MessageExt:
+    """Decode one stored record starting at ``offset`` of ``data``.
+
+    Raises :class:`RecordError` for a wrong magic code, a size that does not
+    match the fields, a truncated record or (with ``check_crc``) a body CRC mismatch.
+    """
+    try:
+        size, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = _HEAD.unpack_from(data, offset)
+        if magic != MAGIC_CODE:
+            raise RecordError(f"bad magic code {magic:#x} at {offset}")
+        born_host, pos = _read_host(data, offset + 48, bool(sys_flag & MessageSysFlag.BORNHOST_V6))
+        store_ts = _I64.unpack_from(data, pos)[0]
+        store_host, pos = _read_host(data, pos + 8, bool(sys_flag & MessageSysFlag.STOREHOST_V6))
+        reconsume, prepared, body_len = struct.unpack_from(">iqi", data, pos)
+        pos += 16
+        body = bytes(data[pos : pos + body_len])
+        pos += body_len
+        topic_len = data[pos]
+        topic = bytes(data[pos + 1 : pos + 1 + topic_len]).decode()
+        pos += 1 + topic_len
+        props_len = _H16.unpack_from(data, pos)[0]
+        props = bytes(data[pos + 2 : pos + 2 + props_len]).decode()
+        pos += 2 + props_len
+    except (struct.error, IndexError, UnicodeDecodeError, OSError) as e:
+        raise RecordError(f"unreadable record at {offset}: {e}") from e
+    if pos - offset != size or len(body) != body_len:
+        raise RecordError(f"record at {offset} declares {size} bytes, fields span {pos - offset}")
+    if check_crc and body_crc(body) != crc:
+        raise RecordError(f"body CRC mismatch at {offset}")
+    return MessageExt(
+        topic=topic, body=body, flag=flag, properties=string_to_properties(props),
+        queue_id=queue_id, sys_flag=sys_flag, born_timestamp=born_ts, born_host=born_host,
+        store_timestamp=store_ts, store_host=store_host, reconsume_times=reconsume,
+        prepared_transaction_offset=prepared, queue_offset=queue_offset,
+        commit_log_offset=phys, store_size=size, body_crc=crc,
+    )
+
+
+def decode_records(data: bytes | memoryview) -> list[MessageExt]:
+    """Decode back-to-back stored records (a PULL_MESSAGE body)."""
+    out = []
+    pos = 0
+    while pos < len(data):
+        msg = decode_record(data, pos)
+        out.append(msg)
+        pos += msg.store_size
+    return out
+
+
+def encode_batch(messages: list[Message]) -> bytes:
+    """The SEND_BATCH_MESSAGE body: per message size, magic 0, crc 0, flag, body, properties."""
+    parts = []
+    for m in messages:
+        props = properties_to_string(m.properties).encode()
+        size = 4 + 4 + 4 + 4 + 4 + len(m.body) + 2 + len(props)
+        parts.append(struct.pack(">iiiii", size, 0, 0, m.flag, len(m.body)))
+        parts.append(m.body)
+        parts.append(struct.pack(">h", len(props)) + props)
+    return b"".join(parts)
+
+
+def decode_batch(data: bytes, topic: str) -> list[Message]:
+    """Split a batch body into messages of ``topic``; raises :class:`RecordError` if malformed."""
+    out = []
+    pos = 0
+    try:
+        while pos < len(data):
+            size, _magic, _crc, flag, body_len = struct.unpack_from(">iiiii", data, pos)
+            body = data[pos + 20 : pos + 20 + body_len]
+            props_len = _H16.unpack_from(data, pos + 20 + body_len)[0]
+            start = pos + 22 + body_len
+            props = data[start : start + props_len].decode()
+            if size != 22 + body_len + props_len or len(body) != body_len or start + props_len > len(data):
+                raise RecordError(f"batch entry at {pos} is inconsistent")
+            out.append(Message(topic=topic, body=body, flag=flag, properties=string_to_properties(props)))
+            pos += size
+    except (struct.error, UnicodeDecodeError) as e:
+        raise RecordError(f"malformed batch body at {pos}: {e}") from e
+    return out
