@@ -1,0 +1,36 @@
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.common import headers as h
+
+
+class HeaderTests(SynchronousTestCase):
+    def test_required_fields(self) -> None:
+        """Missing or non-numeric required fields raise HeaderError naming the field."""
+        fields = {"topic": "T", "queueId": "x"}
+        self.assertEqual(h.get_str(fields, "topic"), "T")
+        e = self.assertRaises(h.HeaderError, h.get_str, fields, "group")
+        self.assertEqual(e.field_name, "group")
+        e = self.assertRaises(h.HeaderError, h.get_int, fields, "queueId")
+        self.assertIn("queueId", str(e))
+        self.assertEqual(h.get_int(fields, "maxMsgNums", 32), 32)
+
+    def test_booleans(self) -> None:
+        """true in any case and the C++ client's "1" are true; anything else false."""
+        self.assertTrue(h.get_bool({"m": "TRUE"}, "m"))
+        self.assertTrue(h.get_bool({"m": "1"}, "m"))
+        self.assertFalse(h.get_bool({"m": "0"}, "m"))
+        self.assertFalse(h.get_bool({}, "m"))
+
+    def test_to_fields_are_strings(self) -> None:
+        """Outgoing fields are strings, booleans lower-case, None dropped."""
+        self.assertEqual(
+            h.to_fields(queueId=3, batch=True, remark=None, topic="T"),
+            {"queueId": "3", "batch": "true", "topic": "T"},
+        )
+
+    def test_v2_names(self) -> None:
+        """The one-letter V2 header expands to the V1 names and back."""
+        v2 = {"a": "PG", "b": "T", "m": "true", "bname": "x"}
+        v1 = h.expand_send_v2(v2)
+        self.assertEqual(v1, {"producerGroup": "PG", "topic": "T", "batch": "true", "bname": "x"})
+        self.assertEqual(h.compact_send_v1(v1), v2)
