@@ -1,0 +1,89 @@
+"""Store configuration: RocketMQ's ``MessageStoreConfig`` names in snake_case, with its defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+CQ_UNIT_SIZE = 20
+
+
+@dataclass
+class MessageStoreConfig:
+    """Settings of one message store (spec store-and-client.md §1–7).
+
+    Times are in seconds (RocketMQ uses milliseconds) except ``file_reserved_time`` (hours, as RocketMQ).
+    """
+
+    store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * CQ_UNIT_SIZE
+    max_message_size: int = 4 * 1024 * 1024
+    flush_disk_type: str = "ASYNC_FLUSH"  # or "SYNC_FLUSH"
+    flush_interval_commit_log: float = 0.5
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: float = 10.0
+    flush_interval_consume_queue: float = 1.0
+    flush_consume_queue_least_pages: int = 2
+    flush_consume_queue_thorough_interval: float = 60.0
+    sync_flush_timeout: float = 5.0
+    os_page_cache_busy_timeout: float = 1.0
+    commit_log_write_path: str = "pwrite"  # or "mmap"
+    file_reserved_time: float = 72  # hours
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: int = 85
+    disk_space_warning_level_ratio: int = 90
+    clean_file_forcibly_enable: bool = True
+    clean_resource_interval: float = 10.0
+    delete_commit_log_files_interval: float = 0.1
+    max_delete_files_per_run: int = 10
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    message_index_enable: bool = True
+    check_crc_on_recover: bool = True
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    access_message_in_memory_max_ratio: int = 40
+    broker_role: str = "ASYNC_MASTER"  # or "SYNC_MASTER", "SLAVE"
+    store_host: tuple[str, int] = ("127.0.0.1", 10911)
+
+    def _under_root(self, name: str) -> str:
+        return os.path.join(self.store_path_root_dir, name)
+
+    @property
+    def commit_log_dir(self) -> str:
+        return self._under_root("commitlog")
+
+    @property
+    def consume_queue_dir(self) -> str:
+        return self._under_root("consumequeue")
+
+    @property
+    def index_dir(self) -> str:
+        return self._under_root("index")
+
+    @property
+    def config_dir(self) -> str:
+        return self._under_root("config")
+
+    @property
+    def checkpoint_path(self) -> str:
+        return self._under_root("checkpoint")
+
+    @property
+    def abort_path(self) -> str:
+        return self._under_root("abort")
+
+    @property
+    def lock_path(self) -> str:
+        return self._under_root("lock")
+
+    @property
+    def consume_queue_file_size(self) -> int:
+        """``mapped_file_size_consume_queue`` rounded up to a whole number of 20-byte entries."""
+        return -(-self.mapped_file_size_consume_queue // CQ_UNIT_SIZE) * CQ_UNIT_SIZE

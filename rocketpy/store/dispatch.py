@@ -1,0 +1,31 @@
+"""What the commit log tells its followers (consume queues, index) about each record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from zope.interface import Interface
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """One stored record, as a consume queue or the index needs it (no re-parse)."""
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+    prepared_transaction_offset: int
+
+
+class IDispatcher(Interface):
+    """Follows the commit log: called after every append and for each record walked in recovery."""
+
+    def dispatch(request: DispatchRequest) -> None:  # type: ignore[misc]
+        """Record ``request``; must ignore a record already present (same or lower offset)."""
