@@ -1,0 +1,282 @@
+"""JSON bodies of the name server commands (spec §3.1 and §6).
+
+Outgoing bodies are standard JSON with sorted keys, like fastjson's output but
+with quoted broker-id keys (``{"0":"127.0.0.1:10911"}``). Incoming bodies come
+from Java brokers' fastjson, which writes ``Map<Long,…>`` keys unquoted, so
+they are read with :func:`loads_tolerant`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rocketpy.namesrv.routeinfo import BrokerData, DataVersion, QueueData, TopicConfig, TopicRouteData
+
+
+#: Upper bound for an inflated registration body (guards against zip bombs).
+MAX_INFLATED_SIZE = 64 * 1024 * 1024
+
+
+class BodyError(ValueError):
+    """A request body that cannot be decoded."""
+
+
+# A string literal (left as is) or a bare numeric key after "{" or ",".
+_STRING_OR_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)', re.DOTALL)
+
+
+def _quote_bare_key(match: re.Match[str]) -> str:
+    if match.group(2) is None:
+        return match.group(0)
+    return f'{match.group(1)}"{match.group(2)}"{match.group(3)}'
+
+
+def loads_tolerant(data: bytes | str) -> Any:
+    """Parse JSON that may have bare numeric object keys (fastjson's ``{0:"a"}``).
+
+    :raises BodyError: when the text is not JSON even after quoting such keys.
+    """
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return json.loads(_STRING_OR_BARE_KEY.sub(_quote_bare_key, text))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise BodyError(f"malformed JSON body: {e}") from None
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON with sorted keys and ``\\u`` escapes for non-ASCII text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("ascii")
+
+
+# -- outgoing bodies -------------------------------------------------------
+
+
+def _queue_data_json(queue: QueueData) -> dict[str, Any]:
+    return {
+        "brokerName": queue.broker_name,
+        "perm": queue.perm,
+        "readQueueNums": queue.read_queue_nums,
+        "topicSysFlag": queue.topic_sys_flag,
+        "writeQueueNums": queue.write_queue_nums,
+    }
+
+
+def _broker_data_json(broker: BrokerData) -> dict[str, Any]:
+    addrs = {str(broker_id): addr for broker_id, addr in sorted(broker.broker_addrs.items())}
+    return {"brokerAddrs": addrs, "brokerName": broker.broker_name, "cluster": broker.cluster}
+
+
+def encode_topic_route(route: TopicRouteData) -> bytes:
+    """TopicRouteData JSON; ``orderTopicConf`` only when set."""
+    body: dict[str, Any] = {
+        "brokerDatas": [_broker_data_json(b) for b in route.broker_datas],
+        "filterServerTable": route.filter_server_table,
+        "queueDatas": [_queue_data_json(q) for q in route.queue_datas],
+    }
+    if route.order_topic_conf is not None:
+        body["orderTopicConf"] = route.order_topic_conf
+    return dumps(body)
+
+
+def encode_cluster_info(brokers: Mapping[str, BrokerData], clusters: Mapping[str, Iterable[str]]) -> bytes:
+    """ClusterInfo JSON: ``brokerAddrTable`` and ``clusterAddrTable``."""
+    return dumps(
+        {
+            "brokerAddrTable": {name: _broker_data_json(b) for name, b in brokers.items()},
+            "clusterAddrTable": {cluster: sorted(names) for cluster, names in clusters.items()},
+        }
+    )
+
+
+def encode_topic_list(topics: Iterable[str], broker_addr: str | None = None) -> bytes:
+    """TopicList JSON; ``brokerAddr`` only when given."""
+    body: dict[str, Any] = {"topicList": list(topics)}
+    if broker_addr is not None:
+        body["brokerAddr"] = broker_addr
+    return dumps(body)
+
+
+def encode_kv_table(table: Mapping[str, str]) -> bytes:
+    """KVTable JSON: ``{"table":{…}}``."""
+    return dumps({"table": dict(table)})
+
+
+def encode_data_version(version: DataVersion) -> bytes:
+    """DataVersion JSON: ``{"counter":…,"timestamp":…}``."""
+    return dumps({"counter": version.counter, "timestamp": version.timestamp})
+
+
+# -- incoming bodies -------------------------------------------------------
+
+
+def _as_int(value: Any, what: str) -> int:
+    # bool is an int subclass; JSON true is never a valid count.
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise BodyError(f"{what} is not an integer: {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise BodyError(f"{what} is not an integer: {value!r}") from None
+
+
+def _as_object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BodyError(f"{what} is not a JSON object")
+    return value
+
+
+def data_version_from_json(value: Any) -> DataVersion:
+    """A DataVersion from its parsed JSON (missing fields are 0)."""
+    obj = _as_object(value, "dataVersion")
+    return DataVersion(
+        _as_int(obj.get("counter", 0), "dataVersion.counter"),
+        _as_int(obj.get("timestamp", 0), "dataVersion.timestamp"),
+    )
+
+
+def decode_data_version(body: bytes) -> DataVersion:
+    """Parse a DataVersion body (QUERY_DATA_VERSION)."""
+    return data_version_from_json(loads_tolerant(body))
+
+
+def _topic_config_from_json(name: str, value: Any) -> TopicConfig:
+    obj = _as_object(value, f"topic config {name!r}")
+    defaults = TopicConfig(name)
+    return TopicConfig(
+        str(obj.get("topicName", name)),
+        _as_int(obj.get("readQueueNums", defaults.read_queue_nums), "readQueueNums"),
+        _as_int(obj.get("writeQueueNums", defaults.write_queue_nums), "writeQueueNums"),
+        _as_int(obj.get("perm", defaults.perm), "perm"),
+        _as_int(obj.get("topicSysFlag", defaults.topic_sys_flag), "topicSysFlag"),
+    )
+
+
+def _string_list(value: Any, what: str) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BodyError(f"{what} is not a JSON array")
+    return [str(item) for item in value]
+
+
+@dataclass(slots=True)
+class RegisterBrokerBody:
+    """The body of REGISTER_BROKER: the broker's topic table and filter servers."""
+
+    data_version: DataVersion = DataVersion()
+    topic_configs: dict[str, TopicConfig] = field(default_factory=dict)
+    filter_servers: list[str] = field(default_factory=list)
+
+
+def decode_register_body(body: bytes, compressed: bool = False) -> RegisterBrokerBody:
+    """Parse a REGISTER_BROKER body, plain JSON or the compressed form.
+
+    An empty body is a registration without topics (data version 0).
+
+    :raises BodyError: when the body is malformed.
+    """
+    if not body:
+        return RegisterBrokerBody()
+    if compressed:
+        return _decode_compressed(body)
+    obj = _as_object(loads_tolerant(body), "RegisterBrokerBody")
+    wrapper = _as_object(obj.get("topicConfigSerializeWrapper") or {}, "topicConfigSerializeWrapper")
+    table = _as_object(wrapper.get("topicConfigTable") or {}, "topicConfigTable")
+    return RegisterBrokerBody(
+        data_version_from_json(wrapper.get("dataVersion") or {}),
+        {name: _topic_config_from_json(name, value) for name, value in table.items()},
+        _string_list(obj.get("filterServerList"), "filterServerList"),
+    )
+
+
+def _decode_compressed(body: bytes) -> RegisterBrokerBody:
+    # zlib stream of: int32-prefixed DataVersion JSON, int32 topic count, per topic an
+    # int32-prefixed "name readQ writeQ perm filterType", int32-prefixed filter list JSON.
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(body, MAX_INFLATED_SIZE)
+    except zlib.error as e:
+        raise BodyError(f"bad compressed register body: {e}") from None
+    if inflater.unconsumed_tail:
+        raise BodyError(f"compressed register body inflates beyond {MAX_INFLATED_SIZE} bytes")
+    parts = _LengthPrefixed(raw)
+    version = data_version_from_json(loads_tolerant(parts.chunk()))
+    topics: dict[str, TopicConfig] = {}
+    for _ in range(parts.int32()):
+        fields = parts.chunk().decode("utf-8", "replace").split(" ")
+        if len(fields) < 4:
+            raise BodyError(f"bad compressed topic config: {' '.join(fields)!r}")
+        name = fields[0]
+        topics[name] = TopicConfig(
+            name,
+            _as_int(fields[1], "readQueueNums"),
+            _as_int(fields[2], "writeQueueNums"),
+            _as_int(fields[3], "perm"),
+        )
+    filters = _string_list(loads_tolerant(parts.chunk()), "filterServerList")
+    return RegisterBrokerBody(version, topics, filters)
+
+
+class _LengthPrefixed:
+    """Reads big-endian int32 values and int32-length-prefixed chunks."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._pos = 0
+
+    def int32(self) -> int:
+        if self._pos + 4 > len(self._data):
+            raise BodyError("compressed register body is truncated")
+        (value,) = struct.unpack_from(">i", self._data, self._pos)
+        self._pos += 4
+        if value < 0:
+            raise BodyError(f"negative length or count in compressed register body: {value}")
+        return int(value)
+
+    def chunk(self) -> bytes:
+        size = self.int32()
+        if self._pos + size > len(self._data):
+            raise BodyError("compressed register body is truncated")
+        self._pos += size
+        return self._data[self._pos - size : self._pos]
+
+
+def encode_register_body(body: RegisterBrokerBody, compressed: bool = False) -> bytes:
+    """A REGISTER_BROKER body as a broker sends it (plain JSON or compressed)."""
+    version = {"counter": body.data_version.counter, "timestamp": body.data_version.timestamp}
+    if compressed:
+        topic_parts = [
+            f"{c.topic_name} {c.read_queue_nums} {c.write_queue_nums} {c.perm} SINGLE_TAG".encode("utf-8")
+            for c in body.topic_configs.values()
+        ]
+        raw = _prefixed(dumps(version)) + struct.pack(">i", len(topic_parts))
+        raw += b"".join(_prefixed(p) for p in topic_parts) + _prefixed(dumps(body.filter_servers))
+        return zlib.compress(raw, 9)
+    table = {
+        name: {
+            "order": False,
+            "perm": c.perm,
+            "readQueueNums": c.read_queue_nums,
+            "topicFilterType": "SINGLE_TAG",
+            "topicName": c.topic_name,
+            "topicSysFlag": c.topic_sys_flag,
+            "writeQueueNums": c.write_queue_nums,
+        }
+        for name, c in body.topic_configs.items()
+    }
+    return dumps(
+        {
+            "filterServerList": body.filter_servers,
+            "topicConfigSerializeWrapper": {"dataVersion": version, "topicConfigTable": table},
+        }
+    )
+
+
+def _prefixed(chunk: bytes) -> bytes:
+    return struct.pack(">i", len(chunk)) + chunk

@@ -1,0 +1,73 @@
+"""The name server's KV config: namespace -> key -> value, persisted as JSON.
+
+The file has Java's ``kvConfig.json`` shape, ``{"configTable":{ns:{key:value}}}``,
+and is rewritten atomically on every change.
+"""
+
+from __future__ import annotations
+
+import os
+
+from rocketpy.namesrv.bodies import BodyError, dumps, loads_tolerant
+from rocketpy.util.fileio import read_if_exists, write_atomically
+
+#: Namespace whose entries (topic -> "broker-a:4;broker-b:4") give orderTopicConf.
+NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
+
+
+class KVConfigManager:
+    """In-memory KV tables backed by one JSON file.
+
+    :param path: the JSON file; it need not exist yet.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = path
+        self._table: dict[str, dict[str, str]] = {}
+
+    def load(self) -> None:
+        """Read the file, replacing the in-memory tables; a missing file means empty.
+
+        :raises BodyError: when the file is not a valid KV config.
+        """
+        data = read_if_exists(self._path)
+        table: dict[str, dict[str, str]] = {}
+        if data:
+            parsed = loads_tolerant(data)
+            config = parsed.get("configTable") if isinstance(parsed, dict) else None
+            if not isinstance(config, dict) or not all(isinstance(v, dict) for v in config.values()):
+                raise BodyError(f"{os.fspath(self._path)}: no configTable object")
+            table = {ns: {str(k): str(v) for k, v in kv.items()} for ns, kv in config.items()}
+        self._table = table
+
+    def put(self, namespace: str, key: str, value: str) -> None:
+        """Set one value and persist.
+
+        :raises OSError: when persisting fails (the value stays set in memory).
+        """
+        self._table.setdefault(namespace, {})[key] = value
+        self._persist()
+
+    def get(self, namespace: str, key: str) -> str | None:
+        """One value, or None."""
+        return self._table.get(namespace, {}).get(key)
+
+    def delete(self, namespace: str, key: str) -> None:
+        """Remove one value (and an emptied namespace) and persist if anything changed.
+
+        :raises OSError: when persisting fails.
+        """
+        kv = self._table.get(namespace)
+        if kv is None or kv.pop(key, None) is None:
+            return
+        if not kv:
+            del self._table[namespace]
+        self._persist()
+
+    def namespace(self, namespace: str) -> dict[str, str] | None:
+        """A copy of every key/value of ``namespace``, or None when it is empty."""
+        kv = self._table.get(namespace)
+        return dict(kv) if kv else None
+
+    def _persist(self) -> None:
+        write_atomically(self._path, dumps({"configTable": self._table}))
