@@ -131,6 +131,12 @@ def _as_object(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def _object_field(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    # A missing or null object field reads as empty.
+    value = obj.get(key)
+    return {} if value is None else _as_object(value, key)
+
+
 def data_version_from_json(value: Any) -> DataVersion:
     """A DataVersion from its parsed JSON (missing fields are 0)."""
     obj = _as_object(value, "dataVersion")
@@ -186,10 +192,10 @@ def decode_register_body(body: bytes, compressed: bool = False) -> RegisterBroke
     if compressed:
         return _decode_compressed(body)
     obj = _as_object(loads_tolerant(body), "RegisterBrokerBody")
-    wrapper = _as_object(obj.get("topicConfigSerializeWrapper") or {}, "topicConfigSerializeWrapper")
-    table = _as_object(wrapper.get("topicConfigTable") or {}, "topicConfigTable")
+    wrapper = _object_field(obj, "topicConfigSerializeWrapper")
+    table = _object_field(wrapper, "topicConfigTable")
     return RegisterBrokerBody(
-        data_version_from_json(wrapper.get("dataVersion") or {}),
+        data_version_from_json(_object_field(wrapper, "dataVersion")),
         {name: _topic_config_from_json(name, value) for name, value in table.items()},
         _string_list(obj.get("filterServerList"), "filterServerList"),
     )
