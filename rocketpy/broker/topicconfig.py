@@ -1,0 +1,389 @@
+"""The broker's topic table: system topics, auto-creation, data version, ``topics.json``.
+
+Behaviour follows Java 4.9.4 ``TopicConfigManager`` and ``TopicValidator``
+(spec remoting-protocol.md §3.2 rules 1–2 and §6). Everything runs on the
+reactor thread; persisting writes a small JSON file atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from rocketpy.util.fileio import read_if_exists, write_atomically
+
+#: ``perm`` bits (``PermName``).
+PERM_INHERIT = 1
+PERM_WRITE = 2
+PERM_READ = 4
+PERM_PRIORITY = 8
+
+TBW102 = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
+
+#: Topics no producer may send to (``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``).
+SEND_FORBIDDEN_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+TOPIC_MAX_LENGTH = 127
+_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+#: Number of delay levels, one queue of ``SCHEDULE_TOPIC_XXXX`` each.
+SCHEDULE_QUEUE_NUMS = 18
+
+
+def topic_problem(topic: str) -> str | None:
+    """Why ``topic`` is not a valid topic name (Java's wording), or None when it is."""
+    if not topic or not topic.strip():
+        return "The specified topic is blank."
+    if not _VALID_TOPIC.match(topic):
+        return f"The specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
+    return None
+
+
+def is_send_forbidden(topic: str) -> bool:
+    """True for the system topics producers may not send to."""
+    return topic in SEND_FORBIDDEN_TOPICS
+
+
+def send_topic_problem(topic: str) -> str | None:
+    """Why a producer may not send to ``topic`` (invalid or forbidden), or None."""
+    problem = topic_problem(topic)
+    if problem is None and is_send_forbidden(topic):
+        problem = f"Sending message to topic[{topic}] is forbidden."
+    return problem
+
+
+def is_readable(perm: int) -> bool:
+    return bool(perm & PERM_READ)
+
+
+def is_writeable(perm: int) -> bool:
+    return bool(perm & PERM_WRITE)
+
+
+def is_inherited(perm: int) -> bool:
+    return bool(perm & PERM_INHERIT)
+
+
+def retry_topic(group: str) -> str:
+    """``%RETRY%<group>``."""
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    """``%DLQ%<group>``."""
+    return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+class ConfigFileError(Exception):
+    """A broker config file (``topics.json`` …) exists but cannot be read."""
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    """One topic of this broker (defaults as Java ``TopicConfig``)."""
+
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The fastjson shape used by ``topics.json``, registration and admin bodies."""
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
+
+    @classmethod
+    def from_json(cls, name: str, obj: Any) -> TopicConfig:
+        """Parse the :meth:`to_json` shape; missing keys take the defaults.
+
+        :raises ValueError: when ``obj`` is not an object or a number does not parse.
+        """
+        if not isinstance(obj, dict):
+            raise ValueError(f"topic config {name!r} is not a JSON object")
+        d = cls(name)
+        return cls(
+            str(obj.get("topicName") or name),
+            int(obj.get("readQueueNums", d.read_queue_nums)),
+            int(obj.get("writeQueueNums", d.write_queue_nums)),
+            int(obj.get("perm", d.perm)),
+            str(obj.get("topicFilterType") or d.topic_filter_type),
+            int(obj.get("topicSysFlag", d.topic_sys_flag)),
+            bool(obj.get("order", d.order)),
+        )
+
+
+@dataclass(slots=True)
+class DataVersion:
+    """Counter + timestamp (ms) of a config table; bumped on every change."""
+
+    counter: int = 0
+    timestamp: int = 0
+
+    def bump(self, now_ms: int) -> None:
+        """Java ``nextVersion()``: new timestamp, counter + 1."""
+        self.timestamp = now_ms
+        self.counter += 1
+
+    def to_json(self) -> dict[str, int]:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> DataVersion:
+        if not isinstance(obj, dict):
+            return cls()
+        return cls(int(obj.get("counter", 0)), int(obj.get("timestamp", 0)))
+
+
+def load_json_file(path: str) -> dict[str, Any] | None:
+    """The JSON object stored at ``path``; None when the file is missing or empty.
+
+    :raises ConfigFileError: when the file holds something other than a JSON object.
+    """
+    data = read_if_exists(path)
+    if data is None or not data.strip():
+        return None
+    try:
+        obj = json.loads(data)
+    except ValueError as e:
+        raise ConfigFileError(f"{path}: not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ConfigFileError(f"{path}: not a JSON object")
+    return obj
+
+
+def dump_json(obj: Any) -> bytes:
+    """Compact JSON with sorted keys (fastjson's order)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+class TopicConfigManager:
+    """All topics of one broker, with the data version the name server compares.
+
+    :param clock: gives the data-version timestamps.
+    :param path: ``topics.json``; None keeps the table in memory only.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        clock: IReactorTime,
+        path: str | None = None,
+        *,
+        broker_name: str = "broker-a",
+        cluster_name: str = "DefaultCluster",
+        auto_create_topic_enable: bool = True,
+        default_topic_queue_nums: int = 8,
+        cluster_topic_enable: bool = True,
+        broker_topic_enable: bool = True,
+    ) -> None:
+        self._clock = clock
+        self.path = path
+        self._auto_create = auto_create_topic_enable
+        self._table: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion(0, self._now_ms())
+        self._listeners: list[Callable[[], object]] = []
+        for config in self._system_topics(
+            broker_name, cluster_name, default_topic_queue_nums, cluster_topic_enable, broker_topic_enable
+        ):
+            self._table[config.topic_name] = config
+
+    def _system_topics(
+        self, broker: str, cluster: str, default_nums: int, cluster_rw: bool, broker_rw: bool
+    ) -> Iterator[TopicConfig]:
+        rw = PERM_READ | PERM_WRITE
+        yield TopicConfig(SELF_TEST_TOPIC, 1, 1)
+        if self._auto_create:
+            yield TopicConfig(TBW102, default_nums, default_nums, PERM_INHERIT | rw)
+        yield TopicConfig(BENCHMARK_TOPIC, 1024, 1024)
+        yield TopicConfig(cluster, perm=PERM_INHERIT | (rw if cluster_rw else 0))
+        yield TopicConfig(broker, 1, 1, PERM_INHERIT | (rw if broker_rw else 0))
+        yield TopicConfig(OFFSET_MOVED_EVENT, 1, 1)
+        yield TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS)
+        yield TopicConfig(f"{cluster}_{REPLY_TOPIC_POSTFIX}", 1, 1)
+
+    def _now_ms(self) -> int:
+        return int(self._clock.seconds() * 1000)
+
+    # -- reads ------------------------------------------------------------
+
+    def select_topic_config(self, topic: str) -> TopicConfig | None:
+        """The config of ``topic``, or None when this broker does not have it."""
+        return self._table.get(topic)
+
+    def topics(self) -> dict[str, TopicConfig]:
+        """A snapshot of the table (name → config)."""
+        return dict(self._table)
+
+    def __contains__(self, topic: object) -> bool:
+        return topic in self._table
+
+    # -- changes ----------------------------------------------------------
+
+    def add_change_listener(self, listener: Callable[[], object]) -> None:
+        """Call ``listener()`` after a topic was created or updated (re-register at once)."""
+        self._listeners.append(listener)
+
+    def create_topic_in_send_message_method(
+        self,
+        topic: str,
+        default_topic: str,
+        remote_addr: str,
+        client_default_queue_nums: int,
+        topic_sys_flag: int = 0,
+    ) -> TopicConfig | None:
+        """Auto-create ``topic`` from the template ``default_topic`` (normally TBW102).
+
+        The template must exist and carry INHERIT; the new topic gets
+        ``min(client_default_queue_nums, template write queues)`` queues and
+        the template's perm without INHERIT.
+
+        :return: the (existing or new) config, or None when nothing could be created.
+        """
+        existing = self._table.get(topic)
+        if existing is not None:
+            return existing
+        template = self._table.get(default_topic)
+        if template is None:
+            self.log.warn(
+                "create topic {topic} from {template} for {peer}: template does not exist",
+                topic=topic, template=default_topic, peer=remote_addr,
+            )
+            return None
+        perm = template.perm
+        if default_topic == TBW102 and not self._auto_create:
+            perm = PERM_READ | PERM_WRITE
+        if not is_inherited(perm):
+            self.log.warn(
+                "create topic {topic} from {template} for {peer}: template perm {perm} lacks INHERIT",
+                topic=topic, template=default_topic, peer=remote_addr, perm=perm,
+            )
+            return None
+        queues = max(0, min(client_default_queue_nums, template.write_queue_nums))
+        config = TopicConfig(
+            topic, queues, queues, perm & ~PERM_INHERIT, template.topic_filter_type, topic_sys_flag
+        )
+        self.log.info(
+            "auto-created topic {topic} ({queues} queues) from {template} for {peer}",
+            topic=topic, queues=queues, template=default_topic, peer=remote_addr,
+        )
+        self._put(config)
+        return config
+
+    def create_topic_in_send_message_back_method(
+        self,
+        topic: str,
+        client_default_queue_nums: int = 1,
+        perm: int = PERM_READ | PERM_WRITE,
+        topic_sys_flag: int = 0,
+    ) -> TopicConfig:
+        """Create a ``%RETRY%`` / ``%DLQ%`` topic when absent; the existing one otherwise."""
+        existing = self._table.get(topic)
+        if existing is not None:
+            return existing
+        config = TopicConfig(
+            topic, client_default_queue_nums, client_default_queue_nums, perm, topic_sys_flag=topic_sys_flag
+        )
+        self.log.info("created topic {topic} ({n} queues)", topic=topic, n=client_default_queue_nums)
+        self._put(config)
+        return config
+
+    def update_topic_config(self, config: TopicConfig) -> None:
+        """Create or replace a topic (UPDATE_AND_CREATE_TOPIC)."""
+        self._put(config)
+
+    def delete_topic_config(self, topic: str) -> bool:
+        """Remove ``topic``; True when it existed."""
+        if self._table.pop(topic, None) is None:
+            return False
+        self.data_version.bump(self._now_ms())
+        self.persist()
+        return True
+
+    def _put(self, config: TopicConfig) -> None:
+        self._table[config.topic_name] = config
+        self.data_version.bump(self._now_ms())
+        self.persist()
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:
+                self.log.failure("topic change listener failed")
+
+    # -- persistence ------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """TopicConfigSerializeWrapper: ``{"dataVersion":…,"topicConfigTable":…}``."""
+        return {
+            "dataVersion": self.data_version.to_json(),
+            "topicConfigTable": {name: c.to_json() for name, c in self._table.items()},
+        }
+
+    def encode(self) -> bytes:
+        """:meth:`to_json` as bytes (``topics.json`` and GET_ALL_TOPIC_CONFIG)."""
+        return dump_json(self.to_json())
+
+    def persist(self) -> None:
+        """Write ``topics.json`` (blocking, small); failures are logged."""
+        if self.path is None:
+            return
+        try:
+            write_atomically(self.path, self.encode())
+        except OSError:
+            self.log.failure("cannot write {path}", path=self.path)
+
+    def load(self) -> None:
+        """Merge the topics of ``topics.json`` into the table (they win over defaults).
+
+        :raises ConfigFileError: when the file exists but is malformed.
+        """
+        if self.path is None:
+            return
+        obj = load_json_file(self.path)
+        if obj is None:
+            return
+        table = obj.get("topicConfigTable") or {}
+        try:
+            if not isinstance(table, dict):
+                raise ValueError("topicConfigTable is not an object")
+            loaded = {name: TopicConfig.from_json(name, value) for name, value in table.items()}
+            version = DataVersion.from_json(obj.get("dataVersion"))
+        except (TypeError, ValueError) as e:
+            raise ConfigFileError(f"{self.path}: {e}") from None
+        self._table.update(loaded)
+        self.data_version = version
