@@ -1,0 +1,255 @@
+"""Bytes <-> :class:`RemotingCommand`: pure functions, no Twisted import.
+
+Frame layout (``remoting-protocol.md`` §1.1)::
+
+    int32 length (= 4 + headerLen + bodyLen) | int32 (serializeType << 24 | headerLen) | header | body
+
+:func:`encode` returns the **whole frame, length prefix included**, ready for
+``transport.write``; :func:`decode` takes the frame **without** its length
+prefix, which is what ``Int32StringReceiver.stringReceived`` hands over.
+
+Serialize types: JSON (0), ROCKETMQ binary (1) and MSGPACK (2, a rocketpy
+extension whose header is a msgpack map with the JSON header's keys).
+"""
+
+from __future__ import annotations
+
+import json
+import json.encoder
+import struct
+from typing import Any, Callable
+
+import msgpack
+
+from rocketpy.remoting.codes import LanguageCode, SerializeType
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.errors import ProtocolError
+
+__all__ = ["MAX_FRAME_LENGTH", "ProtocolError", "decode", "encode"]
+
+#: Largest value of the length field (16 MiB), as Java's ``frameMaxLength``.
+MAX_FRAME_LENGTH = 16 * 1024 * 1024
+
+_PREFIX = struct.Struct(">iI")  # length, header info
+_HEADER_INFO = struct.Struct(">I")
+_BINARY_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
+_INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_LANGUAGE_CODES = {lang.name: lang.value for lang in LanguageCode}
+_LANGUAGE_NAMES = {lang.value: lang.name for lang in LanguageCode}
+_OTHER = LanguageCode.OTHER
+
+
+
+def _unencodable(value: object) -> None:
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _make_json_encoder() -> Callable[[object], str]:
+    """A compact JSON encoder built once: ``json.dumps`` rebuilds its C encoder per call."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator (e.g. PyPy)
+        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+    chunks = make(None, _unencodable, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+    return lambda obj: "".join(chunks(obj, 0))
+
+
+_json_encode = _make_json_encoder()
+_json_decode = json.JSONDecoder().decode
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    """Encode *cmd* as a complete frame, length prefix included.
+
+    ``ext_fields`` values go out as strings: numbers become decimal text,
+    booleans ``"true"``/``"false"``, ``None`` values are left out.
+
+    :raises ProtocolError: unknown serialize type, unencodable field, or a frame
+        larger than :data:`MAX_FRAME_LENGTH`.
+    """
+    serialize_type = cmd.serialize_type
+    try:
+        if serialize_type == 0:
+            header = _json_encode(_header_map(cmd, "JSON")).encode("utf-8")
+        elif serialize_type == 2:
+            header = msgpack.packb(_header_map(cmd, None))
+        elif serialize_type == 1:
+            header = _encode_binary(cmd)
+        else:
+            raise ProtocolError(f"unknown serialize type {serialize_type!r}")
+    except ProtocolError:
+        raise
+    except Exception as e:
+        raise ProtocolError(f"cannot encode command: {e}") from e
+    body = cmd.body
+    header_length = len(header)
+    length = 4 + header_length + len(body)
+    if length > MAX_FRAME_LENGTH or header_length > 0xFFFFFF:
+        raise ProtocolError(f"frame of {length} bytes is too large")
+    return b"".join((_PREFIX.pack(length, (serialize_type << 24) | header_length), header, body))
+
+
+def decode(frame: bytes) -> RemotingCommand:
+    """Decode one frame, given without its 4-byte length prefix.
+
+    :raises ProtocolError: for any malformed input.
+    """
+    try:
+        (info,) = _HEADER_INFO.unpack_from(frame)
+        serialize_type, header_length = info >> 24, info & 0xFFFFFF
+        end = 4 + header_length
+        if end > len(frame):
+            raise ProtocolError(f"header length {header_length} exceeds frame of {len(frame)} bytes")
+        header = frame[4:end]
+        body = frame[end:]
+        if serialize_type == 0:
+            return _from_map(_json_decode(header.decode("utf-8")), body, SerializeType.JSON)
+        if serialize_type == 2:
+            return _from_map(msgpack.unpackb(header, raw=False), body, SerializeType.MSGPACK)
+        if serialize_type == 1:
+            return _decode_binary(header, body)
+        raise ProtocolError(f"unknown serialize type {serialize_type}")
+    except ProtocolError:
+        raise
+    except Exception as e:
+        raise ProtocolError(f"malformed frame: {e!r}") from e
+
+
+def string_fields(fields: Any) -> dict[str, str]:
+    """*fields* with every value as text, the way Java's ``HashMap<String,String>`` holds them.
+
+    Numbers become decimal text, booleans ``"true"``/``"false"``, ``None`` is dropped.
+
+    :raises ProtocolError: *fields* is not a map of strings to scalars.
+    """
+    if type(fields) is not dict:
+        raise ProtocolError(f"extFields is not an object: {fields!r}")
+    for value in fields.values():
+        if type(value) is not str:
+            break
+    else:
+        return fields  # the usual case: already all strings
+    out: dict[str, str] = {}
+    for key, value in fields.items():
+        if type(key) is not str:
+            raise ProtocolError(f"extFields key is not a string: {key!r}")
+        if value is None:
+            continue
+        kind = type(value)
+        if kind is str:
+            out[key] = value
+        elif kind is bool:
+            out[key] = "true" if value else "false"
+        elif kind is int:
+            out[key] = str(value)
+        elif kind is float:
+            out[key] = str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+        else:
+            raise ProtocolError(f"extFields value of {key!r} is not a scalar: {value!r}")
+    return out
+
+
+def _header_map(cmd: RemotingCommand, rpc_type: str | None) -> dict[str, Any]:
+    """The JSON/msgpack header, keys in Java's (alphabetical) order."""
+    header: dict[str, Any] = {"code": cmd.code}
+    if cmd.ext_fields:
+        header["extFields"] = string_fields(cmd.ext_fields)
+    header["flag"] = cmd.flag
+    header["language"] = cmd.language
+    header["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    if rpc_type is not None:
+        header["serializeTypeCurrentRPC"] = rpc_type
+    header["version"] = cmd.version
+    return header
+
+
+def _int(header: dict[str, Any], key: str, default: int | None) -> int:
+    value = header.get(key, default)
+    if type(value) is not int:
+        raise ProtocolError(f"header {key!r} is not an integer: {value!r}")
+    return value
+
+
+def _from_map(header: Any, body: bytes, serialize_type: SerializeType) -> RemotingCommand:
+    if type(header) is not dict:
+        raise ProtocolError("header is not an object")
+    opaque = _int(header, "opaque", 0)
+    if not _INT32_MIN <= opaque <= _INT32_MAX:
+        raise ProtocolError(f"opaque {opaque} is not a 32-bit integer")
+    language = header.get("language", "JAVA")
+    if type(language) is int:
+        language = _LANGUAGE_NAMES.get(language, _OTHER.name)
+    elif type(language) is not str:
+        raise ProtocolError(f"header 'language' is invalid: {language!r}")
+    remark = header.get("remark")
+    if remark is not None and type(remark) is not str:
+        raise ProtocolError(f"header 'remark' is not a string: {remark!r}")
+    ext = header.get("extFields")
+    return RemotingCommand(
+        code=_int(header, "code", None),
+        language=language,
+        version=_int(header, "version", 0),
+        opaque=opaque,
+        flag=_int(header, "flag", 0),
+        remark=remark,
+        ext_fields=string_fields(ext) if ext is not None else {},
+        body=body,
+        serialize_type=serialize_type,
+    )
+
+
+def _encode_binary(cmd: RemotingCommand) -> bytes:
+    parts = [
+        _BINARY_FIXED.pack(
+            cmd.code, _LANGUAGE_CODES.get(cmd.language, _OTHER.value), cmd.version, cmd.opaque, cmd.flag
+        )
+    ]
+    remark = cmd.remark.encode("utf-8") if cmd.remark else b""
+    parts += (_INT32.pack(len(remark)), remark)
+    entries = []
+    for key, value in string_fields(cmd.ext_fields).items():
+        k, v = key.encode("utf-8"), value.encode("utf-8")
+        entries += (_INT16.pack(len(k)), k, _INT32.pack(len(v)), v)
+    block = b"".join(entries)
+    parts += (_INT32.pack(len(block)), block)
+    return b"".join(parts)
+
+
+def _take(header: bytes, offset: int, size: int) -> tuple[bytes, int]:
+    end = offset + size
+    if size < 0 or end > len(header):
+        raise ProtocolError(f"binary header field of {size} bytes overruns the header")
+    return header[offset:end], end
+
+
+def _decode_binary(header: bytes, body: bytes) -> RemotingCommand:
+    code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(header)
+    offset = _BINARY_FIXED.size
+    (remark_length,) = _INT32.unpack_from(header, offset)
+    remark, offset = _take(header, offset + 4, remark_length)
+    (block_length,) = _INT32.unpack_from(header, offset)
+    block, offset = _take(header, offset + 4, block_length)
+    if offset != len(header):
+        raise ProtocolError("trailing bytes after the binary header")
+    ext: dict[str, str] = {}
+    position = 0
+    while position < len(block):
+        (key_length,) = _INT16.unpack_from(block, position)
+        key, position = _take(block, position + 2, key_length)
+        (value_length,) = _INT32.unpack_from(block, position)
+        value, position = _take(block, position + 4, value_length)
+        ext[key.decode("utf-8")] = value.decode("utf-8")
+    return RemotingCommand(
+        code=code,
+        language=_LANGUAGE_NAMES.get(language, _OTHER.name),
+        version=version,
+        opaque=opaque,
+        flag=flag,
+        remark=remark.decode("utf-8") if remark_length else None,
+        ext_fields=ext,
+        body=body,
+        serialize_type=SerializeType.ROCKETMQ,
+    )

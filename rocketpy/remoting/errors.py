@@ -1,0 +1,45 @@
+"""The errors of the remoting layer, modelled on RocketMQ's ``RemotingException`` family.
+
+No Twisted import: the codec raises :class:`ProtocolError` too.
+"""
+
+from __future__ import annotations
+
+
+class RemotingError(Exception):
+    """Base class of every remoting failure."""
+
+
+class ProtocolError(RemotingError):
+    """A frame could not be decoded (or a command could not be encoded)."""
+
+
+class RemotingConnectError(RemotingError):
+    """No connection to the address could be made, or the client is closed."""
+
+    def __init__(self, address: str, reason: str) -> None:
+        super().__init__(f"connect to {address} failed: {reason}")
+        self.address = address
+
+
+class RemotingConnectionLost(RemotingConnectError):
+    """The connection closed while the request was pending.
+
+    Every request pending on the connection fails at once with this error.
+    """
+
+    def __init__(self, address: str, reason: str) -> None:
+        RemotingError.__init__(self, f"connection to {address} lost: {reason}")
+        self.address = address
+
+
+class RemotingSendRequestError(RemotingError):
+    """The request could not be written (encoding failed or the channel is closing)."""
+
+
+class RemotingTimeoutError(RemotingError):
+    """No response arrived within the request's timeout."""
+
+
+class RemotingTooMuchRequestError(RemotingError):
+    """The async or oneway permits are exhausted."""

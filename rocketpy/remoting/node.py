@@ -1,0 +1,254 @@
+"""What client and server share: request dispatch, RPC hooks, channel events, the timeout scan.
+
+Both ends of a connection can receive requests (the broker sends
+NOTIFY_CONSUMER_IDS_CHANGED to clients), so :class:`RemotingNode` is the base
+of :class:`~rocketpy.remoting.client.RemotingClient` and
+:class:`~rocketpy.remoting.server.RemotingServer`.
+"""
+
+from __future__ import annotations
+
+from inspect import iscoroutine
+from typing import Any, Iterable
+
+from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from rocketpy.interfaces import IChannelEventListener, IRequestProcessor, IRPCHook
+from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.protocol import RemotingProtocol
+
+#: Default bound of requests queued on (or running in) one registration's thread pool.
+DEFAULT_MAX_QUEUE = 10_000
+BUSY_REMARK = "system busy, start flow control for a while"
+
+
+class _Registration:
+    """A processor, where it runs, and how many of its requests are in the pool."""
+
+    __slots__ = ("processor", "executor", "max_queue", "queued")
+
+    def __init__(self, processor: IRequestProcessor, executor: ThreadPool | None, max_queue: int) -> None:
+        self.processor = processor
+        self.executor = executor
+        self.max_queue = max_queue
+        self.queued = 0
+
+
+class RemotingNode:
+    """Processors by request code, RPC hooks, listeners and the live channels.
+
+    :ivar rpc_hooks: the :class:`~rocketpy.interfaces.IRPCHook` providers, in call order.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        reactor: IReactorTime,
+        *,
+        idle_timeout: float | None = 120.0,
+        rpc_hooks: Iterable[IRPCHook] = (),
+        listeners: Iterable[IChannelEventListener] = (),
+        scan_interval: float = 1.0,
+    ) -> None:
+        """
+        :param reactor: the clock, and for thread-pool executors ``callFromThread``.
+        :param idle_timeout: seconds without traffic before a channel is closed; None disables.
+        :param rpc_hooks: called around every request sent and processed.
+        :param listeners: told about CONNECT, CLOSE, IDLE and EXCEPTION events.
+        :param scan_interval: seconds between scans for timed-out requests.
+        """
+        self._reactor = reactor
+        self._idle_timeout = idle_timeout
+        self.rpc_hooks = tuple(rpc_hooks)
+        self._listeners = tuple(listeners)
+        self._processors: dict[int, _Registration] = {}
+        self._default: _Registration | None = None
+        self._channels: dict[RemotingProtocol, None] = {}
+        self._scan_interval = scan_interval
+        self._scan = LoopingCall(self._scan_requests)
+        self._scan.clock = reactor
+
+    # registration
+
+    def register_processor(
+        self,
+        code: int,
+        processor: IRequestProcessor,
+        executor: ThreadPool | None = None,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+    ) -> None:
+        """Route requests with *code* to *processor*.
+
+        :param executor: None runs ``process_request`` on the reactor thread (it may
+            return a command, a Deferred or coroutine of one, or None for no reply);
+            a started :class:`ThreadPool` runs it there (it must return a value and
+            touch no Twisted object).
+        :param max_queue: with a pool: requests beyond this many queued or running
+            get SYSTEM_BUSY.
+        """
+        self._processors[int(code)] = _Registration(processor, executor, max_queue)
+
+    def register_default_processor(
+        self, processor: IRequestProcessor, executor: ThreadPool | None = None, max_queue: int = DEFAULT_MAX_QUEUE
+    ) -> None:
+        """Route requests of every code without its own processor to *processor*."""
+        self._default = _Registration(processor, executor, max_queue)
+
+    @property
+    def channels(self) -> tuple[RemotingProtocol, ...]:
+        """The connected channels."""
+        return tuple(self._channels)
+
+    def build_channel(self) -> RemotingProtocol:
+        """A new protocol owned by this node."""
+        return RemotingProtocol(self, self._reactor, self._idle_timeout)
+
+    def close_channels(self) -> Deferred[None]:
+        """Close every channel; fires once all are closed."""
+        channels = list(self._channels)
+        closed = [channel.when_closed() for channel in channels]
+        for channel in channels:
+            channel.close()
+        return gatherResults(closed).addCallback(lambda _: None)
+
+    # called by RemotingProtocol
+
+    def channel_connected(self, channel: RemotingProtocol) -> None:
+        self._channels[channel] = None
+        if not self._scan.running:
+            self._scan.start(self._scan_interval, now=False)
+        self._notify("on_channel_connect", channel)
+
+    def channel_closed(self, channel: RemotingProtocol) -> None:
+        self._channels.pop(channel, None)
+        if not self._channels and self._scan.running:
+            self._scan.stop()
+        self._notify("on_channel_close", channel)
+
+    def channel_idle(self, channel: RemotingProtocol) -> None:
+        self._notify("on_channel_idle", channel)
+
+    def channel_exception(self, channel: RemotingProtocol, error: Exception) -> None:
+        self._notify("on_channel_exception", channel)
+
+    def run_after_hooks(self, response: RemotingCommand, address: str, request: RemotingCommand) -> RemotingCommand:
+        """Call every hook's ``after_response``; return *response*."""
+        for hook in self.rpc_hooks:
+            hook.after_response(address, request, response)
+        return response
+
+    def request_received(self, channel: RemotingProtocol, request: RemotingCommand) -> None:
+        """Dispatch *request* to its processor and send the outcome back."""
+        registration = self._processors.get(request.code, self._default)
+        if registration is None:
+            remark = f" request type {request.code} not supported"
+            self._respond(channel, request, request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark))
+            return
+        processor = registration.processor
+        try:
+            if processor.reject_request():
+                busy = request.make_response(ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]" + BUSY_REMARK)
+                self._respond(channel, request, busy)
+                return
+            for hook in self.rpc_hooks:
+                hook.before_request(channel.remote_address, request)
+            if registration.executor is not None:
+                self._submit(registration, channel, request)
+                return
+            result = processor.process_request(channel, request)
+        except Exception:
+            self._reply_failure(Failure(), channel, request)
+            return
+        if type(result) is RemotingCommand:  # the common case first
+            self._respond(channel, request, result)
+            return
+        if iscoroutine(result):
+            result = Deferred.fromCoroutine(result)
+        if isinstance(result, Deferred):
+            result.addCallbacks(
+                self._reply, self._reply_failure, callbackArgs=(channel, request), errbackArgs=(channel, request)
+            )
+        else:
+            self._reply(result, channel, request)
+
+    # internals
+
+    def _submit(self, registration: _Registration, channel: RemotingProtocol, request: RemotingCommand) -> None:
+        if registration.queued >= registration.max_queue:
+            busy = request.make_response(ResponseCode.SYSTEM_BUSY, "[OVERLOAD]" + BUSY_REMARK)
+            self._respond(channel, request, busy)
+            return
+        registration.queued += 1
+        d = deferToThreadPool(
+            self._reactor,  # type: ignore[arg-type]
+            registration.executor,  # type: ignore[arg-type]
+            registration.processor.process_request,
+            channel,
+            request,
+        )
+        d.addBoth(self._dequeued, registration)
+        d.addCallbacks(self._reply, self._reply_failure, callbackArgs=(channel, request), errbackArgs=(channel, request))
+
+    @staticmethod
+    def _dequeued(result: Any, registration: _Registration) -> Any:
+        registration.queued -= 1
+        return result
+
+    def _reply(self, result: Any, channel: RemotingProtocol, request: RemotingCommand) -> None:
+        if result is None:
+            return
+        if type(result) is not RemotingCommand:
+            error = TypeError(f"processor returned {type(result).__name__}, not a RemotingCommand")
+            self._reply_failure(Failure(error), channel, request)
+            return
+        self._respond(channel, request, result)
+
+    def _reply_failure(self, failure: Failure, channel: RemotingProtocol, request: RemotingCommand) -> None:
+        self.log.failure(
+            "request {code} from {peer} failed", failure, level=LogLevel.error, code=request.code,
+            peer=channel.remote_address,
+        )
+        error = failure.value
+        remark = f"{type(error).__name__}: {error}"
+        self._respond(channel, request, request.make_response(ResponseCode.SYSTEM_ERROR, remark))
+
+    def _respond(self, channel: RemotingProtocol, request: RemotingCommand, response: RemotingCommand) -> None:
+        """Send *response* unless *request* is oneway; a hook or encoding error becomes SYSTEM_ERROR."""
+        if request.flag & ONEWAY_FLAG:
+            return
+        response.opaque = request.opaque
+        response.flag |= RESPONSE_FLAG
+        response.serialize_type = request.serialize_type
+        try:
+            self.run_after_hooks(response, channel.remote_address, request)
+            channel.send_command(response)
+        except Exception:
+            failure = Failure()
+            self.log.failure("cannot send response to {peer}", failure, level=LogLevel.error,
+                             peer=channel.remote_address)
+            if response.code != ResponseCode.SYSTEM_ERROR:
+                remark = f"{type(failure.value).__name__}: {failure.value}"
+                self._respond(channel, request, request.make_response(ResponseCode.SYSTEM_ERROR, remark))
+
+    def _notify(self, method: str, channel: RemotingProtocol) -> None:
+        for listener in self._listeners:
+            try:
+                getattr(listener, method)(channel.remote_address, channel)
+            except Exception:
+                self.log.failure("listener {method} failed", level=LogLevel.error, method=method)
+
+    def _scan_requests(self) -> None:
+        now = self._reactor.seconds()
+        for channel in list(self._channels):
+            try:
+                channel.expire_requests(now)
+            except Exception:  # an escaping exception would end the LoopingCall
+                self.log.failure("timeout scan of {peer} failed", level=LogLevel.error, peer=channel.remote_address)

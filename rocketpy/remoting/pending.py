@@ -1,0 +1,104 @@
+"""The response table of one connection: opaque -> pending request.
+
+Shared by the client and the server side (both can send requests on a
+channel). Deadlines are enforced by :meth:`ResponseTable.expire`, which the
+owner's 1 s scan calls: no ``DelayedCall`` per request.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from twisted.internet.defer import Deferred
+
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.errors import RemotingTimeoutError
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+#: Called exactly once when a pending request completes in any way (frees a permit).
+Release = Callable[[], object]
+
+
+class ResponseTable:
+    """Pending requests of one connection, keyed by their 32-bit signed opaque.
+
+    Every entry leaves the table exactly once (response, timeout, cancel or
+    :meth:`fail_all`), and its ``release`` is called exactly then.
+    """
+
+    def __init__(self, first_opaque: int = 0) -> None:
+        """:param first_opaque: the first opaque handed out (tests start near the wrap)."""
+        self._next = first_opaque
+        # opaque -> (deferred, deadline, release or None)
+        self._pending: dict[int, tuple[Deferred[RemotingCommand], float, Release | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def __contains__(self, opaque: int) -> bool:
+        return opaque in self._pending
+
+    def next_opaque(self) -> int:
+        """The next free opaque: counts up, wraps to -2**31, skips opaques still pending."""
+        opaque = self._next
+        pending = self._pending
+        while opaque in pending:
+            opaque = opaque + 1 if opaque < _INT32_MAX else _INT32_MIN
+        self._next = opaque + 1 if opaque < _INT32_MAX else _INT32_MIN
+        return opaque
+
+    def add(self, opaque: int, deadline: float, release: Release | None = None) -> Deferred[RemotingCommand]:
+        """Register a request; the Deferred fires with its response.
+
+        Cancelling the Deferred removes the entry (and calls *release*).
+
+        :param deadline: the clock time after which :meth:`expire` fails it.
+        """
+        d: Deferred[RemotingCommand] = Deferred(lambda _: self._discard(opaque))
+        self._pending[opaque] = (d, deadline, release)
+        return d
+
+    def resolve(self, response: RemotingCommand) -> bool:
+        """Fire the request *response* answers; False when none is pending (a late reply)."""
+        entry = self._pending.pop(response.opaque, None)
+        if entry is None:
+            return False
+        d, _, release = entry
+        if release is not None:
+            release()
+        d.callback(response)
+        return True
+
+    def fail(self, opaque: int, error: Exception) -> None:
+        """Fail one pending request (e.g. its request could not be written)."""
+        entry = self._pending.pop(opaque, None)
+        if entry is not None:
+            self._complete_with_error(entry, error)
+
+    def expire(self, now: float) -> int:
+        """Fail every request whose deadline is at or before *now*; return how many."""
+        expired = [opaque for opaque, (_, deadline, _) in self._pending.items() if deadline <= now]
+        for opaque in expired:
+            self.fail(opaque, RemotingTimeoutError(f"no response to request {opaque} in time"))
+        return len(expired)
+
+    def fail_all(self, error: Exception) -> None:
+        """Fail every pending request with *error* (the connection is gone)."""
+        pending, self._pending = self._pending, {}  # swap first: errbacks may send again
+        for entry in pending.values():
+            self._complete_with_error(entry, error)
+
+    def _discard(self, opaque: int) -> None:
+        entry = self._pending.pop(opaque, None)
+        if entry is not None and entry[2] is not None:
+            entry[2]()
+
+    @staticmethod
+    def _complete_with_error(
+        entry: tuple[Deferred[RemotingCommand], float, Release | None], error: Exception
+    ) -> None:
+        d, _, release = entry
+        if release is not None:
+            release()
+        d.errback(error)

@@ -1,0 +1,211 @@
+"""One remoting connection: framing, its response table and the idle timeout.
+
+The protocol is the channel (:class:`~rocketpy.interfaces.IChannel`) that
+processors and listeners see. What to do with a request is its owner's
+business (:class:`~rocketpy.remoting.node.RemotingNode`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.protocol import connectionDone
+from twisted.logger import Logger
+from twisted.protocols.basic import Int32StringReceiver
+from twisted.protocols.policies import TimeoutMixin
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from rocketpy.interfaces import IChannel
+from rocketpy.remoting.codec import MAX_FRAME_LENGTH, decode, encode
+from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.errors import ProtocolError, RemotingConnectionLost, RemotingSendRequestError
+from rocketpy.remoting.pending import Release, ResponseTable
+
+if TYPE_CHECKING:
+    from rocketpy.remoting.node import RemotingNode
+
+
+def format_address(address: Any) -> str:
+    """``"ip:port"`` for an IPv4/IPv6 address object, ``str(address)`` otherwise."""
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    return f"{host}:{port}" if host is not None and port is not None else str(address)
+
+
+@implementer(IChannel)
+class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
+    """Frames of at most 16 MiB, each decoded to a :class:`RemotingCommand`.
+
+    Responses resolve this connection's :class:`ResponseTable`; requests go to
+    the owner. A malformed or oversize frame logs once and aborts only this
+    connection. Idle for ``idle_timeout`` seconds (reads and writes both count):
+    ``loseConnection``, then ``abortConnection`` after :attr:`abort_grace`.
+    """
+
+    MAX_LENGTH = MAX_FRAME_LENGTH
+    #: Seconds between a graceful close and the abort that forces it.
+    abort_grace = 15.0
+    log = Logger()
+
+    def __init__(
+        self, owner: RemotingNode, clock: IReactorTime, idle_timeout: float | None = 120.0, first_opaque: int = 0
+    ) -> None:
+        """
+        :param owner: gets requests and channel events.
+        :param clock: for deadlines and the idle timer.
+        :param idle_timeout: seconds without traffic before closing; None disables.
+        :param first_opaque: the first opaque of requests sent on this channel.
+        """
+        self._owner = owner
+        self._clock = clock
+        self.callLater = clock.callLater  # TimeoutMixin schedules on the injected clock
+        self._idle_timeout = idle_timeout
+        self._table = ResponseTable(first_opaque)
+        self._lost: RemotingConnectionLost | None = None
+        self._broken = False  # a fatal framing error: ignore whatever follows
+        self._abort_call: IDelayedCall | None = None
+        self._close_waiters: list[Deferred[None]] = []
+        self.remote_address = "unconnected"
+
+    @property
+    def pending_count(self) -> int:
+        """How many requests sent on this channel still wait for a response."""
+        return len(self._table)
+
+    # Twisted hooks
+
+    def connectionMade(self) -> None:
+        self.remote_address = format_address(self.transport.getPeer())
+        self.setTimeout(self._idle_timeout)
+        self._owner.channel_connected(self)
+
+    def stringReceived(self, frame: bytes) -> None:
+        if self._broken:
+            return
+        self.resetTimeout()
+        try:
+            command = decode(frame)
+        except ProtocolError as e:
+            self._fatal(e)
+            return
+        if command.flag & RESPONSE_FLAG:
+            if not self._table.resolve(command):
+                self.log.debug(
+                    "late response {opaque} from {peer} dropped", opaque=command.opaque, peer=self.remote_address
+                )
+        else:
+            self._owner.request_received(self, command)
+
+    def lengthLimitExceeded(self, length: int) -> None:
+        self._fatal(ProtocolError(f"frame of {length} bytes exceeds {self.MAX_LENGTH}"))
+
+    def timeoutConnection(self) -> None:
+        self.log.info("closing idle channel {peer}", peer=self.remote_address)
+        self._owner.channel_idle(self)
+        self.close()
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self.setTimeout(None)
+        if self._abort_call is not None and self._abort_call.active():
+            self._abort_call.cancel()
+        self._lost = RemotingConnectionLost(self.remote_address, reason.getErrorMessage())
+        self._owner.channel_closed(self)  # evict first: errbacks below may send again
+        self._table.fail_all(self._lost)
+        waiters, self._close_waiters = self._close_waiters, []
+        for d in waiters:
+            d.callback(None)
+
+    # IChannel
+
+    def invoke_sync(
+        self, request: RemotingCommand, timeout: float, release: Release | None = None
+    ) -> Deferred[RemotingCommand]:
+        """Send *request* (its ``opaque`` is assigned here); fires with the response.
+
+        Fails with :class:`RemotingTimeoutError` when the owner's scan finds it
+        older than *timeout* seconds, with :class:`RemotingConnectionLost` when
+        the connection closes first.
+
+        :param release: called exactly once when the request completes in any way.
+        """
+        try:
+            data = self._prepare(request)
+        except Exception:
+            if release is not None:
+                release()
+            return fail()
+        d = self._table.add(request.opaque, self._clock.seconds() + timeout, release)
+        self._write(data)
+        if self._owner.rpc_hooks:
+            d.addCallback(self._owner.run_after_hooks, self.remote_address, request)
+        return d
+
+    def invoke_oneway(self, request: RemotingCommand) -> Deferred[None]:
+        """Send *request* with the oneway flag set; fires once written."""
+        request.flag |= ONEWAY_FLAG
+        try:
+            data = self._prepare(request)
+        except Exception:
+            return fail()
+        self._write(data)
+        return succeed(None)
+
+    def close(self) -> None:
+        """Close gracefully; abort if the peer has not gone after :attr:`abort_grace`."""
+        if self._lost is not None or self._abort_call is not None:
+            return
+        self.transport.loseConnection()
+        self._abort_call = self._clock.callLater(self.abort_grace, self.transport.abortConnection)
+
+    # for the owner
+
+    def when_closed(self) -> Deferred[None]:
+        """A new Deferred that fires once the connection is closed."""
+        if self._lost is not None:
+            return succeed(None)
+        d: Deferred[None] = Deferred()
+        self._close_waiters.append(d)
+        return d
+
+    def send_command(self, command: RemotingCommand) -> None:
+        """Write a response (or any ready command); dropped if the connection is gone.
+
+        :raises ProtocolError: the command cannot be encoded.
+        """
+        data = encode(command)
+        if self._lost is not None or self._broken:
+            self.log.debug("channel {peer} closed; {code} dropped", peer=self.remote_address, code=command.code)
+            return
+        self._write(data)
+
+    def expire_requests(self, now: float) -> int:
+        """Fail the requests whose deadline passed; return how many."""
+        return self._table.expire(now)
+
+    # internals
+
+    def _prepare(self, request: RemotingCommand) -> bytes:
+        if self._lost is not None or self._broken:
+            raise self._lost or RemotingConnectionLost(self.remote_address, "protocol error")
+        for hook in self._owner.rpc_hooks:
+            hook.before_request(self.remote_address, request)
+        request.opaque = self._table.next_opaque()
+        try:
+            return encode(request)
+        except ProtocolError as e:
+            raise RemotingSendRequestError(f"cannot send to {self.remote_address}: {e}") from e
+
+    def _write(self, data: bytes) -> None:
+        self.transport.write(data)
+        self.resetTimeout()
+
+    def _fatal(self, error: ProtocolError) -> None:
+        if self._broken:
+            return
+        self._broken = True
+        self.log.warn("aborting channel {peer}: {error}", peer=self.remote_address, error=error)
+        self._owner.channel_exception(self, error)
+        self.transport.abortConnection()
