@@ -1,0 +1,159 @@
+"""The name server as a Twisted service: KV config, broker expiry scan and the listening port."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, gatherResults, succeed
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from rocketpy.interfaces import IChannelEventListener
+from rocketpy.namesrv.kvconfig import KVConfigManager
+from rocketpy.namesrv.processor import NamesrvProcessor
+from rocketpy.namesrv.routeinfo import BROKER_EXPIRY_SECONDS, RouteInfoManager
+
+DEFAULT_LISTEN = "tcp:9876:interface=127.0.0.1"
+DEFAULT_CONFIG_DIR = os.path.join("~", ".rocketpy", "namesrv")
+#: Seconds before the first broker expiry scan, and between scans (Java's timing).
+FIRST_SCAN_DELAY = 5.0
+SCAN_INTERVAL = 10.0
+
+#: Builds the remoting server: ``(reactor, channel listeners) -> server``. The
+#: server needs ``register_processor(code, processor)``, ``factory()`` and ``close()``.
+ServerMaker = Callable[[Any, Sequence[IChannelEventListener]], Any]
+
+
+def _remoting_server(reactor: Any, listeners: Sequence[IChannelEventListener]) -> Any:
+    # Imported here: the route logic and its tests do not need the transport.
+    from rocketpy.remoting.server import RemotingServer
+
+    return RemotingServer(reactor, listeners=listeners)
+
+
+@implementer(IChannelEventListener)
+class NamesrvService(Service):
+    """A RocketMQ name server.
+
+    Listens in :meth:`startService`; broker channels that close, idle out or
+    fail drop their brokers at once, and brokers silent for 120 s are dropped
+    by a scan every 10 s.
+
+    :param reactor: the reactor (listening and time); a
+        ``MemoryReactorClock`` in tests.
+    :param listen: a server endpoint string; ``tcp:0`` picks a free port.
+    :param config_dir: where ``kvConfig.json`` lives (``~`` is expanded).
+    :param make_server: builds the remoting server (tests pass a fake).
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        reactor: Any,
+        listen: str = DEFAULT_LISTEN,
+        config_dir: str = DEFAULT_CONFIG_DIR,
+        broker_expiry: float = BROKER_EXPIRY_SECONDS,
+        make_server: ServerMaker = _remoting_server,
+    ) -> None:
+        self._reactor = reactor
+        self._listen = listen
+        self._broker_expiry = broker_expiry
+        self._make_server = make_server
+        kv_path = os.path.join(os.path.expanduser(config_dir), "kvConfig.json")
+        self.route_info = RouteInfoManager()
+        self.kv_config = KVConfigManager(kv_path)
+        config = {"kvConfigPath": kv_path, "listen": listen, "productEnvName": "center", "clusterTest": "false"}
+        self.processor = NamesrvProcessor(self.route_info, self.kv_config, reactor, config)
+        self._scanner = LoopingCall(self.scan_not_active_brokers)
+        self._scanner.clock = reactor
+        self._first_scan: IDelayedCall | None = None
+        self._server: Any = None
+        self._listening: Deferred[IListeningPort | None] | None = None
+        self._port: IListeningPort | None = None
+
+    @property
+    def listening_port(self) -> IListeningPort | None:
+        """The port once listening (``getHost().port`` gives the number), else None."""
+        return self._port
+
+    def startService(self) -> None:
+        self.kv_config.load()
+        super().startService()
+        clock: IReactorTime = self._reactor
+        self._first_scan = clock.callLater(FIRST_SCAN_DELAY, self._start_scanner)
+        self._server = self._make_server(self._reactor, [self])
+        for code in self.processor.codes:
+            self._server.register_processor(code, self.processor)
+        listening = serverFromString(self._reactor, self._listen).listen(self._server.factory())
+        self._listening = listening.addCallbacks(self._listened, self._listen_failed)
+
+    def _listened(self, port: IListeningPort) -> IListeningPort:
+        self._port = port
+        self.log.info("name server listening on {address}", address=port.getHost())
+        return port
+
+    def _listen_failed(self, failure: Failure) -> None:
+        self.log.failure("name server cannot listen on {listen}", failure, listen=self._listen)
+
+    def _start_scanner(self) -> None:
+        self._first_scan = None
+        self._scanner.start(SCAN_INTERVAL, now=True)
+
+    def scan_not_active_brokers(self) -> None:
+        """Drop brokers silent for longer than the expiry (run by the loop)."""
+        try:
+            expired = self.route_info.scan_not_active_broker(self._reactor.seconds(), self._broker_expiry)
+        except Exception:  # an escaping exception would end the LoopingCall
+            self.log.failure("broker expiry scan failed", level=LogLevel.error)
+            return
+        for addr in expired:
+            self.log.warn("broker {addr} silent for {expiry} s: removed", addr=addr, expiry=self._broker_expiry)
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()
+        if self._first_scan is not None and self._first_scan.active():
+            self._first_scan.cancel()
+        self._first_scan = None
+        if self._scanner.running:
+            self._scanner.stop()
+        pending: list[Deferred[Any]] = []
+        if self._listening is not None:
+            # Also covers a listen still in progress: stop the port once it exists.
+            pending.append(self._listening.addCallback(self._stop_listening))
+            self._listening = None
+        if self._server is not None:
+            pending.append(self._server.close())
+            self._server = None
+        if not pending:
+            return succeed(None)
+        return gatherResults(pending).addCallback(lambda _: None)
+
+    def _stop_listening(self, port: IListeningPort | None) -> Any:
+        self._port = None
+        return None if port is None else port.stopListening()
+
+    # IChannelEventListener: a broker's channel ending drops that broker at once.
+
+    def on_channel_connect(self, remote_address: str, channel: object) -> None:
+        pass
+
+    def on_channel_close(self, remote_address: str, channel: object) -> None:
+        self._channel_gone(remote_address, channel)
+
+    def on_channel_idle(self, remote_address: str, channel: object) -> None:
+        self._channel_gone(remote_address, channel)
+
+    def on_channel_exception(self, remote_address: str, channel: object) -> None:
+        self._channel_gone(remote_address, channel)
+
+    def _channel_gone(self, remote_address: str, channel: object) -> None:
+        for addr in self.route_info.on_channel_destroy(remote_address, channel):
+            self.log.info("broker {addr} removed: its channel {peer} ended", addr=addr, peer=remote_address)
