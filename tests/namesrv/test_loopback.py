@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import TestCase
 
@@ -26,7 +27,9 @@ class LoopbackTests(TestCase):
         self.addCleanup(self.service.stopService)
         port = self.service.listening_port
         assert port is not None
-        self.address = f"127.0.0.1:{port.getHost().port}"
+        host = port.getHost()
+        assert isinstance(host, IPv4Address)
+        self.address = f"127.0.0.1:{host.port}"
 
     def client(self) -> RemotingClient:
         client = RemotingClient(self.reactor)
