@@ -1,0 +1,137 @@
+"""The store's periodic pool work: commit-log flush, consume-queue flush and retention.
+
+RocketMQ runs these as service threads (spec store-and-client.md §4, §7); here each is a
+reactor ``LoopingCall`` that hands one blocking call to the store's pool per tick. A loop
+never overlaps itself (``LoopingCall`` waits for the returned Deferred), and a failing tick
+is logged without ending the loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Protocol
+
+from twisted.internet.defer import Deferred, DeferredList
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger, LogLevel
+
+from rocketpy.store.config import MessageStoreConfig
+
+
+class FlushableStore(Protocol):
+    """The part of the blocking ``MessageStore`` facade the flush work uses."""
+
+    max_physical_offset: int
+    flushed_offset: int
+
+    def flush(self, least_pages: int = 0) -> bool: ...
+
+    def flush_consume_queues(self, least_pages: int = 0) -> None: ...
+
+    def clean_expired_files(self) -> int: ...
+
+
+InPool = Callable[..., "Deferred[Any]"]
+
+
+def flush_commit_log(store: FlushableStore, least_pages: int, target: int = 0) -> int:
+    """Flush the commit log (blocking; runs in the pool) and return the flushed offset.
+
+    The facade flushes one segment per call, so a record spanning into the next file
+    may need a second call: like RocketMQ's group commit, try twice to reach ``target``.
+
+    :param least_pages: flush only when this many pages are dirty (0: anything dirty).
+    :param target: the offset the caller needs flushed, 0 for "whatever is due".
+    """
+    store.flush(least_pages)
+    if store.flushed_offset < target:
+        store.flush(0)
+    return store.flushed_offset
+
+
+class FlushLoops:
+    """The three periodic tasks of a running store.
+
+    :param store: the blocking facade; only read here, called in the pool.
+    :param config: intervals and page thresholds (``flush_*``, ``clean_resource_interval``).
+    :param clock: the reactor's time; ``LoopingCall.clock`` and the thorough-flush timer.
+    :param in_pool: runs a blocking callable in the store's pool, returning a Deferred.
+    :param on_flushed: called on the reactor with the flushed offset after each commit-log flush.
+    :param sync_flush: SYNC_FLUSH: flush any dirty byte each tick (WAIT=false puts and
+        waiters left over by a failed group commit), not only 4 pages.
+    """
+
+    log = Logger()
+
+    def __init__(self, store: FlushableStore, config: MessageStoreConfig, clock: IReactorTime,
+                 in_pool: InPool, on_flushed: Callable[[int], None], sync_flush: bool = False) -> None:
+        self._store = store
+        self._config = config
+        self._clock = clock
+        self._in_pool = in_pool
+        self._on_flushed = on_flushed
+        self._sync_flush = sync_flush
+        self._last_thorough_log = self._last_thorough_cq = 0.0
+        self._running: list[tuple[LoopingCall, Deferred[Any]]] = []
+
+    def start(self) -> None:
+        """Start the loops; their first ticks come one interval from now."""
+        now = self._clock.seconds()
+        self._last_thorough_log = self._last_thorough_cq = now
+        cfg = self._config
+        for interval, tick, what in (
+            (cfg.flush_interval_commit_log, self.flush_commit_log, "commit-log flush"),
+            (cfg.flush_interval_consume_queue, self.flush_consume_queues, "consume-queue flush"),
+            (cfg.clean_resource_interval, self.clean_expired_files, "retention check"),
+        ):
+            loop = LoopingCall(self._guarded, tick, what)
+            loop.clock = self._clock
+            self._running.append((loop, loop.start(interval, now=False)))
+
+    async def stop(self) -> None:
+        """Stop the loops and wait for a tick still running in the pool."""
+        running, self._running = self._running, []
+        for loop, _ in running:
+            if loop.running:
+                loop.stop()
+        await DeferredList([done for _, done in running])
+
+    def _guarded(self, tick: Callable[[], Awaitable[None]], what: str) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._run_guarded(tick, what))
+
+    async def _run_guarded(self, tick: Callable[[], Awaitable[None]], what: str) -> None:
+        try:
+            await tick()
+        except Exception:
+            # An exception escaping a LoopingCall would end it for good.
+            self.log.failure("{what} failed", what=what, level=LogLevel.error)
+
+    def _due(self, last: float, interval: float) -> bool:
+        return self._clock.seconds() - last >= interval
+
+    async def flush_commit_log(self) -> None:
+        """One tick of RocketMQ's ``FlushRealTimeService``: ≥ 4 dirty pages, or all every 10 s."""
+        cfg, store = self._config, self._store
+        least = 0 if self._sync_flush else cfg.flush_commit_log_least_pages
+        if self._due(self._last_thorough_log, cfg.flush_commit_log_thorough_interval):
+            self._last_thorough_log = self._clock.seconds()
+            least = 0
+        if store.max_physical_offset <= store.flushed_offset:
+            return  # nothing dirty: skip the hop
+        flushed = await self._in_pool(flush_commit_log, store, least)
+        self._on_flushed(flushed)
+
+    async def flush_consume_queues(self) -> None:
+        """One tick of ``FlushConsumeQueueService``: ≥ 2 pages, or everything (and the checkpoint) every 60 s."""
+        cfg = self._config
+        least = cfg.flush_consume_queue_least_pages
+        if self._due(self._last_thorough_cq, cfg.flush_consume_queue_thorough_interval):
+            self._last_thorough_cq = self._clock.seconds()
+            least = 0
+        await self._in_pool(self._store.flush_consume_queues, least)
+
+    async def clean_expired_files(self) -> None:
+        """One retention check: the facade deletes what its rules allow."""
+        deleted = await self._in_pool(self._store.clean_expired_files)
+        if deleted:
+            self.log.info("retention deleted {count} files", count=deleted)

@@ -1,0 +1,135 @@
+"""Waiters keyed by a log offset: group commit for SYNC_FLUSH, and slave acks for SYNC_MASTER.
+
+A waiter asks "tell me when the log is durable (or replicated) up to ``offset``, or
+give up at ``deadline``". One :meth:`OffsetWaiters.advance` serves every waiter up to
+the new offset; a single timer expires the overdue ones. Each Deferred fires exactly
+once: ``True`` when covered, ``False`` when its deadline passed first.
+"""
+
+from __future__ import annotations
+
+import heapq
+from itertools import count
+
+from twisted.internet.base import DelayedCall
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+
+
+class _Waiter:
+    """One pending request; ``done`` marks it settled in both heaps (lazy deletion)."""
+
+    __slots__ = ("offset", "deadline", "deferred", "done")
+
+    def __init__(self, offset: int, deadline: float) -> None:
+        self.offset = offset
+        self.deadline = deadline
+        self.deferred: Deferred[bool] = Deferred()
+        self.done = False
+
+
+class OffsetWaiters:
+    """Deferreds waiting for a log position to reach an offset, each with a deadline.
+
+    :param clock: schedules the expiry timer; ``None`` means the owner calls
+        :meth:`expire` itself.
+    """
+
+    def __init__(self, clock: IReactorTime | None = None) -> None:
+        self._clock = clock
+        self._seq = count()
+        self._by_offset: list[tuple[int, int, _Waiter]] = []
+        self._by_deadline: list[tuple[float, int, _Waiter]] = []
+        self._timer: DelayedCall | None = None
+        self._pending = 0
+        #: the highest position reported to :meth:`advance`
+        self.position = 0
+        #: the highest offset ever waited for
+        self.max_offset = 0
+
+    def __len__(self) -> int:
+        """The number of waiters not yet fired."""
+        return self._pending
+
+    def add(self, offset: int, deadline: float) -> Deferred[bool]:
+        """Wait until the position reaches ``offset``.
+
+        :param offset: the position that covers the request (e.g. ``append.next_offset``).
+        :param deadline: clock time after which the Deferred fires ``False``.
+        :returns: a Deferred firing ``True`` once covered, ``False`` once expired.
+        """
+        waiter = _Waiter(offset, deadline)
+        if offset <= self.position:
+            waiter.deferred.callback(True)
+            return waiter.deferred
+        self.max_offset = max(self.max_offset, offset)
+        seq = next(self._seq)
+        heapq.heappush(self._by_offset, (offset, seq, waiter))
+        heapq.heappush(self._by_deadline, (deadline, seq, waiter))
+        self._pending += 1
+        self._arm()
+        return waiter.deferred
+
+    def advance(self, position: int) -> int:
+        """The log is durable (or acknowledged) up to ``position``: fire the covered waiters.
+
+        :returns: how many waiters fired.
+        """
+        self.position = max(self.position, position)
+        fired = 0
+        heap = self._by_offset
+        while heap and heap[0][0] <= self.position:
+            waiter = heapq.heappop(heap)[2]
+            if not waiter.done:
+                fired += self._settle(waiter, True)
+        self._arm()
+        return fired
+
+    def expire(self, now: float) -> int:
+        """Fire ``False`` for every waiter whose deadline is at or before ``now``.
+
+        :returns: how many waiters expired.
+        """
+        expired = 0
+        heap = self._by_deadline
+        while heap and heap[0][0] <= now:
+            waiter = heapq.heappop(heap)[2]
+            if not waiter.done:
+                expired += self._settle(waiter, False)
+        self._arm()
+        return expired
+
+    def _settle(self, waiter: _Waiter, covered: bool) -> int:
+        waiter.done = True
+        self._pending -= 1
+        if not self._pending:
+            # Drop the settled entries left behind by lazy deletion.
+            self._by_offset.clear()
+            self._by_deadline.clear()
+        waiter.deferred.callback(covered)
+        return 1
+
+    def _arm(self) -> None:
+        """Keep one timer at the earliest live deadline, none when nobody waits."""
+        if self._clock is None:
+            return
+        heap = self._by_deadline
+        while heap and heap[0][2].done:
+            heapq.heappop(heap)
+        if not heap:
+            if self._timer is not None and self._timer.active():
+                self._timer.cancel()
+            self._timer = None
+            return
+        first = heap[0][0]
+        if self._timer is not None and self._timer.active():
+            if self._timer.getTime() <= first:
+                return
+            self._timer.cancel()
+        delay = max(0.0, first - self._clock.seconds())
+        self._timer = self._clock.callLater(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        assert self._clock is not None
+        self.expire(self._clock.seconds())

@@ -1,0 +1,389 @@
+"""``StoreService``: the Twisted face of the blocking message store (doc/store-api.md).
+
+The service owns the store's thread pool (STYLE.md §3). Puts are queued on the reactor
+and handed to the pool in *one* hop for everything queued since the previous hop
+(a hop costs ~70 µs of CPU, spec/performance-notes.md); only one append hop runs at a
+time. Under SYNC_FLUSH the same hop ends with the group-commit flush that covers every
+waiting put of the batch, so a put arriving while a flush runs waits for the next one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import partial
+from typing import Any, Callable, cast
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, gatherResults, succeed
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+
+from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.store.flush import FlushLoops, flush_commit_log
+from rocketpy.store.groupcommit import OffsetWaiters
+from rocketpy.store.status import (
+    GetMessageResult,
+    PutMessageResult,
+    PutMessageStatus,
+    QueryMessageResult,
+)
+
+ArrivalListener = Callable[[str, int, int], None]
+#: called on the reactor with each appended put; may return a Deferred status (HA replication)
+PutHook = Callable[[PutMessageResult], "Deferred[PutMessageStatus] | None"]
+
+
+def wants_wait(msg: MessageExt) -> bool:
+    """RocketMQ's ``isWaitStoreMsgOK``: the WAIT property is absent or ``true`` (any case)."""
+    value = msg.properties.get(MessageConst.WAIT_STORE_MSG_OK)
+    return value is None or value.lower() == "true"
+
+
+class _Put:
+    """One queued put: a single message or a batch, and the Deferred its caller holds."""
+
+    __slots__ = ("msgs", "batch", "deferred")
+
+    def __init__(self, msgs: list[MessageExt], batch: bool) -> None:
+        self.msgs = msgs
+        self.batch = batch
+        self.deferred: Deferred[PutMessageResult] = Deferred()
+
+
+# What an append hop returns: per put a result or the exception it raised; the
+# flushed offset; and the group-commit flush's exception, if any.
+_HopOutcome = tuple[list["PutMessageResult | Exception"], int, "Exception | None"]
+
+
+class StoreService(Service):
+    """Runs a blocking ``MessageStore`` on its own thread pool.
+
+    :param message_store: the blocking facade; its ``config`` gives the flush settings.
+    :param reactor: provides ``IReactorTime`` and ``IReactorFromThreads``.
+    :param pool: the writer pool (appends, flushes, load, shutdown). It must have one
+        thread. Default: ``ThreadPool(1, 1, "rocketpy-store")``.
+    :param read_pool: runs reads. Default: the writer pool when ``pool`` was given,
+        otherwise ``ThreadPool(1, 4, "rocketpy-store-read")``.
+    :param max_queued_messages: flow control: more messages waiting for a hop make
+        :meth:`is_busy` true and new puts fail with ``OS_PAGECACHE_BUSY``.
+    :param max_queue_wait: flow control: the same once the oldest queued put has
+        waited this long (RocketMQ's ``waitTimeMillsInSendQueue``, 200 ms).
+    """
+
+    log = Logger()
+
+    def __init__(self, message_store: Any, reactor: IReactorTime, pool: ThreadPool | None = None,
+                 read_pool: ThreadPool | None = None, max_queued_messages: int = 10_000,
+                 max_queue_wait: float = 0.2) -> None:
+        self._store = message_store
+        self._config = message_store.config
+        self._reactor = reactor
+        if read_pool is None:
+            read_pool = pool if pool is not None else ThreadPool(1, 4, "rocketpy-store-read")
+        self._pool = pool if pool is not None else ThreadPool(1, 1, "rocketpy-store")
+        self._read_pool = read_pool
+        threads = cast(IReactorFromThreads, reactor)
+        self._in_pool = partial(deferToThreadPool, threads, self._pool)
+        self._in_read_pool = partial(deferToThreadPool, threads, self._read_pool)
+        self._sync_flush = self._config.flush_disk_type == "SYNC_FLUSH"
+        self._max_queued = max_queued_messages
+        self._max_queue_wait = max_queue_wait
+        self._queue: list[_Put] = []
+        self._queued_messages = 0
+        self._queued_since = 0.0
+        self._hop_started: float | None = None
+        self._drained: list[Deferred[None]] = []
+        self._ready = False
+        self._started: Deferred[None] | None = None
+        self._arrival_listeners: list[ArrivalListener] = []
+        self._put_hooks: list[PutHook] = []
+        self._flush_waiters = OffsetWaiters(reactor)
+        self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool,
+                                 self._flush_waiters.advance, self._sync_flush)
+
+    # -- lifecycle --
+
+    def startService(self) -> Deferred[None]:
+        """Start the pools, ``load()`` and ``start()`` the store in the pool, then the loops."""
+        super().startService()
+        self._pool.start()
+        if self._read_pool is not self._pool:
+            self._read_pool.start()
+        self._started = Deferred.fromCoroutine(self._start())
+        return self._started
+
+    async def _start(self) -> None:
+        try:
+            loaded = await self._in_pool(self._load_blocking)
+        except Exception:
+            self.log.failure("message store failed to load", level=LogLevel.critical)
+            loaded = False
+        if not loaded:
+            self.log.critical("message store not loaded: puts are refused")
+            queue, self._queue = self._queue, []
+            self._queued_messages = 0
+            for put in queue:
+                put.deferred.callback(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE))
+            return
+        self._flush_waiters.advance(self._store.flushed_offset)
+        self._ready = True
+        self._loops.start()
+        self._maybe_hop()
+
+    def _load_blocking(self) -> bool:
+        if not self._store.load():
+            return False
+        self._store.start()
+        return True
+
+    def stopService(self) -> Deferred[None]:
+        """Stop the loops, finish queued puts, flush everything, shut the store down, stop the pools."""
+        super().stopService()
+        return Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+        if self._started is not None:
+            await self._started
+        await self._loops.stop()
+        await self._wait_drained()
+        if self._ready:
+            self._ready = False
+            try:
+                flushed = await self._in_pool(self._shutdown_blocking)
+                self._flush_waiters.advance(flushed)
+            except Exception:
+                self.log.failure("message store shutdown failed", level=LogLevel.critical)
+        self._flush_waiters.expire(float("inf"))  # nothing will flush any more
+        self._pool.stop()
+        if self._read_pool is not self._pool:
+            self._read_pool.stop()
+
+    def _shutdown_blocking(self) -> int:
+        flushed = flush_commit_log(self._store, 0, self._store.max_physical_offset)
+        self._store.flush_consume_queues(0)
+        self._store.shutdown()
+        return flushed
+
+    def _wait_drained(self) -> Deferred[None]:
+        if self._hop_started is None and not self._queue:
+            return succeed(None)
+        d: Deferred[None] = Deferred()
+        self._drained.append(d)
+        return d
+
+    # -- writes --
+
+    def put_message(self, msg: MessageExt) -> Deferred[PutMessageResult]:
+        """Append one message; fires once appended (ASYNC_FLUSH) or flushed (SYNC_FLUSH + WAIT).
+
+        Never fails: errors come back as a result status (``SERVICE_NOT_AVAILABLE`` when
+        stopped, ``OS_PAGECACHE_BUSY`` when :meth:`is_busy`, ``FLUSH_DISK_TIMEOUT`` after
+        ``sync_flush_timeout``, ``UNKNOWN_ERROR`` when the store raised).
+        """
+        return self._enqueue([msg], batch=False)
+
+    def put_messages(self, msgs: list[MessageExt]) -> Deferred[PutMessageResult]:
+        """Append a batch under one store lock, with one result (as :meth:`put_message`)."""
+        return self._enqueue(msgs, batch=True)
+
+    def is_busy(self) -> bool:
+        """True when puts should be refused (the broker answers SYSTEM_BUSY).
+
+        Busy when too many messages wait for a hop, the oldest has waited longer than
+        ``max_queue_wait``, or the running hop has taken longer than
+        ``os_page_cache_busy_timeout`` (RocketMQ's page-cache-busy rule).
+        """
+        now = self._reactor.seconds()
+        if self._queued_messages >= self._max_queued:
+            return True
+        if self._queue and now - self._queued_since > self._max_queue_wait:
+            return True
+        started = self._hop_started
+        return started is not None and now - started > self._config.os_page_cache_busy_timeout
+
+    def _enqueue(self, msgs: list[MessageExt], batch: bool) -> Deferred[PutMessageResult]:
+        if not self.running or (self._started is not None and self._started.called and not self._ready):
+            return succeed(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE))
+        if self.is_busy():
+            return succeed(PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY))
+        put = _Put(msgs, batch)
+        if not self._queue:
+            self._queued_since = self._reactor.seconds()
+        self._queue.append(put)
+        self._queued_messages += len(msgs)
+        self._maybe_hop()
+        return put.deferred
+
+    def _maybe_hop(self) -> None:
+        """Hand everything queued to the pool, unless a hop runs or the store is not loaded."""
+        if not self._ready or self._hop_started is not None or not self._queue:
+            return
+        puts, self._queue = self._queue, []
+        self._queued_messages = 0
+        self._hop_started = self._reactor.seconds()
+        target = self._flush_waiters.max_offset if len(self._flush_waiters) else 0
+        d = self._in_pool(self._append_blocking, puts, target)
+        d.addCallbacks(self._hop_done, self._hop_failed, (puts,), None, (puts,))
+
+    def _append_blocking(self, puts: list[_Put], target: int) -> _HopOutcome:
+        """Pool thread: append every queued put, then the group-commit flush if anyone waits."""
+        store, sync = self._store, self._sync_flush
+        results: list[PutMessageResult | Exception] = []
+        for put in puts:
+            try:
+                result = store.put_messages(put.msgs) if put.batch else store.put_message(put.msgs[0])
+            except Exception as e:
+                results.append(e)
+                continue
+            results.append(result)
+            if sync and result.append is not None and result.ok and wants_wait(put.msgs[0]):
+                target = max(target, result.append.next_offset)
+        error = None
+        if target > store.flushed_offset:
+            try:
+                flush_commit_log(store, 0, target)
+            except Exception as e:
+                error = e
+        return results, store.flushed_offset, error
+
+    def _hop_done(self, outcome: _HopOutcome, puts: list[_Put]) -> None:
+        results, flushed, flush_error = outcome
+        if flush_error is not None:
+            self.log.failure("group-commit flush failed", _failure(flush_error), level=LogLevel.error)
+        self._flush_waiters.advance(flushed)
+        touched: dict[tuple[str, int], None] = {}
+        for put, result in zip(puts, results):
+            if isinstance(result, Exception):
+                self.log.failure("put failed", _failure(result), level=LogLevel.error)
+                result = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
+            elif result.ok:
+                touched[(put.msgs[0].topic, put.msgs[0].queue_id)] = None
+            self._complete(put, result)
+        self._notify_arrivals(touched)
+        self._hop_finished()
+
+    def _hop_failed(self, failure: Failure, puts: list[_Put]) -> None:
+        self.log.failure("append hop failed", failure, level=LogLevel.error)
+        for put in puts:
+            if not put.deferred.called:
+                put.deferred.callback(PutMessageResult(PutMessageStatus.UNKNOWN_ERROR))
+        self._hop_finished()
+
+    def _hop_finished(self) -> None:
+        self._hop_started = None
+        self._maybe_hop()
+        if self._hop_started is None:
+            drained, self._drained = self._drained, []
+            for d in drained:
+                d.callback(None)
+
+    def _complete(self, put: _Put, result: PutMessageResult) -> None:
+        """Fire the put's Deferred now, or once its flush and put hooks are done."""
+        append = result.append
+        if not result.ok or append is None:
+            put.deferred.callback(result)
+            return
+        waits: list[Deferred[PutMessageStatus]] = []
+        if self._sync_flush and append.next_offset > self._flush_waiters.position and wants_wait(put.msgs[0]):
+            deadline = self._reactor.seconds() + self._config.sync_flush_timeout
+            waits.append(self._flush_waiters.add(append.next_offset, deadline).addCallback(_flush_status))
+        for hook in self._put_hooks:
+            status = hook(result)
+            if status is not None:
+                waits.append(status)
+        if not waits:
+            put.deferred.callback(result)
+        else:
+            gathered = gatherResults(waits, consumeErrors=True).addCallback(_combine, result)
+            gathered.addErrback(self._hook_failed).chainDeferred(put.deferred)
+
+    def _hook_failed(self, failure: Failure) -> PutMessageResult:
+        self.log.failure("put hook failed", failure, level=LogLevel.error)
+        return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
+
+    def _notify_arrivals(self, touched: dict[tuple[str, int], None]) -> None:
+        for topic, queue_id in touched:
+            max_offset = self._store.get_max_offset_in_queue(topic, queue_id)
+            for listener in self._arrival_listeners:
+                try:
+                    listener(topic, queue_id, max_offset)
+                except Exception:
+                    self.log.failure("arrival listener failed", level=LogLevel.error)
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Call ``listener(topic, queue_id, new_max_offset)`` on the reactor after appends."""
+        self._arrival_listeners.append(listener)
+
+    def add_put_hook(self, hook: PutHook) -> None:
+        """Call ``hook(result)`` on the reactor for every appended put (HA replication).
+
+        The hook may return a Deferred status; the put's Deferred then waits for it too,
+        and a non-OK status replaces the flush status (RocketMQ: replica over flush).
+        """
+        self._put_hooks.append(hook)
+
+    def append_to_commit_log(self, offset: int, data: bytes) -> Deferred[bool]:
+        """HA slave: append bytes replicated from the master, in the writer pool."""
+        return self._in_pool(self._store.append_to_commit_log, offset, data)
+
+    # -- reads: in memory, or one hop in the read pool --
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return cast(int, self._store.get_max_offset_in_queue(topic, queue_id))
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return cast(int, self._store.get_min_offset_in_queue(topic, queue_id))
+
+    @property
+    def max_physical_offset(self) -> int:
+        return cast(int, self._store.max_physical_offset)
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    tag_filter: Callable[[int], bool] | None = None) -> Deferred[GetMessageResult]:
+        return self._in_read_pool(self._store.get_message, group, topic, queue_id, offset,
+                                  max_msg_nums, tag_filter)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> Deferred[int]:
+        return self._in_read_pool(self._store.get_offset_in_queue_by_time, topic, queue_id, timestamp_ms)
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> Deferred[int]:
+        return self._in_read_pool(self._store.get_earliest_message_time, topic, queue_id)
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> Deferred[int]:
+        return self._in_read_pool(self._store.get_commit_log_offset_in_queue, topic, queue_id, cq_offset)
+
+    def look_message_by_offset(self, offset: int) -> Deferred[MessageExt | None]:
+        return self._in_read_pool(self._store.look_message_by_offset, offset)
+
+    def select_one_message_by_offset(self, offset: int) -> Deferred[bytes | None]:
+        return self._in_read_pool(self._store.select_one_message_by_offset, offset)
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int,
+                      end_ms: int) -> Deferred[QueryMessageResult]:
+        return self._in_read_pool(self._store.query_message, topic, key, max_num, begin_ms, end_ms)
+
+    def get_commit_log_data(self, offset: int) -> Deferred[bytes | None]:
+        """HA master: the commit log from ``offset`` to the end of its file."""
+        return self._in_read_pool(self._store.get_commit_log_data, offset)
+
+
+def _flush_status(covered: bool) -> PutMessageStatus:
+    return PutMessageStatus.PUT_OK if covered else PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+
+def _combine(statuses: list[PutMessageStatus], result: PutMessageResult) -> PutMessageResult:
+    """The last non-OK status wins: flush first, then each hook (replica over flush)."""
+    status = PutMessageStatus.PUT_OK
+    for each in statuses:
+        if each is not PutMessageStatus.PUT_OK:
+            status = each
+    if status is PutMessageStatus.PUT_OK:
+        return result
+    return dataclasses.replace(result, status=status)
+
+
+def _failure(error: Exception) -> Failure:
+    return Failure(error, type(error), error.__traceback__)

@@ -1,0 +1,300 @@
+"""StoreService: batching hops, arrival listeners, flow control, lifecycle, reads and hooks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.logger import capturedLogs
+from twisted.python.threadpool import ThreadPool
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.service import StoreService, wants_wait
+from rocketpy.store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
+from tests.store.fakes import FakeMessageStore, InlinePool, ManualPool, make_service, message
+
+
+class BatchingTests(SynchronousTestCase):
+    """Puts go to the pool in one hop per accumulated batch."""
+
+    def test_one_hop_carries_everything_queued(self) -> None:
+        """Puts queued while a hop runs all travel in the next single hop."""
+        pool = ManualPool()
+        service, store, _, _ = make_service(pool=pool)
+        pool.run_one()  # load + start
+        first = service.put_message(message())
+        self.assertEqual(pool.calls, 2)
+        rest = [service.put_message(message()) for _ in range(9)]
+        self.assertEqual(pool.calls, 2, "no hop while one runs")
+        pool.run_one()
+        self.successResultOf(first)
+        self.assertEqual(pool.calls, 3)
+        for d in rest:
+            self.assertNoResult(d)
+        pool.run_one()
+        results = [self.successResultOf(d) for d in rest]
+        self.assertEqual(pool.calls, 3)
+        self.assertEqual(store.events.count("put"), 10)
+        self.assertEqual([r.append.queue_offset for r in results if r.append], list(range(1, 10)))
+
+    def test_puts_before_load_wait_for_it(self) -> None:
+        """Puts made while the store loads are appended, in order, in the first hop."""
+        pool = ManualPool()
+        service, store, _, _ = make_service(pool=pool)
+        ds = [service.put_message(message()) for _ in range(3)]
+        self.assertEqual(pool.calls, 1)
+        pool.run_all()
+        self.assertEqual(pool.calls, 2)
+        self.assertEqual([self.successResultOf(d).append.queue_offset for d in ds], [0, 1, 2])  # type: ignore[union-attr]
+        self.assertEqual(store.events, ["load", "start", "put", "put", "put"])
+
+    def test_batch_is_one_store_call(self) -> None:
+        """put_messages hands the whole batch to the store's put_messages at once."""
+        service, store, _, _ = make_service()
+        result = self.successResultOf(service.put_messages([message(), message(), message()]))
+        self.assertEqual((result.status, result.append.msg_num), (PutMessageStatus.PUT_OK, 3))  # type: ignore[union-attr]
+        self.assertEqual(store.events.count("put"), 1)
+
+    def test_store_exception_is_unknown_error(self) -> None:
+        """A put the store raises on answers UNKNOWN_ERROR, is logged, and the next put works."""
+        service, store, _, _ = make_service()
+
+        def explode(msg: Any) -> None:
+            raise OSError("disk on fire")
+
+        store.on_put = explode
+        with capturedLogs() as events:
+            result = self.successResultOf(service.put_message(message()))
+        self.assertEqual(result.status, PutMessageStatus.UNKNOWN_ERROR)
+        self.assertTrue(any("put failed" in e.get("log_format", "") for e in events))
+        self.flushLoggedErrors(OSError)
+        store.on_put = None
+        self.assertTrue(self.successResultOf(service.put_message(message())).ok)
+
+
+class ArrivalTests(SynchronousTestCase):
+    """Arrival listeners wake long polls after appends."""
+
+    def test_listener_called_once_per_touched_queue(self) -> None:
+        """After a hop each touched queue is reported once, with its new max offset."""
+        pool = ManualPool()
+        service, _, _, _ = make_service(pool=pool)
+        seen: list[tuple[str, int, int]] = []
+        service.add_arrival_listener(lambda *args: seen.append(args))
+        for queue_id in (0, 0, 1, 0):
+            service.put_message(message(queue_id=queue_id))
+        service.put_messages([message("U"), message("U")])
+        self.assertEqual(seen, [])
+        pool.run_all()
+        self.assertEqual(seen, [("T", 0, 3), ("T", 1, 1), ("U", 0, 2)])
+
+    def test_failing_listener_does_not_stop_others(self) -> None:
+        """A listener that raises is logged; the put still succeeds and later listeners run."""
+        service, _, _, _ = make_service()
+        seen: list[tuple[str, int, int]] = []
+
+        def broken(*args: Any) -> None:
+            raise ValueError("bad listener")
+
+        service.add_arrival_listener(broken)
+        service.add_arrival_listener(lambda *args: seen.append(args))
+        self.assertTrue(self.successResultOf(service.put_message(message())).ok)
+        self.assertEqual(seen, [("T", 0, 1)])
+        self.assertEqual(len(self.flushLoggedErrors(ValueError)), 1)
+
+
+class FlowControlTests(SynchronousTestCase):
+    """Too much queued work makes the service busy and new puts fail fast."""
+
+    def test_too_many_queued_messages(self) -> None:
+        """Beyond max_queued_messages waiting for a hop, puts get OS_PAGECACHE_BUSY."""
+        pool = ManualPool()
+        service, _, _, _ = make_service(pool=pool, max_queued_messages=3)
+        pool.run_one()
+        service.put_message(message())  # in the running hop
+        service.put_messages([message(), message()])
+        self.assertFalse(service.is_busy())
+        service.put_message(message())
+        self.assertTrue(service.is_busy())
+        refused = self.successResultOf(service.put_message(message()))
+        self.assertEqual(refused.status, PutMessageStatus.OS_PAGECACHE_BUSY)
+        pool.run_all()
+        self.assertFalse(service.is_busy())
+
+    def test_oldest_queued_too_old(self) -> None:
+        """Once the oldest queued put waited longer than max_queue_wait, the service is busy."""
+        pool = ManualPool()
+        service, _, clock, _ = make_service(pool=pool)
+        pool.run_one()
+        service.put_message(message())
+        clock.advance(0.1)
+        service.put_message(message())
+        clock.advance(0.15)
+        self.assertFalse(service.is_busy(), "the queued put waited only 150 ms")
+        clock.advance(0.1)
+        self.assertTrue(service.is_busy())
+
+    def test_long_running_hop(self) -> None:
+        """A hop running longer than os_page_cache_busy_timeout makes the service busy."""
+        pool = ManualPool()
+        service, _, clock, _ = make_service(pool=pool)
+        pool.run_one()
+        service.put_message(message())
+        clock.advance(0.9)
+        self.assertFalse(service.is_busy())
+        clock.advance(0.2)
+        self.assertTrue(service.is_busy())
+
+
+class LifecycleTests(SynchronousTestCase):
+    """startService loads the store in the pool; stopService drains, flushes, shuts down, stops."""
+
+    def test_not_running_refuses(self) -> None:
+        """Before startService a put answers SERVICE_NOT_AVAILABLE."""
+        store = FakeMessageStore()
+        service = StoreService(store, reactor, InlinePool())
+        result = self.successResultOf(service.put_message(message()))
+        self.assertEqual(result.status, PutMessageStatus.SERVICE_NOT_AVAILABLE)
+
+    def test_load_failure_refuses_puts(self) -> None:
+        """If load() fails, queued and later puts answer SERVICE_NOT_AVAILABLE."""
+        pool = ManualPool()
+        service, store, _, _ = make_service(pool=pool)
+        store.load_result = False
+        queued = service.put_message(message())
+        pool.run_all()
+        self.flushLoggedErrors()
+        unavailable = PutMessageStatus.SERVICE_NOT_AVAILABLE
+        self.assertEqual(self.successResultOf(queued).status, unavailable)
+        self.assertEqual(self.successResultOf(service.put_message(message())).status, unavailable)
+        self.assertEqual(store.events, ["load"])
+        self.successResultOf(service.stopService())
+
+    def test_stop_order(self) -> None:
+        """Stop waits for the running hop, appends what is queued, flushes, shuts down, then stops the pool."""
+        pool = ManualPool()
+        service, store, clock, _ = make_service(pool=pool)
+        pool.stop = lambda: store.events.append("pool.stop")  # type: ignore[method-assign]
+        pool.run_one()
+        running = service.put_message(message())
+        queued = service.put_message(message())
+        stopped = service.stopService()
+        self.assertNoResult(stopped)
+        pool.run_all()
+        self.successResultOf(stopped)
+        self.successResultOf(running)
+        self.successResultOf(queued)
+        self.assertEqual(
+            store.events,
+            ["load", "start", "put", "put", ("flush", 0), ("flush_cq", 0), "shutdown", "pool.stop"],
+        )
+        self.assertEqual(clock.getDelayedCalls(), [])
+        refused = self.successResultOf(service.put_message(message()))
+        self.assertEqual(refused.status, PutMessageStatus.SERVICE_NOT_AVAILABLE)
+
+    def test_stop_waits_for_running_flush(self) -> None:
+        """A periodic flush running in the pool ends before the final flush and shutdown."""
+        pool = ManualPool()
+        service, store, clock, _ = make_service(pool=pool)
+        pool.run_one()
+        service.put_messages([message(body=b"x" * 5000) for _ in range(4)])
+        pool.run_one()
+        clock.advance(0.5)  # the loop hands a flush to the pool
+        self.assertEqual(len(pool.pending), 1)
+        stopped = service.stopService()
+        self.assertEqual(len(pool.pending), 1, "shutdown waits for the running flush")
+        pool.run_all()
+        self.successResultOf(stopped)
+        self.assertEqual(store.events[-4:], [("flush", 4), ("flush", 0), ("flush_cq", 0), "shutdown"])
+        self.assertFalse(pool.started)
+
+    def test_owned_pools(self) -> None:
+        """Without a pool the service makes a one-thread writer pool and a separate read pool."""
+        service = StoreService(FakeMessageStore(), reactor)
+        self.assertEqual((service._pool.min, service._pool.max), (1, 1))
+        self.assertIsNot(service._read_pool, service._pool)
+
+
+class ReadAndHookTests(SynchronousTestCase):
+    """Reads use the read pool; put hooks can hold and override a put's status."""
+
+    def test_read_in_read_pool(self) -> None:
+        """get_message runs in the read pool, not the writer pool."""
+        reads = ManualPool()
+        service, store, _, pool = make_service(read_pool=reads)
+        d = service.get_message("g", "T", 0, 0, 32)
+        self.assertNoResult(d)
+        reads.run_one()
+        self.assertEqual(self.successResultOf(d).status, GetMessageStatus.NO_MESSAGE_IN_QUEUE)
+        self.assertEqual(pool.calls, 1)
+        self.assertEqual(service.get_max_offset_in_queue("T", 0), 0)
+
+    def test_put_hook_overrides_status(self) -> None:
+        """A hook's Deferred delays the put; its non-OK status replaces PUT_OK."""
+        service, _, _, _ = make_service()
+        replica: Deferred[PutMessageStatus] = Deferred()
+        seen: list[PutMessageResult] = []
+
+        def hook(result: PutMessageResult) -> Deferred[PutMessageStatus]:
+            seen.append(result)
+            return replica
+
+        service.add_put_hook(hook)
+        d = service.put_message(message())
+        self.assertNoResult(d)
+        replica.callback(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        result = self.successResultOf(d)
+        self.assertEqual(result.status, PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        self.assertEqual(result.append, seen[0].append)
+
+    def test_failing_hook_is_unknown_error(self) -> None:
+        """A hook whose Deferred fails gives UNKNOWN_ERROR, not a failed put Deferred."""
+        service, _, _, _ = make_service()
+        service.add_put_hook(lambda result: Deferred.fromCoroutine(_raise()))
+        result = self.successResultOf(service.put_message(message()))
+        self.assertEqual(result.status, PutMessageStatus.UNKNOWN_ERROR)
+        self.flushLoggedErrors()
+
+    def test_wants_wait(self) -> None:
+        """WAIT absent or "true" in any case waits; anything else does not (Java parseBoolean)."""
+        self.assertEqual(
+            [wants_wait(message(wait=w)) for w in (None, True, False)], [True, True, False]
+        )
+        msg = message()
+        msg.properties["WAIT"] = "TRUE"
+        self.assertTrue(wants_wait(msg))
+
+
+async def _raise() -> PutMessageStatus:
+    raise RuntimeError("replication broke")
+
+
+class CountingPool(ThreadPool):
+    """A real thread pool that counts the work handed to it."""
+
+    calls = 0
+
+    def callInThreadWithCallback(self, *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        super().callInThreadWithCallback(*args, **kwargs)
+
+
+class RealThreadTests(TestCase):
+    """The service on a real thread pool and the global reactor."""
+
+    async def test_many_puts_few_hops(self) -> None:
+        """200 puts made in one reactor turn take at most two append hops on a real thread."""
+        config = MessageStoreConfig(store_path_root_dir="unused", flush_interval_commit_log=60,
+                                    flush_interval_consume_queue=60, clean_resource_interval=60)
+        pool = CountingPool(1, 1, "test-store")
+        service = StoreService(FakeMessageStore(config), reactor, pool)
+        await service.startService()
+        self.addCleanup(service.stopService)
+        loaded = pool.calls
+        ds = [service.put_message(message()) for _ in range(200)]
+        results = [await d for d in ds]
+        self.assertTrue(all(r.ok for r in results))
+        self.assertLessEqual(pool.calls - loaded, 2)
+        self.assertEqual([r.append.queue_offset for r in results if r.append], list(range(200)))
