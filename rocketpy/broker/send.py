@@ -1,0 +1,351 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
+
+Follows Java 4.9 ``SendMessageProcessor`` (spec remoting-protocol.md §3.2) with
+the observed-clients twists: the C++ client sends code 10 with long names and
+numeric fields, and batches as ``"batch":"1"``; the batch flag alone decides
+batch-vs-single. Messages go straight to :class:`StoreService` (which groups
+puts itself), so the send path has no per-message thread hop.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from rocketpy.broker.subscription import SubscriptionGroupManager
+from rocketpy.broker.topicconfig import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOPIC_MAX_LENGTH,
+    TopicConfig,
+    TopicConfigManager,
+    dlq_topic,
+    is_writeable,
+    send_topic_problem,
+)
+from rocketpy.common.headers import HeaderError, expand_send_v2, get_bool, get_int, get_str
+from rocketpy.common.message import (
+    MAX_PROPERTIES_LENGTH,
+    Message,
+    MessageConst,
+    MessageExt,
+    RecordError,
+    decode_batch,
+    parse_address,
+    properties_to_string,
+    string_to_properties,
+)
+from rocketpy.interfaces import IRequestProcessor
+from rocketpy.remoting.codes import ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.store.status import PutMessageResult, PutMessageStatus
+
+#: MQVersion V3_4_9: from this client version on the header's maxReconsumeTimes is honoured.
+V3_4_9 = 121
+DEFAULT_MAX_RECONSUME_TIMES = 16
+DLQ_NUMS_PER_GROUP = 1
+DEFAULT_REGION = "DefaultRegion"
+
+#: PutMessageStatus → (response code, remark, whether the message was stored).
+_PUT_RESPONSES: dict[PutMessageStatus, tuple[int, str | None, bool]] = {
+    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None, True),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None, True),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None, True),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None, True),
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken.", False),
+    PutMessageStatus.MESSAGE_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched.", False),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched.", False),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now: the disk may be full, the store shut down, or this is a slave.", False),
+    PutMessageStatus.OS_PAGECACHE_BUSY: (
+        ResponseCode.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while", False),
+    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR", False),
+}
+
+
+class SendRejected(Exception):
+    """A send refused before reaching the store; carries the response code."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+@dataclass(slots=True)
+class SendHeader:
+    """A send request header, whichever of the three codes and name shapes carried it."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    max_reconsume_times: int | None
+    batch: bool
+
+    @classmethod
+    def parse(cls, request: RemotingCommand) -> SendHeader:
+        """Read the header; V2 one-letter keys are expanded first (long names pass through).
+
+        :raises HeaderError: naming the missing or unparsable field.
+        """
+        f = expand_send_v2(request.ext_fields)
+        return cls(
+            producer_group=get_str(f, "producerGroup"),
+            topic=get_str(f, "topic"),
+            default_topic=get_str(f, "defaultTopic"),
+            default_topic_queue_nums=get_int(f, "defaultTopicQueueNums"),
+            queue_id=get_int(f, "queueId"),
+            sys_flag=get_int(f, "sysFlag"),
+            born_timestamp=get_int(f, "bornTimestamp"),
+            flag=get_int(f, "flag"),
+            properties=get_str(f, "properties", ""),
+            reconsume_times=get_int(f, "reconsumeTimes", 0),
+            max_reconsume_times=get_int(f, "maxReconsumeTimes", None),
+            batch=get_bool(f, "batch"),
+        )
+
+
+@implementer(IRequestProcessor)
+class SendMessageProcessor:
+    """Stores what producers send.
+
+    :param store: the ``StoreService`` (``put_message``/``put_messages`` → Deferred[PutMessageResult]).
+    :param topics: the broker's topic table, for lookup and auto-creation.
+    :param store_host: the broker's advertised ``(ip, port)``, written into every record.
+    :param cluster_name: added to every message as the ``CLUSTER`` property.
+    :param max_message_size: largest accepted body in bytes.
+    :param region: the ``MSG_REGION`` returned with every response.
+    :param trace_on: the ``TRACE_ON`` returned with every response.
+    :param groups: consumer group settings (``retry_max_times`` of ``%RETRY%`` sends);
+        None uses the default of 16 retries for every group.
+    :param rng: picks a queue when the producer asks for queue -1 (injectable for tests).
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        store: Any,
+        topics: TopicConfigManager,
+        store_host: tuple[str, int],
+        cluster_name: str = "DefaultCluster",
+        max_message_size: int = 4 * 1024 * 1024,
+        region: str = DEFAULT_REGION,
+        trace_on: bool = True,
+        groups: SubscriptionGroupManager | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._groups = groups
+        self._store = store
+        self._topics = topics
+        self._store_host = store_host
+        self._cluster = cluster_name
+        self._max_size = max_message_size
+        self._trace_fields = {
+            MessageConst.MSG_REGION: region,
+            MessageConst.TRACE_SWITCH: "true" if trace_on else "false",
+        }
+        self._rng = rng or random.Random()
+
+    def reject_request(self) -> bool:
+        """True while the store is busy (puts queue up or its writer is stuck): SYSTEM_BUSY."""
+        return bool(self._store.is_busy())
+
+    def process_request(self, channel: Any, request: RemotingCommand) -> Deferred[RemotingCommand] | RemotingCommand:
+        """Check the request, build the message(s) and store them; never raises."""
+        try:
+            header = SendHeader.parse(request)
+            config = self._check(header, channel)
+            queue_id = self._queue_id(header, config)
+            if header.batch:
+                msgs = self._batch_messages(header, request.body, queue_id, channel)
+                d = self._store.put_messages(msgs)
+            else:
+                msg = self._single_message(header, request.body, queue_id, channel, request.version)
+                d = self._store.put_message(msg)
+                queue_id = msg.queue_id
+        except HeaderError as e:
+            return self._response(request, ResponseCode.SYSTEM_ERROR, str(e))
+        except SendRejected as e:
+            return self._response(request, e.code, e.remark)
+        return d.addCallback(self._put_response, request, queue_id)
+
+    # -- checks -------------------------------------------------------------
+
+    def _check(self, header: SendHeader, channel: Any) -> TopicConfig:
+        """Topic validity, existence (auto-creating it) and queue id; the topic's config."""
+        problem = send_topic_problem(header.topic)
+        if problem is not None:
+            raise SendRejected(ResponseCode.SYSTEM_ERROR, problem)
+        config = self._topics.select_topic_config(header.topic)
+        if config is None:
+            config = self._topics.create_topic_in_send_message_method(
+                header.topic, header.default_topic, _peer(channel), header.default_topic_queue_nums
+            )
+            if config is None and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                config = self._topics.create_topic_in_send_message_back_method(header.topic, 1)
+            if config is None:
+                raise SendRejected(
+                    ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!"
+                )
+        if not is_writeable(config.perm):
+            raise SendRejected(ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] sending message is forbidden")
+        valid = max(config.read_queue_nums, config.write_queue_nums)
+        if header.queue_id >= valid:
+            raise SendRejected(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{header.queue_id}] is illegal, topic:{header.topic} "
+                f"read/write queue nums:{valid}",
+            )
+        return config
+
+    def _queue_id(self, header: SendHeader, config: TopicConfig) -> int:
+        """The requested queue, or a random writable one for a negative id."""
+        if header.queue_id >= 0:
+            return header.queue_id
+        if config.write_queue_nums <= 0:
+            raise SendRejected(ResponseCode.SYSTEM_ERROR, f"topic[{header.topic}] has no writable queue")
+        return self._rng.randrange(0x7FFFFFFF) % config.write_queue_nums
+
+    def _check_body(self, body: bytes) -> None:
+        if len(body) > self._max_size:
+            raise SendRejected(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {len(body)} is over the limit {self._max_size}",
+            )
+
+    def _stored_properties(self, props: dict[str, str]) -> dict[str, str]:
+        """Add CLUSTER, drop WAIT (the store still learns a WAIT=false), check the size."""
+        wait = props.pop(MessageConst.WAIT_STORE_MSG_OK, None)
+        props[MessageConst.CLUSTER] = self._cluster
+        if len(properties_to_string(props).encode()) > MAX_PROPERTIES_LENGTH:
+            raise SendRejected(
+                ResponseCode.MESSAGE_ILLEGAL, f"the message properties are over the limit {MAX_PROPERTIES_LENGTH}"
+            )
+        if wait is not None and wait.lower() == "false":
+            props[MessageConst.WAIT_STORE_MSG_OK] = "false"
+        return props
+
+    # -- building messages --------------------------------------------------
+
+    def _message_ext(self, header: SendHeader, msg: Message, queue_id: int, channel: Any) -> MessageExt:
+        return MessageExt(
+            topic=msg.topic,
+            body=msg.body,
+            flag=msg.flag,
+            properties=msg.properties,
+            queue_id=queue_id,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp,
+            born_host=_peer_host(channel),
+            store_host=self._store_host,
+            reconsume_times=header.reconsume_times,
+        )
+
+    def _single_message(
+        self, header: SendHeader, body: bytes, queue_id: int, channel: Any, version: int
+    ) -> MessageExt:
+        self._check_body(body)
+        props = self._stored_properties(string_to_properties(header.properties))
+        topic = header.topic
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            maximum = self._group_max_reconsume_times(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+            if version >= V3_4_9 and header.max_reconsume_times is not None:
+                maximum = header.max_reconsume_times
+            if header.reconsume_times >= maximum:
+                topic, queue_id = self._dead_letter(topic)
+                props.pop(MessageConst.DELAY_TIME_LEVEL, None)
+        return self._message_ext(header, Message(topic, body, header.flag, props), queue_id, channel)
+
+    def _group_max_reconsume_times(self, group: str) -> int:
+        """The group's retry limit (26 SUBSCRIPTION_GROUP_NOT_EXIST for an unknown group)."""
+        if self._groups is None:
+            return DEFAULT_MAX_RECONSUME_TIMES
+        config = self._groups.find_subscription_group_config(group)
+        if config is None:
+            raise SendRejected(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+        return config.retry_max_times
+
+    def _dead_letter(self, retry: str) -> tuple[str, int]:
+        """``%DLQ%<group>`` (created on demand, write-only like Java) and a queue in it."""
+        dlq = dlq_topic(retry[len(RETRY_GROUP_TOPIC_PREFIX):])
+        config = self._topics.create_topic_in_send_message_back_method(dlq, DLQ_NUMS_PER_GROUP, PERM_WRITE)
+        self.log.info("message of {retry} exceeded its retries: to {dlq}", retry=retry, dlq=dlq)
+        return dlq, self._rng.randrange(99999999) % max(1, config.write_queue_nums)
+
+    def _batch_messages(self, header: SendHeader, body: bytes, queue_id: int, channel: Any) -> list[MessageExt]:
+        """Split a batch body; each inner message gets the header's properties and CLUSTER."""
+        if len(header.topic) > TOPIC_MAX_LENGTH:
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(header.topic)}")
+        if header.topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group")
+        try:
+            inner = decode_batch(body, header.topic)
+        except RecordError as e:
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
+        if not inner:
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+        shared = string_to_properties(header.properties)
+        msgs = []
+        for m in inner:
+            self._check_body(m.body)
+            m.properties = self._stored_properties({**m.properties, **shared})
+            msgs.append(self._message_ext(header, m, queue_id, channel))
+        return msgs
+
+    # -- responses ----------------------------------------------------------
+
+    def _response(
+        self, request: RemotingCommand, code: int, remark: str | None, fields: dict[str, str] | None = None
+    ) -> RemotingCommand:
+        ext = dict(self._trace_fields)
+        if fields:
+            ext.update(fields)
+        return request.make_response(code, remark, ext)
+
+    def _put_response(self, result: PutMessageResult, request: RemotingCommand, queue_id: int) -> RemotingCommand:
+        """Map a PutMessageStatus to the response (spec store-and-client.md §3 table)."""
+        code, remark, stored = _PUT_RESPONSES.get(
+            result.status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR DEFAULT", False)
+        )
+        if not stored:
+            self.log.warn("put failed: {status}", status=result.status.name)
+            return self._response(request, code, remark)
+        append = result.append
+        fields = {
+            "msgId": ",".join(append.msg_ids) if append else "",
+            "queueId": str(queue_id),
+            "queueOffset": str(append.queue_offset if append else 0),
+        }
+        return self._response(request, code, remark, fields)
+
+
+def _peer(channel: Any) -> str:
+    return str(getattr(channel, "remote_address", "") or "")
+
+
+def _peer_host(channel: Any) -> tuple[str, int]:
+    """The connection's peer as ``(ip, port)`` (the message's born host)."""
+    try:
+        return parse_address(_peer(channel))
+    except ValueError:
+        return ("0.0.0.0", 0)
