@@ -107,9 +107,13 @@ def encode_kv_table(table: Mapping[str, str]) -> bytes:
     return dumps({"table": dict(table)})
 
 
+def _data_version_json(version: DataVersion) -> dict[str, int]:
+    return {"counter": version.counter, "timestamp": version.timestamp}
+
+
 def encode_data_version(version: DataVersion) -> bytes:
     """DataVersion JSON: ``{"counter":…,"timestamp":…}``."""
-    return dumps({"counter": version.counter, "timestamp": version.timestamp})
+    return dumps(_data_version_json(version))
 
 
 # -- incoming bodies -------------------------------------------------------
@@ -255,7 +259,7 @@ class _LengthPrefixed:
 
 def encode_register_body(body: RegisterBrokerBody, compressed: bool = False) -> bytes:
     """A REGISTER_BROKER body as a broker sends it (plain JSON or compressed)."""
-    version = {"counter": body.data_version.counter, "timestamp": body.data_version.timestamp}
+    version = _data_version_json(body.data_version)
     if compressed:
         topic_parts = [
             f"{c.topic_name} {c.read_queue_nums} {c.write_queue_nums} {c.perm} SINGLE_TAG".encode("utf-8")
