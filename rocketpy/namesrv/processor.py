@@ -10,7 +10,7 @@ import zlib
 from collections.abc import Callable, Mapping
 
 from twisted.internet.interfaces import IReactorTime
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from zope.interface import implementer
 
 from rocketpy.common.headers import HeaderError, get_bool, get_int, get_str, to_fields
@@ -108,7 +108,7 @@ class NamesrvProcessor:
         except (HeaderError, bodies.BodyError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         except OSError as e:
-            self.log.failure("name server request {code} failed", code=request.code)
+            self.log.failure("name server request {code} failed", level=LogLevel.error, code=request.code)
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"I/O error: {e}")
 
     def reject_request(self) -> bool:
