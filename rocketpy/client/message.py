@@ -1,0 +1,151 @@
+"""Client-side message helpers: building, validating, queues and UNIQ_KEY ids."""
+
+from __future__ import annotations
+
+import calendar
+import os
+import random
+import re
+import socket
+import struct
+import time
+from dataclasses import dataclass
+
+from rocketpy.client.errors import MessageInvalidError
+from rocketpy.common.message import MAX_TOPIC_LENGTH, Message, MessageConst
+
+#: Largest body (or batch body) a producer sends, as Java's ``maxMessageSize``.
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+#: The topic brokers use as template for auto-created topics.
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+#: System topics no producer may send to (``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    """One queue of a topic on one broker; orders like Java's (topic, broker, id)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+def new_message(
+    topic: str,
+    body: bytes,
+    tags: str | None = None,
+    keys: str | list[str] | None = None,
+    flag: int = 0,
+    properties: dict[str, str] | None = None,
+    delay_level: int = 0,
+    wait_store_ok: bool = True,
+) -> Message:
+    """A message to send, with RocketMQ's properties filled in.
+
+    :param keys: business keys, a space-separated string or a list.
+    :param delay_level: 1..18 to deliver later (1 s ... 2 h); 0 for now.
+    :param wait_store_ok: ask the broker to answer only once the message is stored.
+    """
+    props = dict(properties or {})
+    if tags:
+        props[MessageConst.TAGS] = tags
+    if keys:
+        props[MessageConst.KEYS] = keys if isinstance(keys, str) else " ".join(keys)
+    if delay_level > 0:
+        props[MessageConst.DELAY_TIME_LEVEL] = str(delay_level)
+    if not wait_store_ok:
+        props[MessageConst.WAIT_STORE_MSG_OK] = "false"
+    return Message(topic=topic, body=body, flag=flag, properties=props)
+
+
+def check_topic(topic: str) -> None:
+    """Raise :class:`MessageInvalidError` unless producers may send to ``topic``."""
+    if not topic or not topic.strip():
+        raise MessageInvalidError("the topic is blank")
+    if not _TOPIC_PATTERN.match(topic):
+        raise MessageInvalidError(f"topic {topic!r} has characters outside ^[%|a-zA-Z0-9_-]+$")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise MessageInvalidError(f"topic is longer than {MAX_TOPIC_LENGTH} characters")
+    if topic == AUTO_CREATE_TOPIC_KEY:
+        raise MessageInvalidError(f"topic {AUTO_CREATE_TOPIC_KEY} is reserved as the auto-create template")
+    if topic in NOT_ALLOWED_SEND_TOPICS:
+        raise MessageInvalidError(f"topic {topic} is a system topic producers may not send to")
+
+
+def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
+    """Java's ``Validators.checkMessage``: topic rules, non-empty body, size limit.
+
+    :raises MessageInvalidError: naming the rule that failed.
+    """
+    check_topic(msg.topic)
+    if not isinstance(msg.body, (bytes, bytearray, memoryview)):
+        raise MessageInvalidError(f"the body must be bytes, not {type(msg.body).__name__}")
+    if len(msg.body) == 0:
+        raise MessageInvalidError("the message body is empty")
+    if len(msg.body) > max_size:
+        raise MessageInvalidError(f"the message body is {len(msg.body)} bytes, over the limit of {max_size}")
+
+
+def local_ip() -> str:
+    """This host's outward IPv4 address, or 127.0.0.1 (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+def _month_start_ms(now_ms: int) -> tuple[int, int]:
+    """UTC start of this month and of the next one, in ms."""
+    t = time.gmtime(now_ms / 1000)
+    start = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0))
+    year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+    return start * 1000, calendar.timegm((year, month, 1, 0, 0, 0)) * 1000
+
+
+class UniqKeyGenerator:
+    """Makes ``UNIQ_KEY`` message ids like Java's ``MessageClientIDSetter``.
+
+    32 uppercase hex chars: IPv4 (4 bytes) ‖ pid (2) ‖ a random "class loader
+    hash" (4) ‖ ms since the start of the month (4) ‖ a counter (2).
+    """
+
+    def __init__(
+        self, ip: str | None = None, pid: int | None = None, rng: random.Random | None = None
+    ) -> None:
+        rng = rng or random.Random()
+        try:
+            packed_ip = socket.inet_aton(ip or local_ip())
+        except OSError:
+            packed_ip = socket.inet_aton("127.0.0.1")
+        pid = os.getpid() if pid is None else pid
+        self._prefix = (packed_ip + struct.pack(">HI", pid & 0xFFFF, rng.getrandbits(32))).hex().upper()
+        self._counter = rng.getrandbits(16)
+        self._start_ms, self._next_start_ms = 0, 0
+
+    def next_id(self, now: float) -> str:
+        """A new id.
+
+        :param now: the current time in seconds (from the client's clock).
+        """
+        now_ms = int(now * 1000)
+        if not self._start_ms <= now_ms < self._next_start_ms:
+            self._start_ms, self._next_start_ms = _month_start_ms(now_ms)
+        self._counter = (self._counter + 1) & 0xFFFF
+        tail = struct.pack(">IH", (now_ms - self._start_ms) & 0xFFFFFFFF, self._counter)
+        return self._prefix + tail.hex().upper()
