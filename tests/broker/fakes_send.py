@@ -119,7 +119,8 @@ class FakeStoreService:
             return result(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset)
         if offset > high:
             return result(GetMessageStatus.OFFSET_OVERFLOW_BADLY, high)
-        found, position = [], offset
+        found: list[bytes] = []
+        position = offset
         while position < high and len(found) < max_msg_nums:
             code, record = queue[position]
             position += 1

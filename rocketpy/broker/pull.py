@@ -1,0 +1,280 @@
+"""PULL_MESSAGE (11): read a queue, filter by tag, hold the request when nothing is there.
+
+Follows Java 4.9 ``PullMessageProcessor`` (spec remoting-protocol.md §3.3).
+Every response carries ``suggestWhichBrokerId``, ``nextBeginOffset``,
+``minOffset`` and ``maxOffset`` as strings (the C++ client ignores anything
+else) and the store status name as remark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from rocketpy.broker.filter import SubscriptionParseError, TagFilter, build_tag_filter
+from rocketpy.broker.longpoll import PullRequestHoldService
+from rocketpy.broker.subscription import SubscriptionGroupManager
+from rocketpy.broker.topicconfig import TopicConfigManager, is_readable
+from rocketpy.common.headers import HeaderError, get_int, get_str, to_fields
+from rocketpy.interfaces import IRequestProcessor
+from rocketpy.remoting.codes import ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.store.status import GetMessageResult, GetMessageStatus
+
+#: Pull request sysFlag bits (``PullSysFlag``).
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+MASTER_ID = 0
+SLAVE_ID_WHEN_SLOW = 1
+
+
+class Subscription(Protocol):
+    """What the pull path needs of a subscription registered by HEART_BEAT."""
+
+    sub_string: str
+    sub_version: int
+    expression_type: str | None
+
+
+#: ``(group, topic) -> registered subscription or None``.
+FindSubscription = Callable[[str, str], "Subscription | None"]
+#: ``(client_host, group, topic, queue_id, offset)``: stores a consumer offset.
+CommitOffset = Callable[[str, str, str, int, int], object]
+
+
+class PullRejected(Exception):
+    """A pull refused before reading the store."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+@dataclass(slots=True)
+class PullHeader:
+    """The PULL_MESSAGE request header."""
+
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_millis: int
+    subscription: str | None
+    sub_version: int
+    expression_type: str | None
+
+    @classmethod
+    def parse(cls, fields: dict[str, str]) -> PullHeader:
+        """:raises HeaderError: naming the missing or unparsable field."""
+        return cls(
+            consumer_group=get_str(fields, "consumerGroup"),
+            topic=get_str(fields, "topic"),
+            queue_id=get_int(fields, "queueId"),
+            queue_offset=get_int(fields, "queueOffset"),
+            max_msg_nums=get_int(fields, "maxMsgNums"),
+            sys_flag=get_int(fields, "sysFlag"),
+            commit_offset=get_int(fields, "commitOffset"),
+            suspend_timeout_millis=get_int(fields, "suspendTimeoutMillis"),
+            subscription=fields.get("subscription"),
+            sub_version=get_int(fields, "subVersion", 0),
+            expression_type=fields.get("expressionType") or None,
+        )
+
+
+#: GetMessageStatus → response code (offset-dependent ones are decided in ``_code``).
+_STATUS_CODES = {
+    GetMessageStatus.FOUND: ResponseCode.SUCCESS,
+    GetMessageStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+def _code(status: GetMessageStatus, requested_offset: int) -> int:
+    if status in (GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, GetMessageStatus.NO_MESSAGE_IN_QUEUE):
+        return ResponseCode.PULL_OFFSET_MOVED if requested_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    return _STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+
+
+@implementer(IRequestProcessor)
+class PullMessageProcessor:
+    """Serves PULL_MESSAGE from the store, long polling through a :class:`PullRequestHoldService`.
+
+    :param store: the ``StoreService`` (``get_message`` → Deferred[GetMessageResult]).
+    :param topics: the broker's topic table.
+    :param hold: parks pulls that found nothing; None disables long polling.
+    :param find_subscription: the heartbeat's subscription of a group for a topic, for
+        pulls without the subscription flag; None means no such subscriptions exist.
+    :param commit_offset: stores the consumer offset a pull carries with the commit flag.
+    :param groups: consumer group settings (unknown group 26, consumption disabled 16,
+        which broker to suggest when slow); None allows every group.
+    :param slave_readable: when the store suggests reading from a slave, send clients there.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        store: Any,
+        topics: TopicConfigManager,
+        hold: PullRequestHoldService | None = None,
+        find_subscription: FindSubscription | None = None,
+        commit_offset: CommitOffset | None = None,
+        groups: SubscriptionGroupManager | None = None,
+        slave_readable: bool = False,
+    ) -> None:
+        self._groups = groups
+        self._store = store
+        self._topics = topics
+        self._hold = hold
+        self._find_subscription = find_subscription
+        self._commit_offset = commit_offset
+        self._slave_readable = slave_readable
+
+    def reject_request(self) -> bool:
+        return False
+
+    def process_request(
+        self, channel: Any, request: RemotingCommand
+    ) -> RemotingCommand | Deferred[RemotingCommand | None]:
+        """Answer a pull now, or later when held; never raises."""
+        try:
+            header = PullHeader.parse(request.ext_fields)
+            tag_filter = self._check(header)
+        except HeaderError as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        except PullRejected as e:
+            return request.make_response(e.code, e.remark)
+        if header.sys_flag & FLAG_COMMIT_OFFSET and header.commit_offset >= 0 and self._commit_offset:
+            self._commit_offset(
+                _host(channel), header.consumer_group, header.topic, header.queue_id, header.commit_offset
+            )
+        allow_suspend = bool(header.sys_flag & FLAG_SUSPEND) and self._hold is not None
+        return self._execute(channel, request, header, tag_filter, allow_suspend)
+
+    def on_channel_close(self, remote_address: str, channel: Any) -> None:
+        """Channel listener hook: drop the requests this channel had parked."""
+        if self._hold is not None:
+            self._hold.channel_closed(channel)
+
+    # -- checks -------------------------------------------------------------
+
+    def _check(self, header: PullHeader) -> TagFilter:
+        """Group, topic, queue id and subscription checks; the tag filter to read with."""
+        if self._groups is not None:
+            group = self._groups.find_subscription_group_config(header.consumer_group)
+            if group is None:
+                raise PullRejected(
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                    f"subscription group [{header.consumer_group}] does not exist",
+                )
+            if not group.consume_enable:
+                raise PullRejected(
+                    ResponseCode.NO_PERMISSION, f"subscription group no permission, {header.consumer_group}"
+                )
+        config = self._topics.select_topic_config(header.topic)
+        if config is None:
+            raise PullRejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
+        if not is_readable(config.perm):
+            raise PullRejected(ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] pulling message is forbidden")
+        if header.queue_id < 0 or header.queue_id >= config.read_queue_nums:
+            raise PullRejected(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
+                f"topicConfig.readQueueNums:[{config.read_queue_nums}] consumer:[{header.consumer_group}]",
+            )
+        if header.sys_flag & FLAG_SUBSCRIPTION:
+            expression, kind = header.subscription, header.expression_type
+        else:
+            expression, kind = self._registered_subscription(header)
+        try:
+            return build_tag_filter(expression, kind)
+        except SubscriptionParseError as e:
+            raise PullRejected(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e)) from None
+
+    def _registered_subscription(self, header: PullHeader) -> tuple[str | None, str | None]:
+        """The subscription the group registered by heartbeat (24 when none, 25 when older)."""
+        found = None
+        if self._find_subscription is not None:
+            found = self._find_subscription(header.consumer_group, header.topic)
+        if found is None:
+            raise PullRejected(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
+        if found.sub_version < header.sub_version:
+            raise PullRejected(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+        return found.sub_string, found.expression_type
+
+    # -- reading --------------------------------------------------------------
+
+    def _execute(
+        self,
+        channel: Any,
+        request: RemotingCommand,
+        header: PullHeader,
+        tag_filter: TagFilter,
+        allow_suspend: bool,
+    ) -> Deferred[RemotingCommand | None]:
+        d: Deferred[GetMessageResult] = self._store.get_message(
+            header.consumer_group,
+            header.topic,
+            header.queue_id,
+            header.queue_offset,
+            header.max_msg_nums,
+            None if tag_filter.matches_all else tag_filter,
+        )
+        return d.addCallback(self._respond, channel, request, header, tag_filter, allow_suspend)
+
+    def _respond(
+        self,
+        result: GetMessageResult,
+        channel: Any,
+        request: RemotingCommand,
+        header: PullHeader,
+        tag_filter: TagFilter,
+        allow_suspend: bool,
+    ) -> RemotingCommand | Deferred[RemotingCommand | None]:
+        code = _code(result.status, header.queue_offset)
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and self._hold is not None:
+            return self._hold.suspend(
+                channel,
+                header.topic,
+                header.queue_id,
+                header.queue_offset,
+                header.suspend_timeout_millis / 1000.0,
+                lambda: self._execute(channel, request, header, tag_filter, False),
+            )
+        fields = to_fields(
+            suggestWhichBrokerId=self._suggested_broker(header, result),
+            nextBeginOffset=result.next_begin_offset,
+            minOffset=result.min_offset,
+            maxOffset=result.max_offset,
+        )
+        body = result.body if code == ResponseCode.SUCCESS else b""
+        return request.make_response(code, result.status.name, fields, body)
+
+    def _suggested_broker(self, header: PullHeader, result: GetMessageResult) -> int:
+        """0 (the master) unless the store lags and slaves may serve reads."""
+        if not (result.suggest_pulling_from_slave and self._slave_readable):
+            return MASTER_ID
+        if self._groups is not None:
+            config = self._groups.find_subscription_group_config(header.consumer_group)
+            if config is not None:
+                return config.which_broker_when_consume_slowly
+        return SLAVE_ID_WHEN_SLOW
+
+
+def _host(channel: Any) -> str:
+    return str(getattr(channel, "remote_address", "") or "")
