@@ -42,6 +42,7 @@ class MessageStoreConfig:
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     message_index_enable: bool = True
+    message_index_safe: bool = False  # abnormal recovery also waits for the index checkpoint
     check_crc_on_recover: bool = True
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     max_transfer_count_on_message_in_memory: int = 32
@@ -87,3 +88,8 @@ class MessageStoreConfig:
     def consume_queue_file_size(self) -> int:
         """``mapped_file_size_consume_queue`` rounded up to a whole number of 20-byte entries."""
         return -(-self.mapped_file_size_consume_queue // CQ_UNIT_SIZE) * CQ_UNIT_SIZE
+
+    def delay_level_table(self) -> list[int]:
+        """Delay of each level in ms (level L at index L-1), parsed from ``message_delay_level``."""
+        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        return [int(item[:-1]) * units[item[-1]] for item in self.message_delay_level.split()]

@@ -1,0 +1,429 @@
+"""The commit log: every message of the broker, appended in one sequence of segment files.
+
+Records have RocketMQ's v1 layout (spec store-and-client.md §2; :mod:`rocketpy.common.message`).
+Records are encoded outside the lock; under it the store fields are patched in, the bytes copied
+once and the dispatchers (consume queues, index) told about each record. Plain blocking code:
+one writer thread, readers on any thread.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import struct
+import threading
+import time
+from typing import Callable, Iterable, Sequence
+
+from rocketpy.common.message import (
+    BLANK_MAGIC_CODE,
+    MAGIC_CODE,
+    MAX_TOPIC_LENGTH,
+    MessageConst,
+    MessageExt,
+    MessageSysFlag,
+    RecordError,
+    decode_record,
+    encode_record,
+    offset_msg_id,
+    patch_record,
+    tags_code,
+)
+from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.dispatch import DispatchRequest, IDispatcher
+from rocketpy.store.mappedfile import MappedFile, MappedFileQueue
+from rocketpy.store.stats import StoreStats
+from rocketpy.store.status import (
+    AppendMessageResult,
+    AppendMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+)
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+BLANK_SIZE = 8  # i32 remaining, i32 BLANK_MAGIC_CODE
+LOCK_WARN_MS = 500
+RECORD_SLACK = 64 * 1024  # a record may exceed max_message_size by this much (4.9.5+)
+_PAGE_CACHE_BUSY_CEILING_MS = 10_000_000
+_HEAD = struct.Struct(">ii")
+_NO_QUEUE_OFFSET = (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
+_TRAN_MASK = MessageSysFlag.TRANSACTION_MASK
+
+_log = logging.getLogger(__name__)
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+class CommitLog:
+    """Appends, reads and recovers the commit log.
+
+    :param config: the store configuration.
+    :param dispatchers: told about every appended or recovered record, in order.
+    :param now_ms: the clock (ms); tests inject one.
+    """
+
+    def __init__(self, config: MessageStoreConfig, dispatchers: Iterable[IDispatcher] = (),
+                 now_ms: Callable[[], int] = wall_clock_ms, stats: StoreStats | None = None) -> None:
+        self.config = config
+        self.queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log,
+                                     config.commit_log_write_path)
+        self.dispatchers = list(dispatchers)
+        self.now_ms = now_ms
+        self.stats = stats if stats is not None else StoreStats()
+        self.topic_queue_table: dict[str, int] = {}  # "topic-qid" -> next queue offset
+        self.begin_time_in_lock = 0
+        self.dispatch_failed = False
+        self.last_dispatched_timestamp = 0
+        self.reput_offset = 0  # first byte not yet dispatched (HA appends)
+        self._lock = threading.Lock()
+        self._delay_ms = config.delay_level_table()
+        self._host_hex = offset_msg_id(config.store_host, 0)[:-16]
+        self._tags_codes: dict[str, int] = {}
+
+    def load(self) -> bool:
+        """Open the existing files (recovery must follow); False if one has the wrong size."""
+        return self.queue.load()
+
+    # -- state --
+
+    @property
+    def min_offset(self) -> int:
+        return self.queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.queue.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.queue.flushed_where
+
+    def is_os_page_cache_busy(self) -> bool:
+        """True while a writer has held the lock longer than ``os_page_cache_busy_timeout``."""
+        begin = self.begin_time_in_lock
+        if begin == 0:
+            return False
+        held = self.now_ms() - begin
+        return self.config.os_page_cache_busy_timeout * 1000 < held < _PAGE_CACHE_BUSY_CEILING_MS
+
+    # -- writes --
+
+    def put_message(self, msg: MessageExt) -> PutMessageResult:
+        """Append one message (see :meth:`put_messages`)."""
+        return self.put_messages([msg])
+
+    def put_messages(self, msgs: Sequence[MessageExt]) -> PutMessageResult:
+        """Append ``msgs`` contiguously in one file, under one lock; one result for them all.
+
+        Each message gets its store host, store time, commit-log and queue offsets set in place.
+        """
+        bufs, status = self._encode(msgs)
+        if status is not None:
+            self.stats.record_failure(status.value)
+            return PutMessageResult(status)
+        total = sum(map(len, bufs))
+        if total + BLANK_SIZE > self.queue.mapped_file_size:
+            self.stats.record_failure(PutMessageStatus.MESSAGE_ILLEGAL.value)
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        with self._lock:
+            begin = self.begin_time_in_lock = self.now_ms()
+            try:
+                result = self._append(msgs, bufs, total, begin)
+            finally:
+                self.begin_time_in_lock = 0
+        elapsed = self.now_ms() - begin
+        if elapsed > LOCK_WARN_MS:
+            _log.warning("[NOTIFYME]putMessage in lock cost time(ms)=%d, bodyLength=%d", elapsed, total)
+        if result.status is PutMessageStatus.PUT_OK:
+            self.stats.record_put(len(msgs), total, elapsed)
+        else:
+            self.stats.record_failure(result.status.value)
+        return result
+
+    def _encode(self, msgs: Sequence[MessageExt]) -> tuple[list[bytearray], PutMessageStatus | None]:
+        host = self.config.store_host
+        max_body = self.config.max_message_size
+        bufs = []
+        for msg in msgs:
+            if len(msg.topic) > MAX_TOPIC_LENGTH or len(msg.body) > max_body:
+                return bufs, PutMessageStatus.MESSAGE_ILLEGAL
+            if MessageConst.DELAY_TIME_LEVEL in msg.properties and msg.topic != SCHEDULE_TOPIC:
+                self._divert_to_schedule_topic(msg)
+            msg.store_host = host
+            try:
+                buf = encode_record(msg)
+            except ValueError:
+                if len(msg.topic.encode()) > MAX_TOPIC_LENGTH:
+                    return bufs, PutMessageStatus.MESSAGE_ILLEGAL
+                return bufs, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+            if len(buf) > max_body + RECORD_SLACK:
+                return bufs, PutMessageStatus.MESSAGE_ILLEGAL
+            bufs.append(buf)
+        return bufs, None
+
+    def _divert_to_schedule_topic(self, msg: MessageExt) -> None:
+        # A delayed NOT/COMMIT message waits on SCHEDULE_TOPIC_XXXX queue level-1 (RocketMQ 4.9).
+        if msg.sys_flag & _TRAN_MASK in _NO_QUEUE_OFFSET:
+            return
+        try:
+            level = int(msg.properties[MessageConst.DELAY_TIME_LEVEL])
+        except ValueError:
+            return
+        if level <= 0:
+            return
+        level = min(level, len(self._delay_ms))
+        msg.properties[MessageConst.DELAY_TIME_LEVEL] = str(level)
+        msg.properties[MessageConst.REAL_TOPIC] = msg.topic
+        msg.properties[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
+        msg.topic, msg.queue_id = SCHEDULE_TOPIC, level - 1
+
+    def _append(self, msgs: Sequence[MessageExt], bufs: list[bytearray], total: int, now: int) -> PutMessageResult:
+        try:
+            mf = self._file_with_room(total)
+        except OSError as e:
+            _log.error("cannot create a commit-log file: %s", e)
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE if e.errno == errno.ENOSPC
+                                    else PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+        base = phys = mf.file_from_offset + mf.wrote_position
+        table = self.topic_queue_table
+        pending: dict[str, int] = {}
+        for msg, buf in zip(msgs, bufs):
+            if msg.sys_flag & _TRAN_MASK in _NO_QUEUE_OFFSET:
+                queue_offset = 0
+            else:
+                key = f"{msg.topic}-{msg.queue_id}"
+                queue_offset = pending.get(key, -1)
+                if queue_offset < 0:
+                    queue_offset = table.get(key, 0)
+                pending[key] = queue_offset + 1
+            patch_record(buf, queue_offset, phys, now)
+            msg.queue_offset, msg.commit_log_offset, msg.store_timestamp = queue_offset, phys, now
+            msg.store_size = len(buf)
+            phys += len(buf)
+        try:
+            if len(bufs) == 1:
+                mf.append(bufs[0])
+            else:
+                mf.append_many(bufs, total)
+        except OSError as e:
+            _log.error("commit-log write failed at %d: %s", base, e)
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE if e.errno == errno.ENOSPC
+                                    else PutMessageStatus.UNKNOWN_ERROR)
+        mf.store_timestamp = now
+        table.update(pending)
+        for msg in msgs:
+            self._dispatch(msg)
+        self.reput_offset = phys
+        host = self._host_hex
+        ids = [host + format(msg.commit_log_offset, "016X") for msg in msgs]
+        append = AppendMessageResult(AppendMessageStatus.PUT_OK, base, total, ids, msgs[0].queue_offset,
+                                     len(msgs), now)
+        return PutMessageResult(PutMessageStatus.PUT_OK, append)
+
+    def _file_with_room(self, size: int) -> MappedFile:
+        # END_OF_FILE: fill the rest of a file too small for ``size`` with a blank, go to the next.
+        mf = self.queue.get_last_mapped_file(0)
+        assert mf is not None
+        if size + BLANK_SIZE > mf.remaining:
+            mf.write_at(mf.wrote_position, _HEAD.pack(mf.remaining, BLANK_MAGIC_CODE))
+            mf.wrote_position = mf.committed_position = mf.file_size
+            mf = self.queue.get_last_mapped_file(0)
+            assert mf is not None
+        return mf
+
+    def _dispatch(self, msg: MessageExt) -> None:
+        props = msg.properties
+        tags = props.get(MessageConst.TAGS)
+        code = 0
+        if tags:
+            code = self._tags_codes.get(tags, 0) or self._tags_code(tags)
+        if msg.topic == SCHEDULE_TOPIC:
+            code = self._delivery_time(msg, code)
+        request = DispatchRequest(
+            msg.topic, msg.queue_id, msg.commit_log_offset, msg.store_size, code, msg.store_timestamp,
+            msg.queue_offset, props.get(MessageConst.KEYS), props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+            msg.sys_flag, msg.prepared_transaction_offset,
+        )
+        for dispatcher in self.dispatchers:
+            try:
+                dispatcher.dispatch(request)
+            except Exception:
+                _log.exception("dispatcher %r failed at offset %d", dispatcher, msg.commit_log_offset)
+                self.dispatch_failed = True
+        self.last_dispatched_timestamp = msg.store_timestamp
+
+    def _tags_code(self, tags: str) -> int:
+        if len(self._tags_codes) > 4096:
+            self._tags_codes.clear()
+        code = self._tags_codes[tags] = tags_code(tags)
+        return code
+
+    def _delivery_time(self, msg: MessageExt, default: int) -> int:
+        try:
+            level = int(msg.properties.get(MessageConst.DELAY_TIME_LEVEL, "0"))
+        except ValueError:
+            return default
+        if level <= 0:
+            return default
+        return msg.store_timestamp + self._delay_ms[min(level, len(self._delay_ms)) - 1]
+
+    def append_data(self, offset: int, data: bytes) -> bool:
+        """HA slave: append master bytes at ``offset`` (must be the log end), then dispatch every
+        record they complete.
+
+        :returns: False, appending nothing, when ``offset`` is not the end or the bytes do not fit.
+        """
+        size = self.queue.mapped_file_size
+        with self._lock:
+            if self.queue.last() is None:
+                if offset % size:
+                    return False
+                self.reput_offset = offset
+            elif offset != self.queue.max_offset:
+                return False
+            try:
+                mf = self.queue.get_last_mapped_file(offset)
+            except OSError as e:
+                _log.error("cannot create a commit-log file: %s", e)
+                return False
+            assert mf is not None
+            if len(data) > mf.remaining:
+                return False
+            mf.append(data)
+            self.reput_offset = self.walk(self.reput_offset, check_crc=False, dispatch=True)
+        return True
+
+    # -- reads (any thread) --
+
+    def get_data(self, offset: int, size: int = -1) -> bytes | None:
+        """``size`` bytes at ``offset`` (to the readable end of its file when -1).
+
+        None when they are not (or no longer) all there.
+        """
+        mf = self.queue.find_mapped_file_by_offset(offset, offset == 0)
+        if mf is None:
+            return None
+        return mf.select(offset - mf.file_from_offset, size)
+
+    def select_one_message_by_offset(self, offset: int) -> bytes | None:
+        """The raw record at ``offset``."""
+        head = self.get_data(offset, 8)
+        if head is None:
+            return None
+        size, magic = _HEAD.unpack(head)
+        if magic != MAGIC_CODE or size <= 0:
+            return None
+        return self.get_data(offset, size)
+
+    def look_message_by_offset(self, offset: int) -> MessageExt | None:
+        """The decoded record at ``offset``."""
+        raw = self.select_one_message_by_offset(offset)
+        if raw is None:
+            return None
+        try:
+            return decode_record(raw)
+        except RecordError:
+            return None
+
+    # -- recovery (before any put) --
+
+    def _read_record(self, mf: MappedFile, pos: int, check_crc: bool) -> tuple[int, MessageExt | None]:
+        # (size, msg) for a valid record, (0, None) for the blank, (-1, None) for anything else.
+        limit = mf.wrote_position
+        if pos + BLANK_SIZE > limit:
+            return -1, None
+        size, magic = _HEAD.unpack_from(mf.data, pos)
+        if magic == BLANK_MAGIC_CODE:
+            return 0, None
+        if magic != MAGIC_CODE or size <= 0 or pos + size > limit:
+            return -1, None
+        try:
+            msg = decode_record(mf.data, pos, check_crc)
+        except RecordError as e:
+            _log.warning("invalid commit-log record: %s", e)
+            return -1, None
+        msg.commit_log_offset = mf.file_from_offset + pos
+        return size, msg
+
+    def walk(self, start: int, check_crc: bool, dispatch: bool) -> int:
+        """Walk the valid records from record boundary ``start``, blank fillers leading to the
+        next file, optionally dispatching each.
+
+        :returns: the end of the last valid record (where a torn tail starts).
+        """
+        files = self.queue.mapped_files
+        mf = self.queue.find_mapped_file_by_offset(start)
+        if mf is None:
+            return start
+        index = files.index(mf)
+        pos = start - mf.file_from_offset
+        while True:
+            size, msg = self._read_record(mf, pos, check_crc)
+            if msg is not None:
+                if dispatch:
+                    self._dispatch(msg)
+                pos += size
+            elif size == 0 and index + 1 < len(files):
+                index += 1
+                mf, pos = files[index], 0
+            else:
+                return mf.file_from_offset + pos
+
+    def recover_normally(self) -> int:
+        """Clean-exit recovery: walk from the third-last file, cut after the last valid record.
+
+        :returns: the new log end.
+        """
+        files = self.queue.mapped_files
+        if not files:
+            return 0
+        end = self.walk(files[max(0, len(files) - 3)].file_from_offset, self.config.check_crc_on_recover, False)
+        self._cut(end)
+        return end
+
+    def recover_abnormally(self, safe_timestamp_ms: int) -> int:
+        """Crash recovery: walk from the newest file whose first record was stored at or before
+        ``safe_timestamp_ms``, re-dispatching every valid record; cut after the last one.
+
+        :returns: the new log end.
+        """
+        files = self.queue.mapped_files
+        if not files:
+            return 0
+        start = files[0]
+        for mf in reversed(files):
+            size, first = self._read_record(mf, 0, False)
+            if first is not None and 0 < first.store_timestamp <= safe_timestamp_ms:
+                start = mf
+                break
+        _log.info("abnormal recovery from %s", start.path)
+        end = self.walk(start.file_from_offset, self.config.check_crc_on_recover, True)
+        self._cut(end)
+        return end
+
+    def _cut(self, end: int) -> None:
+        if end < self.queue.max_offset:
+            _log.info("commit log ends at %d (files end at %d)", end, self.queue.max_offset)
+        self.queue.truncate_dirty_files(end)
+        self.queue.flushed_where = self.queue.committed_where = end
+        self.reput_offset = end
+
+    # -- flush and lifecycle --
+
+    def flush(self, least_pages: int = 0) -> bool:
+        """Make the log durable up to its end (across files filled since the last flush).
+
+        :returns: True when the flushed offset advanced.
+        """
+        advanced = False
+        while self.queue.flush(least_pages):
+            advanced = True
+            if self.queue.flushed_where >= self.queue.max_offset:
+                break
+        return advanced
+
+    def close(self) -> None:
+        self.queue.close()

@@ -1,0 +1,397 @@
+"""Fixed-size memory-mapped segment files and the ordered queue of them (RocketMQ ``MappedFile``).
+
+A segment is named by its 20-digit zero-padded start offset and created full size (``ftruncate`` +
+``posix_fallocate``, so a later write cannot hit a full disk through the mmap). Writes go either
+into the mmap (``"mmap"``) or through the file descriptor with ``os.pwrite`` (``"pwrite"``, the idea
+of RocketMQ's transient store pool: durable writes are cheap); reads always go through the mmap.
+Durability is ``os.fdatasync`` on the descriptor: ``mmap.flush()`` would hold the GIL for the msync.
+
+Positions are file-relative: ``wrote_position`` (readable limit), ``committed_position`` (equal to
+it, no write buffer is ever attached) and ``flushed_position`` (durable). One writer thread;
+readers on other threads only read below ``wrote_position`` and treat a closed file as missing.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+from typing import Callable, Sequence
+
+OS_PAGE_SIZE = 4096
+WRITE_PATHS = ("mmap", "pwrite")
+_ZERO_CHUNK = bytes(1 << 20)
+_IOV_MAX = 1024
+
+_log = logging.getLogger(__name__)
+
+
+def file_name(offset: int) -> str:
+    """The 20-digit zero-padded name of the segment starting at ``offset``."""
+    return "%020d" % offset
+
+
+def _fallocate(fd: int, size: int) -> None:
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as e:
+        if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+
+
+class MappedFile:
+    """One segment file, mapped whole.
+
+    :param path: the file; its base name is the start offset.
+    :param file_size: the size every segment of its queue has.
+    :param write_path: ``"mmap"`` or ``"pwrite"``.
+    :param create: create (and preallocate) the file; otherwise it must exist with ``file_size`` bytes.
+    :raises OSError: when the file cannot be created (e.g. ``ENOSPC``) or opened; nothing is left behind.
+    """
+
+    def __init__(self, path: str, file_size: int, write_path: str = "pwrite", create: bool = False) -> None:
+        if write_path not in WRITE_PATHS:
+            raise ValueError(f"write path must be one of {WRITE_PATHS}, not {write_path!r}")
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(os.path.basename(path))
+        self.use_pwrite = write_path == "pwrite"
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self._fd = os.open(path, flags, 0o644)
+        try:
+            if create:
+                os.ftruncate(self._fd, file_size)
+                _fallocate(self._fd, file_size)
+            self.data = mmap.mmap(self._fd, file_size)
+        except BaseException:
+            os.close(self._fd)
+            if create:
+                os.unlink(path)
+            raise
+        self.closed = False
+
+    # -- writing (one writer thread) --
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def write_at(self, position: int, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` at file-relative ``position`` without moving any position.
+
+        :raises OSError: from ``pwrite`` (e.g. ``ENOSPC``); bytes at and after ``position`` are then undefined.
+        """
+        if self.use_pwrite:
+            view = memoryview(data)
+            while view:
+                written = os.pwrite(self._fd, view, position)
+                view = view[written:]
+                position += written
+        else:
+            self.data[position : position + len(data)] = data
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` at the wrote position and advance it; returns the file-relative start."""
+        start = self.wrote_position
+        self.write_at(start, data)
+        self.wrote_position = self.committed_position = start + len(data)
+        return start
+
+    def append_many(self, buffers: Sequence[bytes | bytearray], total: int) -> int:
+        """Write ``buffers`` (``total`` bytes together) back to back at the wrote position.
+
+        The pwrite path writes them with one ``pwritev`` per 1024 buffers.
+
+        :returns: the file-relative start.
+        """
+        start = pos = self.wrote_position
+        if self.use_pwrite:
+            for i in range(0, len(buffers), _IOV_MAX):
+                chunk = buffers[i : i + _IOV_MAX]
+                size = sum(map(len, chunk))
+                written = os.pwritev(self._fd, chunk, pos)
+                if written < size:  # short write: finish it the slow way
+                    self.write_at(pos + written, memoryview(b"".join(chunk))[written:])
+                pos += size
+        else:
+            data = self.data
+            for buf in buffers:
+                end = pos + len(buf)
+                data[pos:end] = buf
+                pos = end
+        self.wrote_position = self.committed_position = start + total
+        return start
+
+    def set_position(self, position: int) -> None:
+        """Set wrote, committed and flushed positions (after load or recovery)."""
+        self.wrote_position = self.committed_position = self.flushed_position = position
+
+    def zero_from(self, position: int) -> None:
+        """Zero every non-zero byte from ``position`` to the end of the file, durably.
+
+        Recovery calls it at the cut after the last valid record so no torn bytes survive.
+        """
+        pos = position
+        dirty = False
+        while pos < self.file_size:
+            end = min(pos + len(_ZERO_CHUNK), self.file_size)
+            if self.data[pos:end] != _ZERO_CHUNK[: end - pos]:
+                os.pwrite(self._fd, _ZERO_CHUNK[: end - pos], pos)
+                dirty = True
+            pos = end
+        if dirty:
+            os.fdatasync(self._fd)
+
+    # -- flushing --
+
+    def is_able_to_flush(self, least_pages: int) -> bool:
+        """True when at least ``least_pages`` pages are dirty (any dirty byte for 0, or when full)."""
+        flushed, wrote = self.flushed_position, self.wrote_position
+        if wrote <= flushed:
+            return False
+        if least_pages <= 0 or self.is_full():
+            return True
+        return wrote // OS_PAGE_SIZE - flushed // OS_PAGE_SIZE >= least_pages
+
+    def flush(self, least_pages: int = 0) -> int:
+        """Make written bytes durable when enough pages are dirty; returns the flushed position."""
+        if self.is_able_to_flush(least_pages):
+            target = self.wrote_position  # captured before the sync, as RocketMQ does
+            os.fdatasync(self._fd)
+            self.flushed_position = target
+        return self.flushed_position
+
+    # -- reading (any thread) --
+
+    def select(self, position: int, size: int = -1) -> bytes | None:
+        """A copy of ``size`` bytes at ``position`` (to the readable end when -1).
+
+        None when the range is not entirely written or the file was closed meanwhile.
+        """
+        limit = self.wrote_position
+        end = limit if size < 0 else position + size
+        if position < 0 or position > limit or end > limit:
+            return None
+        try:
+            return self.data[position:end]
+        except ValueError:  # unmapped by retention while we looked
+            return None
+
+    # -- lifecycle --
+
+    @property
+    def last_modified(self) -> float:
+        """The file's modification time in seconds (retention's age)."""
+        return os.stat(self.path).st_mtime
+
+    def close(self) -> None:
+        """Unmap and close, keeping the file."""
+        if not self.closed:
+            self.closed = True
+            self.data.close()
+            os.close(self._fd)
+
+    def destroy(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        _log.info("destroyed %s", self.path)
+
+
+class MappedFileQueue:
+    """The segments of one directory, ordered by start offset (RocketMQ ``MappedFileQueue``).
+
+    The file list is replaced, never mutated in place, so a reader holding the old list stays safe.
+
+    :param store_path: the directory.
+    :param mapped_file_size: the size of every segment.
+    :param write_path: ``"mmap"`` or ``"pwrite"``.
+    """
+
+    def __init__(self, store_path: str, mapped_file_size: int, write_path: str = "pwrite") -> None:
+        self.store_path = store_path
+        self.mapped_file_size = mapped_file_size
+        self.write_path = write_path
+        self.mapped_files: list[MappedFile] = []
+        self.flushed_where = 0
+        self.committed_where = 0
+        self.store_timestamp = 0
+
+    def load(self) -> bool:
+        """Open the existing segments; every position is set to the file size (recovery truncates).
+
+        :returns: False (and opens nothing) if a file does not have the configured size.
+        """
+        os.makedirs(self.store_path, exist_ok=True)
+        names = sorted(n for n in os.listdir(self.store_path) if len(n) == 20 and n.isdigit())
+        paths = [os.path.join(self.store_path, n) for n in names]
+        for path in paths:
+            if os.path.getsize(path) != self.mapped_file_size:
+                _log.error("%s: size %d is not the configured %d", path, os.path.getsize(path),
+                           self.mapped_file_size)
+                return False
+        files = []
+        for path in paths:
+            mf = MappedFile(path, self.mapped_file_size, self.write_path)
+            mf.set_position(self.mapped_file_size)
+            files.append(mf)
+        self.mapped_files = files
+        return True
+
+    # -- lookup --
+
+    def first(self) -> MappedFile | None:
+        files = self.mapped_files
+        return files[0] if files else None
+
+    def last(self) -> MappedFile | None:
+        files = self.mapped_files
+        return files[-1] if files else None
+
+    def find_mapped_file_by_offset(self, offset: int, return_first_on_not_found: bool = False) -> MappedFile | None:
+        """The segment containing absolute ``offset``, or None (or the first one, if asked)."""
+        files = self.mapped_files
+        if not files:
+            return None
+        first = files[0]
+        index = offset // self.mapped_file_size - first.file_from_offset // self.mapped_file_size
+        if 0 <= index < len(files):
+            mf = files[index]
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.mapped_file_size:
+                return mf
+        return first if return_first_on_not_found else None
+
+    def get_last_mapped_file(self, start_offset: int = 0, need_create: bool = True) -> MappedFile | None:
+        """The segment being written; a new one when there is none or it is full and ``need_create``.
+
+        :param start_offset: where the first segment starts when the queue is empty.
+        :raises OSError: when the new file cannot be created.
+        """
+        last = self.last()
+        if not need_create or (last is not None and not last.is_full()):
+            return last
+        if last is None:
+            create_offset = start_offset - start_offset % self.mapped_file_size
+        else:
+            create_offset = last.file_from_offset + self.mapped_file_size
+        os.makedirs(self.store_path, exist_ok=True)
+        path = os.path.join(self.store_path, file_name(create_offset))
+        mf = MappedFile(path, self.mapped_file_size, self.write_path, create=True)
+        if last is None:
+            self.flushed_where = self.committed_where = create_offset
+        self.mapped_files = self.mapped_files + [mf]
+        return mf
+
+    @property
+    def min_offset(self) -> int:
+        """Start of the oldest segment, or -1 when there is none."""
+        first = self.first()
+        return first.file_from_offset if first is not None else -1
+
+    @property
+    def max_offset(self) -> int:
+        """End of the readable bytes of the newest segment (0 when there is none)."""
+        last = self.last()
+        return last.file_from_offset + last.wrote_position if last is not None else 0
+
+    def how_much_fall_behind(self) -> int:
+        """Bytes written but not yet flushed."""
+        return max(0, self.max_offset - self.flushed_where)
+
+    # -- flushing --
+
+    def flush(self, least_pages: int = 0) -> bool:
+        """Flush the segment that holds ``flushed_where``.
+
+        :returns: True when the flushed position advanced.  (RocketMQ's ``MappedFileQueue.flush``
+            returns the opposite, True when nothing advanced; every rocketpy caller uses this one.)
+        """
+        mf = self.find_mapped_file_by_offset(self.flushed_where, self.flushed_where == 0)
+        if mf is None:
+            return False
+        timestamp = mf.store_timestamp  # before the sync: later records may not be covered
+        where = mf.file_from_offset + mf.flush(least_pages)
+        advanced = where != self.flushed_where
+        if advanced:
+            self.store_timestamp = timestamp
+        self.flushed_where = self.committed_where = where
+        return advanced
+
+    # -- truncation and deletion --
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Cut the queue at absolute ``offset``: zero the rest of its segment, destroy later ones."""
+        keep = []
+        for mf in self.mapped_files:
+            if mf.file_from_offset + self.mapped_file_size <= offset:
+                keep.append(mf)
+            elif mf.file_from_offset <= offset:
+                position = offset - mf.file_from_offset
+                mf.set_position(position)
+                mf.zero_from(position)
+                keep.append(mf)
+            else:
+                mf.destroy()
+        self.mapped_files = keep
+        self.flushed_where = self.committed_where = min(self.flushed_where, offset)
+
+    def delete_expired_files_by_time(self, now_s: float, reserved_s: float, clean_immediately: bool,
+                                     max_files: int = 10) -> int:
+        """Destroy segments older than ``reserved_s``, oldest first, never the newest one.
+
+        Stops at the first segment that is still young (unless ``clean_immediately``).
+
+        :returns: how many files were destroyed.
+        """
+        files = self.mapped_files
+        doomed = []
+        for mf in files[:-1][:max_files]:
+            if not clean_immediately and now_s < mf.last_modified + reserved_s:
+                break
+            doomed.append(mf)
+        if doomed:
+            self.mapped_files = files[len(doomed):]
+            for mf in doomed:
+                mf.destroy()
+        return len(doomed)
+
+    def delete_files_below(self, offset: int, last_offset_of: Callable[[MappedFile], int]) -> int:
+        """Destroy leading segments (never the newest) whose last entry's offset, as read by
+        ``last_offset_of``, is below ``offset`` (consume-queue retention).
+
+        :returns: how many files were destroyed.
+        """
+        files = self.mapped_files
+        count = 0
+        for mf in files[:-1]:
+            if last_offset_of(mf) >= offset:
+                break
+            count += 1
+        if count:
+            self.mapped_files = files[count:]
+            for mf in files[:count]:
+                mf.destroy()
+        return count
+
+    def destroy(self) -> None:
+        """Delete every segment."""
+        files, self.mapped_files = self.mapped_files, []
+        for mf in files:
+            mf.destroy()
+        self.flushed_where = self.committed_where = 0
+
+    def close(self) -> None:
+        """Unmap every segment, keeping the files."""
+        for mf in self.mapped_files:
+            mf.close()

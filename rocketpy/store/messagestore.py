@@ -1,0 +1,283 @@
+"""The blocking message store facade of doc/store-api.md: commit log, consume queues, index,
+checkpoint, lock and abort files, recovery and retention.
+
+Plain blocking code for the store's pool threads: one writer thread at a time; reads are safe
+from other threads concurrently with it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from typing import Callable, Sequence
+
+from rocketpy.common.message import MessageExt
+from rocketpy.store.checkpoint import StoreCheckpoint
+from rocketpy.store.commitlog import CommitLog, wall_clock_ms
+from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.consumequeue import ConsumeQueueStore
+from rocketpy.store.index import IndexService
+from rocketpy.store.reads import MessageReader, TagFilter
+from rocketpy.store.retention import Retention, used_ratio
+from rocketpy.store.stats import StoreStats
+from rocketpy.store.status import GetMessageResult, PutMessageResult, PutMessageStatus, QueryMessageResult
+
+_log = logging.getLogger(__name__)
+
+
+class StoreLockedError(RuntimeError):
+    """Another store holds the lock file of this store directory."""
+
+
+class MessageStore:
+    """One broker's message store.
+
+    :param config: the store configuration.
+    :param now_ms: the clock in ms (store timestamps, page-cache-busy, retention); tests inject one.
+    :param total_memory: RAM in bytes for the reads' "on disk" rule (default: this machine's).
+    """
+
+    def __init__(self, config: MessageStoreConfig, now_ms: Callable[[], int] = wall_clock_ms,
+                 total_memory: int | None = None) -> None:
+        self.config = config
+        self.now_ms = now_ms
+        self.stats = StoreStats()
+        self.consume_queues = ConsumeQueueStore(config)
+        self.index = IndexService(config, now_ms)
+        dispatchers = [self.consume_queues] + ([self.index] if config.message_index_enable else [])
+        self.commit_log = CommitLog(config, dispatchers, now_ms, self.stats)
+        self.reader = MessageReader(self.consume_queues, self.commit_log, config, total_memory)
+        self.retention = Retention(config, now_ms)
+        self.checkpoint: StoreCheckpoint | None = None
+        self.last_exit_ok = True
+        self.running = False
+        self._lock_fd = -1
+
+    # -- lifecycle --
+
+    def load(self) -> bool:
+        """Take the lock file, open every file and recover (normally, or after a crash when the
+        abort file is there); rebuild the queue-offset table.
+
+        :returns: False when the store cannot be opened (locked, a file of the wrong size, I/O error).
+        """
+        try:
+            self._take_lock()
+            self.last_exit_ok = not os.path.exists(self.config.abort_path)
+            self.checkpoint = StoreCheckpoint(self.config.checkpoint_path)
+            if not (self.commit_log.load() and self.consume_queues.load()
+                    and self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)):
+                return False
+            self._recover()
+        except (OSError, StoreLockedError) as e:
+            _log.error("cannot load the store in %s: %s", self.config.store_path_root_dir, e)
+            return False
+        return True
+
+    def _recover(self) -> None:
+        log, queues = self.commit_log, self.consume_queues
+        assert self.checkpoint is not None
+        queues.recover()
+        if not log.queue.mapped_files:
+            queues.destroy()
+            self.index.destroy()
+            end = 0
+        elif self.last_exit_ok:
+            end = log.recover_normally()
+        else:
+            safe = self.checkpoint.min_timestamp()
+            if self.config.message_index_safe:
+                safe = self.checkpoint.min_timestamp_index()
+            end = log.recover_abnormally(safe)
+        if queues.max_physic_offset >= end:
+            queues.truncate_dirty(end)
+        # What the queues miss past their newest entry (RocketMQ's reput at start-up).
+        behind = max(queues.max_physic_offset, log.min_offset)
+        if 0 <= behind < end:
+            log.walk(behind, check_crc=False, dispatch=True)
+        log.topic_queue_table = queues.queue_offset_table()
+        queues.correct_min_offset(log.min_offset)
+        _log.info("store recovered (%s exit): commit log [%d, %d)", "clean" if self.last_exit_ok else "unclean",
+                  log.min_offset, end)
+
+    def _take_lock(self) -> None:
+        if self._lock_fd >= 0:
+            return
+        os.makedirs(self.config.store_path_root_dir, exist_ok=True)
+        fd = os.open(self.config.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreLockedError("Lock failed, MQ already started") from None
+        os.pwrite(fd, b"lock", 0)
+        os.fsync(fd)
+        self._lock_fd = fd
+
+    def start(self) -> None:
+        """Hold the lock file and create the abort file: from now on an exit without
+        :meth:`shutdown` counts as a crash.
+
+        :raises StoreLockedError: another store runs on this directory.
+        """
+        self._take_lock()
+        with open(self.config.abort_path, "wb") as abort:
+            os.fsync(abort.fileno())
+        self.running = True
+
+    def shutdown(self) -> None:
+        """Flush everything, write the checkpoint, remove the abort file (a clean exit) unless the
+        store became unwritable, close the files and release the lock."""
+        was_running, self.running = self.running, False
+        if was_running:
+            self.flush(0)
+            self.flush_consume_queues(0)
+            if self.is_writable():
+                os.remove(self.config.abort_path)
+            else:
+                _log.warning("store not writable at shutdown: the next start recovers as after a crash")
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+        self.commit_log.close()
+        self.consume_queues.close()
+        self.index.close()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = -1
+
+    # -- writes --
+
+    def is_writable(self) -> bool:
+        """False once a dispatch failed or the disk is full."""
+        return not (self.commit_log.dispatch_failed or self.retention.disk_full)
+
+    def _refusal(self) -> PutMessageStatus | None:
+        if not self.running or self.config.broker_role == "SLAVE" or not self.is_writable():
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE
+        if self.commit_log.is_os_page_cache_busy():
+            return PutMessageStatus.OS_PAGECACHE_BUSY
+        return None
+
+    def put_message(self, msg: MessageExt) -> PutMessageResult:
+        """Append one message; see :meth:`CommitLog.put_messages`."""
+        return self.put_messages([msg])
+
+    def put_messages(self, msgs: Sequence[MessageExt]) -> PutMessageResult:
+        """Append a batch under one lock; one result with every message id."""
+        refusal = self._refusal()
+        if refusal is not None:
+            self.stats.record_failure(refusal.value)
+            return PutMessageResult(refusal)
+        return self.commit_log.put_messages(msgs)
+
+    def flush(self, least_pages: int = 0) -> bool:
+        """Make the commit log durable (``fdatasync``) when ``least_pages`` pages are dirty.
+
+        :returns: True when the flushed offset advanced.
+        """
+        advanced = self.commit_log.flush(least_pages)
+        if advanced and self.checkpoint is not None:
+            self.checkpoint.physic_msg_timestamp = self.commit_log.queue.store_timestamp
+        return advanced
+
+    def flush_consume_queues(self, least_pages: int = 0) -> None:
+        """Flush the consume queues; a thorough pass (0 pages) also flushes the index and the checkpoint."""
+        logics = self.consume_queues.logics_msg_timestamp  # snapshot before the queues are flushed
+        self.consume_queues.flush(least_pages)
+        if least_pages == 0 and self.checkpoint is not None:
+            index_end = self.index.flush()
+            if index_end:
+                self.checkpoint.index_msg_timestamp = index_end
+            if logics:
+                self.checkpoint.logics_msg_timestamp = logics
+            self.checkpoint.flush()
+
+    @property
+    def max_physical_offset(self) -> int:
+        """End of the commit log (where the next record goes)."""
+        return self.commit_log.max_offset
+
+    @property
+    def min_physical_offset(self) -> int:
+        """Start of the oldest commit-log file (0 when there is none)."""
+        return max(0, self.commit_log.min_offset)
+
+    @property
+    def flushed_offset(self) -> int:
+        """How far the commit log is durable."""
+        return self.commit_log.flushed_offset
+
+    # -- reads (any thread) --
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    tag_filter: TagFilter | None = None) -> GetMessageResult:
+        """Up to ``max_msg_nums`` records of a queue from ``offset`` (see :class:`MessageReader`)."""
+        return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, tag_filter)
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+        cq = self.consume_queues.get(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The first readable queue offset (0 for an unknown queue)."""
+        cq = self.consume_queues.get(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self.reader.offset_by_time(topic, queue_id, timestamp_ms)
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        return self.reader.earliest_message_time(topic, queue_id)
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        return self.reader.commit_log_offset_in_queue(topic, queue_id, cq_offset)
+
+    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
+        """The decoded record at a commit-log offset, None if there is none."""
+        return self.commit_log.look_message_by_offset(commit_log_offset)
+
+    def select_one_message_by_offset(self, commit_log_offset: int) -> bytes | None:
+        """The raw record at a commit-log offset, None if there is none."""
+        return self.commit_log.select_one_message_by_offset(commit_log_offset)
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryMessageResult:
+        """Records of ``topic`` with ``key`` (a KEYS token or UNIQ_KEY) stored in ``[begin_ms, end_ms]``."""
+        found = self.index.query(topic, key, max_num, begin_ms, end_ms)
+        records = [r for r in map(self.commit_log.select_one_message_by_offset, found.phy_offsets) if r is not None]
+        return QueryMessageResult(records, found.index_last_update_timestamp, found.index_last_update_phyoffset)
+
+    # -- HA --
+
+    def get_commit_log_data(self, offset: int) -> bytes | None:
+        """Bytes from ``offset`` to the readable end of its commit-log file (master side)."""
+        return self.commit_log.get_data(offset)
+
+    def append_to_commit_log(self, offset: int, data: bytes) -> bool:
+        """Slave side: append master bytes at ``offset`` byte for byte, then dispatch whole records."""
+        if self.checkpoint is None or not self.is_writable():
+            return False
+        return self.commit_log.append_data(offset, data)
+
+    # -- retention --
+
+    def clean_expired_files(self) -> int:
+        """Measure the disk and delete expired commit-log files; consume-queue and index files
+        wholly below the new minimum follow. Run it every ``clean_resource_interval``.
+
+        :returns: how many commit-log files were deleted.
+        """
+        paths = [self.config.commit_log_dir, self.config.consume_queue_dir]
+        deleted = self.retention.run(self.commit_log.queue, [p for p in paths if os.path.isdir(p)] or
+                                     [self.config.store_path_root_dir])
+        if deleted:
+            low = self.commit_log.min_offset
+            self.consume_queues.delete_expired(low)
+            self.index.delete_expired(low)
+        return deleted
+
+    def disk_usage_ratio(self) -> float:
+        """Used share (0–1) of the commit log's partition; -1 when unknown."""
+        path = self.config.commit_log_dir
+        return used_ratio(path if os.path.isdir(path) else self.config.store_path_root_dir)
