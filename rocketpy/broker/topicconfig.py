@@ -7,16 +7,14 @@ reactor thread; persisting writes a small JSON file atomically.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
-from twisted.logger import Logger
 
-from rocketpy.util.fileio import read_if_exists, write_atomically
+from rocketpy.broker.config import JsonConfigFile
 
 #: ``perm`` bits (``PermName``).
 PERM_INHERIT = 1
@@ -99,10 +97,6 @@ def dlq_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
 
 
-class ConfigFileError(Exception):
-    """A broker config file (``topics.json`` …) exists but cannot be read."""
-
-
 @dataclass(slots=True)
 class TopicConfig:
     """One topic of this broker (defaults as Java ``TopicConfig``)."""
@@ -169,36 +163,12 @@ class DataVersion:
         return cls(int(obj.get("counter", 0)), int(obj.get("timestamp", 0)))
 
 
-def load_json_file(path: str) -> dict[str, Any] | None:
-    """The JSON object stored at ``path``; None when the file is missing or empty.
-
-    :raises ConfigFileError: when the file holds something other than a JSON object.
-    """
-    data = read_if_exists(path)
-    if data is None or not data.strip():
-        return None
-    try:
-        obj = json.loads(data)
-    except ValueError as e:
-        raise ConfigFileError(f"{path}: not JSON: {e}") from None
-    if not isinstance(obj, dict):
-        raise ConfigFileError(f"{path}: not a JSON object")
-    return obj
-
-
-def dump_json(obj: Any) -> bytes:
-    """Compact JSON with sorted keys (fastjson's order)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")
-
-
-class TopicConfigManager:
+class TopicConfigManager(JsonConfigFile):
     """All topics of one broker, with the data version the name server compares.
 
     :param clock: gives the data-version timestamps.
     :param path: ``topics.json``; None keeps the table in memory only.
     """
-
-    log = Logger()
 
     def __init__(
         self,
@@ -348,42 +318,19 @@ class TopicConfigManager:
     # -- persistence ------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
-        """TopicConfigSerializeWrapper: ``{"dataVersion":…,"topicConfigTable":…}``."""
+        """TopicConfigSerializeWrapper: ``{"dataVersion":…,"topicConfigTable":…}``.
+
+        The same object is ``topics.json``, the GET_ALL_TOPIC_CONFIG body and
+        the registration's ``topicConfigSerializeWrapper``.
+        """
         return {
             "dataVersion": self.data_version.to_json(),
             "topicConfigTable": {name: c.to_json() for name, c in self._table.items()},
         }
 
-    def encode(self) -> bytes:
-        """:meth:`to_json` as bytes (``topics.json`` and GET_ALL_TOPIC_CONFIG)."""
-        return dump_json(self.to_json())
-
-    def persist(self) -> None:
-        """Write ``topics.json`` (blocking, small); failures are logged."""
-        if self.path is None:
-            return
-        try:
-            write_atomically(self.path, self.encode())
-        except OSError:
-            self.log.failure("cannot write {path}", path=self.path)
-
-    def load(self) -> None:
-        """Merge the topics of ``topics.json`` into the table (they win over defaults).
-
-        :raises ConfigFileError: when the file exists but is malformed.
-        """
-        if self.path is None:
-            return
-        obj = load_json_file(self.path)
-        if obj is None:
-            return
+    def apply_json(self, obj: dict[str, Any]) -> None:
+        """Loaded topics win over the built-in ones; the data version is restored."""
         table = obj.get("topicConfigTable") or {}
-        try:
-            if not isinstance(table, dict):
-                raise ValueError("topicConfigTable is not an object")
-            loaded = {name: TopicConfig.from_json(name, value) for name, value in table.items()}
-            version = DataVersion.from_json(obj.get("dataVersion"))
-        except (TypeError, ValueError) as e:
-            raise ConfigFileError(f"{self.path}: {e}") from None
+        loaded = {name: TopicConfig.from_json(name, value) for name, value in table.items()}
+        self.data_version = DataVersion.from_json(obj.get("dataVersion"))
         self._table.update(loaded)
-        self.data_version = version

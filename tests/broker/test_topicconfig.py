@@ -8,11 +8,11 @@ import os
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from rocketpy.broker.config import ConfigFileError
 from rocketpy.broker.topicconfig import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
-    ConfigFileError,
     TopicConfig,
     TopicConfigManager,
     is_send_forbidden,

@@ -1,0 +1,425 @@
+"""Who is connected: consumer groups and producer groups, from HEART_BEAT (spec §3.2, §3.6).
+
+Heartbeat bodies differ per client (observed-clients.md §4): the C++ client
+sends enum ordinals and ``subVersion`` as a string, Java and ali-ons enum
+names and numbers, and any list may be missing. Subscriptions keep the tag
+*strings* — the C++ ``codeSet`` is ``[0]`` and is never used.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, TypeVar
+
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from rocketpy.broker.filter import EXPRESSION_TAG, SUB_ALL, parse_tags
+from rocketpy.common.message import java_hash
+from rocketpy.interfaces import IChannel, IChannelEventListener
+from rocketpy.remoting.codes import LanguageCode, RequestCode
+from rocketpy.remoting.command import RemotingCommand
+
+
+class ConsumeType(IntEnum):
+    CONSUME_ACTIVELY = 0
+    CONSUME_PASSIVELY = 1
+
+
+class MessageModel(IntEnum):
+    BROADCASTING = 0
+    CLUSTERING = 1
+
+
+class ConsumeFromWhere(IntEnum):
+    CONSUME_FROM_LAST_OFFSET = 0
+    CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST = 1
+    CONSUME_FROM_MIN_OFFSET = 2
+    CONSUME_FROM_MAX_OFFSET = 3
+    CONSUME_FROM_FIRST_OFFSET = 4
+    CONSUME_FROM_TIMESTAMP = 5
+
+
+_E = TypeVar("_E", bound=IntEnum)
+
+
+class HeartbeatError(ValueError):
+    """A HEART_BEAT body that cannot be understood."""
+
+
+def parse_enum(kind: type[_E], value: Any, default: _E) -> _E:
+    """An enum from its name (Java, ali-ons) or ordinal (C++, number or digits); ``default`` when absent.
+
+    :raises HeartbeatError: for an unknown name or ordinal.
+    """
+    if value is None or value == "":
+        return default
+    try:
+        if isinstance(value, bool):
+            raise ValueError(value)
+        if isinstance(value, int) or (isinstance(value, str) and value.lstrip("-").isdigit()):
+            return kind(int(value))
+        return kind[str(value)]
+    except (KeyError, ValueError):
+        raise HeartbeatError(f"unknown {kind.__name__} {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionData:
+    """One topic a consumer group subscribes to, as its latest heartbeat said."""
+
+    topic: str
+    sub_string: str = SUB_ALL
+    tags_set: frozenset[str] = frozenset()
+    sub_version: int = 0
+    expression_type: str = EXPRESSION_TAG
+
+    @classmethod
+    def build(
+        cls, topic: str, sub_string: str | None, sub_version: int = 0, expression_type: str | None = None
+    ) -> SubscriptionData:
+        """Java ``FilterAPI.buildSubscriptionData``: tags split from the subscription string."""
+        tags = parse_tags(sub_string)
+        text = (sub_string or "").strip() if tags else SUB_ALL
+        return cls(topic, text, tags, sub_version, expression_type or EXPRESSION_TAG)
+
+    def to_json(self) -> dict[str, Any]:
+        """The Java ``SubscriptionData`` shape, with codes recomputed from the tags."""
+        tags = sorted(self.tags_set)
+        return {
+            "classFilterMode": False,
+            "codeSet": [java_hash(t) for t in tags],
+            "expressionType": self.expression_type,
+            "subString": self.sub_string,
+            "subVersion": self.sub_version,
+            "tagsSet": tags,
+            "topic": self.topic,
+        }
+
+
+@dataclass(slots=True)
+class ConsumerData:
+    """One consumer group entry of a heartbeat."""
+
+    group_name: str
+    consume_type: ConsumeType = ConsumeType.CONSUME_PASSIVELY
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+    subscriptions: list[SubscriptionData] = field(default_factory=list)
+    unit_mode: bool = False
+
+
+@dataclass(slots=True)
+class HeartbeatData:
+    """A parsed HEART_BEAT body."""
+
+    client_id: str
+    producer_groups: list[str] = field(default_factory=list)
+    consumers: list[ConsumerData] = field(default_factory=list)
+
+
+def _objects(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise HeartbeatError(f"{key} is not a list of objects")
+    return value
+
+
+def _subscription(obj: dict[str, Any]) -> SubscriptionData:
+    topic = obj.get("topic")
+    if not isinstance(topic, str) or not topic:
+        raise HeartbeatError("subscription without topic")
+    sub_string = obj.get("subString")
+    if sub_string is None and obj.get("tagsSet"):
+        sub_string = "||".join(str(t) for t in obj["tagsSet"])
+    try:
+        version = int(obj.get("subVersion") or 0)
+    except (TypeError, ValueError):
+        raise HeartbeatError(f"subVersion of {topic} is not a number: {obj.get('subVersion')!r}") from None
+    return SubscriptionData.build(topic, None if sub_string is None else str(sub_string), version,
+                                  obj.get("expressionType"))
+
+
+def parse_heartbeat(body: bytes) -> HeartbeatData:
+    """Parse a HEART_BEAT body from any client.
+
+    :raises HeartbeatError: when it is not JSON, lacks ``clientID`` or has wrong types.
+    """
+    try:
+        obj = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise HeartbeatError(f"heartbeat body is not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise HeartbeatError("heartbeat body is not a JSON object")
+    client_id = obj.get("clientID")
+    if not isinstance(client_id, str) or not client_id:
+        raise HeartbeatError("heartbeat without clientID")
+    producers = [str(p["groupName"]) for p in _objects(obj, "producerDataSet") if p.get("groupName")]
+    consumers = []
+    for c in _objects(obj, "consumerDataSet"):
+        group = c.get("groupName")
+        if not isinstance(group, str) or not group:
+            raise HeartbeatError("consumer data without groupName")
+        consumers.append(
+            ConsumerData(
+                group,
+                parse_enum(ConsumeType, c.get("consumeType"), ConsumeType.CONSUME_PASSIVELY),
+                parse_enum(MessageModel, c.get("messageModel"), MessageModel.CLUSTERING),
+                parse_enum(ConsumeFromWhere, c.get("consumeFromWhere"), ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET),
+                [_subscription(s) for s in _objects(c, "subscriptionDataSet")],
+                c.get("unitMode") in (True, "true", "1", 1),
+            )
+        )
+    return HeartbeatData(client_id, producers, consumers)
+
+
+@dataclass(slots=True)
+class ClientChannelInfo:
+    """One client connection: who it is and when it last sent a heartbeat (seconds)."""
+
+    channel: IChannel
+    client_id: str
+    language: str = LanguageCode.JAVA.name
+    version: int = 0
+    last_update: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The Java ``Connection`` shape (GET_CONSUMER_CONNECTION_LIST)."""
+        return {
+            "clientAddr": self.channel.remote_address,
+            "clientId": self.client_id,
+            "language": self.language,
+            "version": self.version,
+        }
+
+
+@dataclass(slots=True)
+class ConsumerGroupInfo:
+    """The live members of one consumer group and what they subscribe to."""
+
+    group_name: str
+    consume_type: ConsumeType = ConsumeType.CONSUME_PASSIVELY
+    message_model: MessageModel = MessageModel.CLUSTERING
+    consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET
+    channels: dict[IChannel, ClientChannelInfo] = field(default_factory=dict)
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+
+    def client_ids(self) -> list[str]:
+        return [info.client_id for info in self.channels.values()]
+
+    def find_channel(self, client_id: str) -> ClientChannelInfo | None:
+        for info in self.channels.values():
+            if info.client_id == client_id:
+                return info
+        return None
+
+    def update_subscriptions(self, subscriptions: list[SubscriptionData]) -> bool:
+        """Take the heartbeat's subscriptions; True when topics were added or removed."""
+        new = {s.topic: s for s in subscriptions}
+        changed = set(new) != set(self.subscriptions)
+        for topic, sub in new.items():
+            old = self.subscriptions.get(topic)
+            if old is None or sub.sub_version >= old.sub_version:
+                self.subscriptions[topic] = sub
+        for topic in set(self.subscriptions) - set(new):
+            del self.subscriptions[topic]
+        return changed
+
+    def to_json(self) -> dict[str, Any]:
+        """The Java ``ConsumerConnection`` shape."""
+        return {
+            "connectionSet": [info.to_json() for info in self.channels.values()],
+            "consumeFromWhere": self.consume_from_where.name,
+            "consumeType": self.consume_type.name,
+            "messageModel": self.message_model.name,
+            "subscriptionTable": {t: s.to_json() for t, s in self.subscriptions.items()},
+        }
+
+
+def log_send_failure(failure: Failure, log: Logger, what: str, peer: str) -> None:
+    """Errback for requests the broker sends to clients: log, never propagate."""
+    log.info("{what} to {peer} failed: {error}", what=what, peer=peer, error=failure.getErrorMessage())
+
+
+class ConsumerManager:
+    """Consumer groups by name; channels expire after ``expiry`` seconds without a heartbeat.
+
+    Every change to a group's set of clients sends NOTIFY_CONSUMER_IDS_CHANGED
+    (oneway, ext ``consumerGroup``) to the members left in the group.
+    """
+
+    log = Logger()
+
+    def __init__(self, clock: IReactorTime, expiry: float = 120.0) -> None:
+        self._clock = clock
+        self.expiry = expiry
+        self._groups: dict[str, ConsumerGroupInfo] = {}
+
+    def register_consumer(self, data: ConsumerData, info: ClientChannelInfo, notify: bool = True) -> bool:
+        """Record a heartbeat of ``info`` for ``data.group_name``; True when the group's clients changed."""
+        info.last_update = self._clock.seconds()
+        group = self._groups.get(data.group_name)
+        if group is None:
+            group = self._groups[data.group_name] = ConsumerGroupInfo(data.group_name)
+        group.consume_type = data.consume_type
+        group.message_model = data.message_model
+        group.consume_from_where = data.consume_from_where
+        old = group.channels.get(info.channel)
+        changed = old is None or old.client_id != info.client_id
+        group.channels[info.channel] = info
+        group.update_subscriptions(data.subscriptions)
+        if changed:
+            self.log.info("consumer {client} joined {group}", client=info.client_id, group=data.group_name)
+            if notify:
+                self.notify_consumer_ids_changed(data.group_name)
+        return changed
+
+    def unregister_consumer(self, group_name: str, channel: IChannel, notify: bool = True) -> bool:
+        """Drop ``channel`` from the group (UNREGISTER_CLIENT); True when it was a member."""
+        return self._remove(group_name, channel, notify)
+
+    def do_channel_close_event(self, channel: IChannel) -> None:
+        """Drop a closed connection from every group."""
+        for name in [n for n, g in self._groups.items() if channel in g.channels]:
+            self._remove(name, channel, True)
+
+    def scan_not_active_channel(self) -> int:
+        """Drop (and close) channels silent for longer than the expiry; how many were dropped."""
+        deadline = self._clock.seconds() - self.expiry
+        dropped = 0
+        for name, group in list(self._groups.items()):
+            for channel, info in list(group.channels.items()):
+                if info.last_update < deadline:
+                    self.log.warn("consumer {client} of {group} expired", client=info.client_id, group=name)
+                    self._remove(name, channel, True)
+                    _close_quietly(channel)
+                    dropped += 1
+        return dropped
+
+    def _remove(self, group_name: str, channel: IChannel, notify: bool) -> bool:
+        group = self._groups.get(group_name)
+        if group is None or group.channels.pop(channel, None) is None:
+            return False
+        if not group.channels:
+            del self._groups[group_name]
+        elif notify:
+            self.notify_consumer_ids_changed(group_name)
+        return True
+
+    def notify_consumer_ids_changed(self, group_name: str) -> None:
+        """Tell every member of the group to rebalance now."""
+        group = self._groups.get(group_name)
+        if group is None:
+            return
+        for channel in list(group.channels):
+            request = RemotingCommand.request(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group_name},
+                language=LanguageCode.JAVA.name,
+            )
+            request.mark_oneway()
+            try:
+                d = channel.invoke_oneway(request)
+            except Exception:
+                log_send_failure(Failure(), self.log, "NOTIFY_CONSUMER_IDS_CHANGED", channel.remote_address)
+                continue
+            d.addErrback(log_send_failure, self.log, "NOTIFY_CONSUMER_IDS_CHANGED", channel.remote_address)
+
+    def get_consumer_group_info(self, group_name: str) -> ConsumerGroupInfo | None:
+        return self._groups.get(group_name)
+
+    def find_subscription_data(self, group_name: str, topic: str) -> SubscriptionData | None:
+        """The subscription the group's latest heartbeat gave for ``topic`` (pull without subscription)."""
+        group = self._groups.get(group_name)
+        return None if group is None else group.subscriptions.get(topic)
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        """Online groups subscribed to ``topic``."""
+        return {name for name, g in self._groups.items() if topic in g.subscriptions}
+
+    def groups(self) -> list[str]:
+        return list(self._groups)
+
+
+class ProducerManager:
+    """Producer groups by name, for admin listings and CHECK_TRANSACTION_STATE."""
+
+    log = Logger()
+
+    def __init__(self, clock: IReactorTime, expiry: float = 120.0) -> None:
+        self._clock = clock
+        self.expiry = expiry
+        self._groups: dict[str, dict[IChannel, ClientChannelInfo]] = {}
+
+    def register_producer(self, group_name: str, info: ClientChannelInfo) -> None:
+        info.last_update = self._clock.seconds()
+        self._groups.setdefault(group_name, {})[info.channel] = info
+
+    def unregister_producer(self, group_name: str, channel: IChannel) -> bool:
+        channels = self._groups.get(group_name)
+        if channels is None or channels.pop(channel, None) is None:
+            return False
+        if not channels:
+            del self._groups[group_name]
+        return True
+
+    def do_channel_close_event(self, channel: IChannel) -> None:
+        for name in [n for n, chans in self._groups.items() if channel in chans]:
+            self.unregister_producer(name, channel)
+
+    def scan_not_active_channel(self) -> int:
+        deadline = self._clock.seconds() - self.expiry
+        dropped = 0
+        for name, channels in list(self._groups.items()):
+            for channel, info in list(channels.items()):
+                if info.last_update < deadline:
+                    self.log.warn("producer {client} of {group} expired", client=info.client_id, group=name)
+                    self.unregister_producer(name, channel)
+                    _close_quietly(channel)
+                    dropped += 1
+        return dropped
+
+    def channels_of(self, group_name: str) -> list[ClientChannelInfo]:
+        """The live connections of a producer group."""
+        return list(self._groups.get(group_name, {}).values())
+
+    def get_available_channel(self, group_name: str) -> IChannel | None:
+        """One live connection of the group (the newest heartbeat), or None."""
+        infos = self.channels_of(group_name)
+        return max(infos, key=lambda i: i.last_update).channel if infos else None
+
+    def groups(self) -> list[str]:
+        return list(self._groups)
+
+
+def _close_quietly(channel: IChannel) -> None:
+    try:
+        channel.close()
+    except Exception:
+        Logger().failure("closing an expired channel failed")
+
+
+@implementer(IChannelEventListener)
+class ClientChannelListener:
+    """Forgets a connection's consumers and producers as soon as it closes or fails."""
+
+    def __init__(self, consumers: ConsumerManager, producers: ProducerManager) -> None:
+        self._consumers = consumers
+        self._producers = producers
+
+    def on_channel_connect(self, remote_address: str, channel: IChannel) -> None:
+        pass
+
+    def on_channel_close(self, remote_address: str, channel: IChannel) -> None:
+        self._consumers.do_channel_close_event(channel)
+        self._producers.do_channel_close_event(channel)
+
+    on_channel_exception = on_channel_close
+
+    def on_channel_idle(self, remote_address: str, channel: IChannel) -> None:
+        pass

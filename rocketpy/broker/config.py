@@ -1,0 +1,164 @@
+"""Broker settings (``BrokerConfig``) and the JSON config files the managers persist."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from twisted.logger import Logger
+
+from rocketpy.util.fileio import read_if_exists, write_atomically
+
+
+@dataclass
+class BrokerConfig:
+    """Settings of one broker: RocketMQ's ``BrokerConfig`` names in snake_case (times in seconds).
+
+    ``advertised_address`` (``brokerIP1:listenPort``) is what the broker
+    registers with the name server and writes as STOREHOST into every stored
+    message, so clients must be able to reach it.
+    """
+
+    broker_name: str = "broker-a"
+    cluster_name: str = "DefaultCluster"
+    broker_id: int = 0
+    broker_role: str = "ASYNC_MASTER"
+    listen: str = "tcp:10911:interface=127.0.0.1"
+    advertised_address: str = "127.0.0.1:10911"
+    namesrv_addr: list[str] = field(default_factory=list)
+    broker_permission: int = 6
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    register_name_server_period: float = 30.0
+    register_broker_timeout: float = 6.0
+    channel_expired_timeout: float = 120.0
+    scan_channel_interval: float = 10.0
+    flush_consumer_offset_interval: float = 5.0
+    long_polling_enable: bool = True
+    short_polling_time: float = 1.0
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+
+    @property
+    def advertised_host(self) -> str:
+        return self.advertised_address.rsplit(":", 1)[0]
+
+    @property
+    def advertised_port(self) -> int:
+        return int(self.advertised_address.rsplit(":", 1)[1])
+
+    @property
+    def ha_server_addr(self) -> str:
+        """``brokerIP2:haListenPort``: the advertised host, listen port + 1."""
+        return f"{self.advertised_host}:{self.advertised_port + 1}"
+
+    def to_properties(self) -> dict[str, str]:
+        """Every setting as RocketMQ's camelCase name → string (GET_BROKER_CONFIG)."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            name = _JAVA_NAMES.get(f.name) or _camel(f.name)
+            if isinstance(value, bool):
+                out[name] = "true" if value else "false"
+            elif isinstance(value, list):
+                out[name] = ";".join(value)
+            elif isinstance(value, float) and f.name in _MILLIS:
+                out[name] = str(int(value * 1000))
+            else:
+                out[name] = str(value)
+        out["brokerIP1"] = self.advertised_host
+        out["listenPort"] = str(self.advertised_port)
+        return out
+
+
+_JAVA_NAMES = {
+    "cluster_name": "brokerClusterName",
+    "namesrv_addr": "namesrvAddr",
+    "advertised_address": "advertisedAddress",
+    "register_broker_timeout": "registerBrokerTimeoutMills",
+    "short_polling_time": "shortPollingTimeMills",
+    "channel_expired_timeout": "channelExpiredTimeout",
+}
+_MILLIS = {
+    "register_name_server_period",
+    "register_broker_timeout",
+    "channel_expired_timeout",
+    "scan_channel_interval",
+    "flush_consumer_offset_interval",
+    "short_polling_time",
+}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+class ConfigFileError(Exception):
+    """A broker config file (``topics.json`` …) exists but cannot be read."""
+
+
+def dump_json(obj: Any) -> bytes:
+    """Compact JSON with sorted keys (fastjson's order)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+class JsonConfigFile(ABC):
+    """A table kept in one JSON file under ``<store>/config`` (Java ``ConfigManager``).
+
+    Subclasses give :meth:`to_json` and :meth:`apply_json`; :meth:`persist`
+    is blocking but small, and :meth:`encode` lets a caller write elsewhere
+    (e.g. from a thread pool) with a snapshot taken on the reactor thread.
+
+    :ivar path: the file; None keeps the table in memory only.
+    """
+
+    log = Logger()
+    path: str | None = None
+
+    @abstractmethod
+    def to_json(self) -> dict[str, Any]:
+        """The whole table as a JSON object."""
+
+    @abstractmethod
+    def apply_json(self, obj: dict[str, Any]) -> None:
+        """Merge a loaded JSON object into the table.
+
+        :raises ValueError: or ``TypeError`` / ``AttributeError`` when it is malformed.
+        """
+
+    def encode(self) -> bytes:
+        """:meth:`to_json` as bytes."""
+        return dump_json(self.to_json())
+
+    def persist(self) -> None:
+        """Write the file now; a failure is logged, not raised."""
+        if self.path is None:
+            return
+        try:
+            write_atomically(self.path, self.encode())
+        except OSError:
+            self.log.failure("cannot write {path}", path=self.path)
+
+    def load(self) -> None:
+        """Merge the file's content into the table; a missing or empty file is no change.
+
+        :raises ConfigFileError: when the file exists but is malformed.
+        """
+        if self.path is None:
+            return
+        data = read_if_exists(self.path)
+        if data is None or not data.strip():
+            return
+        try:
+            obj = json.loads(data)
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+            self.apply_json(obj)
+        except (TypeError, ValueError, AttributeError) as e:
+            raise ConfigFileError(f"{self.path}: {e}") from None
