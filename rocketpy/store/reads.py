@@ -1,0 +1,181 @@
+"""Pull reads: a consume-queue slice turned into a batch of stored records (spec §5).
+
+Blocking and thread-safe against the one writer: it only reads consume queues
+and commit-log bytes that were published before it looked.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Callable, Protocol
+
+from rocketpy.common.message import MessageSysFlag
+from rocketpy.store.config import CQ_UNIT_SIZE, MessageStoreConfig
+from rocketpy.store.consumequeue import ConsumeQueueStore
+from rocketpy.store.status import GetMessageResult, GetMessageStatus
+
+TagFilter = Callable[[int], bool]
+
+MIN_SCAN_BYTES = 16000  # spec §5: at least 800 entries scanned per pull
+_ENTRY = struct.Struct(">qiq")
+_SYS_FLAG = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_SYS_FLAG_POS = 36
+_BORN_HOST_POS = 48
+_STORE_TS_HEAD = 88  # enough bytes to reach STORETIMESTAMP with an IPv6 born host
+
+
+class CommitLogReader(Protocol):
+    """What the reads need from the commit log."""
+
+    @property
+    def max_offset(self) -> int:
+        """The end of the readable log."""
+
+    def get_data(self, offset: int, size: int) -> bytes | None:
+        """``size`` bytes at ``offset``, or None when they are gone or not yet readable."""
+
+
+def physical_memory() -> int:
+    """Bytes of RAM on this machine (0 when unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def store_timestamp_of(commit_log: CommitLogReader, offset: int, size: int) -> int:
+    """The STORETIMESTAMP of the record at ``offset`` (-1 when it cannot be read).
+
+    :param size: the record size from the consume queue; only its head is read.
+    """
+    head = commit_log.get_data(offset, min(size, _STORE_TS_HEAD))
+    if head is None or len(head) < _BORN_HOST_POS + 8:
+        return -1
+    sys_flag = _SYS_FLAG.unpack_from(head, _SYS_FLAG_POS)[0]
+    pos = _BORN_HOST_POS + (20 if sys_flag & MessageSysFlag.BORNHOST_V6 else 8)
+    if len(head) < pos + 8:
+        return -1
+    return int(_I64.unpack_from(head, pos)[0])
+
+
+class MessageReader:
+    """Answers pulls and the time/offset look-ups of one store.
+
+    :param queues: the consume queues.
+    :param commit_log: the log records are read from.
+    :param config: batch limits and the in-memory ratio.
+    :param total_memory: RAM in bytes (default: this machine's); decides "on disk".
+    """
+
+    def __init__(
+        self,
+        queues: ConsumeQueueStore,
+        commit_log: CommitLogReader,
+        config: MessageStoreConfig,
+        total_memory: int | None = None,
+    ) -> None:
+        self._queues = queues
+        self._log = commit_log
+        self._config = config
+        memory = physical_memory() if total_memory is None else total_memory
+        self._memory_limit = memory * config.access_message_in_memory_max_ratio // 100
+        self._log_file_size = config.mapped_file_size_commit_log
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        tag_filter: TagFilter | None = None,
+    ) -> GetMessageResult:
+        """Read up to ``max_msg_nums`` records of a queue from ``offset`` (spec §5 table).
+
+        :param group: the consumer group (not used for the read itself).
+        :param tag_filter: keeps entries whose tags code it accepts; None keeps all.
+        """
+        cq = self._queues.find(topic, queue_id)
+        min_offset, max_offset = cq.min_offset, cq.max_offset
+        if max_offset == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
+        entries = cq.entries_from(offset, max(MIN_SCAN_BYTES, max_msg_nums * CQ_UNIT_SIZE))
+        if entries is None:
+            return GetMessageResult(
+                GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset
+            )
+        result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+        scanned = self._collect(result, entries, max_msg_nums, tag_filter)
+        result.next_begin_offset = offset + scanned
+        return result
+
+    def _collect(
+        self, result: GetMessageResult, entries: bytes, max_msg_nums: int, tag_filter: TagFilter | None
+    ) -> int:
+        """Fill ``result`` from CQ ``entries``; returns how many entries were scanned."""
+        config = self._config
+        max_phy = self._log.max_offset
+        limit = len(entries)
+        records = result.records
+        total_bytes = 0
+        next_file_start = -1
+        last_phy = 0
+        pos = 0
+        while pos < limit:
+            phy, size, tags = _ENTRY.unpack_from(entries, pos)
+            last_phy = phy
+            if phy < next_file_start:
+                pos += CQ_UNIT_SIZE
+                continue
+            if records:
+                on_disk = max_phy - phy > self._memory_limit
+                if on_disk:
+                    max_bytes = config.max_transfer_bytes_on_message_in_disk
+                    max_count = config.max_transfer_count_on_message_in_disk
+                else:
+                    max_bytes = config.max_transfer_bytes_on_message_in_memory
+                    max_count = config.max_transfer_count_on_message_in_memory
+                count = len(records)
+                if count >= max_msg_nums or count >= max_count or total_bytes + size > max_bytes:
+                    break
+            pos += CQ_UNIT_SIZE
+            if tag_filter is not None and not tag_filter(tags):
+                continue
+            data = self._log.get_data(phy, size)
+            if data is None:
+                if not records:
+                    result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_file_start = phy + self._log_file_size - phy % self._log_file_size
+                continue
+            records.append(data)
+            total_bytes += size
+            result.status = GetMessageStatus.FOUND
+            next_file_start = -1
+        result.suggest_pulling_from_slave = max_phy - last_phy > self._memory_limit
+        return pos // CQ_UNIT_SIZE
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (the max offset if none)."""
+        return self._queues.find(topic, queue_id).offset_by_time(timestamp_ms, self._store_time)
+
+    def earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store time of the oldest readable message of a queue, -1 if none."""
+        cq = self._queues.find(topic, queue_id)
+        entry = cq.get_entry(cq.min_offset)
+        return -1 if entry is None else self._store_time(entry[0], entry[1])
+
+    def commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        """The commit-log offset of a queue entry, 0 if absent (as RocketMQ)."""
+        entry = self._queues.find(topic, queue_id).get_entry(cq_offset)
+        return 0 if entry is None else entry[0]
+
+    def _store_time(self, offset: int, size: int) -> int:
+        return store_timestamp_of(self._log, offset, size)
