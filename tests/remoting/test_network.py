@@ -1,0 +1,94 @@
+"""Real loopback tests (127.0.0.1, port 0): oversize frames and thread-pool processors."""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, connectProtocol
+from twisted.internet.protocol import Protocol
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+from twisted.trial.unittest import TestCase
+
+from rocketpy.remoting.client import RemotingClient
+from rocketpy.remoting.codec import MAX_FRAME_LENGTH
+from rocketpy.remoting.codes import ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.server import RemotingServer
+from tests.remoting.helpers import RecordingProcessor
+
+
+class _Watcher(Protocol):
+    """A raw connection that reports when it is closed."""
+
+    def __init__(self) -> None:
+        self.lost: Deferred[None] = Deferred()
+
+    def connectionLost(self, reason: Failure | None = None) -> None:
+        self.lost.callback(None)
+
+
+class LoopbackTests(TestCase):
+    def setUp(self) -> None:
+        from twisted.internet import reactor  # real I/O: this TestCase runs the global reactor
+
+        self.reactor: Any = reactor
+        self.processor = RecordingProcessor()
+        self.server = RemotingServer(reactor)
+        self.server.register_processor(10, self.processor)
+        self.client = RemotingClient(reactor)
+
+    async def listen(self) -> str:
+        """Serve on 127.0.0.1, port 0; clean up server, client and port; return "ip:port"."""
+        port = await TCP4ServerEndpoint(self.reactor, 0, interface="127.0.0.1").listen(self.server.factory())
+        self.addCleanup(port.stopListening)
+        self.addCleanup(self.server.close)
+        self.addCleanup(self.client.close)
+        return f"127.0.0.1:{port.getHost().port}"
+
+    def test_oversize_frame_closes_only_its_connection(self) -> None:
+        """A frame announcing 16 MiB + 1 bytes closes that connection; other clients keep working."""
+
+        async def run() -> None:
+            address = await self.listen()
+            ok = await self.client.invoke_sync(address, RemotingCommand.request(10, body=b"a"), 5.0)
+            self.assertEqual(ok.code, ResponseCode.SUCCESS)
+            host, port = address.split(":")
+            raw = await connectProtocol(TCP4ClientEndpoint(self.reactor, host, int(port)), _Watcher())
+            raw.transport.write(struct.pack(">i", MAX_FRAME_LENGTH + 1) + b"x" * 64)
+            await raw.lost
+            again = await self.client.invoke_sync(address, RemotingCommand.request(10, body=b"b"), 5.0)
+            self.assertEqual((again.code, again.body), (ResponseCode.SUCCESS, b"b"))
+            self.assertEqual(len(self.server.channels), 1)
+
+        return Deferred.fromCoroutine(run())  # type: ignore[return-value]
+
+    def test_thread_pool_executor(self) -> None:
+        """A processor registered with a ThreadPool runs off the reactor thread; its errors are SYSTEM_ERROR."""
+        pool = ThreadPool(1, 1, "test-remoting")
+        pool.start()
+        self.addCleanup(pool.stop)
+        threads: list[int] = []
+
+        def respond(channel: Any, request: RemotingCommand) -> RemotingCommand:
+            threads.append(threading.get_ident())
+            if request.body == b"fail":
+                raise ValueError("bad request")
+            return request.make_response(0, body=request.body)
+
+        self.server.register_processor(11, RecordingProcessor(respond), executor=pool)
+
+        async def run() -> None:
+            address = await self.listen()
+            response = await self.client.invoke_sync(address, RemotingCommand.request(11, body=b"pool"), 5.0)
+            self.assertEqual((response.code, response.body), (ResponseCode.SUCCESS, b"pool"))
+            failed = await self.client.invoke_sync(address, RemotingCommand.request(11, body=b"fail"), 5.0)
+            self.assertEqual((failed.code, failed.remark), (ResponseCode.SYSTEM_ERROR, "ValueError: bad request"))
+            self.assertEqual(len(self.flushLoggedErrors(ValueError)), 1)
+            self.assertNotIn(threading.get_ident(), threads)
+            self.assertEqual(len(threads), 2)
+
+        return Deferred.fromCoroutine(run())  # type: ignore[return-value]
