@@ -68,10 +68,10 @@ class IndexFile:
         self.slots = slots
         self.max_entries = max_entries
         self._entries_at = HEADER_SIZE + slots * SLOT_SIZE
-        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
-         self.hash_slot_count, self.index_count) = _HEADER.unpack_from(mapped.data, 0)
-        if self.index_count <= 0:
-            self.index_count = 1
+        header: tuple[int, int, int, int, int, int] = _HEADER.unpack_from(mapped.data, 0)
+        self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset = header[:4]
+        self.hash_slot_count = header[4]
+        self.index_count = max(header[5], 1)
         mapped.wrote_position = mapped.committed_position = mapped.file_size  # all of it is "written"
         self._dirty = False
 

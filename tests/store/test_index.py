@@ -29,7 +29,7 @@ def request(phy: int, keys: str | None = None, uniq: str | None = None, ts: int 
 def colliding_keys(count: int, slots: int = SLOTS) -> list[str]:
     """``count`` different keys whose ``T#key`` falls into the same slot."""
     target = key_hash("T#k0") % slots
-    found = []
+    found: list[str] = []
     i = 0
     while len(found) < count:
         if key_hash(f"T#k{i}") % slots == target:
