@@ -1,0 +1,300 @@
+"""Tests for :mod:`rocketpy.broker.processors`: response codes, bodies and bad input."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+from zope.interface.verify import verifyObject
+
+from rocketpy.broker.clients import ConsumerManager, ProducerManager
+from rocketpy.broker.config import BrokerConfig
+from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.processors import (
+    AdminBrokerProcessor,
+    BrokerTables,
+    ClientManageProcessor,
+    ConsumerManageProcessor,
+)
+from rocketpy.broker.subscription import SubscriptionGroupManager
+from rocketpy.broker.topicconfig import TopicConfig, TopicConfigManager
+from rocketpy.interfaces import IRequestProcessor
+from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+from tests.broker.test_clients import CPP_HEARTBEAT, CPP_PRODUCER_HEARTBEAT, ONS_HEARTBEAT, FakeChannel
+
+
+class FakeStore:
+    """Queue offsets from a dict; time lookups answer at once."""
+
+    def __init__(self) -> None:
+        self.max: dict[tuple[str, int], int] = {}
+        self.min: dict[tuple[str, int], int] = {}
+        self.max_physical_offset = 1234
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.max.get((topic, queue_id), 0)
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return self.min.get((topic, queue_id), 0)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> Deferred[int]:
+        return succeed(timestamp_ms // 1000)
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> Deferred[int]:
+        return succeed(1700000000000)
+
+
+def _request(code: int, body: bytes = b"", **ext: object) -> RemotingCommand:
+    return RemotingCommand.request(code, {k: str(v) for k, v in ext.items()}, body, language="CPP")
+
+
+class ProcessorTestBase(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.clock.advance(1000)
+        self.store = FakeStore()
+        self.registrations: list[int] = []
+        topics = TopicConfigManager(self.clock)
+        topics.add_change_listener(lambda: self.registrations.append(1))
+        topics.update_topic_config(TopicConfig("T", 4, 4))
+        self.registrations.clear()
+        self.t = BrokerTables(
+            BrokerConfig(), topics, SubscriptionGroupManager(self.clock), ConsumerOffsetManager(),
+            ConsumerManager(self.clock), ProducerManager(self.clock), self.store, self.clock,
+        )
+        self.channel = FakeChannel("10.0.0.9:4000")
+        self.client = ClientManageProcessor(self.t)
+        self.consumer = ConsumerManageProcessor(self.t)
+        self.admin = AdminBrokerProcessor(self.t)
+
+    def call(self, processor: Any, request: RemotingCommand) -> RemotingCommand:
+        result = processor.process_request(self.channel, request)
+        if isinstance(result, Deferred):
+            result = self.successResultOf(result)
+        assert isinstance(result, RemotingCommand)
+        self.assertTrue(all(isinstance(v, str) for v in result.ext_fields.values()), result.ext_fields)
+        return result
+
+    def assertCode(self, response: RemotingCommand, code: int, remark_part: str | None = None) -> None:
+        self.assertEqual(response.code, code, response.remark)
+        if remark_part is not None:
+            self.assertIn(remark_part, response.remark or "")
+
+
+class ClientManageTests(ProcessorTestBase):
+    def test_interface(self) -> None:
+        """All three processors provide IRequestProcessor and accept every request."""
+        for p in (self.client, self.consumer, self.admin):
+            verifyObject(IRequestProcessor, p)
+            self.assertFalse(p.reject_request())
+
+    def test_cpp_heartbeat_creates_group_and_retry_topic(self) -> None:
+        """A CLUSTERING consumer's heartbeat creates its group and %RETRY% topic (1 queue, perm 6) and re-registers."""
+        response = self.call(self.client, _request(RequestCode.HEART_BEAT, CPP_HEARTBEAT))
+        self.assertCode(response, ResponseCode.SUCCESS)
+        retry = self.t.topics.select_topic_config("%RETRY%CID_TAG")
+        assert retry is not None
+        self.assertEqual((retry.read_queue_nums, retry.write_queue_nums, retry.perm), (1, 1, 6))
+        self.assertIn("CID_TAG", self.t.subscriptions.groups())
+        self.assertEqual(self.registrations, [1])
+        self.assertEqual(self.t.consumers.get_consumer_group_info("CID_TAG").client_ids(),  # type: ignore[union-attr]
+                         ["17142-127.0.0.1@DEFAULT"])
+        self.assertEqual(self.channel.oneway[0].code, RequestCode.NOTIFY_CONSUMER_IDS_CHANGED)
+
+    def test_ali_ons_and_producer_heartbeats(self) -> None:
+        """ali-ons consumer and C++ producer heartbeats register their groups."""
+        self.assertCode(self.call(self.client, _request(RequestCode.HEART_BEAT, ONS_HEARTBEAT)), 0)
+        self.assertIn("%RETRY%CID_ALI_EXPLORE", self.t.topics)
+        self.assertCode(self.call(self.client, _request(RequestCode.HEART_BEAT, CPP_PRODUCER_HEARTBEAT)), 0)
+        self.assertIs(self.t.producers.get_available_channel("PID_EXPLORE"), self.channel)
+
+    def test_broadcasting_consumer_gets_no_retry_topic(self) -> None:
+        """A BROADCASTING consumer's group is created but no retry topic."""
+        body = CPP_HEARTBEAT.replace(b'"messageModel":1', b'"messageModel":0')
+        self.assertCode(self.call(self.client, _request(RequestCode.HEART_BEAT, body)), 0)
+        self.assertNotIn("%RETRY%CID_TAG", self.t.topics)
+
+    def test_bad_heartbeat(self) -> None:
+        """A malformed heartbeat body is SYSTEM_ERROR with the reason."""
+        self.assertCode(self.call(self.client, _request(RequestCode.HEART_BEAT, b"{")), 1, "not JSON")
+
+    def test_unregister(self) -> None:
+        """UNREGISTER_CLIENT drops the groups named; empty names (C++) are ignored; clientID is required."""
+        self.call(self.client, _request(RequestCode.HEART_BEAT, CPP_HEARTBEAT))
+        self.call(self.client, _request(RequestCode.HEART_BEAT, CPP_PRODUCER_HEARTBEAT))
+        r = self.call(self.client, _request(RequestCode.UNREGISTER_CLIENT, clientID="x", producerGroup="PID_EXPLORE",
+                                            consumerGroup=""))
+        self.assertCode(r, 0)
+        self.assertEqual(self.t.producers.groups(), [])
+        self.assertEqual(self.t.consumers.groups(), ["CID_TAG"])
+        self.call(self.client, _request(RequestCode.UNREGISTER_CLIENT, clientID="x", consumerGroup="CID_TAG"))
+        self.assertEqual(self.t.consumers.groups(), [])
+        self.assertCode(self.call(self.client, _request(RequestCode.UNREGISTER_CLIENT)), 1, "clientID")
+
+    def test_check_client_config_and_unknown_code(self) -> None:
+        """CHECK_CLIENT_CONFIG succeeds; a code the processor does not serve is REQUEST_CODE_NOT_SUPPORTED."""
+        self.assertCode(self.call(self.client, _request(RequestCode.CHECK_CLIENT_CONFIG)), 0)
+        self.assertCode(self.call(self.client, _request(999)), 3, "999")
+
+
+class ConsumerManageTests(ProcessorTestBase):
+    def test_consumer_list(self) -> None:
+        """The live client ids, or SYSTEM_ERROR naming the group when there are none."""
+        self.assertCode(self.call(self.consumer, _request(38, consumerGroup="CID_TAG")), 1,
+                        "no consumer for this group, CID_TAG")
+        self.call(self.client, _request(RequestCode.HEART_BEAT, CPP_HEARTBEAT))
+        r = self.call(self.consumer, _request(38, consumerGroup="CID_TAG"))
+        self.assertEqual(json.loads(r.body), {"consumerIdList": ["17142-127.0.0.1@DEFAULT"]})
+
+    def test_query_offset_rules(self) -> None:
+        """Stored offset wins; none with min offset 0 is "0"; none on a truncated queue is 22."""
+        q = _request(14, consumerGroup="G", topic="T", queueId=1)
+        self.assertEqual(self.call(self.consumer, q).ext_fields, {"offset": "0"})
+        self.store.min[("T", 1)] = 5
+        self.assertCode(self.call(self.consumer, q), ResponseCode.QUERY_NOT_FOUND, "Not found")
+        self.assertCode(self.call(self.consumer, _request(15, consumerGroup="G", topic="T", queueId=1,
+                                                          commitOffset=9)), 0)
+        self.assertEqual(self.call(self.consumer, q).ext_fields, {"offset": "9"})
+
+    def test_update_offset_negative_ignored(self) -> None:
+        """ali-ons' -1 commit is accepted and stores nothing."""
+        self.assertCode(self.call(self.consumer, _request(15, consumerGroup="G", topic="T", queueId=0,
+                                                          commitOffset=-1)), 0)
+        self.assertEqual(self.t.offsets.query_offset("G", "T", 0), -1)
+
+    def test_queue_offsets(self) -> None:
+        """GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP and GET_EARLIEST_MSG_STORETIME answer as strings."""
+        self.store.max[("T", 2)] = 17
+        self.store.min[("T", 2)] = 3
+        self.assertEqual(self.call(self.consumer, _request(30, topic="T", queueId=2)).ext_fields, {"offset": "17"})
+        self.assertEqual(self.call(self.consumer, _request(31, topic="T", queueId=2)).ext_fields, {"offset": "3"})
+        r = self.call(self.consumer, _request(29, topic="T", queueId=2, timestamp=5000))
+        self.assertEqual(r.ext_fields, {"offset": "5"})
+        r = self.call(self.consumer, _request(32, topic="T", queueId=2))
+        self.assertEqual(r.ext_fields, {"timestamp": "1700000000000"})
+
+    def test_bad_input(self) -> None:
+        """Missing or non-numeric fields, unknown topics and out-of-range queues get named errors."""
+        cases = [
+            (_request(30, queueId=0), 1, "'topic' is missing"),
+            (_request(30, topic="T"), 1, "'queueId' is missing"),
+            (_request(30, topic="T", queueId="x"), 1, "'queueId' is not a number"),
+            (_request(30, topic="NOPE", queueId=0), 17, "NOPE"),
+            (_request(30, topic="T", queueId=4), 1, "queueId[4] is illegal"),
+            (_request(31, topic="T", queueId=-1), 1, "queueId[-1]"),
+            (_request(14, topic="T", queueId=0), 1, "'consumerGroup' is missing"),
+            (_request(15, consumerGroup="G", topic="T", queueId=0), 1, "'commitOffset' is missing"),
+            (_request(29, topic="T", queueId=0, timestamp="soon"), 1, "'timestamp' is not a number"),
+            (_request(32, topic="T", queueId=9), 1, "illegal"),
+            (_request(38), 1, "consumerGroup"),
+        ]
+        for request, code, remark in cases:
+            self.assertCode(self.call(self.consumer, request), code, remark)
+
+
+class AdminTests(ProcessorTestBase):
+    def test_update_and_create_topic(self) -> None:
+        """UPDATE_AND_CREATE_TOPIC stores the topic and triggers a registration."""
+        r = self.call(self.admin, _request(17, topic="New", defaultTopic="TBW102", readQueueNums=2,
+                                           writeQueueNums=3, perm=6, topicFilterType="SINGLE_TAG", order="false"))
+        self.assertCode(r, 0)
+        self.assertEqual(self.t.topics.select_topic_config("New"), TopicConfig("New", 2, 3, 6))
+        self.assertEqual(self.registrations, [1])
+
+    def test_update_and_create_topic_bad_input(self) -> None:
+        """Reserved or invalid names and missing or bad numbers are SYSTEM_ERROR with a reason."""
+        ok = dict(readQueueNums=1, writeQueueNums=1, perm=6)
+        cases = [
+            (dict(ok, topic="DefaultCluster"), "reserved"),
+            (dict(ok, topic="a b"), "illegal characters"),
+            (dict(ok, topic="X", readQueueNums="many"), "readQueueNums"),
+            (dict(topic="X", readQueueNums=1, writeQueueNums=1), "'perm' is missing"),
+            (dict(ok, topic="X", writeQueueNums=-1), "negative"),
+        ]
+        for ext, remark in cases:
+            self.assertCode(self.call(self.admin, _request(17, **ext)), 1, remark)
+        self.assertNotIn("X", self.t.topics)
+
+    def test_delete_topic(self) -> None:
+        """DELETE_TOPIC_IN_BROKER removes the topic and its offsets."""
+        self.t.offsets.commit_offset("p", "G", "T", 0, 5)
+        self.assertCode(self.call(self.admin, _request(215, topic="T")), 0)
+        self.assertNotIn("T", self.t.topics)
+        self.assertEqual(self.t.offsets.query_offset("G", "T", 0), -1)
+
+    def test_table_bodies(self) -> None:
+        """GET_ALL_TOPIC_CONFIG, GET_ALL_CONSUMER_OFFSET and GET_ALL_SUBSCRIPTIONGROUP_CONFIG return the tables."""
+        body = json.loads(self.call(self.admin, _request(21)).body)
+        self.assertEqual(body["topicConfigTable"]["T"]["writeQueueNums"], 4)
+        self.assertIn("dataVersion", body)
+        self.t.offsets.commit_offset("p", "G", "T", 0, 5)
+        self.assertEqual(json.loads(self.call(self.admin, _request(43)).body), {"offsetTable": {"T@G": {"0": 5}}})
+        self.assertIn("TOOLS_CONSUMER", json.loads(self.call(self.admin, _request(201)).body)["subscriptionGroupTable"])
+
+    def test_update_subscription_group(self) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP takes the Java body; a body without groupName is refused."""
+        body = json.dumps({"groupName": "G9", "retryMaxTimes": 2}).encode()
+        self.assertCode(self.call(self.admin, _request(200, body)), 0)
+        self.assertEqual(self.t.subscriptions.groups()["G9"].retry_max_times, 2)
+        self.assertCode(self.call(self.admin, _request(200, b"{}")), 1, "groupName")
+        self.assertCode(self.call(self.admin, _request(200, b"[")), 1, "not JSON")
+        self.assertCode(self.call(self.admin, _request(200, b'{"groupName":"G","retryMaxTimes":"x"}')), 1)
+
+    def test_runtime_info(self) -> None:
+        """GET_BROKER_RUNTIME_INFO has the clusterList keys, every value a string."""
+        self.store.max[("T", 0)] = 7
+        table = json.loads(self.call(self.admin, _request(28)).body)["table"]
+        for key in ("brokerVersionDesc", "msgPutTotalTodayNow", "msgGetTotalTodayNow", "putTps",
+                    "getTransferedTps", "earliestMessageTimeStamp", "commitLogDiskRatio",
+                    "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueHeadWaitTimeMills",
+                    "pageCacheLockTimeMills", "msgPutTotalYesterdayMorning", "msgGetTotalTodayMorning"):
+            self.assertIsInstance(table[key], str, key)
+        self.assertEqual(table["msgPutTotalTodayNow"], "7")
+        self.assertEqual(table["commitLogMaxOffset"], "1234")
+
+    def test_broker_config(self) -> None:
+        """GET_BROKER_CONFIG returns key=value lines with RocketMQ names and a version ext field."""
+        r = self.call(self.admin, _request(26))
+        lines = dict(line.split("=", 1) for line in r.body.decode().splitlines())
+        self.assertEqual(lines["brokerName"], "broker-a")
+        self.assertEqual(lines["brokerClusterName"], "DefaultCluster")
+        self.assertEqual(lines["listenPort"], "10911")
+        self.assertIn("counter", json.loads(r.ext_fields["version"]))
+
+    def test_topic_stats(self) -> None:
+        """GET_TOPIC_STATS_INFO has one object-keyed entry per queue; an unknown topic is 17."""
+        self.store.max[("T", 1)] = 4
+        body = self.call(self.admin, _request(202, topic="T")).body.decode()
+        self.assertIn('{"brokerName":"broker-a","queueId":1,"topic":"T"}:{"lastUpdateTimestamp":0,"maxOffset":4,'
+                      '"minOffset":0}', body)
+        self.assertEqual(body.count("queueId"), 4)
+        self.assertCode(self.call(self.admin, _request(202, topic="NOPE")), 17)
+        self.assertCode(self.call(self.admin, _request(202)), 1, "topic")
+
+    def test_consume_stats(self) -> None:
+        """GET_CONSUME_STATS reports broker and consumer offsets per queue of the group's topics."""
+        self.store.max[("T", 0)] = 10
+        self.t.offsets.commit_offset("p", "G", "T", 0, 6)
+        body = self.call(self.admin, _request(208, consumerGroup="G")).body.decode()
+        self.assertTrue(body.startswith('{"consumeTps":0.0,"offsetTable":{'))
+        self.assertIn('"queueId":0,"topic":"T"}:{"brokerOffset":10,"consumerOffset":6,"lastTimestamp":0}', body)
+        self.assertIn('"queueId":3,"topic":"T"}:{"brokerOffset":0,"consumerOffset":0', body)
+        self.assertCode(self.call(self.admin, _request(208)), 1, "consumerGroup")
+
+    def test_connections_and_consumed_by(self) -> None:
+        """Connection lists and QUERY_TOPIC_CONSUME_BY_WHO; offline groups are named in the error."""
+        self.assertCode(self.call(self.admin, _request(203, consumerGroup="CID_TAG")), 206, "CID_TAG")
+        self.assertCode(self.call(self.admin, _request(204, producerGroup="PID_EXPLORE")), 1, "PID_EXPLORE")
+        self.call(self.client, _request(RequestCode.HEART_BEAT, CPP_HEARTBEAT))
+        self.call(self.client, _request(RequestCode.HEART_BEAT, CPP_PRODUCER_HEARTBEAT))
+        conn = json.loads(self.call(self.admin, _request(203, consumerGroup="CID_TAG")).body)
+        self.assertEqual(conn["connectionSet"][0]["clientAddr"], "10.0.0.9:4000")
+        prod = json.loads(self.call(self.admin, _request(204, producerGroup="PID_EXPLORE")).body)
+        self.assertEqual(prod["connectionSet"][0]["clientId"], "15983-127.0.0.1@DEFAULT")
+        self.t.offsets.commit_offset("p", "OLD", "ExploreTopic", 0, 1)
+        who = json.loads(self.call(self.admin, _request(300, topic="ExploreTopic")).body)
+        self.assertEqual(who, {"groupList": ["CID_TAG", "OLD"]})
