@@ -1,0 +1,245 @@
+"""Tests for segment files and their queue."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.store.mappedfile import OS_PAGE_SIZE, MappedFile, MappedFileQueue, file_name
+
+SIZE = 64 * 1024
+
+
+def read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class MappedFileTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.dir = self.mktemp()
+        os.makedirs(self.dir)
+
+    def create(self, offset: int = 0, write_path: str = "pwrite") -> MappedFile:
+        mf = MappedFile(os.path.join(self.dir, file_name(offset)), SIZE, write_path, create=True)
+        self.addCleanup(mf.close)
+        return mf
+
+    def test_named_by_offset_and_full_size(self) -> None:
+        """A segment is named by its 20-digit start offset and exists at full size from the start."""
+        mf = self.create(131072)
+        self.assertEqual(os.path.basename(mf.path), "00000000000000131072")
+        self.assertEqual(mf.file_from_offset, 131072)
+        self.assertEqual(os.path.getsize(mf.path), SIZE)
+
+    def test_append_reaches_file_both_paths(self) -> None:
+        """Appended bytes are in the file and readable through the mmap, for both write paths."""
+        for offset, path in [(0, "pwrite"), (SIZE, "mmap")]:
+            mf = self.create(offset, path)
+            self.assertEqual(mf.append(b"hello"), 0)
+            self.assertEqual(mf.append(bytearray(b"world")), 5)
+            self.assertEqual(mf.wrote_position, 10)
+            self.assertEqual(mf.committed_position, 10)
+            self.assertEqual(mf.select(0), b"helloworld")
+            self.assertEqual(read_file(mf.path)[:10], b"helloworld")
+
+    def test_append_many(self) -> None:
+        """Several buffers are written back to back in one call, for both write paths."""
+        for offset, path in [(0, "pwrite"), (SIZE, "mmap")]:
+            mf = self.create(offset, path)
+            mf.append(b"x")
+            self.assertEqual(mf.append_many([b"ab", bytearray(b"cde")], 5), 1)
+            self.assertEqual(mf.select(0, 6), b"xabcde")
+            self.assertEqual(read_file(mf.path)[:6], b"xabcde")
+
+    def test_select_bounds(self) -> None:
+        """Only written bytes are readable; a closed file reads as missing."""
+        mf = self.create()
+        mf.append(b"abc")
+        self.assertEqual(mf.select(1, 2), b"bc")
+        self.assertIsNone(mf.select(1, 3))
+        self.assertIsNone(mf.select(4))
+        mf.close()
+        self.assertIsNone(mf.select(0, 1))
+
+    def test_flush_least_pages(self) -> None:
+        """A flush waits for the configured number of dirty pages, except for 0 pages or a full file."""
+        mf = self.create()
+        mf.append(bytes(3 * OS_PAGE_SIZE))
+        self.assertEqual(mf.flush(4), 0)
+        mf.append(bytes(OS_PAGE_SIZE))
+        self.assertEqual(mf.flush(4), 4 * OS_PAGE_SIZE)
+        mf.append(b"x")
+        self.assertEqual(mf.flush(4), 4 * OS_PAGE_SIZE)
+        self.assertEqual(mf.flush(0), 4 * OS_PAGE_SIZE + 1)
+        mf.append(bytes(mf.remaining))
+        self.assertEqual(mf.flush(100), SIZE)
+
+    def test_flush_uses_fdatasync(self) -> None:
+        """Durability goes through ``os.fdatasync`` on the descriptor, never ``mmap.flush``."""
+        synced: list[int] = []
+        self.patch(os, "fdatasync", synced.append)
+        mf = self.create(write_path="mmap")
+        mf.append(b"abc")
+        mf.flush(0)
+        self.assertEqual(len(synced), 1)
+
+    def test_zero_from(self) -> None:
+        """Zeroing from a position wipes every byte after it and keeps those before."""
+        mf = self.create()
+        mf.append(b"keep" + b"\xff" * 5000)
+        mf.write_at(SIZE - 3, b"end")
+        mf.zero_from(4)
+        content = read_file(mf.path)
+        self.assertEqual(content[:4], b"keep")
+        self.assertEqual(content[4:], bytes(SIZE - 4))
+
+    def test_create_failure_leaves_nothing(self) -> None:
+        """When the disk is full at creation the error surfaces and no file is left behind."""
+        def full(fd: int, offset: int, size: int) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.patch(os, "posix_fallocate", full)
+        path = os.path.join(self.dir, file_name(0))
+        error = self.assertRaises(OSError, MappedFile, path, SIZE, "pwrite", True)
+        self.assertEqual(error.errno, errno.ENOSPC)
+        self.assertFalse(os.path.exists(path))
+
+    def test_destroy(self) -> None:
+        """Destroying a segment deletes its file."""
+        mf = self.create()
+        mf.destroy()
+        self.assertFalse(os.path.exists(mf.path))
+
+    def test_bad_write_path(self) -> None:
+        """Only the two known write paths are accepted."""
+        self.assertRaises(ValueError, MappedFile, os.path.join(self.dir, file_name(0)), SIZE, "direct", True)
+
+
+class MappedFileQueueTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.dir = self.mktemp()
+        self.queue = MappedFileQueue(self.dir, SIZE)
+        self.addCleanup(self.queue.close)
+
+    def fill(self, count: int) -> list[MappedFile]:
+        """Create ``count`` full segments."""
+        files = []
+        for _ in range(count):
+            mf = self.queue.get_last_mapped_file()
+            assert mf is not None
+            mf.append(b"\x01" * SIZE)
+            files.append(mf)
+        return files
+
+    def test_create_next_when_full(self) -> None:
+        """The last segment is reused until full, then the next starts where it ended."""
+        first = self.queue.get_last_mapped_file()
+        assert first is not None
+        self.assertIs(self.queue.get_last_mapped_file(), first)
+        first.append(bytes(SIZE))
+        second = self.queue.get_last_mapped_file()
+        assert second is not None
+        self.assertEqual(second.file_from_offset, SIZE)
+        self.assertIsNone(MappedFileQueue(self.mktemp(), SIZE).get_last_mapped_file(need_create=False))
+
+    def test_first_file_at_start_offset(self) -> None:
+        """An empty queue starts at the segment boundary below the requested offset."""
+        mf = self.queue.get_last_mapped_file(3 * SIZE + 100)
+        assert mf is not None
+        self.assertEqual(mf.file_from_offset, 3 * SIZE)
+        self.assertEqual((self.queue.min_offset, self.queue.max_offset), (3 * SIZE, 3 * SIZE))
+
+    def test_find_by_offset(self) -> None:
+        """An offset maps to the segment containing it; outside any segment gives None."""
+        files = self.fill(3)
+        self.assertIs(self.queue.find_mapped_file_by_offset(SIZE + 5), files[1])
+        self.assertIs(self.queue.find_mapped_file_by_offset(3 * SIZE - 1), files[2])
+        self.assertIsNone(self.queue.find_mapped_file_by_offset(3 * SIZE))
+        self.assertIs(self.queue.find_mapped_file_by_offset(10 * SIZE, True), files[0])
+        self.assertEqual(self.queue.max_offset, 3 * SIZE)
+
+    def test_load_sets_positions_to_size(self) -> None:
+        """Loaded segments count as fully written until recovery cuts them."""
+        self.fill(2)
+        self.queue.close()
+        loaded = MappedFileQueue(self.dir, SIZE)
+        self.addCleanup(loaded.close)
+        self.assertTrue(loaded.load())
+        self.assertEqual([mf.wrote_position for mf in loaded.mapped_files], [SIZE, SIZE])
+        self.assertEqual(loaded.max_offset, 2 * SIZE)
+
+    def test_load_rejects_wrong_size(self) -> None:
+        """A segment whose size differs from the configuration fails the load."""
+        self.fill(1)
+        with open(os.path.join(self.dir, file_name(SIZE)), "wb") as f:
+            f.write(b"short")
+        loaded = MappedFileQueue(self.dir, SIZE)
+        with self.assertLogs("rocketpy.store.mappedfile", "ERROR"):
+            self.assertFalse(loaded.load())
+        self.assertEqual(loaded.mapped_files, [])
+
+    def test_flush_reports_advance(self) -> None:
+        """flush returns True only when the flushed position moved, and walks into the next file."""
+        self.assertFalse(self.queue.flush(0))
+        mf = self.queue.get_last_mapped_file()
+        assert mf is not None
+        mf.store_timestamp = 42
+        mf.append(b"a" * 100)
+        self.assertFalse(self.queue.flush(4))
+        self.assertTrue(self.queue.flush(0))
+        self.assertEqual((self.queue.flushed_where, self.queue.store_timestamp), (100, 42))
+        self.assertFalse(self.queue.flush(0))
+        mf.append(bytes(mf.remaining))
+        nxt = self.queue.get_last_mapped_file()
+        assert nxt is not None
+        nxt.append(b"b")
+        self.assertTrue(self.queue.flush(0))
+        self.assertEqual(self.queue.flushed_where, SIZE)
+        self.assertTrue(self.queue.flush(0))
+        self.assertEqual(self.queue.flushed_where, SIZE + 1)
+        self.assertEqual(self.queue.how_much_fall_behind(), 0)
+
+    def test_truncate_dirty_files(self) -> None:
+        """Truncation zeroes the rest of the cut segment and destroys the later ones."""
+        files = self.fill(3)
+        self.queue.truncate_dirty_files(SIZE + 10)
+        self.assertEqual(self.queue.mapped_files, files[:2])
+        self.assertFalse(os.path.exists(files[2].path))
+        self.assertEqual(files[1].wrote_position, 10)
+        self.assertEqual(read_file(files[1].path), b"\x01" * 10 + bytes(SIZE - 10))
+        self.assertEqual(read_file(files[0].path), b"\x01" * SIZE)
+
+    def test_delete_expired_oldest_first_never_last(self) -> None:
+        """Old segments go oldest first; a young one stops the walk; the newest always stays."""
+        files = self.fill(4)
+        for mf, age_h in zip(files, [100, 10, 100, 100]):
+            os.utime(mf.path, (1_000_000 - age_h * 3600, 1_000_000 - age_h * 3600))
+        self.assertEqual(self.queue.delete_expired_files_by_time(1_000_000, 72 * 3600, False), 1)
+        self.assertEqual(self.queue.mapped_files, files[1:])
+        self.assertEqual(self.queue.delete_expired_files_by_time(1_000_000, 72 * 3600, True), 2)
+        self.assertEqual(self.queue.mapped_files, files[3:])
+        self.assertEqual(self.queue.delete_expired_files_by_time(1_000_000, 0, True), 0)
+        self.assertFalse(any(os.path.exists(mf.path) for mf in files[:3]))
+
+    def test_delete_expired_max_files(self) -> None:
+        """At most ``max_files`` segments are deleted per run."""
+        self.fill(5)
+        self.assertEqual(self.queue.delete_expired_files_by_time(0, 0, True, max_files=2), 2)
+        self.assertEqual(self.queue.min_offset, 2 * SIZE)
+
+    def test_delete_files_below(self) -> None:
+        """Leading segments whose last entry is below the offset are deleted, never the newest."""
+        files = self.fill(3)
+        last_entry = {files[0].path: 10, files[1].path: 500, files[2].path: 20}
+        self.assertEqual(self.queue.delete_files_below(400, lambda mf: last_entry[mf.path]), 1)
+        self.assertEqual(self.queue.mapped_files, files[1:])
+
+    def test_destroy(self) -> None:
+        """Destroying the queue deletes every segment."""
+        files = self.fill(2)
+        self.queue.destroy()
+        self.assertEqual(self.queue.mapped_files, [])
+        self.assertEqual(self.queue.min_offset, -1)
+        self.assertFalse(any(os.path.exists(mf.path) for mf in files))
