@@ -176,9 +176,10 @@ class ConsumeQueue:
         files = self.files.mapped_files
         if not files:
             return
-        end = files[max(0, len(files) - 3)].file_from_offset
+        walked = files[max(0, len(files) - 3):]
+        end = walked[0].file_from_offset
         self.max_physic_offset = -1
-        for mf in files[max(0, len(files) - 3):]:
+        for mf in walked:
             valid = 0
             for phy, size, _tags in self._entries(mf, self.file_size):
                 if phy < 0 or size <= 0:

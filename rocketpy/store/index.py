@@ -158,9 +158,9 @@ class IndexFile:
 
     def flush(self) -> None:
         """Make everything written so far durable."""
-        if self._dirty:
+        mf = self.mapped
+        if self._dirty and not mf.closed:  # a deleted file is closed: never sync a reused descriptor
             self._dirty = False
-            mf = self.mapped
             mf.flushed_position = 0
             mf.flush(0)
 
@@ -247,6 +247,7 @@ class IndexService:
                     break
                 count += 1
             self.files = files[count:]
+            self._unflushed_full = [f for f in self._unflushed_full if f not in files[:count]]
         for f in files[:count]:
             f.mapped.destroy()
         return count

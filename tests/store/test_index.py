@@ -169,7 +169,8 @@ class IndexServiceTests(SynchronousTestCase):
         self.assertEqual(index.query("T", "k", 2, 0, 2 * BASE_MS).phy_offsets, [12700, 12600])
 
     def test_delete_expired(self) -> None:
-        """Files whose last offset is below the log minimum go, oldest first, never the newest."""
+        """Files whose last offset is below the log minimum go, oldest first, never the newest, and are
+        no longer flushed."""
         for i in range(400):
             self.now += 1
             self.index.dispatch(request(i * 100, keys="k"))
@@ -178,6 +179,7 @@ class IndexServiceTests(SynchronousTestCase):
         self.assertEqual(self.index.delete_expired(12601), 1)
         self.assertEqual(self.index.delete_expired(10 ** 9), 2)
         self.assertEqual(len(os.listdir(self.config.index_dir)), 1)
+        self.assertEqual(self.index.flush(), 0)  # deleted full files are not synced any more
 
     def test_same_millisecond_rolls_get_ordered_names(self) -> None:
         """Files created within one millisecond still get distinct names in creation order."""
