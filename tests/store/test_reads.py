@@ -8,8 +8,8 @@ from rocketpy.common.message import MessageExt, decode_record, encode_record, pa
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.consumequeue import ConsumeQueueStore
 from rocketpy.store.dispatch import DispatchRequest
-from rocketpy.store.reads import MessageReader, store_timestamp_of
-from rocketpy.store.status import GetMessageStatus
+from rocketpy.store.reads import MessageReader, TagFilter, store_timestamp_of
+from rocketpy.store.status import GetMessageResult, GetMessageStatus
 
 LOG_FILE_SIZE = 4096
 T0 = 1_700_000_000_000
@@ -61,10 +61,11 @@ class ReadTests(SynchronousTestCase):
                 "T", queue_id, offset, len(record), tags_code(tags), ts, cq.max_offset, None, None, 0, 0,
             ))
 
-    def get(self, offset: int, max_msg_nums: int = 32, tag_filter=None, queue_id: int = 0):  # type: ignore[no-untyped-def]
+    def get(self, offset: int, max_msg_nums: int = 32, tag_filter: TagFilter | None = None,
+            queue_id: int = 0) -> GetMessageResult:
         return self.reader.get_message("G", "T", queue_id, offset, max_msg_nums, tag_filter)
 
-    def assert_result(self, result, status: GetMessageStatus, next_offset: int, count: int) -> None:  # type: ignore[no-untyped-def]
+    def assert_result(self, result: GetMessageResult, status: GetMessageStatus, next_offset: int, count: int) -> None:
         self.assertEqual((result.status, result.next_begin_offset, result.message_count),
                          (status, next_offset, count))
 
