@@ -6,8 +6,10 @@ Everything here is pure and byte-compatible with Apache RocketMQ 4.x (spec
 
 from __future__ import annotations
 
+import operator
 import socket
 import struct
+import sys
 import zlib
 from dataclasses import dataclass, field
 
@@ -56,12 +58,19 @@ class MessageConst:
     TRACE_SWITCH = "TRACE_ON"
 
 
+_POW31 = [pow(31, i, 1 << 32) for i in range(1 << 15)]
+_UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
 def java_hash(text: str) -> int:
     """Java's ``String.hashCode()``: 31-polynomial over UTF-16 code units, signed 32-bit."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    if text.isascii():
+        units: bytes | memoryview = text.encode()
+    else:
+        units = memoryview(text.encode(_UTF16)).cast("H")
+    if len(units) > len(_POW31):
+        _POW31.extend(pow(31, i, 1 << 32) for i in range(len(_POW31), len(units)))
+    h = sum(map(operator.mul, reversed(units), _POW31)) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 

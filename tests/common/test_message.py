@@ -110,3 +110,13 @@ class BatchTests(SynchronousTestCase):
         """A truncated batch body is rejected, not half-read."""
         body = m.encode_batch([m.Message("T", b"abc", 0, {"K": "v"})])
         self.assertRaises(m.RecordError, m.decode_batch, body[:-2], "T")
+
+
+class JavaHashLengthTests(SynchronousTestCase):
+    def test_long_text_matches_reference(self) -> None:
+        """Texts longer than the precomputed power table hash like the plain Horner loop."""
+        text = "k\u00e9y" * 20000
+        h = 0
+        for ch in text:
+            h = (31 * h + ord(ch)) & 0xFFFFFFFF
+        self.assertEqual(m.java_hash(text), h - (1 << 32) if h & 0x80000000 else h)
