@@ -7,9 +7,11 @@ processors turn into a SYSTEM_ERROR response.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 _MISSING = object()
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 class HeaderError(ValueError):
@@ -37,10 +39,9 @@ def get_int(fields: Mapping[str, str], name: str, default: object = _MISSING) ->
         if default is _MISSING:
             raise HeaderError(name, "is missing")
         return default  # type: ignore[return-value]
-    try:
-        return int(value)
-    except ValueError:
-        raise HeaderError(name, f"is not a number: {value!r}") from None
+    if not _INTEGER.fullmatch(value):  # what Java's parseLong accepts, no "1_000" or spaces
+        raise HeaderError(name, f"is not a number: {value!r}")
+    return int(value)
 
 
 def get_bool(fields: Mapping[str, str], name: str, default: bool = False) -> bool:

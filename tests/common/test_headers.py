@@ -13,6 +13,9 @@ class HeaderTests(SynchronousTestCase):
         e = self.assertRaises(h.HeaderError, h.get_int, fields, "queueId")
         self.assertIn("queueId", str(e))
         self.assertEqual(h.get_int(fields, "maxMsgNums", 32), 32)
+        for bad in ("1_000", " 7", "\u0661", "1.5"):
+            self.assertRaises(h.HeaderError, h.get_int, {"n": bad}, "n")
+        self.assertEqual(h.get_int({"n": "-12"}, "n"), -12)
 
     def test_booleans(self) -> None:
         """true in any case and the C++ client's "1" are true; anything else false."""
