@@ -1,0 +1,128 @@
+"""Tests for retention: delete hours, disk thresholds, expired commit-log files and following queues."""
+
+from __future__ import annotations
+
+import os
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.messagestore import MessageStore
+from rocketpy.store.retention import Retention, check_disk, is_time_to_delete, used_ratio
+from rocketpy.store.status import GetMessageStatus
+from tests.store.test_commitlog import SIZE, T0, FakeClock, message, put_ok, small_config
+
+HOUR_MS = 3_600_000
+
+
+class DecisionTests(SynchronousTestCase):
+    def test_delete_hours(self) -> None:
+        """Deletion runs during any hour of the ``;``-separated list, and only then."""
+        self.assertTrue(is_time_to_delete("04", 4))
+        self.assertFalse(is_time_to_delete("04", 5))
+        self.assertTrue(is_time_to_delete("04;16", 16))
+        self.assertFalse(is_time_to_delete("", 0))
+
+    def test_thresholds(self) -> None:
+        """75 % allows deleting off-hours, 85 % ignores file age, 90 % refuses puts."""
+        config = MessageStoreConfig()
+        flags = [(d.over_max, d.clean_immediately, d.disk_full)
+                 for d in (check_disk(r, config) for r in (0.5, 0.8, 0.86, 0.91, -1.0))]
+        self.assertEqual(flags, [(False, False, False), (True, False, False), (True, True, False),
+                                 (True, True, True), (True, False, False)])
+
+    def test_max_ratio_clamped(self) -> None:
+        """disk_max_used_space_ratio is clamped to 10–95 %, and forcible cleaning can be switched off."""
+        self.assertTrue(check_disk(0.2, MessageStoreConfig(disk_max_used_space_ratio=1)).over_max)
+        self.assertFalse(check_disk(0.96, MessageStoreConfig(disk_max_used_space_ratio=99,
+                                                             disk_space_warning_level_ratio=97)).disk_full)
+        self.assertFalse(check_disk(0.88, MessageStoreConfig(clean_file_forcibly_enable=False)).clean_immediately)
+
+    def test_used_ratio(self) -> None:
+        """The used ratio of a real partition is a whole percentage in (0, 1]; a missing path is -1."""
+        ratio = used_ratio(os.getcwd())
+        self.assertTrue(0 < ratio <= 1)
+        self.assertAlmostEqual(ratio * 100, round(ratio * 100))
+        self.assertEqual(used_ratio(os.path.join(self.mktemp(), "missing")), -1.0)
+
+
+class StoreRetentionTests(SynchronousTestCase):
+    """Retention on a real store with 64 KiB commit-log files."""
+
+    def setUp(self) -> None:
+        self.clock = FakeClock(T0)
+        self.config = small_config(self.mktemp())
+        self.store = MessageStore(self.config, self.clock, total_memory=1 << 30)
+        self.addCleanup(self.store.shutdown)
+        self.assertTrue(self.store.load())
+        self.store.start()
+        self.usage = 0.5
+        self.hour = 12
+        self.store.retention.measure = lambda path: self.usage
+        self.store.retention.hour_of = lambda now_ms: self.hour
+        while len(self.store.commit_log.queue.mapped_files) < 4:
+            put_ok(self, self.store, message("T", os.urandom(900)))
+        files = self.store.commit_log.queue.mapped_files
+        self.paths = [mf.path for mf in files]
+        for mf, age_h in zip(files, [100, 90, 80, 1]):
+            stamp = (T0 - age_h * HOUR_MS) / 1000
+            os.utime(mf.path, (stamp, stamp))
+
+    def test_only_at_delete_hour(self) -> None:
+        """Old files stay outside the delete hour and go at it, oldest first, never the newest."""
+        self.assertEqual(self.store.clean_expired_files(), 0)
+        self.hour = 4
+        self.assertEqual(self.store.clean_expired_files(), 3)
+        self.assertEqual([os.path.exists(p) for p in self.paths], [False, False, False, True])
+        self.assertEqual(self.store.min_physical_offset, 3 * SIZE)
+
+    def test_young_file_stops_the_walk(self) -> None:
+        """A file younger than file_reserved_time stops deletion, even if older ones follow."""
+        os.utime(self.paths[1], (T0 / 1000, T0 / 1000))
+        self.hour = 4
+        self.assertEqual(self.store.clean_expired_files(), 1)
+        self.assertTrue(os.path.exists(self.paths[2]))
+
+    def test_disk_pressure(self) -> None:
+        """Over the max ratio old files go off-hours; over 85 % even young files go (but never the newest)."""
+        self.config.file_reserved_time = 85
+        self.usage = 0.80
+        self.assertEqual(self.store.clean_expired_files(), 2)
+        self.usage = 0.86
+        self.assertEqual(self.store.clean_expired_files(), 1)
+        self.assertEqual([os.path.exists(p) for p in self.paths], [False, False, False, True])
+
+    def test_manual_delete(self) -> None:
+        """A manual delete request cleans expired files whatever the hour, for the requested runs."""
+        self.store.retention.delete_manually(runs=1)
+        self.config.max_delete_files_per_run = 1
+        self.assertEqual(self.store.clean_expired_files(), 1)
+        self.assertEqual(self.store.clean_expired_files(), 0)
+
+    def test_queues_follow(self) -> None:
+        """Reads below the new minimum are refused; consume-queue files wholly below it are deleted."""
+        cq = self.store.consume_queues.get("T", 0)
+        assert cq is not None
+        cq_files_before = len(cq.files.mapped_files)
+        self.hour = 4
+        self.store.clean_expired_files()
+        self.assertLess(len(cq.files.mapped_files), cq_files_before)
+        low = self.store.get_min_offset_in_queue("T", 0)
+        self.assertGreater(low, 0)
+        self.assertEqual(self.store.get_message("g", "T", 0, 0, 1).status, GetMessageStatus.OFFSET_TOO_SMALL)
+        found = self.store.get_message("g", "T", 0, low, 1)
+        self.assertEqual(found.status, GetMessageStatus.FOUND)
+        self.assertIsNone(self.store.look_message_by_offset(0))
+
+
+class RetentionUnitTests(SynchronousTestCase):
+    def test_disk_full_flag_follows_measure(self) -> None:
+        """The disk-full flag is set above 90 % and cleared when use falls again."""
+        usage = [0.95]
+        retention = Retention(MessageStoreConfig(), lambda: T0, lambda path: usage[0])
+        with self.assertLogs("rocketpy.store.retention", "ERROR"):
+            retention.check(["/"])
+        self.assertTrue(retention.disk_full)
+        usage[0] = 0.6
+        retention.check(["/"])
+        self.assertFalse(retention.disk_full)
