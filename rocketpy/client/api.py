@@ -1,0 +1,277 @@
+"""Java's ``MQClientAPIImpl``: one method per remoting call a client makes.
+
+Each method builds the request (header fields as strings, JSON bodies),
+sends it through the remoting client, and turns the response into a value or
+an :class:`~rocketpy.client.errors.MQBrokerError`. Timeouts are seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from enum import Enum
+from typing import Any, Protocol
+
+from twisted.internet.defer import Deferred
+
+from rocketpy.client.errors import MQBrokerError
+from rocketpy.client.message import MessageQueue
+from rocketpy.client.results import PullResult, PullStatus, SendResult, SendStatus
+from rocketpy.client.route import BodyError, decode_topic_route
+from rocketpy.common.headers import compact_send_v1, get_int, get_str, to_fields
+from rocketpy.common.message import Message, MessageExt, RecordError, decode_records, properties_to_string
+from rocketpy.namesrv.routeinfo import TopicRouteData
+from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+
+
+class Mode(Enum):
+    """Communication mode of a send."""
+
+    SYNC = "SYNC"
+    ASYNC = "ASYNC"
+    ONEWAY = "ONEWAY"
+
+
+class IRemotingClient(Protocol):
+    """What the client layer needs from :class:`rocketpy.remoting.client.RemotingClient`."""
+
+    def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]: ...
+
+    def invoke_async(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[Any]: ...
+
+    def invoke_oneway(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[None]: ...
+
+    def register_processor(self, code: int, processor: Any) -> None: ...
+
+    def close(self) -> Deferred[None]: ...
+
+
+_SEND_STATUS = {s.value: s for s in SendStatus}
+_PULL_STATUS = {s.value: s for s in PullStatus}
+
+
+def _check(response: RemotingCommand, addr: str, *ok: int) -> RemotingCommand:
+    if response.code not in (ok or (ResponseCode.SUCCESS,)):
+        raise MQBrokerError(response.code, response.remark, addr)
+    return response
+
+
+def _mq_json(mq: MessageQueue) -> dict[str, Any]:
+    return {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _json_body(response: RemotingCommand, addr: str) -> Any:
+    try:
+        return json.loads(response.body or b"{}")
+    except ValueError as e:
+        raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"unreadable response body: {e}", addr) from None
+
+
+class MQClientAPI:
+    """The requests of producers and consumers, over one remoting client."""
+
+    def __init__(self, remoting: IRemotingClient) -> None:
+        self.remoting = remoting
+
+    async def _call(self, addr: str, code: int, fields: dict[str, str], timeout: float, body: bytes = b"") -> RemotingCommand:
+        return await self.remoting.invoke_sync(addr, RemotingCommand.request(code, fields, body), timeout)
+
+    # name server
+
+    async def get_topic_route(self, addr: str, topic: str, timeout: float) -> TopicRouteData | None:
+        """The topic's route from the name server at ``addr``; None if it has none (code 17)."""
+        response = await self._call(addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, to_fields(topic=topic), timeout)
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        _check(response, addr)
+        try:
+            return decode_topic_route(response.body)
+        except BodyError as e:
+            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, str(e), addr) from None
+
+    # producer
+
+    async def send_message(
+        self,
+        addr: str,
+        broker_name: str,
+        msg: Message,
+        fields: dict[str, str],
+        mode: Mode,
+        timeout: float,
+        msg_id: str,
+        batch: bool = False,
+        v2: bool = True,
+    ) -> SendResult | None:
+        """Send one message (or a batch body) with a long-name send header.
+
+        :param msg: topic, body (already compressed if it is to be) and properties as sent.
+        :param msg_id: the UNIQ_KEY(s) to report in the result.
+        :param v2: use SEND_MESSAGE_V2's one-letter keys (batches always do).
+        :return: the result, None for a oneway send.
+        """
+        if batch:
+            code, fields = RequestCode.SEND_BATCH_MESSAGE, compact_send_v1(fields)
+        elif v2:
+            code, fields = RequestCode.SEND_MESSAGE_V2, compact_send_v1(fields)
+        else:
+            code = RequestCode.SEND_MESSAGE
+        request = RemotingCommand.request(code, fields, msg.body)
+        if mode is Mode.ONEWAY:
+            await self.remoting.invoke_oneway(addr, request, timeout)
+            return None
+        if mode is Mode.ASYNC:
+            response = await self.remoting.invoke_async(addr, request, timeout)
+        else:
+            response = await self.remoting.invoke_sync(addr, request, timeout)
+        return self._send_result(response, addr, broker_name, msg.topic, msg_id)
+
+    @staticmethod
+    def _send_result(response: RemotingCommand, addr: str, broker_name: str, topic: str, msg_id: str) -> SendResult:
+        status = _SEND_STATUS.get(response.code)
+        if status is None:
+            raise MQBrokerError(response.code, response.remark, addr)
+        ext = response.ext_fields
+        try:
+            queue = MessageQueue(topic, broker_name, get_int(ext, "queueId"))
+            return SendResult(
+                status,
+                msg_id,
+                get_str(ext, "msgId"),
+                queue,
+                get_int(ext, "queueOffset"),
+                ext.get("transactionId"),
+                ext.get("MSG_REGION", "DefaultRegion"),
+            )
+        except ValueError as e:
+            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad send response: {e}", addr) from None
+
+    async def heartbeat(self, addr: str, data: dict[str, Any], timeout: float) -> int:
+        """HEART_BEAT with a HeartbeatData body; returns the broker's version."""
+        response = await self._call(addr, RequestCode.HEART_BEAT, {}, timeout, _dumps(data))
+        return _check(response, addr).version
+
+    async def unregister_client(
+        self, addr: str, client_id: str, producer_group: str | None, consumer_group: str | None, timeout: float
+    ) -> None:
+        fields = to_fields(clientID=client_id, producerGroup=producer_group, consumerGroup=consumer_group)
+        _check(await self._call(addr, RequestCode.UNREGISTER_CLIENT, fields, timeout), addr)
+
+    # consumer
+
+    async def pull_message(self, addr: str, fields: dict[str, str], mode: Mode, timeout: float) -> PullResult:
+        """PULL_MESSAGE; the result holds every decoded record, bodies as stored."""
+        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, fields)
+        if mode is Mode.ASYNC:
+            response = await self.remoting.invoke_async(addr, request, timeout)
+        else:
+            response = await self.remoting.invoke_sync(addr, request, timeout)
+        status = _PULL_STATUS.get(response.code)
+        if status is None:
+            raise MQBrokerError(response.code, response.remark, addr)
+        ext = response.ext_fields
+        try:
+            messages: list[MessageExt] = decode_records(response.body) if status is PullStatus.FOUND else []
+            return PullResult(
+                status,
+                get_int(ext, "nextBeginOffset"),
+                get_int(ext, "minOffset"),
+                get_int(ext, "maxOffset"),
+                messages,
+                get_int(ext, "suggestWhichBrokerId", 0),
+            )
+        except (ValueError, RecordError) as e:
+            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad pull response: {e}", addr) from None
+
+    async def _queue_offset(self, addr: str, code: int, fields: dict[str, str], timeout: float, *ok: int) -> int:
+        response = _check(await self._call(addr, code, fields, timeout), addr, *ok)
+        if response.code != ResponseCode.SUCCESS:
+            return -1
+        try:
+            return get_int(response.ext_fields, "offset")
+        except ValueError as e:
+            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, str(e), addr) from None
+
+    def query_consumer_offset(self, addr: str, group: str, mq: MessageQueue, timeout: float) -> Deferred[int]:
+        """The group's stored offset of ``mq``; -1 when the broker has none (code 22)."""
+        fields = to_fields(consumerGroup=group, topic=mq.topic, queueId=mq.queue_id)
+        return Deferred.fromCoroutine(
+            self._queue_offset(addr, RequestCode.QUERY_CONSUMER_OFFSET, fields, timeout, 0, ResponseCode.QUERY_NOT_FOUND)
+        )
+
+    def get_max_offset(self, addr: str, mq: MessageQueue, timeout: float) -> Deferred[int]:
+        fields = to_fields(topic=mq.topic, queueId=mq.queue_id)
+        return Deferred.fromCoroutine(self._queue_offset(addr, RequestCode.GET_MAX_OFFSET, fields, timeout))
+
+    def get_min_offset(self, addr: str, mq: MessageQueue, timeout: float) -> Deferred[int]:
+        fields = to_fields(topic=mq.topic, queueId=mq.queue_id)
+        return Deferred.fromCoroutine(self._queue_offset(addr, RequestCode.GET_MIN_OFFSET, fields, timeout))
+
+    def search_offset(self, addr: str, mq: MessageQueue, timestamp_ms: int, timeout: float) -> Deferred[int]:
+        fields = to_fields(topic=mq.topic, queueId=mq.queue_id, timestamp=timestamp_ms)
+        return Deferred.fromCoroutine(self._queue_offset(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, fields, timeout))
+
+    async def update_consumer_offset(
+        self, addr: str, group: str, mq: MessageQueue, offset: int, timeout: float, oneway: bool = False
+    ) -> None:
+        """UPDATE_CONSUMER_OFFSET; a oneway update fires once written."""
+        fields = to_fields(consumerGroup=group, topic=mq.topic, queueId=mq.queue_id, commitOffset=offset)
+        request = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+        if oneway:
+            await self.remoting.invoke_oneway(addr, request, timeout)
+        else:
+            _check(await self.remoting.invoke_sync(addr, request, timeout), addr)
+
+    async def get_consumer_id_list(self, addr: str, group: str, timeout: float) -> list[str]:
+        response = await self._call(addr, RequestCode.GET_CONSUMER_LIST_BY_GROUP, to_fields(consumerGroup=group), timeout)
+        ids = _json_body(_check(response, addr), addr).get("consumerIdList") or []
+        return [str(i) for i in ids]
+
+    def _lock_body(self, group: str, client_id: str, mqs: Iterable[MessageQueue]) -> bytes:
+        return _dumps({"clientId": client_id, "consumerGroup": group, "mqSet": [_mq_json(mq) for mq in mqs]})
+
+    async def lock_batch_mq(
+        self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue], timeout: float
+    ) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ; returns the queues this client now holds."""
+        response = await self._call(addr, RequestCode.LOCK_BATCH_MQ, {}, timeout, self._lock_body(group, client_id, mqs))
+        locked = _json_body(_check(response, addr), addr).get("lockOKMQSet") or []
+        try:
+            return {MessageQueue(str(q["topic"]), str(q["brokerName"]), int(q["queueId"])) for q in locked}
+        except (KeyError, TypeError, ValueError) as e:
+            raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad lock response: {e!r}", addr) from None
+
+    async def unlock_batch_mq(
+        self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue], timeout: float
+    ) -> None:
+        body = self._lock_body(group, client_id, mqs)
+        _check(await self._call(addr, RequestCode.UNLOCK_BATCH_MQ, {}, timeout, body), addr)
+
+    async def consumer_send_message_back(
+        self, addr: str, msg: MessageExt, group: str, delay_level: int, origin_msg_id: str,
+        max_reconsume_times: int, timeout: float,
+    ) -> None:
+        """CONSUMER_SEND_MSG_BACK: the broker re-puts the stored message on ``%RETRY%group`` (or the DLQ)."""
+        fields = to_fields(
+            offset=msg.commit_log_offset, group=group, delayLevel=delay_level, originMsgId=origin_msg_id,
+            originTopic=msg.topic, unitMode=False, maxReconsumeTimes=max_reconsume_times,
+        )
+        _check(await self._call(addr, RequestCode.CONSUMER_SEND_MSG_BACK, fields, timeout), addr)
+
+
+def send_header(
+    group: str, msg: Message, queue_id: int, sys_flag: int, born_ms: int, default_queue_nums: int,
+    reconsume_times: int | None = None, max_reconsume_times: int | None = None, batch: bool = False,
+) -> dict[str, str]:
+    """The SEND_MESSAGE header (long names) for ``msg`` as it goes on the wire."""
+    return to_fields(
+        producerGroup=group, topic=msg.topic, defaultTopic="TBW102", defaultTopicQueueNums=default_queue_nums,
+        queueId=queue_id, sysFlag=sys_flag, bornTimestamp=born_ms, flag=msg.flag,
+        properties=properties_to_string(msg.properties), reconsumeTimes=reconsume_times or 0, unitMode=False,
+        maxReconsumeTimes=max_reconsume_times, batch=batch,
+    )

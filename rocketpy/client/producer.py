@@ -1,0 +1,392 @@
+"""The producer: Java's ``DefaultMQProducerImpl`` send path on Deferreds.
+
+``send`` → :meth:`Producer._send_default` (route, attempts within one timeout
+budget, queue choice by :class:`MQFaultStrategy`) → :meth:`Producer._send_kernel`
+(broker address, UNIQ_KEY, compression, hooks, header) →
+:meth:`MQClientAPI.send_message` → the remoting client.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger, LogLevel
+
+from rocketpy.client.api import Mode, send_header
+from rocketpy.client.errors import (
+    BrokerNotFoundError,
+    MQBrokerError,
+    MQClientError,
+    MQError,
+    MessageInvalidError,
+    NoNameServerError,
+    NoRouteError,
+    RemotingError,
+    RemotingTooMuchRequestError,
+    SendFailedError,
+)
+from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMessageContext
+from rocketpy.client.instance import ClientInstance
+from rocketpy.client.latency import MQFaultStrategy
+from rocketpy.client.message import (
+    MAX_MESSAGE_SIZE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    MessageQueue,
+    UniqKeyGenerator,
+    validate_message,
+)
+from rocketpy.client.results import SendResult, SendStatus
+from rocketpy.client.route import TopicPublishInfo
+from rocketpy.common.message import Message, MessageConst, MessageSysFlag, encode_batch, java_hash
+from rocketpy.interfaces import IRPCHook
+from rocketpy.namesrv.routeinfo import TopicRouteData
+from rocketpy.remoting.codes import ResponseCode, SerializeType
+
+#: Broker codes after which a sync send tries another queue (``DefaultMQProducer.retryResponseCodes``).
+RETRY_RESPONSE_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.NO_BUYER_ID,
+        ResponseCode.NOT_IN_CURRENT_UNIT,
+    }
+)
+_UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+_BUDGET_SPENT = {
+    Mode.SYNC: "sendDefaultImpl call timeout",
+    Mode.ASYNC: "DEFAULT ASYNC send call timeout",
+    Mode.ONEWAY: "sendDefaultImpl call timeout",
+}
+
+#: ``(queues, message, arg) -> queue`` for :meth:`Producer.send_orderly`.
+MessageQueueSelector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+
+
+def select_by_hash(queues: list[MessageQueue], msg: Message, arg: Any) -> MessageQueue:
+    """Java's ``SelectMessageQueueByHash``: the same ``arg`` always picks the same queue."""
+    h = arg if isinstance(arg, int) else java_hash(str(arg))
+    return queues[abs(h) % len(queues)]
+
+
+class Producer:
+    """Sends messages to the brokers of a RocketMQ cluster.
+
+    Every send method returns a Deferred; none raises. Timeouts are seconds.
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addrs: str | Sequence[str] = (),
+        reactor: IReactorTime | None = None,
+        remoting_client: Any = None,
+        *,
+        instance: ClientInstance | None = None,
+        send_timeout: float = 3.0,
+        retry_times: int = 2,
+        retry_times_async: int = 2,
+        retry_another_broker_when_not_store_ok: bool = False,
+        retry_response_codes: Iterable[int] = RETRY_RESPONSE_CODES,
+        compress_over: int = 4096,
+        compress_level: int = 5,
+        max_message_size: int = MAX_MESSAGE_SIZE,
+        default_topic_queue_nums: int = 4,
+        send_latency_fault_enable: bool = False,
+        send_smart_msg: bool = True,
+        serialize_type: int = SerializeType.JSON,
+        rpc_hooks: Iterable[IRPCHook] = (),
+        send_message_hooks: Iterable[ISendMessageHook] = (),
+        check_forbidden_hooks: Iterable[ICheckForbiddenHook] = (),
+        client_id: str | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """
+        :param namesrv_addrs: ``"host:port;host:port"`` or a list.
+        :param reactor: clock and network; the global reactor if None.
+        :param remoting_client: a :class:`~rocketpy.remoting.client.RemotingClient`
+            to share; one is made (with ``rpc_hooks``, ``serialize_type``) if None.
+        :param instance: a :class:`ClientInstance` to share with other producers
+            and consumers (then ``namesrv_addrs`` and ``remoting_client`` are unused).
+        :param send_latency_fault_enable: ban slow or failing brokers for a while.
+        :param send_smart_msg: SEND_MESSAGE_V2 with one-letter keys (else code 10).
+        :param serialize_type: JSON (default; Apache brokers) or MSGPACK (rocketpy only).
+        """
+        if reactor is None:
+            from twisted.internet import reactor as global_reactor
+
+            reactor = global_reactor  # type: ignore[assignment]
+        assert reactor is not None
+        self.group = group
+        self._clock = reactor
+        self.instance = instance or ClientInstance(
+            reactor, namesrv_addrs, remoting_client, client_id=client_id, rpc_hooks=rpc_hooks,
+            serialize_type=serialize_type,
+        )
+        self.send_timeout = send_timeout
+        self.retry_times, self.retry_times_async = retry_times, retry_times_async
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
+        self.retry_response_codes = frozenset(retry_response_codes)
+        self.compress_over, self.compress_level = compress_over, compress_level
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.send_smart_msg = send_smart_msg
+        self.fault_strategy = MQFaultStrategy(reactor, send_latency_fault_enable, rng)
+        self.send_message_hooks = list(send_message_hooks)
+        self.check_forbidden_hooks = list(check_forbidden_hooks)
+        self._uniq = UniqKeyGenerator(rng=rng)
+        self._publish: dict[str, TopicPublishInfo] = {}
+        self._running = False
+
+    # lifecycle and ClientInstance member
+
+    def start(self) -> Deferred[None]:
+        """Join the client instance (route refresh and heartbeat every 30 s)."""
+        if not self._running:
+            self._running = True
+            self.instance.register(self)
+        return succeed(None)
+
+    def shutdown(self) -> Deferred[None]:
+        """Unregister from the brokers; the last member also closes the connections."""
+        self._running = False
+        return self.instance.unregister(self)
+
+    def topics(self) -> Iterable[str]:
+        return list(self._publish)
+
+    def on_route(self, topic: str, route: TopicRouteData) -> None:
+        if topic in self._publish:
+            self._publish[topic] = TopicPublishInfo(topic, route)
+
+    def heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return [{"groupName": self.group}], []
+
+    def on_consumer_ids_changed(self, group: str) -> None:
+        pass
+
+    def unregister_groups(self) -> tuple[str | None, str | None]:
+        return self.group, None
+
+    # public send API
+
+    def send(self, msg: Message, timeout: float | None = None) -> Deferred[SendResult]:
+        """SYNC: up to ``1 + retry_times`` attempts, all within ``timeout``."""
+        return Deferred.fromCoroutine(self._send_default(msg, Mode.SYNC, self._budget(timeout)))
+
+    def send_async(self, msg: Message, timeout: float | None = None) -> Deferred[SendResult]:
+        """ASYNC: bounded by the in-flight permits; retried only after network failures."""
+        return Deferred.fromCoroutine(self._send_default(msg, Mode.ASYNC, self._budget(timeout)))
+
+    def send_oneway(self, msg: Message) -> Deferred[None]:
+        """ONEWAY: one attempt, fires once written; no result."""
+        return Deferred.fromCoroutine(self._send_default(msg, Mode.ONEWAY, self.send_timeout))
+
+    def send_batch(self, msgs: Sequence[Message], timeout: float | None = None) -> Deferred[SendResult]:
+        """SYNC send of several messages of one topic in one request (never compressed)."""
+        return Deferred.fromCoroutine(self._send_batch(list(msgs), self._budget(timeout)))
+
+    def send_orderly(
+        self, msg: Message, selector: MessageQueueSelector, arg: Any, timeout: float | None = None
+    ) -> Deferred[SendResult]:
+        """SYNC send to the queue ``selector(queues, msg, arg)`` picks; one attempt."""
+        return Deferred.fromCoroutine(self._send_select(msg, lambda qs: selector(qs, msg, arg), self._budget(timeout)))
+
+    def send_to_queue(self, msg: Message, queue: MessageQueue, timeout: float | None = None) -> Deferred[SendResult]:
+        """SYNC send to ``queue``; one attempt."""
+        return Deferred.fromCoroutine(self._send_select(msg, lambda qs: queue, self._budget(timeout)))
+
+    # sendDefaultImpl and friends
+
+    def _budget(self, timeout: float | None) -> float:
+        return self.send_timeout if timeout is None else timeout
+
+    def _check_running(self) -> None:
+        if not self._running:
+            raise MQClientError(-1, f"producer {self.group!r} is not started")
+
+    def _retriable(self, mode: Mode, error: Exception) -> bool:
+        if isinstance(error, RemotingError):
+            return True
+        if mode is Mode.ASYNC:
+            return False
+        if isinstance(error, MQBrokerError):
+            return error.code in self.retry_response_codes
+        return isinstance(error, MQClientError)
+
+    async def _send_default(self, msg: Message, mode: Mode, timeout: float, batch_ids: str | None = None) -> Any:
+        self._check_running()
+        if batch_ids is None:
+            validate_message(msg, self.max_message_size)
+        begin = self._clock.seconds()
+        info = await self._find_publish_info(msg.topic)
+        attempts = {Mode.SYNC: 1 + self.retry_times, Mode.ASYNC: 1 + self.retry_times_async}.get(mode, 1)
+        result: SendResult | None = None
+        last_error: Exception | None = None
+        last_broker: str | None = None
+        for made in range(attempts):
+            elapsed = self._clock.seconds() - begin
+            if elapsed >= timeout:  # a spent budget leaves nothing to wait on
+                if result is not None:
+                    return result
+                raise RemotingTooMuchRequestError(_BUDGET_SPENT[mode]) from last_error
+            mq = self.fault_strategy.select_one_message_queue(info, last_broker)
+            last_broker = mq.broker_name
+            start = self._clock.seconds()
+            try:
+                result = await self._send_kernel(msg, mq, mode, timeout - elapsed, batch_ids)
+            except Exception as e:
+                self.fault_strategy.update_fault_item(mq.broker_name, self._ms_since(start), True)
+                if not self._retriable(mode, e):
+                    if result is not None:
+                        return result
+                    raise
+                self.log.info("send to {queue} failed, attempt {n}: {error}", queue=mq, n=made + 1, error=e)
+                last_error = e
+                continue
+            self.fault_strategy.update_fault_item(mq.broker_name, self._ms_since(start), False)
+            if (
+                mode is Mode.SYNC
+                and result is not None
+                and result.status is not SendStatus.SEND_OK
+                and self.retry_another_broker_when_not_store_ok
+            ):
+                continue
+            return result
+        if result is not None:
+            return result
+        assert last_error is not None
+        raise SendFailedError(msg.topic, attempts, self._clock.seconds() - begin, last_error) from last_error
+
+    def _ms_since(self, start: float) -> float:
+        return (self._clock.seconds() - start) * 1000
+
+    async def _find_publish_info(self, topic: str) -> TopicPublishInfo:
+        """Java's ``tryToFindTopicPublishInfo``: cache, name server, then the TBW102 template."""
+        info = self._publish.get(topic)
+        if info is not None and info.ok():
+            return info
+        self._publish.setdefault(topic, TopicPublishInfo(topic, TopicRouteData([], [])))
+        try:
+            route = await self.instance.update_topic_route(topic)
+            if route is None:
+                await self.instance.update_topic_route(topic, True, self.default_topic_queue_nums)
+        except NoNameServerError:
+            raise
+        except (RemotingError, MQError) as e:
+            raise NoRouteError(topic, f"name server: {e}") from e
+        info = self._publish[topic]
+        if not info.ok():
+            raise NoRouteError(topic)
+        return info
+
+    async def _send_select(
+        self, msg: Message, choose: Callable[[list[MessageQueue]], MessageQueue], timeout: float
+    ) -> SendResult:
+        """Java's ``sendSelectImpl``: one SYNC attempt to a chosen queue."""
+        self._check_running()
+        validate_message(msg, self.max_message_size)
+        begin = self._clock.seconds()
+        info = await self._find_publish_info(msg.topic)
+        mq = choose(list(info.queues))
+        if not isinstance(mq, MessageQueue) or mq.topic != msg.topic:
+            raise MQClientError(-1, f"the selected queue {mq!r} is not a queue of topic {msg.topic!r}")
+        elapsed = self._clock.seconds() - begin
+        if elapsed >= timeout:
+            raise RemotingTooMuchRequestError("sendSelectImpl call timeout")
+        result = await self._send_kernel(msg, mq, Mode.SYNC, timeout - elapsed, None)
+        assert result is not None
+        return result
+
+    async def _send_batch(self, msgs: list[Message], timeout: float) -> SendResult:
+        if not msgs:
+            raise MessageInvalidError("the batch is empty")
+        topic = msgs[0].topic
+        for m in msgs:
+            validate_message(m, self.max_message_size)
+            if m.topic != topic:
+                raise MessageInvalidError("every message of a batch must have the same topic")
+            if m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                raise MessageInvalidError("retry topics cannot be sent in a batch")
+            if MessageConst.DELAY_TIME_LEVEL in m.properties:
+                raise MessageInvalidError("delayed messages cannot be sent in a batch")
+            m.properties.setdefault(_UNIQ_KEY, self._uniq.next_id(self._clock.seconds()))
+        props = {k: v for k, v in msgs[0].properties.items() if k == MessageConst.WAIT_STORE_MSG_OK}
+        batch = Message(topic, encode_batch(msgs), 0, props)
+        if len(batch.body) > self.max_message_size:
+            raise MessageInvalidError(f"the batch is {len(batch.body)} bytes, over the limit of {self.max_message_size}")
+        ids = ",".join(m.properties[_UNIQ_KEY] for m in msgs)
+        result: SendResult = await self._send_default(batch, Mode.SYNC, timeout, ids)
+        return result
+
+    async def _send_kernel(
+        self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None
+    ) -> SendResult | None:
+        """One attempt: Java's ``sendKernelImpl``."""
+        addr = self.instance.master_address(mq.broker_name)
+        if addr is None:
+            await self._find_publish_info(mq.topic)
+            addr = self.instance.master_address(mq.broker_name)
+        if addr is None:
+            raise BrokerNotFoundError(mq.broker_name)
+        wire, sys_flag, reconsume, max_reconsume = self._wire_message(msg, batch_ids is not None)
+        msg_id = batch_ids if batch_ids is not None else wire.properties[_UNIQ_KEY]
+        context = SendMessageContext(self.group, wire, mq, addr, mode)
+        for forbidden in self.check_forbidden_hooks:
+            try:
+                forbidden.check_forbidden(context)
+            except MQClientError:
+                raise
+            except Exception as e:
+                raise MQClientError(-1, f"send refused by check-forbidden hook {forbidden!r}: {e}") from e
+        self._run_hooks("send_message_before", context)
+        fields = send_header(
+            self.group, wire, mq.queue_id, sys_flag, int(self._clock.seconds() * 1000),
+            self.default_topic_queue_nums, reconsume, max_reconsume, batch_ids is not None,
+        )
+        try:
+            result = await self.instance.api.send_message(
+                addr, mq.broker_name, wire, fields, mode, timeout, msg_id, batch_ids is not None, self.send_smart_msg
+            )
+        except Exception as e:
+            context.exception = e
+            self._run_hooks("send_message_after", context)
+            raise
+        context.send_result = result
+        self._run_hooks("send_message_after", context)
+        return result
+
+    def _wire_message(self, msg: Message, batch: bool) -> tuple[Message, int, int | None, int | None]:
+        """The message as sent: UNIQ_KEY set (on ``msg`` too), body compressed, retry counters moved out."""
+        sys_flag = 0
+        body = msg.body
+        if not batch:
+            msg.properties.setdefault(_UNIQ_KEY, self._uniq.next_id(self._clock.seconds()))
+            if len(body) >= self.compress_over:
+                body = zlib.compress(body, self.compress_level)
+                sys_flag |= MessageSysFlag.COMPRESSED
+            if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true":
+                sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
+        props = dict(msg.properties)
+        reconsume = max_reconsume = None
+        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            reconsume_text = props.pop(MessageConst.RECONSUME_TIME, None)
+            max_text = props.pop(MessageConst.MAX_RECONSUME_TIMES, None)
+            reconsume = int(reconsume_text) if reconsume_text else None
+            max_reconsume = int(max_text) if max_text else None
+        return Message(msg.topic, body, msg.flag, props), sys_flag, reconsume, max_reconsume
+
+    def _run_hooks(self, method: str, context: SendMessageContext) -> None:
+        for hook in self.send_message_hooks:
+            try:
+                getattr(hook, method)(context)
+            except Exception:
+                self.log.failure("send hook {hook} {method} failed", level=LogLevel.warn, hook=hook, method=method)
