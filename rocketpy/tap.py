@@ -1,14 +1,211 @@
-"""``twistd rocketpy``: options and the service tree."""
+"""``twistd rocketpy``: options and the service tree (name server and/or broker).
+
+``makeService`` only builds objects: ports, files and threads start in the
+services' ``startService``, after twistd has daemonized.
+"""
 
 from __future__ import annotations
 
-from twisted.application.service import MultiService
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from twisted.application.service import MultiService, Service
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.logger import Logger
 from twisted.python import usage
+
+ROLES = ("all", "namesrv", "broker")
+FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+DEFAULTS: dict[str, str] = {
+    "role": "all",
+    "namesrv-listen": "tcp:9876:interface=127.0.0.1",
+    "listen": "tcp:10911:interface=127.0.0.1",
+    "store-dir": os.path.join("~", ".rocketpy", "store"),
+    "namesrv-config-dir": os.path.join("~", ".rocketpy", "namesrv"),
+    "flush-disk-type": "ASYNC_FLUSH",
+    "commit-log-file-size": str(1024 * 1024 * 1024),
+    "consume-queue-file-size": str(300_000 * 20),
+    "broker-name": "broker-a",
+    "cluster-name": "DefaultCluster",
+    "broker-id": "0",
+    "broker-role": "ASYNC_MASTER",
+    "auto-create-topic-enable": "true",
+    "default-topic-queue-nums": "8",
+}
+#: RocketMQ ``broker.conf`` names accepted in ``--config`` files, besides the option names.
+JAVA_KEYS = {
+    "brokerName": "broker-name",
+    "brokerClusterName": "cluster-name",
+    "brokerId": "broker-id",
+    "brokerRole": "broker-role",
+    "namesrvAddr": "namesrv-addr",
+    "storePathRootDir": "store-dir",
+    "flushDiskType": "flush-disk-type",
+    "mappedFileSizeCommitLog": "commit-log-file-size",
+    "mappedFileSizeConsumeQueue": "consume-queue-file-size",
+    "autoCreateTopicEnable": "auto-create-topic-enable",
+    "defaultTopicQueueNums": "default-topic-queue-nums",
+}
+_INT_OPTIONS = ("commit-log-file-size", "consume-queue-file-size", "broker-id", "default-topic-queue-nums")
+_KEY_VALUE = re.compile(r"([^=:\s]+)\s*[=:]\s*(.*)$")
+_ENDPOINT_PORT = re.compile(r"^(?:tcp|tcp6):(?:port=)?(\d+)(?::|$)")
+
+
+def endpoint_port(description: str) -> int | None:
+    """The port of a ``tcp:PORT:…`` server endpoint string, or None."""
+    match = _ENDPOINT_PORT.match(description)
+    return int(match.group(1)) if match else None
+
+
+def read_config_file(path: str) -> Iterator[tuple[str, str]]:
+    """``key=value`` (or ``key: value``) pairs of a broker.conf-like file; ``#`` and ``!`` start comments.
+
+    :raises usage.UsageError: when the file cannot be read or a line has no separator.
+    """
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise usage.UsageError(f"cannot read config file {path}: {e.strerror}") from None
+    for number, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        match = _KEY_VALUE.match(line)
+        if match is None:
+            raise usage.UsageError(f"{path}:{number}: expected key=value, got {line!r}")
+        yield match.group(1), match.group(2).strip()
 
 
 class Options(usage.Options):
-    optParameters: list[list[object]] = []
+    """Command line of ``twistd rocketpy``; every option can also come from ``--config``."""
+
+    synopsis = "[options]"
+    optParameters = [
+        ["role", None, None, "what to run: all | namesrv | broker [default: all]"],
+        ["namesrv-listen", None, None, "name server endpoint [default: tcp:9876:interface=127.0.0.1]"],
+        ["listen", "l", None, "broker endpoint [default: tcp:10911:interface=127.0.0.1]"],
+        ["advertised-address", None, None,
+         "broker ip:port that clients reach, written into every stored message [default: 127.0.0.1:<listen port>]"],
+        ["namesrv-addr", "n", None,
+         "name servers the broker registers with, ';'-separated [default: 127.0.0.1:<namesrv-listen port>]"],
+        ["store-dir", "d", None, "broker data root (commitlog/, consumequeue/, config/ …) [default: ~/.rocketpy/store]"],
+        ["namesrv-config-dir", None, None, "where the name server keeps kvConfig.json [default: ~/.rocketpy/namesrv]"],
+        ["flush-disk-type", None, None, "ASYNC_FLUSH | SYNC_FLUSH [default: ASYNC_FLUSH]"],
+        ["commit-log-file-size", None, None, "bytes per commit log file [default: 1073741824]"],
+        ["consume-queue-file-size", None, None, "bytes per consume queue file [default: 6000000]"],
+        ["broker-name", None, None, "[default: broker-a]"],
+        ["cluster-name", None, None, "[default: DefaultCluster]"],
+        ["broker-id", None, None, "0 = master [default: 0]"],
+        ["broker-role", None, None, "ASYNC_MASTER | SYNC_MASTER | SLAVE [default: ASYNC_MASTER]"],
+        ["auto-create-topic-enable", None, None, "create topics on first send from TBW102 [default: true]"],
+        ["default-topic-queue-nums", None, None, "queues of TBW102 [default: 8]"],
+        ["config", "c", None, "key=value file (option names or RocketMQ broker.conf names)"],
+    ]
+
+    def postOptions(self) -> None:
+        """Merge: command line, then ``--config``, then defaults; validate; derive addresses."""
+        from_file: dict[str, str] = {}
+        ignored: list[str] = []
+        if self["config"]:
+            for key, value in read_config_file(self["config"]):
+                name = JAVA_KEYS.get(key, key.replace("_", "-"))
+                if key == "listenPort":
+                    from_file["listen"] = f"tcp:{value}:interface=127.0.0.1"
+                elif key == "brokerIP1":
+                    from_file["advertised-host"] = value
+                elif name in self.opts and name != "config":
+                    from_file[name] = value
+                else:
+                    ignored.append(key)
+        self["ignored-config-keys"] = ignored
+        for name in [p[0] for p in self.optParameters]:
+            if self[name] is None:
+                self[name] = from_file.get(name, DEFAULTS.get(name))
+        self._validate()
+        self._derive(from_file.get("advertised-host"))
+
+    def _validate(self) -> None:
+        for name, allowed in (("role", ROLES), ("flush-disk-type", FLUSH_TYPES), ("broker-role", BROKER_ROLES)):
+            if self[name] not in allowed:
+                raise usage.UsageError(f"--{name} must be one of {', '.join(allowed)}, not {self[name]!r}")
+        for name in _INT_OPTIONS:
+            try:
+                self[name] = int(self[name])
+            except ValueError:
+                raise usage.UsageError(f"--{name} must be an integer, not {self[name]!r}") from None
+        value = str(self["auto-create-topic-enable"]).lower()
+        if value not in ("true", "false"):
+            raise usage.UsageError(f"--auto-create-topic-enable must be true or false, not {value!r}")
+        self["auto-create-topic-enable"] = value == "true"
+
+    def _derive(self, advertised_host: str | None) -> None:
+        if self["advertised-address"] is None:
+            port = endpoint_port(self["listen"])
+            if port is None:
+                raise usage.UsageError("--advertised-address is needed when --listen has no tcp port")
+            self["advertised-address"] = f"{advertised_host or '127.0.0.1'}:{port}"
+        if not re.fullmatch(r"[^:\s]+:\d+", self["advertised-address"]):
+            raise usage.UsageError(f"--advertised-address must be ip:port, not {self['advertised-address']!r}")
+        if self["namesrv-addr"] is None:
+            port = endpoint_port(self["namesrv-listen"]) or 9876
+            self["namesrv-addr"] = f"127.0.0.1:{port}"
+        self["namesrv-addr-list"] = [a.strip() for a in re.split(r"[;,]", self["namesrv-addr"]) if a.strip()]
 
 
-def makeService(options: Options, reactor: object = None) -> MultiService:
-    return MultiService()
+class OrderedServices(MultiService):
+    """Starts children in order and stops them one after another in reverse order.
+
+    The broker (added last) then unregisters from the name server before that
+    stops, instead of racing it as ``MultiService``'s concurrent stop would.
+    """
+
+    def stopService(self) -> Deferred[None]:
+        Service.stopService(self)
+        return Deferred.fromCoroutine(self._stop_in_reverse())
+
+    async def _stop_in_reverse(self) -> None:
+        for service in reversed(list(self)):
+            await maybeDeferred(service.stopService)
+
+
+def makeService(options: Options, reactor: Any = None) -> MultiService:
+    """The name server and/or broker of ``options``; nothing is opened or started here."""
+    if reactor is None:
+        from twisted.internet import reactor  # the global reactor only at the edge
+    log = Logger(namespace="rocketpy.tap")
+    top = OrderedServices()
+    if options["role"] in ("all", "namesrv"):
+        from rocketpy.namesrv.service import NamesrvService
+
+        NamesrvService(reactor, options["namesrv-listen"], options["namesrv-config-dir"]).setServiceParent(top)
+    if options["role"] in ("all", "broker"):
+        from rocketpy.broker.config import BrokerConfig
+        from rocketpy.broker.controller import BrokerService
+        from rocketpy.store.config import MessageStoreConfig
+
+        config = BrokerConfig(
+            broker_name=options["broker-name"],
+            cluster_name=options["cluster-name"],
+            broker_id=options["broker-id"],
+            broker_role=options["broker-role"],
+            listen=options["listen"],
+            advertised_address=options["advertised-address"],
+            namesrv_addr=options["namesrv-addr-list"],
+            auto_create_topic_enable=options["auto-create-topic-enable"],
+            default_topic_queue_nums=options["default-topic-queue-nums"],
+        )
+        store_config = MessageStoreConfig(
+            store_path_root_dir=os.path.expanduser(options["store-dir"]),
+            flush_disk_type=options["flush-disk-type"],
+            mapped_file_size_commit_log=options["commit-log-file-size"],
+            mapped_file_size_consume_queue=options["consume-queue-file-size"],
+            broker_role=options["broker-role"],
+        )
+        BrokerService(reactor, config, store_config).setServiceParent(top)
+    for key in options.get("ignored-config-keys", []):
+        log.info("config file key {key} is not used by rocketpy", key=key)
+    return top

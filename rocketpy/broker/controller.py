@@ -1,0 +1,241 @@
+"""``BrokerService``: wires the remoting server, the store, the managers, the processors and the timers.
+
+Construction only builds objects (safe in ``makeService``: no file, port or
+thread). :meth:`BrokerService.startService` loads the config files, starts
+the store, listens, then registers with the name servers;
+:meth:`BrokerService.stopService` undoes it in the reverse order, with the
+store last so everything is flushed and the abort file removed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IListeningPort
+from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger, LogLevel
+from twisted.python.threadpool import ThreadPool
+
+from rocketpy.broker.clients import ClientChannelListener, ConsumerManager, ProducerManager
+from rocketpy.broker.config import BrokerConfig
+from rocketpy.broker.longpoll import PullRequestHoldService
+from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.outer import NameServerRegistration
+from rocketpy.broker.processors import (
+    AdminBrokerProcessor,
+    BrokerTables,
+    ClientManageProcessor,
+    ConsumerManageProcessor,
+)
+from rocketpy.broker.pull import PullMessageProcessor
+from rocketpy.broker.send import SendMessageProcessor
+from rocketpy.broker.subscription import SubscriptionGroupManager
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.remoting.client import RemotingClient
+from rocketpy.remoting.codes import RequestCode
+from rocketpy.remoting.server import RemotingServer
+from rocketpy.store.config import MessageStoreConfig
+from rocketpy.util.fileio import write_atomically
+
+SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+
+
+def _default_store(reactor: Any, config: MessageStoreConfig) -> Any:
+    # Imported here: the broker's unit tests pass a fake store instead.
+    from rocketpy.store.messagestore import MessageStore
+    from rocketpy.store.service import StoreService
+
+    return StoreService(MessageStore(config), reactor)
+
+
+class BrokerService(Service):
+    """One RocketMQ broker.
+
+    :param reactor: listening, connecting and time (a ``MemoryReactorClock`` in tests).
+    :param config: the broker settings; ``advertised_address`` becomes the store host.
+    :param store_config: the store settings; its ``config_dir`` holds the JSON config files.
+    :param make_store: ``(reactor, store_config) -> StoreService`` (tests pass a fake).
+    """
+
+    log = Logger()
+
+    def __init__(
+        self,
+        reactor: Any,
+        config: BrokerConfig,
+        store_config: MessageStoreConfig,
+        make_store: Callable[[Any, MessageStoreConfig], Any] = _default_store,
+    ) -> None:
+        self._reactor = reactor
+        self.config = config
+        store_config.store_host = (config.advertised_host, config.advertised_port)
+        store_config.broker_role = config.broker_role
+        self.store = make_store(reactor, store_config)
+        in_config_dir = store_config.config_dir
+        self.topics = TopicConfigManager(
+            reactor,
+            os.path.join(in_config_dir, "topics.json"),
+            broker_name=config.broker_name,
+            cluster_name=config.cluster_name,
+            auto_create_topic_enable=config.auto_create_topic_enable,
+            default_topic_queue_nums=config.default_topic_queue_nums,
+            cluster_topic_enable=config.cluster_topic_enable,
+            broker_topic_enable=config.broker_topic_enable,
+        )
+        self.subscriptions = SubscriptionGroupManager(
+            reactor, os.path.join(in_config_dir, "subscriptionGroup.json"), config.auto_create_subscription_group
+        )
+        self.offsets = ConsumerOffsetManager(os.path.join(in_config_dir, "consumerOffset.json"))
+        self.consumers = ConsumerManager(reactor, config.channel_expired_timeout)
+        self.producers = ProducerManager(reactor, config.channel_expired_timeout)
+        self.hold = (
+            PullRequestHoldService(reactor, self.store.get_max_offset_in_queue) if config.long_polling_enable else None
+        )
+        self.tables = BrokerTables(
+            config, self.topics, self.subscriptions, self.offsets, self.consumers, self.producers, self.store, reactor
+        )
+        listeners: list[Any] = [ClientChannelListener(self.consumers, self.producers)]
+        if self.hold is not None:
+            listeners.append(self.hold)
+        self.server = RemotingServer(reactor, idle_timeout=config.channel_expired_timeout, listeners=listeners)
+        self._register_processors(store_config)
+        self.client = RemotingClient(reactor)
+        self.registration = NameServerRegistration(reactor, self.client, config, self.topics)
+        self._loops = [
+            self._loop(self._persist_offsets_in_pool, config.flush_consumer_offset_interval),
+            self._loop(self._scan_channels, config.scan_channel_interval),
+        ]
+        self._loop_results: list[Deferred[Any]] = []
+        self._pool = ThreadPool(1, 1, "rocketpy-broker-config")
+        self._port: IListeningPort | None = None
+        self._started: Deferred[None] | None = None
+
+    def _register_processors(self, store_config: MessageStoreConfig) -> None:
+        t = self.tables
+        for processor in (ClientManageProcessor(t), ConsumerManageProcessor(t), AdminBrokerProcessor(t)):
+            for code in processor.codes:
+                self.server.register_processor(code, processor)
+        send = SendMessageProcessor(
+            self.store,
+            self.topics,
+            store_config.store_host,
+            cluster_name=self.config.cluster_name,
+            max_message_size=store_config.max_message_size,
+            region=self.config.region_id,
+            trace_on=self.config.trace_on,
+            groups=self.subscriptions,
+        )
+        for code in SEND_CODES:
+            self.server.register_processor(code, send)
+        pull = PullMessageProcessor(
+            self.store,
+            self.topics,
+            self.hold,
+            find_subscription=self.consumers.find_subscription_data,
+            commit_offset=self.offsets.commit_offset,
+            groups=self.subscriptions,
+        )
+        self.server.register_processor(RequestCode.PULL_MESSAGE, pull)
+        if self.hold is not None:
+            self.store.add_arrival_listener(self.hold.notify_message_arriving)
+
+    def _loop(self, f: Callable[[], Any], interval: float) -> tuple[LoopingCall, float]:
+        loop = LoopingCall(f)
+        loop.clock = self._reactor
+        return loop, interval
+
+    @property
+    def listening_port(self) -> IListeningPort | None:
+        """The broker's port once listening (``getHost().port`` gives the number)."""
+        return self._port
+
+    # -- start ------------------------------------------------------------------
+
+    def startService(self) -> None:
+        super().startService()
+        self._pool.start()
+        self._started = Deferred.fromCoroutine(self._start())
+
+    async def _start(self) -> None:
+        try:
+            for table in (self.topics, self.subscriptions, self.offsets):
+                table.load()
+            started = self.store.startService()
+            if started is not None:
+                await started
+            if self.hold is not None:
+                self.hold.startService()
+            endpoint = serverFromString(self._reactor, self.config.listen)
+            self._port = await endpoint.listen(self.server.factory())
+        except Exception:
+            self.log.failure("broker {name} failed to start", level=LogLevel.critical, name=self.config.broker_name)
+            return
+        self.log.info(
+            "broker {name} listening on {host}, advertised as {addr}",
+            name=self.config.broker_name, host=self._port.getHost(), addr=self.config.advertised_address,
+        )
+        self.registration.start()
+        for loop, interval in self._loops:
+            self._loop_results.append(loop.start(interval, now=False))
+
+    # -- periodic work ------------------------------------------------------------
+
+    async def _persist_offsets_in_pool(self) -> None:
+        path = self.offsets.path
+        if path is None:
+            return
+        data = self.offsets.encode()  # snapshot on the reactor thread
+        try:
+            await deferToThreadPool(self._reactor, self._pool, write_atomically, path, data)
+        except Exception:  # an escaping exception would end the LoopingCall
+            self.log.failure("cannot persist consumer offsets to {path}", level=LogLevel.error, path=path)
+
+    def _scan_channels(self) -> None:
+        try:
+            self.consumers.scan_not_active_channel()
+            self.producers.scan_not_active_channel()
+        except Exception:
+            self.log.failure("channel expiry scan failed", level=LogLevel.error)
+
+    # -- stop ---------------------------------------------------------------------
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()
+        return Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+        """Unregister, persist offsets, stop listening, close connections, then stop the store."""
+        if self._started is not None:
+            await self._started
+        await self._step("unregister", self.registration.stop)
+        for loop, _ in self._loops:
+            if loop.running:
+                loop.stop()
+        for result in self._loop_results:
+            await result
+        self._loop_results = []
+        await self._step("persist offsets", self._persist_offsets_in_pool)
+        self._pool.stop()
+        if self._port is not None:
+            await self._step("stop listening", self._port.stopListening)
+            self._port = None
+        if self.hold is not None and self.hold.running:
+            self.hold.stopService()
+        await self._step("close connections", self.server.close)
+        await self._step("close name server client", self.client.close)
+        await self._step("stop the store", self.store.stopService)
+
+    async def _step(self, what: str, f: Callable[[], Any]) -> None:
+        """Run one stop step; a failure is logged so the later steps (the store!) still run."""
+        try:
+            result = f()
+            if result is not None:
+                await result
+        except Exception:
+            self.log.failure("broker stop: {what} failed", level=LogLevel.error, what=what)
