@@ -18,7 +18,9 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
+from zope.interface import implementer
 
+from rocketpy.interfaces import IChannelEventListener
 from rocketpy.remoting.command import RemotingCommand
 
 #: Re-runs a parked pull; fires with its response.
@@ -45,8 +47,12 @@ class _Parked:
     timer: IDelayedCall | None = None
 
 
+@implementer(IChannelEventListener)
 class PullRequestHoldService(Service):
     """Holds pull requests until a message arrives in their queue or their time is up.
+
+    As a channel event listener of the remoting server it drops the requests of
+    channels that close, idle out or fail.
 
     :param clock: schedules the deadlines and the periodic re-check.
     :param max_offset: ``(topic, queue_id) -> next offset to be written``, read in memory.
@@ -122,6 +128,18 @@ class PullRequestHoldService(Service):
             for p in [p for p in waiting if p.channel is channel]:
                 self._unpark(p)
                 self._finish(p, None)
+
+    def on_channel_connect(self, remote_address: str, channel: Any) -> None:
+        pass
+
+    def on_channel_close(self, remote_address: str, channel: Any) -> None:
+        self.channel_closed(channel)
+
+    def on_channel_idle(self, remote_address: str, channel: Any) -> None:
+        self.channel_closed(channel)
+
+    def on_channel_exception(self, remote_address: str, channel: Any) -> None:
+        self.channel_closed(channel)
 
     def parked_count(self, topic: str | None = None, queue_id: int = 0) -> int:
         """How many requests are held, in total or for one queue."""

@@ -166,11 +166,6 @@ class PullMessageProcessor:
         allow_suspend = bool(header.sys_flag & FLAG_SUSPEND) and self._hold is not None
         return self._execute(channel, request, header, tag_filter, allow_suspend)
 
-    def on_channel_close(self, remote_address: str, channel: Any) -> None:
-        """Channel listener hook: drop the requests this channel had parked."""
-        if self._hold is not None:
-            self._hold.channel_closed(channel)
-
     # -- checks -------------------------------------------------------------
 
     def _check(self, header: PullHeader) -> TagFilter:

@@ -10,6 +10,7 @@ puts itself), so the send path has no per-message thread hop.
 from __future__ import annotations
 
 import random
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,7 @@ from rocketpy.common.message import (
     Message,
     MessageConst,
     MessageExt,
+    MessageSysFlag,
     RecordError,
     decode_batch,
     parse_address,
@@ -247,14 +249,16 @@ class SendMessageProcessor:
 
     # -- building messages --------------------------------------------------
 
-    def _message_ext(self, header: SendHeader, msg: Message, queue_id: int, channel: Any) -> MessageExt:
+    def _message_ext(
+        self, header: SendHeader, msg: Message, queue_id: int, channel: Any, sys_flag: int | None = None
+    ) -> MessageExt:
         return MessageExt(
             topic=msg.topic,
             body=msg.body,
             flag=msg.flag,
             properties=msg.properties,
             queue_id=queue_id,
-            sys_flag=header.sys_flag,
+            sys_flag=header.sys_flag if sys_flag is None else sys_flag,
             born_timestamp=header.born_timestamp,
             born_host=_peer_host(channel),
             store_host=self._store_host,
@@ -298,6 +302,11 @@ class SendMessageProcessor:
             raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(header.topic)}")
         if header.topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
             raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group")
+        sys_flag = header.sys_flag
+        if sys_flag & MessageSysFlag.COMPRESSED:
+            # The C++ client zlib-compresses a batch body of ≥ 4 KiB as a whole.
+            body = self._inflate(body)
+            sys_flag &= ~MessageSysFlag.COMPRESSED
         try:
             inner = decode_batch(body, header.topic)
         except RecordError as e:
@@ -309,8 +318,19 @@ class SendMessageProcessor:
         for m in inner:
             self._check_body(m.body)
             m.properties = self._stored_properties({**m.properties, **shared})
-            msgs.append(self._message_ext(header, m, queue_id, channel))
+            msgs.append(self._message_ext(header, m, queue_id, channel, sys_flag))
         return msgs
+
+    def _inflate(self, body: bytes) -> bytes:
+        """A compressed batch body, inflated up to the maximum message size."""
+        inflater = zlib.decompressobj()
+        try:
+            data = inflater.decompress(body, self._max_size + 1)
+        except zlib.error as e:
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"bad compressed batch body: {e}") from None
+        if len(data) > self._max_size or inflater.unconsumed_tail:
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"the batch is over the limit {self._max_size}")
+        return data
 
     # -- responses ----------------------------------------------------------
 

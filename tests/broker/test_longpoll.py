@@ -6,7 +6,10 @@ from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
+from zope.interface.verify import verifyObject
+
 from rocketpy.broker.longpoll import PullRequestHoldService
+from rocketpy.interfaces import IChannelEventListener
 from rocketpy.remoting.command import RemotingCommand
 
 
@@ -91,6 +94,19 @@ class PullRequestHoldServiceTests(SynchronousTestCase):
         self.assertIsNone(self.successResultOf(d1))
         self.assertNoResult(d2)
         self.assertEqual(self.service.parked_count("T", 0), 1)
+
+    def test_channel_listener(self) -> None:
+        """As a channel event listener the service drops on close, idle and exception."""
+        self.assertTrue(verifyObject(IChannelEventListener, self.service))
+        channel = object()
+        self.service.on_channel_connect("a:1", channel)
+        for event in (self.service.on_channel_idle, self.service.on_channel_exception,
+                      self.service.on_channel_close):
+            d = self.park(channel=channel)
+            self.assertNoResult(d)
+            event("a:1", channel)
+            self.assertIsNone(self.successResultOf(d))
+        self.assertEqual(self.service.parked_count(), 0)
 
     def test_stop_cancels_every_timer(self) -> None:
         """Stopping drops the parked requests and leaves no delayed call."""

@@ -245,7 +245,7 @@ class PullMessageProcessorTests(SynchronousTestCase):
     def test_closed_channel_dropped(self) -> None:
         """Requests parked by a closed channel are dropped unanswered and their timers cancelled."""
         self.assertIsNone(self.pull())
-        self.processor.on_channel_close(self.channel.remote_address, self.channel)
+        self.hold.on_channel_close(self.channel.remote_address, self.channel)
         self.assertIsNone(self.successResultOf(self.held))
         self.assertEqual(self.hold.parked_count(), 0)
         self.assertEqual(len(self.clock.getDelayedCalls()), 1)

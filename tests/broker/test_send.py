@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import zlib
 
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
@@ -183,6 +184,20 @@ class SendMessageProcessorTests(SynchronousTestCase):
         self.send(RequestCode.SEND_MESSAGE_V2, dict(v2, m="false"), body)
         self.assertEqual([(b, len(msgs)) for b, msgs in self.store.puts], [(True, 2), (False, 1)])
         self.assertEqual(self.store.puts[1][1][0].body, body)
+
+    def test_compressed_batch(self) -> None:
+        """The C++ client compresses a large batch body as a whole (sysFlag 1): inflate, then split."""
+        inner = [Message("T", b"x" * 300 + b"%d" % i, 0, {"UNIQ_KEY": f"ID{i}"}) for i in range(2)]
+        body = zlib.compress(encode_batch(inner), 5)
+        response = self.send(RequestCode.SEND_MESSAGE, dict(CPP_V1, batch="1", sysFlag="1"), body)
+        self.assertEqual(response.code, ResponseCode.SUCCESS)
+        msgs = self.store.puts[0][1]
+        self.assertEqual([(m.body, m.sys_flag) for m in msgs], [(m.body, 0) for m in inner])
+        bomb = zlib.compress(encode_batch([Message("T", b"x" * 2000)]))
+        response = self.send(RequestCode.SEND_MESSAGE, dict(CPP_V1, batch="1", sysFlag="1"), bomb)
+        self.assertEqual(response.code, ResponseCode.MESSAGE_ILLEGAL)
+        response = self.send(RequestCode.SEND_MESSAGE, dict(CPP_V1, batch="1", sysFlag="1"), b"not zlib")
+        self.assertEqual(response.code, ResponseCode.MESSAGE_ILLEGAL)
 
     def test_malformed_batch(self) -> None:
         """A batch body that does not parse is MESSAGE_ILLEGAL."""
