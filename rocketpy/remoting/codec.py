@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import json.scanner
 import struct
 from typing import Any, Callable
 
@@ -56,7 +57,20 @@ def _make_json_encoder() -> Callable[[object], str]:
 
 
 _json_encode = _make_json_encoder()
-_json_decode = json.JSONDecoder().decode
+# strict=False: accept raw control characters (U+0001/U+0002 in properties) as well as escaped ones.
+_json_decoder = json.JSONDecoder(strict=False)
+_json_scan = json.scanner.make_scanner(_json_decoder)
+
+
+def _parse_json(text: str) -> Any:
+    """One JSON value: the scanner alone on the usual input, the full decoder otherwise."""
+    try:
+        value, end = _json_scan(text, 0)
+    except StopIteration:  # leading whitespace or invalid: let the decoder tell which
+        return _json_decoder.decode(text)
+    if end != len(text) and text[end:].strip():  # jsoncpp ends its header with a newline
+        raise ProtocolError(f"trailing data after the JSON header at {end}")
+    return value
 
 
 def encode(cmd: RemotingCommand) -> bytes:
@@ -104,7 +118,7 @@ def decode(frame: bytes) -> RemotingCommand:
         header = frame[4:end]
         body = frame[end:]
         if serialize_type == 0:
-            return _from_map(_json_decode(header.decode("utf-8")), body, SerializeType.JSON)
+            return _from_map(_parse_json(header.decode("utf-8")), body, SerializeType.JSON)
         if serialize_type == 2:
             return _from_map(msgpack.unpackb(header, raw=False), body, SerializeType.MSGPACK)
         if serialize_type == 1:
@@ -166,34 +180,31 @@ def _header_map(cmd: RemotingCommand, rpc_type: str | None) -> dict[str, Any]:
     return header
 
 
-def _int(header: dict[str, Any], key: str, default: int | None) -> int:
-    value = header.get(key, default)
-    if type(value) is not int:
-        raise ProtocolError(f"header {key!r} is not an integer: {value!r}")
-    return value
-
-
 def _from_map(header: Any, body: bytes, serialize_type: SerializeType) -> RemotingCommand:
     if type(header) is not dict:
         raise ProtocolError("header is not an object")
-    opaque = _int(header, "opaque", 0)
+    get = header.get
+    code, version, opaque, flag = get("code"), get("version", 0), get("opaque", 0), get("flag", 0)
+    if not (type(code) is int and type(version) is int and type(opaque) is int and type(flag) is int):
+        raise ProtocolError(f"header integers invalid: code={code!r} version={version!r} opaque={opaque!r} "
+                            f"flag={flag!r}")
     if not _INT32_MIN <= opaque <= _INT32_MAX:
         raise ProtocolError(f"opaque {opaque} is not a 32-bit integer")
-    language = header.get("language", "JAVA")
-    if type(language) is int:
+    language = get("language", "JAVA")
+    if type(language) is not str:
+        if type(language) is not int:
+            raise ProtocolError(f"header 'language' is invalid: {language!r}")
         language = _LANGUAGE_NAMES.get(language, _OTHER.name)
-    elif type(language) is not str:
-        raise ProtocolError(f"header 'language' is invalid: {language!r}")
-    remark = header.get("remark")
+    remark = get("remark")
     if remark is not None and type(remark) is not str:
         raise ProtocolError(f"header 'remark' is not a string: {remark!r}")
-    ext = header.get("extFields")
+    ext = get("extFields")
     return RemotingCommand(
-        code=_int(header, "code", None),
+        code=code,
         language=language,
-        version=_int(header, "version", 0),
+        version=version,
         opaque=opaque,
-        flag=_int(header, "flag", 0),
+        flag=flag,
         remark=remark,
         ext_fields=string_fields(ext) if ext is not None else {},
         body=body,

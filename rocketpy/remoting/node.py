@@ -228,7 +228,8 @@ class RemotingNode:
         response.flag |= RESPONSE_FLAG
         response.serialize_type = request.serialize_type
         try:
-            self.run_after_hooks(response, channel.remote_address, request)
+            if self.rpc_hooks:
+                self.run_after_hooks(response, channel.remote_address, request)
             channel.send_command(response)
         except Exception:
             failure = Failure()

@@ -66,6 +66,8 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         self._table = ResponseTable(first_opaque)
         self._lost: RemotingConnectionLost | None = None
         self._broken = False  # a fatal framing error: ignore whatever follows
+        self._reading = False  # inside dataReceived: writes are collected in _out
+        self._out: list[bytes] = []
         self._abort_call: IDelayedCall | None = None
         self._close_waiters: list[Deferred[None]] = []
         self.remote_address = "unconnected"
@@ -82,10 +84,22 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         self.setTimeout(self._idle_timeout)
         self._owner.channel_connected(self)
 
+    def dataReceived(self, data: bytes) -> None:
+        # Reset the idle timer once per read rather than per frame, and send what the
+        # frames of this read produced with one writeSequence: same semantics, less work.
+        self.resetTimeout()
+        self._reading = True
+        try:
+            super().dataReceived(data)
+        finally:
+            self._reading = False
+            if self._out:
+                out, self._out = self._out, []
+                self.transport.writeSequence(out)
+
     def stringReceived(self, frame: bytes) -> None:
         if self._broken:
             return
-        self.resetTimeout()
         try:
             command = decode(frame)
         except ProtocolError as e:
@@ -199,8 +213,11 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
             raise RemotingSendRequestError(f"cannot send to {self.remote_address}: {e}") from e
 
     def _write(self, data: bytes) -> None:
-        self.transport.write(data)
-        self.resetTimeout()
+        if self._reading:  # flushed at the end of dataReceived, which reset the timer
+            self._out.append(data)
+        else:
+            self.transport.write(data)
+            self.resetTimeout()
 
     def _fatal(self, error: ProtocolError) -> None:
         if self._broken:

@@ -1,0 +1,189 @@
+"""Remoting throughput against a bare Int32StringReceiver echo, on 127.0.0.1 only.
+
+Usage::
+
+    python benchmarks/remoting.py [--rounds 5] [--seconds 2] [--serialize json|msgpack|rocketmq]
+
+Spawns ``python benchmarks/remoting.py --serve`` (a RemotingServer echoing the
+body, and a bare Int32StringReceiver echo, in one other process), then measures
+requests/s with one request in flight (ping-pong) and with 1000 in flight
+(pipelined), 1 KiB body, alternating bare and remoting runs, and prints the
+median of each and the remoting/bare ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from twisted.internet import protocol, stdio, task  # noqa: E402
+from twisted.internet.defer import Deferred  # noqa: E402
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, connectProtocol  # noqa: E402
+from twisted.protocols.basic import Int32StringReceiver  # noqa: E402
+from zope.interface import implementer  # noqa: E402
+
+from rocketpy.interfaces import IRequestProcessor  # noqa: E402
+from rocketpy.remoting.client import RemotingClient  # noqa: E402
+from rocketpy.remoting.codec import MAX_FRAME_LENGTH  # noqa: E402
+from rocketpy.remoting.codes import RequestCode, SerializeType  # noqa: E402
+from rocketpy.remoting.command import RemotingCommand  # noqa: E402
+from rocketpy.remoting.server import RemotingServer  # noqa: E402
+
+BODY = b"x" * 1024
+CODE = RequestCode.SEND_MESSAGE_V2
+PIPELINE = 1000
+
+
+class BareEcho(Int32StringReceiver):
+    """Server side of the baseline: sends every frame straight back."""
+
+    MAX_LENGTH = MAX_FRAME_LENGTH
+
+    def stringReceived(self, string: bytes) -> None:
+        self.sendString(string)
+
+
+@implementer(IRequestProcessor)
+class EchoProcessor:
+    """Server side of the remoting run: SUCCESS with the request's body."""
+
+    def reject_request(self) -> bool:
+        return False
+
+    def process_request(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(0, body=request.body)
+
+
+class _ExitOnEOF(protocol.Protocol):
+    """Stops the server process when the benchmark (its parent) closes our stdin."""
+
+    def __init__(self, reactor: Any) -> None:
+        self.reactor = reactor
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self.reactor.stop()
+
+
+async def serve(reactor: Any) -> None:
+    """Run both echo servers; print their ports as one JSON line."""
+    server = RemotingServer(reactor)
+    server.register_processor(CODE, EchoProcessor())
+    remoting = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(server.factory())
+    bare = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(protocol.Factory.forProtocol(BareEcho))
+    print(json.dumps({"remoting": remoting.getHost().port, "bare": bare.getHost().port}), flush=True)
+    stdio.StandardIO(_ExitOnEOF(reactor), reactor=reactor)
+    await Deferred()  # until stdin closes
+
+
+class _Loop:
+    """Keeps *in_flight* requests going until *seconds* pass; fires with requests/s."""
+
+    def __init__(self, send: Callable[[], None], in_flight: int, seconds: float) -> None:
+        self.send, self.in_flight = send, in_flight
+        self.done: Deferred[float] = Deferred()
+        self.count = 0
+        self.start = time.perf_counter()
+        self.deadline = self.start + seconds
+
+    def run(self) -> Deferred[float]:
+        for _ in range(self.in_flight):
+            self.send()
+        return self.done
+
+    def completed(self, _: object = None) -> None:
+        self.count += 1
+        if time.perf_counter() < self.deadline:
+            self.send()
+            return
+        self.in_flight -= 1
+        if self.in_flight == 0:
+            self.done.callback(self.count / (time.perf_counter() - self.start))
+
+
+class BareClient(Int32StringReceiver):
+    """Client side of the baseline."""
+
+    MAX_LENGTH = MAX_FRAME_LENGTH
+    loop: _Loop
+
+    def stringReceived(self, string: bytes) -> None:
+        self.loop.completed()
+
+    def measure(self, in_flight: int, seconds: float) -> Deferred[float]:
+        self.loop = _Loop(lambda: self.sendString(BODY), in_flight, seconds)
+        return self.loop.run()
+
+
+def measure_remoting(client: RemotingClient, address: str, in_flight: int, seconds: float) -> Deferred[float]:
+    def send() -> None:
+        d = client.invoke_sync(address, RemotingCommand.request(CODE, body=BODY), 30.0)
+        d.addCallback(loop.completed)
+
+    loop = _Loop(send, in_flight, seconds)
+    return loop.run()
+
+
+async def bench(reactor: Any, options: argparse.Namespace) -> None:
+    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        ports = json.loads(child.stdout.readline())
+        serialize_type = SerializeType[options.serialize.upper()]
+        client = RemotingClient(reactor, serialize_type=serialize_type)
+        address = f"127.0.0.1:{ports['remoting']}"
+        bare = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", ports["bare"]), BareClient())
+        runs: dict[tuple[str, int], Callable[[float], Deferred[float]]] = {}
+        for in_flight in (1, PIPELINE):
+            runs["bare", in_flight] = lambda s, n=in_flight: bare.measure(n, s)
+            runs["remoting", in_flight] = lambda s, n=in_flight: measure_remoting(client, address, n, s)
+        for run in runs.values():  # warm up
+            await run(0.3)
+        results: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
+        for round_number in range(options.rounds):
+            for key, run in runs.items():
+                results[key].append(await run(options.seconds))
+            print(f"round {round_number + 1}: " + ", ".join(
+                f"{name}/{n}={results[name, n][-1]:,.0f}" for name, n in runs), flush=True)
+        report(results, options)
+        bare.transport.loseConnection()
+        await client.close()
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(10)
+
+
+def report(results: dict[tuple[str, int], list[float]], options: argparse.Namespace) -> None:
+    print(f"\n{options.rounds} rounds x {options.seconds} s, 1 KiB body, {options.serialize} headers, "
+          f"python {sys.version.split()[0]}")
+    print(f"{'mode':<22}{'bare echo req/s':>18}{'remoting req/s':>18}{'ratio':>9}")
+    for in_flight, label in ((1, "ping-pong (1)"), (PIPELINE, f"pipelined ({PIPELINE})")):
+        bare = statistics.median(results["bare", in_flight])
+        remoting = statistics.median(results["remoting", in_flight])
+        print(f"{label:<22}{bare:>18,.0f}{remoting:>18,.0f}{remoting / bare:>9.0%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--serve", action="store_true", help="run the echo servers (used by the benchmark)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--serialize", choices=["json", "msgpack", "rocketmq"], default="json")
+    options = parser.parse_args()
+    if options.serve:
+        task.react(lambda reactor: Deferred.fromCoroutine(serve(reactor)))
+    else:
+        task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, options)))
+
+
+if __name__ == "__main__":
+    main()
