@@ -1,0 +1,243 @@
+"""The official C++ client (PyPI ``rocketmq`` 0.4.4) against a real rocketpy process.
+
+rocketpy runs as ``python -m twisted rocketpy`` (name server + broker, free loopback
+ports, a temporary store) and the C++ client runs in child processes driven by
+``cpp_client.py``; this process only orchestrates, with bounded waits.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from typing import Any
+
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
+
+from rocketpy.remoting import codec
+from rocketpy.remoting.codes import RequestCode
+from rocketpy.remoting.command import RemotingCommand
+
+try:
+    import rocketmq.client  # noqa: F401  (the C++ library loads here)
+except Exception as e:  # ImportError, or OSError from loading librocketmq.so
+    _SKIP: str | None = f"the RocketMQ C++ client is not usable here: import rocketmq.client failed: {e}"
+else:
+    _SKIP = None
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp_client.py")
+START_TIMEOUT = 30.0
+CHILD_TIMEOUT = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def query(port: int, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+    """One blocking request/response over a fresh connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(codec.encode(request))
+        data = b""
+        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionError("closed before a full response")
+            data += chunk
+        return codec.decode(data[4:])
+
+
+class Rocketpy:
+    """A ``rocketpy`` name server + broker process on fixed free ports and one store directory."""
+
+    def __init__(self, workdir: str) -> None:
+        self.workdir = workdir
+        self.namesrv_port, self.broker_port = free_port(), free_port()
+        self.namesrv = f"127.0.0.1:{self.namesrv_port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log_path = os.path.join(workdir, "rocketpy.log")
+
+    def start(self) -> None:
+        args = [
+            sys.executable, "-m", "twisted", "rocketpy",
+            "--namesrv-listen", f"tcp:{self.namesrv_port}:interface=127.0.0.1",
+            "--listen", f"tcp:{self.broker_port}:interface=127.0.0.1",
+            "--store-dir", os.path.join(self.workdir, "store"),
+            "--namesrv-config-dir", os.path.join(self.workdir, "namesrv"),
+            "--commit-log-file-size", str(16 * 1024 * 1024),
+        ]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self._wait_registered()
+
+    def _wait_registered(self) -> None:
+        """Until the name server has a route for TBW102, i.e. the broker registered."""
+        deadline = time.monotonic() + START_TIMEOUT
+        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"rocketpy exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if query(self.namesrv_port, request).code == 0:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"rocketpy did not register its broker in {START_TIMEOUT}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        """SIGTERM (clean stop: offsets and store flushed), then wait."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(f"rocketpy did not stop on SIGTERM:\n{self.log_tail()}") from None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+class CppClientTests(SynchronousTestCase):
+    """Produce and consume with the real C++ client."""
+
+    def setUp(self) -> None:
+        if _SKIP is not None:
+            raise SkipTest(_SKIP)
+        self.workdir = os.path.abspath(self.mktemp())
+        os.makedirs(self.workdir)
+        self.home = os.path.join(self.workdir, "home")  # the C++ client logs under ~/logs/rocketmq-cpp
+        os.makedirs(self.home)
+        self.rocketpy = Rocketpy(self.workdir)
+        self.rocketpy.start()
+        self.addCleanup(self.rocketpy.stop)
+
+    # -- child processes -----------------------------------------------------
+
+    def spawn(self, *args: str) -> subprocess.Popen[str]:
+        env = dict(os.environ, HOME=self.home)
+        return subprocess.Popen(
+            [sys.executable, HARNESS, *args, "--namesrv", self.rocketpy.namesrv],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+
+    def finish(self, child: subprocess.Popen[str]) -> list[dict[str, Any]]:
+        """Wait for a child; its JSON events, or a failure with its stderr, C++ log and rocketpy log."""
+        try:
+            out, err = child.communicate(timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out, err = child.communicate()
+        events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        if child.returncode != 0 or not events or events[-1]["event"] != "done":
+            self.fail(
+                f"C++ client {child.args[2:4]} failed ({child.returncode}):\n{err[-3000:]}\n"
+                f"--- C++ log ---\n{self.cpp_log_tail()}\n--- rocketpy ---\n{self.rocketpy.log_tail()}"
+            )
+        return events
+
+    def run_child(self, *args: str) -> list[dict[str, Any]]:
+        return self.finish(self.spawn(*args))
+
+    def produce(self, topic: str, mode: str, count: int, *extra: str) -> list[dict[str, Any]]:
+        events = self.run_child("produce", "--topic", topic, "--mode", mode, "--count", str(count), *extra)
+        sent = [e for e in events if e["event"] == "sent"]
+        self.assertTrue(all(e["status"] in (0, None) for e in sent), sent)
+        return sent
+
+    def consume(self, topic: str, group: str, expect: int, *extra: str) -> list[dict[str, Any]]:
+        events = self.run_child("consume", "--topic", topic, "--group", group, "--expect", str(expect), *extra)
+        return [e for e in events if e["event"] == "message"]
+
+    def cpp_log_tail(self, lines: int = 30) -> str:
+        folder = os.path.join(self.home, "logs", "rocketmq-cpp")
+        try:
+            newest = max((os.path.join(folder, n) for n in os.listdir(folder)), key=os.path.getmtime)
+            with open(newest, encoding="utf-8", errors="replace") as f:
+                kept = [line for line in f if "session_credentials" not in line]
+            return "".join(kept[-lines:])
+        except (OSError, ValueError):
+            return "(no C++ log)"
+
+    @staticmethod
+    def body(message: dict[str, Any]) -> bytes:
+        return base64.b64decode(message["body"])
+
+    # -- tests -------------------------------------------------------------------
+
+    def test_send_modes_and_consume_all(self) -> None:
+        """Auto-create a topic; sync, oneway, orderly and batch sends all reach a `*` consumer intact."""
+        topic = "InteropAll"
+        sync = self.produce(topic, "sync", 3, "--tag", "TagA", "--keys", "sync", "--prop", "color=red",
+                            "--body-prefix", "sync")
+        self.assertEqual(len({e["msg_id"] for e in sync}), 3)
+        self.produce(topic, "sync", 1, "--tag", "TagA", "--keys", "big", "--body-prefix", "big", "--size", "9000")
+        self.produce(topic, "oneway", 2, "--tag", "TagB", "--keys", "oneway", "--body-prefix", "oneway")
+        orderly = self.produce(topic, "orderly", 3, "--tag", "TagC", "--keys", "orderly", "--body-prefix", "orderly",
+                               "--order-key", "6")
+        self.produce(topic, "batch", 3, "--tag", "TagD", "--keys", "batch", "--body-prefix", "batch")
+        got = self.consume(topic, "CID_INTEROP_ALL", 12, "--show-prop", "color", "--show-prop", "CLUSTER")
+        by_key = {m["keys"]: m for m in got}
+        self.assertEqual(len(got), 12, sorted(by_key))
+        self.assertEqual(len(by_key), 12)
+        for i in range(3):
+            m = by_key[f"sync-{i}"]
+            self.assertEqual((self.body(m), m["tags"], m["topic"]), (b"sync-%d" % i, "TagA", topic))
+            self.assertEqual(m["props"], {"color": "red", "CLUSTER": "DefaultCluster"})
+            self.assertIn(m["msg_id"], {e["msg_id"] for e in sync})
+        big = self.body(by_key["big-0"])
+        self.assertEqual((len(big), big[:6]), (9000, b"big-0|"))
+        self.assertEqual({self.body(by_key[f"oneway-{i}"]) for i in range(2)}, {b"oneway-0", b"oneway-1"})
+        orderly_queue = {by_key[f"orderly-{i}"]["queue_id"] for i in range(3)}
+        self.assertEqual(len(orderly_queue), 1)
+        self.assertEqual(
+            [by_key[f"orderly-{i}"]["queue_offset"] for i in range(3)], [e["offset"] for e in orderly]
+        )
+        self.assertEqual([by_key[f"batch-{i}"]["tags"] for i in range(3)], ["TagD"] * 3)
+        self.assertEqual(len({by_key[f"batch-{i}"]["queue_id"] for i in range(3)}), 1)
+
+    def test_tag_subscription(self) -> None:
+        """A `TagB` consumer gets the TagB messages only."""
+        topic = "InteropTags"
+        self.produce(topic, "sync", 2, "--tag", "TagA", "--keys", "a")
+        self.produce(topic, "sync", 3, "--tag", "TagB", "--keys", "b")
+        self.produce(topic, "sync", 1, "--keys", "untagged")
+        got = self.consume(topic, "CID_INTEROP_TAGS", 3, "--expression", "TagB", "--linger", "3")
+        self.assertEqual(sorted(m["keys"] for m in got), ["b-0", "b-1", "b-2"])
+
+    def test_offsets_resume_after_restart(self) -> None:
+        """After a broker restart a group resumes at its committed offsets; a new message wakes its pull."""
+        topic, group = "InteropResume", "CID_INTEROP_RESUME"
+        self.produce(topic, "sync", 4, "--keys", "before")
+        first = self.consume(topic, group, 4, "--linger", "1")
+        self.assertEqual(sorted(m["keys"] for m in first), [f"before-{i}" for i in range(4)])
+        self.rocketpy.stop()
+        self.rocketpy.start()
+        consumer = self.spawn("consume", "--topic", topic, "--group", group, "--expect", "2", "--linger", "3")
+        self.assertEqual(json.loads(consumer.stdout.readline())["event"], "started")  # type: ignore[union-attr]
+        time.sleep(3)  # rebalance done, pulls parked
+        started = time.monotonic()
+        self.produce(topic, "sync", 2, "--keys", "after")
+        events = self.finish(consumer)
+        second = [e for e in events if e["event"] == "message"]
+        self.assertEqual(sorted(m["keys"] for m in second), ["after-0", "after-1"])
+        self.assertLess(time.monotonic() - started, 12, "held pulls were not woken by the new messages")
