@@ -6,6 +6,7 @@ Everything here is pure and byte-compatible with Apache RocketMQ 4.x (spec
 
 from __future__ import annotations
 
+import functools
 import operator
 import socket
 import struct
@@ -86,9 +87,7 @@ def body_crc(body: bytes) -> int:
 
 def properties_to_string(properties: dict[str, str]) -> str:
     """``k\\x01v\\x02k\\x01v`` with no trailing separator (Java's form)."""
-    return PROPERTY_SEPARATOR.join(
-        k + NAME_VALUE_SEPARATOR + v for k, v in properties.items()
-    )
+    return PROPERTY_SEPARATOR.join([k + NAME_VALUE_SEPARATOR + v for k, v in properties.items()])
 
 
 def string_to_properties(text: str | None) -> dict[str, str]:
@@ -192,6 +191,17 @@ _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _H16 = struct.Struct(">h")
 RECORD_FIXED_SIZE = 91  # IPv4 hosts; + body + topic + properties
+# Everything before the body (88 bytes, IPv4 hosts), packed in one call.
+_FIXED = struct.Struct(">iiiiiqqiq4siq4siiqi")
+_TOPIC_LEN = [bytes((n,)) for n in range(MAX_TOPIC_LENGTH + 1)]
+
+
+def _pack_host_cached(host: tuple[str, int]) -> tuple[bytes, int]:
+    # Broker hosts repeat: the store host always, born hosts per producer connection.
+    return _pack_host_lru(tuple(host))
+
+
+_pack_host_lru = functools.lru_cache(maxsize=4096)(_pack_host)
 
 
 def encode_record(msg: MessageExt) -> bytearray:
@@ -210,24 +220,15 @@ def encode_record(msg: MessageExt) -> bytearray:
     body = msg.body
     size = RECORD_FIXED_SIZE + len(body) + len(topic) + len(props)
     sys_flag = msg.sys_flag & ~(MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6)
-    born_ip, born_port = _pack_host(msg.born_host)
-    store_ip, store_port = _pack_host(msg.store_host)
-    buf = bytearray(size)
-    _HEAD.pack_into(
-        buf, 0, size, MAGIC_CODE, body_crc(body), msg.queue_id, msg.flag,
-        msg.queue_offset, msg.commit_log_offset, sys_flag, msg.born_timestamp,
+    born_ip, born_port = _pack_host_cached(msg.born_host)
+    store_ip, store_port = _pack_host_cached(msg.store_host)
+    head = _FIXED.pack(
+        size, MAGIC_CODE, body_crc(body), msg.queue_id, msg.flag, msg.queue_offset, msg.commit_log_offset,
+        sys_flag, msg.born_timestamp, born_ip, born_port, msg.store_timestamp, store_ip, store_port,
+        msg.reconsume_times, msg.prepared_transaction_offset, len(body),
     )
-    _HOST_V4.pack_into(buf, 48, born_ip, born_port)
-    _I64.pack_into(buf, 56, msg.store_timestamp)
-    _HOST_V4.pack_into(buf, 64, store_ip, store_port)
-    struct.pack_into(">iqi", buf, 72, msg.reconsume_times, msg.prepared_transaction_offset, len(body))
-    pos = 88 + len(body)
-    buf[88:pos] = body
-    buf[pos] = len(topic)
-    buf[pos + 1 : pos + 1 + len(topic)] = topic
-    pos += 1 + len(topic)
-    _H16.pack_into(buf, pos, len(props))
-    buf[pos + 2 :] = props
+    # One allocation: bytearray.join sizes the result once.
+    buf = bytearray().join((head, body, _TOPIC_LEN[len(topic)], topic, _H16.pack(len(props)), props))
     return buf
 
 
