@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.task import LoopingCall
@@ -61,6 +61,8 @@ class BrokerService(Service):
     :param config: the broker settings; ``advertised_address`` becomes the store host.
     :param store_config: the store settings; its ``config_dir`` holds the JSON config files.
     :param make_store: ``(reactor, store_config) -> StoreService`` (tests pass a fake).
+    :param config_pool: writes ``consumerOffset.json`` off the reactor thread; default a
+        one-thread pool started and stopped by this service.
     """
 
     log = Logger()
@@ -71,6 +73,7 @@ class BrokerService(Service):
         config: BrokerConfig,
         store_config: MessageStoreConfig,
         make_store: Callable[[Any, MessageStoreConfig], Any] = _default_store,
+        config_pool: ThreadPool | None = None,
     ) -> None:
         self._reactor = reactor
         self.config = config
@@ -94,11 +97,12 @@ class BrokerService(Service):
         self.offsets = ConsumerOffsetManager(os.path.join(in_config_dir, "consumerOffset.json"))
         self.consumers = ConsumerManager(reactor, config.channel_expired_timeout)
         self.producers = ProducerManager(reactor, config.channel_expired_timeout)
-        self.hold = (
-            PullRequestHoldService(reactor, self.store.get_max_offset_in_queue) if config.long_polling_enable else None
-        )
+        self.hold: PullRequestHoldService | None = None
+        if config.long_polling_enable:
+            self.hold = PullRequestHoldService(reactor, self.store.get_max_offset_in_queue)
         self.tables = BrokerTables(
-            config, self.topics, self.subscriptions, self.offsets, self.consumers, self.producers, self.store, reactor
+            config, self.topics, self.subscriptions, self.offsets, self.consumers, self.producers, self.store,
+            reactor,
         )
         listeners: list[Any] = [ClientChannelListener(self.consumers, self.producers)]
         if self.hold is not None:
@@ -112,7 +116,7 @@ class BrokerService(Service):
             self._loop(self._scan_channels, config.scan_channel_interval),
         ]
         self._loop_results: list[Deferred[Any]] = []
-        self._pool = ThreadPool(1, 1, "rocketpy-broker-config")
+        self._pool = config_pool if config_pool is not None else ThreadPool(1, 1, "rocketpy-broker-config")
         self._port: IListeningPort | None = None
         self._started: Deferred[None] | None = None
 
@@ -154,6 +158,23 @@ class BrokerService(Service):
     def listening_port(self) -> IListeningPort | None:
         """The broker's port once listening (``getHost().port`` gives the number)."""
         return self._port
+
+    def when_started(self) -> Deferred[None]:
+        """A new Deferred that fires once start-up finished (listening, first registration sent).
+
+        It also fires when start-up failed; that failure is logged.
+        """
+        d: Deferred[None] = Deferred()
+        if self._started is None:
+            d.errback(RuntimeError("the broker was not started"))
+            return d
+
+        def fire(result: object) -> object:
+            d.callback(None)
+            return result
+
+        self._started.addBoth(fire)
+        return d
 
     # -- start ------------------------------------------------------------------
 
@@ -206,6 +227,8 @@ class BrokerService(Service):
     # -- stop ---------------------------------------------------------------------
 
     def stopService(self) -> Deferred[None]:
+        if not self.running:  # already stopped (or never started): nothing to undo
+            return succeed(None)
         super().stopService()
         return Deferred.fromCoroutine(self._stop())
 

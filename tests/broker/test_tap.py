@@ -1,0 +1,322 @@
+"""Tests for :mod:`rocketpy.tap` and the broker service wiring, with a real loopback run."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
+from twisted.internet.testing import MemoryReactorClock
+from twisted.python import usage
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from rocketpy.broker.clients import ClientChannelInfo, parse_heartbeat
+from rocketpy.broker.config import BrokerConfig
+from rocketpy.broker.controller import BrokerService
+from rocketpy.namesrv.service import NamesrvService
+from rocketpy.remoting.client import RemotingClient
+from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.store.config import MessageStoreConfig
+from rocketpy.tap import Options, OrderedServices, endpoint_port, makeService
+from tests.broker.test_clients import CPP_HEARTBEAT, FakeChannel
+from tests.broker.test_processors import FakeStore
+
+
+def _parse(*argv: str) -> Options:
+    options = Options()
+    options.parseOptions(list(argv))
+    return options
+
+
+class OptionsTests(SynchronousTestCase):
+    def test_defaults(self) -> None:
+        """No options: both roles on loopback, the broker advertised as 127.0.0.1:10911 and registering locally."""
+        o = _parse()
+        self.assertEqual(o["role"], "all")
+        self.assertEqual(o["namesrv-listen"], "tcp:9876:interface=127.0.0.1")
+        self.assertEqual(o["listen"], "tcp:10911:interface=127.0.0.1")
+        self.assertEqual(o["advertised-address"], "127.0.0.1:10911")
+        self.assertEqual(o["namesrv-addr-list"], ["127.0.0.1:9876"])
+        self.assertEqual(o["store-dir"], os.path.join("~", ".rocketpy", "store"))
+        self.assertEqual((o["flush-disk-type"], o["broker-id"], o["commit-log-file-size"]),
+                         ("ASYNC_FLUSH", 0, 1024 ** 3))
+        self.assertIs(o["auto-create-topic-enable"], True)
+
+    def test_command_line(self) -> None:
+        """Options override defaults; the advertised port follows --listen; name servers split on ';'."""
+        o = _parse("--listen", "tcp:20911", "--namesrv-addr", "a:1;b:2", "--role", "broker",
+                   "--flush-disk-type", "SYNC_FLUSH", "--broker-id", "1", "--broker-role", "SLAVE")
+        self.assertEqual(o["advertised-address"], "127.0.0.1:20911")
+        self.assertEqual(o["namesrv-addr-list"], ["a:1", "b:2"])
+        self.assertEqual((o["role"], o["flush-disk-type"], o["broker-id"], o["broker-role"]),
+                         ("broker", "SYNC_FLUSH", 1, "SLAVE"))
+
+    def test_config_file(self) -> None:
+        """A broker.conf with option names and RocketMQ names is read; the command line still wins."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("# a RocketMQ broker.conf\n\nbrokerClusterName = C1\nbrokerName=b9\nbrokerId=0\n"
+                    "namesrvAddr=10.0.0.1:9876;10.0.0.2:9876\nstorePathRootDir=/data/store\n"
+                    "flushDiskType=SYNC_FLUSH\nlistenPort=30911\nbrokerIP1=192.0.2.7\n"
+                    "deleteWhen=04\ncommit-log-file-size: 4096\nbroker_role=SYNC_MASTER\n")
+        o = _parse("--config", path, "--broker-name", "cli")
+        self.assertEqual((o["cluster-name"], o["broker-name"], o["broker-role"]), ("C1", "cli", "SYNC_MASTER"))
+        self.assertEqual(o["namesrv-addr-list"], ["10.0.0.1:9876", "10.0.0.2:9876"])
+        self.assertEqual((o["store-dir"], o["flush-disk-type"], o["commit-log-file-size"]),
+                         ("/data/store", "SYNC_FLUSH", 4096))
+        self.assertEqual(o["listen"], "tcp:30911:interface=127.0.0.1")
+        self.assertEqual(o["advertised-address"], "192.0.2.7:30911")
+        self.assertEqual(o["ignored-config-keys"], ["deleteWhen"])
+
+    def test_bad_values(self) -> None:
+        """Bad choices, numbers, addresses and config files are usage errors naming the problem."""
+        missing = os.path.join(self.mktemp(), "nope.conf")
+        bad_line = self.mktemp()
+        with open(bad_line, "w") as f:
+            f.write("justakey\n")
+        for argv, text in [
+            (["--role", "proxy"], "--role"),
+            (["--flush-disk-type", "NEVER"], "--flush-disk-type"),
+            (["--broker-role", "BOSS"], "--broker-role"),
+            (["--broker-id", "x"], "--broker-id"),
+            (["--auto-create-topic-enable", "maybe"], "auto-create"),
+            (["--advertised-address", "nohost"], "ip:port"),
+            (["--listen", "unix:/tmp/s"], "--advertised-address"),
+            (["--config", missing], "cannot read"),
+            (["--config", bad_line], "expected key=value"),
+        ]:
+            e = self.assertRaises(usage.UsageError, _parse, *argv)
+            self.assertIn(text, str(e))
+
+    def test_endpoint_port(self) -> None:
+        """Ports are read from both tcp endpoint forms."""
+        self.assertEqual(endpoint_port("tcp:10911:interface=127.0.0.1"), 10911)
+        self.assertEqual(endpoint_port("tcp:port=5"), 5)
+        self.assertIsNone(endpoint_port("unix:/x"))
+
+
+class MakeServiceTests(SynchronousTestCase):
+    def test_builds_without_io(self) -> None:
+        """makeService creates no file, thread or port; the name server comes first, the broker second."""
+        root = self.mktemp()
+        threads = threading.active_count()
+        reactor = MemoryReactorClock()
+        top = makeService(_parse("--store-dir", os.path.join(root, "store"),
+                                 "--namesrv-config-dir", os.path.join(root, "ns")), reactor)
+        services = list(top)
+        self.assertIsInstance(services[0], NamesrvService)
+        self.assertIsInstance(services[1], BrokerService)
+        self.assertFalse(os.path.exists(root))
+        self.assertEqual(threading.active_count(), threads)
+        self.assertEqual(reactor.tcpServers, [])
+        broker = services[1]
+        self.assertEqual(broker.config.advertised_address, "127.0.0.1:10911")
+        self.assertEqual(broker.topics.path, os.path.join(root, "store", "config", "topics.json"))
+
+    def test_single_roles(self) -> None:
+        """--role namesrv and --role broker build only that service."""
+        reactor = MemoryReactorClock()
+        self.assertEqual([type(s) for s in makeService(_parse("--role", "namesrv"), reactor)], [NamesrvService])
+        self.assertEqual([type(s) for s in makeService(_parse("--role", "broker", "--store-dir", self.mktemp()),
+                                                       reactor)], [BrokerService])
+
+    def test_ordered_stop(self) -> None:
+        """Children stop one after another in reverse order, each after the previous finished."""
+        events: list[str] = []
+        gates: dict[str, Deferred[None]] = {}
+
+        class Recording(Service):
+            def stopService(self) -> Deferred[None]:
+                Service.stopService(self)
+                events.append(f"stop {self.name}")
+                gates[self.name] = Deferred()
+                return gates[self.name]
+
+        top = OrderedServices()
+        for name in ("namesrv", "broker"):
+            s = Recording()
+            s.setName(name)
+            s.setServiceParent(top)
+        top.startService()
+        done = top.stopService()
+        self.assertEqual(events, ["stop broker"])
+        gates["broker"].callback(None)
+        self.assertEqual(events, ["stop broker", "stop namesrv"])
+        self.assertNoResult(done)
+        gates["namesrv"].callback(None)
+        self.successResultOf(done)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LoopbackTests(TestCase):
+    """Name server and broker in-process on loopback, driven through the real RemotingClient."""
+
+    timeout = 30
+
+    async def test_auto_created_topic_is_routed(self) -> None:
+        """A send auto-creates a topic from TBW102 and the name server routes it to the advertised broker."""
+        from twisted.internet import reactor
+
+        root = self.mktemp()
+        namesrv = NamesrvService(reactor, "tcp:0:interface=127.0.0.1", os.path.join(root, "ns"))
+        namesrv.startService()
+        self.addCleanup(namesrv.stopService)
+        ns_port = namesrv.listening_port
+        assert ns_port is not None
+        ns_addr = f"127.0.0.1:{ns_port.getHost().port}"  # type: ignore[attr-defined]
+        port = _free_port()
+        config = BrokerConfig(listen=f"tcp:{port}:interface=127.0.0.1", advertised_address=f"127.0.0.1:{port}",
+                              namesrv_addr=[ns_addr])
+        store_config = MessageStoreConfig(
+            store_path_root_dir=os.path.join(root, "store"), mapped_file_size_commit_log=1024 * 1024,
+            mapped_file_size_consume_queue=6000, max_hash_slot_num=100, max_index_num=400,
+        )
+        broker = BrokerService(reactor, config, store_config)
+        broker.startService()
+        self.addCleanup(broker.stopService)  # runs before the name server's cleanup
+        await broker.when_started()
+
+        client = RemotingClient(reactor)
+        self.addCleanup(client.close)
+        send = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {
+            "a": "PG", "b": "LoopTopic", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0",
+        }, b"hello")
+        sent = await client.invoke_sync(config.advertised_address, send, 5)
+        self.assertEqual(sent.code, ResponseCode.SUCCESS, sent.remark)
+
+        route = None
+        for _ in range(100):  # the re-registration travels on the broker's own connection
+            route = await client.invoke_sync(
+                ns_addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "LoopTopic"}), 5)
+            if route.code == ResponseCode.SUCCESS:
+                break
+            await deferLater(reactor, 0.05, lambda: None)
+        assert route is not None
+        self.assertEqual(route.code, ResponseCode.SUCCESS, route.remark)
+        body = json.loads(route.body)
+        self.assertEqual(body["brokerDatas"][0]["brokerAddrs"], {"0": f"127.0.0.1:{port}"})
+        self.assertEqual([(q["readQueueNums"], q["writeQueueNums"], q["perm"]) for q in body["queueDatas"]],
+                         [(4, 4, 6)])
+
+        offset = await client.invoke_sync(config.advertised_address, RemotingCommand.request(
+            RequestCode.GET_MAX_OFFSET, {"topic": "LoopTopic", "queueId": "0"}), 5)
+        self.assertEqual(offset.ext_fields, {"offset": "1"})
+        await broker.stopService()
+        self.assertFalse(os.path.exists(store_config.abort_path))
+        self.assertTrue(os.path.exists(os.path.join(store_config.config_dir, "topics.json")))
+
+
+class ThreadlessReactor(MemoryReactorClock):
+    """A memory reactor whose callFromThread runs the call at once (for an inline pool)."""
+
+    def callFromThread(self, f, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+        f(*args, **kwargs)
+
+
+class InlinePool:
+    """A ThreadPool stand-in that runs work immediately on the calling thread."""
+
+    def __init__(self) -> None:
+        self.started = self.stopped = False
+
+    def start(self) -> None:
+        self.started = True
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def callInThreadWithCallback(self, on_result, f, *args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            result = f(*args, **kwargs)
+        except Exception as e:
+            on_result(False, e)
+        else:
+            on_result(True, result)
+
+
+class RecordingStore(FakeStore):
+    """A fake StoreService that records its life cycle into a shared event list."""
+
+    def __init__(self, events: list[str]) -> None:
+        super().__init__()
+        self.events = events
+        self.listeners: list[object] = []
+
+    def add_arrival_listener(self, listener: object) -> None:
+        self.listeners.append(listener)
+
+    def startService(self) -> None:
+        self.events.append("store start")
+
+    def stopService(self) -> None:
+        self.events.append("store stop")
+
+
+class BrokerServiceTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.reactor = ThreadlessReactor()
+        self.events: list[str] = []
+        self.pool = InlinePool()
+        self.store_config = MessageStoreConfig(store_path_root_dir=self.mktemp())
+        self.broker = BrokerService(
+            self.reactor, BrokerConfig(advertised_address="192.0.2.1:10911"), self.store_config,
+            make_store=lambda reactor, config: RecordingStore(self.events), config_pool=self.pool,  # type: ignore[arg-type]
+        )
+
+    def test_start_listens_and_wires(self) -> None:
+        """Start loads the store, listens on the endpoint and wires the arrival listener; store host is advertised."""
+        self.broker.startService()
+        self.successResultOf(self.broker.when_started())
+        self.assertEqual(self.events, ["store start"])
+        self.assertEqual(self.reactor.tcpServers[0][0], 10911)
+        self.assertEqual(self.store_config.store_host, ("192.0.2.1", 10911))
+        self.assertEqual(len(self.broker.store.listeners), 1)
+        self.assertTrue(self.pool.started)
+        self.successResultOf(self.broker.stopService())
+
+    def test_offsets_persisted_every_five_seconds_and_on_stop(self) -> None:
+        """consumerOffset.json is written by the 5 s loop and once more on stop, before the store stops."""
+        path = os.path.join(self.store_config.config_dir, "consumerOffset.json")
+        self.broker.startService()
+        self.broker.offsets.commit_offset("p", "G", "T", 0, 3)
+        self.reactor.advance(4.9)
+        self.assertFalse(os.path.exists(path))
+        self.reactor.advance(0.1)
+        with open(path) as f:
+            self.assertEqual(json.load(f), {"offsetTable": {"T@G": {"0": 3}}})
+        self.broker.offsets.commit_offset("p", "G", "T", 0, 4)
+        self.successResultOf(self.broker.stopService())
+        with open(path) as f:
+            self.assertEqual(json.load(f), {"offsetTable": {"T@G": {"0": 4}}})
+        self.assertEqual(self.events, ["store start", "store stop"])
+        self.assertTrue(self.pool.stopped)
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_channel_scan_every_ten_seconds(self) -> None:
+        """A consumer silent for 120 s is dropped by the 10 s scan."""
+        self.broker.startService()
+        channel = FakeChannel()
+        (data,) = parse_heartbeat(CPP_HEARTBEAT).consumers
+        self.broker.consumers.register_consumer(data, ClientChannelInfo(channel, "C"))
+        self.reactor.advance(120)
+        self.assertFalse(channel.closed)
+        self.reactor.advance(10)
+        self.assertTrue(channel.closed)
+        self.successResultOf(self.broker.stopService())
+
+    def test_stop_twice(self) -> None:
+        """A second stop does nothing and fires at once."""
+        self.broker.startService()
+        self.successResultOf(self.broker.stopService())
+        self.successResultOf(self.broker.stopService())
+        self.assertEqual(self.events.count("store stop"), 1)
