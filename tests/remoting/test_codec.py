@@ -8,8 +8,16 @@ import struct
 import msgpack
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.remoting.codec import MAX_FRAME_LENGTH, decode, encode, string_fields
-from rocketpy.remoting.codes import RESPONSE_FLAG, SerializeType
+from rocketpy.remoting.codec import (
+    MAX_FRAME_LENGTH,
+    _header_map,
+    _json_encode,
+    _json_header,
+    decode,
+    encode,
+    string_fields,
+)
+from rocketpy.remoting.codes import RESPONSE_FLAG, ResponseCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import ProtocolError
 
@@ -93,6 +101,17 @@ class JSONCodecTests(SynchronousTestCase):
         """Only ``code`` is required: ali-ons omits remark, extFields may be absent."""
         command = decode(frame(b'{"code":34}'))
         self.assertEqual((command.opaque, command.flag, command.remark, command.ext_fields), (0, 0, None, {}))
+
+    def test_direct_header_equals_generic_encoder(self) -> None:
+        """The hand-formatted JSON header is byte-identical to the json module's output."""
+        commands = [
+            RemotingCommand(code=0),
+            RemotingCommand(code=310, opaque=-1, flag=3, remark='q"uo\\te\x01', language="CPP",
+                            ext_fields={"k\u00e9y": "v\n\x02", "n": 5, "b": False}),  # type: ignore[dict-item]
+            RemotingCommand(code=ResponseCode.SUCCESS, remark=""),  # an IntEnum takes the generic path
+        ]
+        for command in commands:
+            self.assertEqual(_json_header(command), _json_encode(_header_map(command, "JSON")))
 
     def test_negative_opaque_and_unicode_round_trip(self) -> None:
         """Negative opaques (Java's counter wraps) and non-ASCII text survive JSON."""
