@@ -122,7 +122,7 @@ class Options(usage.Options):
                 else:
                     ignored.append(key)
         self["ignored-config-keys"] = ignored
-        for name in [p[0] for p in self.optParameters]:
+        for name in [str(p[0]) for p in self.optParameters]:
             if self[name] is None:
                 self[name] = from_file.get(name, DEFAULTS.get(name))
         self._validate()

@@ -122,7 +122,7 @@ class NameServerRegistration:
         for address in self._config.namesrv_addr:
             request = RemotingCommand.request(code, dict(ext), body)
             d = self._client.invoke_sync(address, request, self._config.register_broker_timeout)
-            d.addCallbacks(self._answered, self._failed, (address, code), None, (address, code))
+            d.addCallbacks(self._answered, self._failed, callbackArgs=(address, code), errbackArgs=(address, code))
             calls.append(d)
         return DeferredList(calls).addCallback(lambda _: None)
 

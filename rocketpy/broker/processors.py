@@ -229,12 +229,12 @@ class ConsumerManageProcessor(_TableProcessor):
     def search_offset(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
         topic, queue_id = self._t.queue(request)
         timestamp = get_int(request.ext_fields, "timestamp")
-        d = self._t.store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
+        d: Deferred[int] = self._t.store.get_offset_in_queue_by_time(topic, queue_id, timestamp)
         return d.addCallback(lambda offset: _ok(request, offset=offset))
 
     def earliest_time(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
         topic, queue_id = self._t.queue(request)
-        d = self._t.store.get_earliest_message_time(topic, queue_id)
+        d: Deferred[int] = self._t.store.get_earliest_message_time(topic, queue_id)
         return d.addCallback(lambda timestamp: _ok(request, timestamp=timestamp))
 
 
