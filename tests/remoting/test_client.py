@@ -28,6 +28,12 @@ class ClientTestCase(SynchronousTestCase):
         self.processor = RecordingProcessor()
         self.pair.server.register_processor(10, self.processor)
 
+    def new_pair(self, **client_kwargs: Any) -> Pair:
+        """A Pair whose server routes code 10 to this test's processor."""
+        pair = Pair(**client_kwargs)
+        pair.server.register_processor(10, self.processor)
+        return pair
+
     def stall(self) -> list[Deferred[RemotingCommand]]:
         """Make the processor answer only when the test fires the returned Deferreds."""
         stalled: list[Deferred[RemotingCommand]] = []
@@ -102,8 +108,7 @@ class ConnectionTests(ClientTestCase):
     def test_listeners_on_the_client(self) -> None:
         """Client listeners see CONNECT, IDLE and CLOSE of client channels."""
         listener = RecordingListener()
-        pair = Pair(listeners=[listener], idle_timeout=30.0)
-        pair.server.register_processor(10, self.processor)
+        pair = self.new_pair(listeners=[listener], idle_timeout=30.0)
         self.successResultOf(pair.call(10))
         pair.clock.advance(30)
         pair.endpoint.flush()
@@ -167,34 +172,37 @@ class TimeoutTests(ClientTestCase):
 
 
 class PermitTests(ClientTestCase):
+    def send_async(self, pair: Pair, count: int, timeout: float = 3.0) -> list[Deferred[Any]]:
+        """*count* invoke_async calls of code 10, bytes moved."""
+        sent = [pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), timeout) for _ in range(count)]
+        pair.endpoint.flush()
+        return sent
+
     def test_async_permits_bound_requests_in_flight(self) -> None:
         """With one async permit a second invoke_async fails at once; the permit returns on reply."""
-        pair = Pair(async_permits=1)
-        pair.server.register_processor(10, self.processor)
-        stalled = []
-        self.processor.respond = lambda channel, request: stalled.append(Deferred()) or stalled[-1]
-        first = pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), 3.0)
+        pair = self.new_pair(async_permits=1)
+        stalled = self.stall()
+        first, second = self.send_async(pair, 2)
+        self.failureResultOf(second, RemotingTooMuchRequestError)
+        stalled[0].callback(None)
         pair.endpoint.flush()
-        self.failureResultOf(pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), 3.0),
-                             RemotingTooMuchRequestError)
-        stalled[0].callback(RemotingCommand(code=0))
-        pair.endpoint.flush()
-        self.successResultOf(first)
-        self.assertEqual(pair.client._async_permits.available, 1)
+        self.assertEqual(self.successResultOf(first).code, 0)
+        (third,) = self.send_async(pair, 1)
+        self.assertNoResult(third)
 
     def test_permit_released_once_on_timeout_and_late_reply(self) -> None:
         """A timed-out async request gives its permit back exactly once, late reply or not."""
-        pair = Pair(async_permits=2)
-        pair.server.register_processor(10, self.processor)
-        stalled = []
-        self.processor.respond = lambda channel, request: stalled.append(Deferred()) or stalled[-1]
-        d = pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), 1.0)
-        pair.endpoint.flush()
+        pair = self.new_pair(async_permits=2)
+        stalled = self.stall()
+        (timed_out,) = self.send_async(pair, 1, timeout=1.0)
         pair.clock.advance(1.0)
-        self.failureResultOf(d, RemotingTimeoutError)
-        stalled[0].callback(RemotingCommand(code=0))
+        self.failureResultOf(timed_out, RemotingTimeoutError)
+        stalled[0].callback(None)
         pair.endpoint.flush()
-        self.assertEqual(pair.client._async_permits.available, 2)
+        *accepted, refused = self.send_async(pair, 3)
+        self.failureResultOf(refused, RemotingTooMuchRequestError)
+        for d in accepted:
+            self.assertNoResult(d)
 
     def test_permit_released_on_connect_failure(self) -> None:
         """An async request whose connect fails gives its permit back."""
@@ -221,8 +229,7 @@ class PermitTests(ClientTestCase):
 
     def test_oneway(self) -> None:
         """invoke_oneway sets the flag, fires once written, and is bounded by its own permits."""
-        pair = Pair(oneway_permits=1)
-        pair.server.register_processor(10, self.processor)
+        pair = self.new_pair(oneway_permits=1)
         pair.endpoint.hold = True
         waiting = pair.client.invoke_oneway(ADDRESS, RemotingCommand.request(10), 3.0)
         self.failureResultOf(pair.client.invoke_oneway(ADDRESS, RemotingCommand.request(10), 3.0),
@@ -249,8 +256,7 @@ class HookTests(ClientTestCase):
         """A before-request hook that raises (e.g. missing credentials) fails the call; nothing is sent."""
         hook = RecordingHook()
         hook.before_request = lambda address, request: 1 // 0  # type: ignore[method-assign]
-        pair = Pair(rpc_hooks=[hook], async_permits=1)
-        pair.server.register_processor(10, self.processor)
+        pair = self.new_pair(rpc_hooks=[hook], async_permits=1)
         for _ in range(2):
             self.failureResultOf(pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), 1.0),
                                  ZeroDivisionError)
@@ -259,8 +265,7 @@ class HookTests(ClientTestCase):
 
     def test_client_serialize_type_is_used_and_echoed(self) -> None:
         """A msgpack client sends msgpack; the server's reply comes back in msgpack."""
-        pair = Pair(serialize_type=SerializeType.MSGPACK, language="GO")
-        pair.server.register_processor(10, self.processor)
+        pair = self.new_pair(serialize_type=SerializeType.MSGPACK, language="GO")
         response = self.successResultOf(pair.call(10))
         (_, request), = self.processor.requests
         self.assertEqual((request.serialize_type, request.language), (SerializeType.MSGPACK, "GO"))
