@@ -68,8 +68,7 @@ class CommitLog:
     def __init__(self, config: MessageStoreConfig, dispatchers: Iterable[IDispatcher] = (),
                  now_ms: Callable[[], int] = wall_clock_ms, stats: StoreStats | None = None) -> None:
         self.config = config
-        self.queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log,
-                                     config.commit_log_write_path)
+        self.queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log, config.write_path)
         self.dispatchers = list(dispatchers)
         self.now_ms = now_ms
         self.stats = stats if stats is not None else StoreStats()
@@ -189,31 +188,32 @@ class CommitLog:
                                     else PutMessageStatus.CREATE_MAPEDFILE_FAILED)
         base = phys = mf.file_from_offset + mf.wrote_position
         table = self.topic_queue_table
-        pending: dict[str, int] = {}
-        for msg, buf in zip(msgs, bufs):
+        undo: list[tuple[str, int]] = []  # (key, previous next offset): restored if the write fails
+        for i, msg in enumerate(msgs):
             if msg.sys_flag & _TRAN_MASK in _NO_QUEUE_OFFSET:
                 queue_offset = 0
             else:
                 key = f"{msg.topic}-{msg.queue_id}"
-                queue_offset = pending.get(key, -1)
-                if queue_offset < 0:
-                    queue_offset = table.get(key, 0)
-                pending[key] = queue_offset + 1
+                queue_offset = table.get(key, 0)
+                table[key] = queue_offset + 1
+                undo.append((key, queue_offset))
+            buf = bufs[i]
             patch_record(buf, queue_offset, phys, now)
             msg.queue_offset, msg.commit_log_offset, msg.store_timestamp = queue_offset, phys, now
-            msg.store_size = len(buf)
-            phys += len(buf)
+            msg.store_size = size = len(buf)
+            phys += size
         try:
             if len(bufs) == 1:
                 mf.append(bufs[0])
             else:
                 mf.append_many(bufs, total)
         except OSError as e:
+            for key, queue_offset in reversed(undo):
+                table[key] = queue_offset
             _log.error("commit-log write failed at %d: %s", base, e)
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE if e.errno == errno.ENOSPC
                                     else PutMessageStatus.UNKNOWN_ERROR)
         mf.store_timestamp = now
-        table.update(pending)
         for msg in msgs:
             self._dispatch(msg)
         self.reput_offset = phys

@@ -29,7 +29,7 @@ class MessageStoreConfig:
     flush_consume_queue_thorough_interval: float = 60.0
     sync_flush_timeout: float = 5.0
     os_page_cache_busy_timeout: float = 1.0
-    commit_log_write_path: str = "pwrite"  # or "mmap"
+    commit_log_write_path: str = "auto"  # "mmap", "pwrite", or "auto": pwrite for SYNC_FLUSH, else mmap
     file_reserved_time: float = 72  # hours
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
@@ -83,6 +83,14 @@ class MessageStoreConfig:
     @property
     def lock_path(self) -> str:
         return self._under_root("lock")
+
+    @property
+    def write_path(self) -> str:
+        """The commit-log write path in effect: ``"auto"`` means pwrite (cheap fdatasync) for
+        SYNC_FLUSH and mmap (cheapest copy) for ASYNC_FLUSH."""
+        if self.commit_log_write_path == "auto":
+            return "pwrite" if self.flush_disk_type == "SYNC_FLUSH" else "mmap"
+        return self.commit_log_write_path
 
     @property
     def consume_queue_file_size(self) -> int:

@@ -46,3 +46,9 @@ class ConfigTests(SynchronousTestCase):
         """A consume-queue file size is rounded up to a multiple of the 20-byte entry."""
         self.assertEqual(MessageStoreConfig(mapped_file_size_consume_queue=1001).consume_queue_file_size, 1020)
         self.assertEqual(MessageStoreConfig().consume_queue_file_size, 6_000_000)
+
+    def test_write_path_auto(self) -> None:
+        """The "auto" write path is pwrite under SYNC_FLUSH and the mmap under ASYNC_FLUSH."""
+        self.assertEqual(MessageStoreConfig(flush_disk_type="SYNC_FLUSH").write_path, "pwrite")
+        self.assertEqual(MessageStoreConfig().write_path, "mmap")
+        self.assertEqual(MessageStoreConfig(commit_log_write_path="pwrite").write_path, "pwrite")
