@@ -9,6 +9,7 @@ names and numbers, and any list may be missing. Subscriptions keep the tag
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, TypeVar
@@ -45,6 +46,7 @@ class ConsumeFromWhere(IntEnum):
 
 
 _E = TypeVar("_E", bound=IntEnum)
+_log = Logger()
 
 
 class HeartbeatError(ValueError):
@@ -291,16 +293,13 @@ class ConsumerManager:
 
     def scan_not_active_channel(self) -> int:
         """Drop (and close) channels silent for longer than the expiry; how many were dropped."""
-        deadline = self._clock.seconds() - self.expiry
-        dropped = 0
-        for name, group in list(self._groups.items()):
-            for channel, info in list(group.channels.items()):
-                if info.last_update < deadline:
-                    self.log.warn("consumer {client} of {group} expired", client=info.client_id, group=name)
-                    self._remove(name, channel, True)
-                    _close_quietly(channel)
-                    dropped += 1
-        return dropped
+        tables = {name: g.channels for name, g in self._groups.items()}
+        expired = _expired(tables, self._clock.seconds() - self.expiry)
+        for name, channel, info in expired:
+            self.log.warn("consumer {client} of {group} expired", client=info.client_id, group=name)
+            self._remove(name, channel, True)
+            _close_quietly(channel)
+        return len(expired)
 
     def _remove(self, group_name: str, channel: IChannel, notify: bool) -> bool:
         group = self._groups.get(group_name)
@@ -373,16 +372,13 @@ class ProducerManager:
             self.unregister_producer(name, channel)
 
     def scan_not_active_channel(self) -> int:
-        deadline = self._clock.seconds() - self.expiry
-        dropped = 0
-        for name, channels in list(self._groups.items()):
-            for channel, info in list(channels.items()):
-                if info.last_update < deadline:
-                    self.log.warn("producer {client} of {group} expired", client=info.client_id, group=name)
-                    self.unregister_producer(name, channel)
-                    _close_quietly(channel)
-                    dropped += 1
-        return dropped
+        """Drop (and close) channels silent for longer than the expiry; how many were dropped."""
+        expired = _expired(self._groups, self._clock.seconds() - self.expiry)
+        for name, channel, info in expired:
+            self.log.warn("producer {client} of {group} expired", client=info.client_id, group=name)
+            self.unregister_producer(name, channel)
+            _close_quietly(channel)
+        return len(expired)
 
     def channels_of(self, group_name: str) -> list[ClientChannelInfo]:
         """The live connections of a producer group."""
@@ -397,11 +393,23 @@ class ProducerManager:
         return list(self._groups)
 
 
+def _expired(
+    groups: Mapping[str, Mapping[IChannel, ClientChannelInfo]], deadline: float
+) -> list[tuple[str, IChannel, ClientChannelInfo]]:
+    """``(group, channel, info)`` of every channel whose last heartbeat is older than ``deadline``."""
+    return [
+        (name, channel, info)
+        for name, channels in groups.items()
+        for channel, info in channels.items()
+        if info.last_update < deadline
+    ]
+
+
 def _close_quietly(channel: IChannel) -> None:
     try:
         channel.close()
     except Exception:
-        Logger().failure("closing an expired channel failed")
+        _log.failure("closing an expired channel failed")
 
 
 @implementer(IChannelEventListener)
