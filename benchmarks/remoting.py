@@ -20,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -143,8 +144,8 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         bare = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", ports["bare"]), BareClient())
         runs: dict[tuple[str, int], Callable[[float], Deferred[float]]] = {}
         for in_flight in (1, PIPELINE):
-            runs["bare", in_flight] = lambda s, n=in_flight: bare.measure(n, s)
-            runs["remoting", in_flight] = lambda s, n=in_flight: measure_remoting(client, address, n, s)
+            runs["bare", in_flight] = partial(bare.measure, in_flight)
+            runs["remoting", in_flight] = partial(measure_remoting, client, address, in_flight)
         for run in runs.values():  # warm up
             await run(0.3)
         results: dict[tuple[str, int], list[float]] = {key: [] for key in runs}

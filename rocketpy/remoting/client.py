@@ -216,7 +216,7 @@ class RemotingClient(RemotingNode):
         attempt.addTimeout(self._connect_timeout, self._reactor)
         attempt.addBoth(self._connect_done, address)
 
-    def _connect_done(self, result: RemotingProtocol | Failure, address: str) -> None:
+    def _connect_done(self, result: Any, address: str) -> None:
         self._attempts.pop(address, None)
         waiters = self._connecting.pop(address, [])
         error: Exception | None = None

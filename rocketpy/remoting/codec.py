@@ -20,7 +20,7 @@ import json.scanner
 import struct
 from typing import Any, Callable
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 
 from rocketpy.remoting.codes import LanguageCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
@@ -60,7 +60,7 @@ _json_encode = _make_json_encoder()
 _quote = json.encoder.encode_basestring  # the C string escaper when available
 # strict=False: accept raw control characters (U+0001/U+0002 in properties) as well as escaped ones.
 _json_decoder = json.JSONDecoder(strict=False)
-_json_scan = json.scanner.make_scanner(_json_decoder)
+_json_scan = json.scanner.make_scanner(_json_decoder)  # type: ignore[arg-type]
 
 
 def _parse_json(text: str) -> Any:
@@ -240,7 +240,7 @@ def _encode_binary(cmd: RemotingCommand) -> bytes:
     ]
     remark = cmd.remark.encode("utf-8") if cmd.remark else b""
     parts += (_INT32.pack(len(remark)), remark)
-    entries = []
+    entries: list[bytes] = []
     for key, value in string_fields(cmd.ext_fields).items():
         k, v = key.encode("utf-8"), value.encode("utf-8")
         entries += (_INT16.pack(len(k)), k, _INT32.pack(len(v)), v)

@@ -46,6 +46,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
     """
 
     MAX_LENGTH = MAX_FRAME_LENGTH
+    transport: Any  # an ITCPTransport (abortConnection) once connected
     #: Seconds between a graceful close and the abort that forces it.
     abort_grace = 15.0
     log = Logger()
@@ -61,7 +62,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         """
         self._owner = owner
         self._clock = clock
-        self.callLater = clock.callLater  # TimeoutMixin schedules on the injected clock
+        self.callLater = clock.callLater  # type: ignore[method-assign,assignment]  # TimeoutMixin: our clock
         self._idle_timeout = idle_timeout
         self._last_activity = clock.seconds()
         self._table = ResponseTable(first_opaque)

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IStreamClientEndpoint
+from twisted.internet.interfaces import IProtocolFactory, IStreamClientEndpoint
 from twisted.internet.protocol import Factory
 from twisted.internet.task import Clock
 from twisted.test import iosim
@@ -58,6 +58,18 @@ class RecordingHook:
         self.calls.append(("after", remote_address, request.code, response.code))
 
 
+class DenyingHook(RecordingHook):
+    """Refuses every request before it is sent or processed (an ACL check failing)."""
+
+    def before_request(self, remote_address: str, request: RemotingCommand) -> None:
+        raise PermissionError("denied")
+
+
+def fail_processing(channel: Any, request: RemotingCommand) -> RemotingCommand:
+    """A processor body that raises ZeroDivisionError."""
+    raise ZeroDivisionError("division by zero")
+
+
 @implementer(IChannelEventListener)
 class RecordingListener:
     """Records ``(event, remote_address)`` pairs."""
@@ -90,10 +102,10 @@ class IOSimEndpoint:
         self.clock = clock
         self.pumps: list[iosim.IOPump] = []
         self.hold = False
-        self.held: list[tuple[Factory, Deferred[Any]]] = []
+        self.held: list[tuple[IProtocolFactory, Deferred[Any]]] = []
         self.attempts = 0
 
-    def connect(self, factory: Factory) -> Deferred[Any]:
+    def connect(self, factory: IProtocolFactory) -> Deferred[Any]:
         self.attempts += 1
         if self.hold:
             d: Deferred[Any] = Deferred()
@@ -112,7 +124,7 @@ class IOSimEndpoint:
         for pump in self.pumps:
             pump.flush()
 
-    def _connect(self, factory: Factory) -> Any:
+    def _connect(self, factory: IProtocolFactory) -> Any:
         port = 50000 + len(self.pumps)
         client = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 10911))
         server = self.server_factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", port))

@@ -19,7 +19,14 @@ from rocketpy.remoting.errors import (
     RemotingTimeoutError,
     RemotingTooMuchRequestError,
 )
-from tests.remoting.helpers import ADDRESS, Pair, RecordingHook, RecordingListener, RecordingProcessor
+from tests.remoting.helpers import (
+    ADDRESS,
+    DenyingHook,
+    Pair,
+    RecordingHook,
+    RecordingListener,
+    RecordingProcessor,
+)
 
 
 class ClientTestCase(SynchronousTestCase):
@@ -34,9 +41,9 @@ class ClientTestCase(SynchronousTestCase):
         pair.server.register_processor(10, self.processor)
         return pair
 
-    def stall(self) -> list[Deferred[RemotingCommand]]:
+    def stall(self) -> list[Deferred[None]]:
         """Make the processor answer only when the test fires the returned Deferreds."""
-        stalled: list[Deferred[RemotingCommand]] = []
+        stalled: list[Deferred[None]] = []
 
         def respond(channel: Any, request: RemotingCommand) -> Deferred[RemotingCommand]:
             stalled.append(Deferred())
@@ -215,8 +222,12 @@ class PermitTests(ClientTestCase):
     def test_async_callback_called_once(self) -> None:
         """invoke_async's callback gets the response (or the Failure) once; the Deferred gets its result."""
         outcomes: list[Any] = []
-        d = self.pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), 3.0,
-                                          callback=lambda r: outcomes.append(r) or "seen")
+
+        def seen(outcome: Any) -> str:
+            outcomes.append(outcome)
+            return "seen"
+
+        d = self.pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), 3.0, callback=seen)
         self.pair.endpoint.flush()
         self.assertEqual(self.successResultOf(d), "seen")
         self.stall()
@@ -254,12 +265,10 @@ class HookTests(ClientTestCase):
 
     def test_failing_client_hook_fails_the_request(self) -> None:
         """A before-request hook that raises (e.g. missing credentials) fails the call; nothing is sent."""
-        hook = RecordingHook()
-        hook.before_request = lambda address, request: 1 // 0  # type: ignore[method-assign]
-        pair = self.new_pair(rpc_hooks=[hook], async_permits=1)
+        pair = self.new_pair(rpc_hooks=[DenyingHook()], async_permits=1)
         for _ in range(2):
             self.failureResultOf(pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), 1.0),
-                                 ZeroDivisionError)
+                                 PermissionError)
         pair.endpoint.flush()
         self.assertEqual(self.processor.requests, [])
 

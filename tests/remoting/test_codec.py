@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
-import msgpack
+import msgpack  # type: ignore[import-untyped]
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.remoting.codec import (
