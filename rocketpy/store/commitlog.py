@@ -119,7 +119,7 @@ class CommitLog:
 
         Each message gets its store host, store time, commit-log and queue offsets set in place.
         """
-        bufs, status = self._encode(msgs)
+        bufs, status = self._encode(msgs) if msgs else ([], PutMessageStatus.MESSAGE_ILLEGAL)
         if status is not None:
             self.stats.record_failure(status.value)
             return PutMessageResult(status)

@@ -68,10 +68,12 @@ class MessageStore:
             self.checkpoint = StoreCheckpoint(self.config.checkpoint_path)
             if not (self.commit_log.load() and self.consume_queues.load()
                     and self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)):
+                self._release_lock()
                 return False
             self._recover()
         except (OSError, StoreLockedError) as e:
             _log.error("cannot load the store in %s: %s", self.config.store_path_root_dir, e)
+            self._release_lock()
             return False
         return True
 
@@ -142,6 +144,9 @@ class MessageStore:
         self.commit_log.close()
         self.consume_queues.close()
         self.index.close()
+        self._release_lock()
+
+    def _release_lock(self) -> None:
         if self._lock_fd >= 0:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = -1

@@ -108,6 +108,23 @@ class LifecycleTests(StoreCase):
         self.store.shutdown()
         self.assertTrue(other.load())
 
+    def test_wrong_file_size_refuses_load(self) -> None:
+        """A commit-log file of another size fails the load and leaves the directory unlocked."""
+        self.put_many(3)
+        end = self.store.max_physical_offset
+        self.store.shutdown()
+        self.config.mapped_file_size_commit_log = 2 * SIZE
+        other = MessageStore(self.config, self.clock)
+        self.addCleanup(other.shutdown)
+        with self.assertLogs("rocketpy.store.mappedfile", "ERROR"):
+            self.assertFalse(other.load())
+        self.config.mapped_file_size_commit_log = SIZE
+        self.assertEqual(self.open_store().max_physical_offset, end)
+
+    def test_empty_batch_refused(self) -> None:
+        """An empty batch is MESSAGE_ILLEGAL."""
+        self.assertEqual(self.store.put_messages([]).status, PutMessageStatus.MESSAGE_ILLEGAL)
+
     def test_unwritable_store_leaves_abort(self) -> None:
         """A store that became unwritable exits as if it crashed, so the next start re-dispatches."""
         self.store.commit_log.dispatch_failed = True
