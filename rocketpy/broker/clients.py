@@ -144,8 +144,10 @@ def _subscription(obj: dict[str, Any]) -> SubscriptionData:
         version = int(obj.get("subVersion") or 0)
     except (TypeError, ValueError):
         raise HeartbeatError(f"subVersion of {topic} is not a number: {obj.get('subVersion')!r}") from None
-    return SubscriptionData.build(topic, None if sub_string is None else str(sub_string), version,
-                                  obj.get("expressionType"))
+    kind = obj.get("expressionType")
+    return SubscriptionData.build(
+        topic, None if sub_string is None else str(sub_string), version, None if kind is None else str(kind)
+    )
 
 
 def parse_heartbeat(body: bytes) -> HeartbeatData:

@@ -28,7 +28,6 @@ class BrokerConfig:
     listen: str = "tcp:10911:interface=127.0.0.1"
     advertised_address: str = "127.0.0.1:10911"
     namesrv_addr: list[str] = field(default_factory=list)
-    broker_permission: int = 6
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 8
@@ -40,7 +39,6 @@ class BrokerConfig:
     scan_channel_interval: float = 10.0
     flush_consumer_offset_interval: float = 5.0
     long_polling_enable: bool = True
-    short_polling_time: float = 1.0
     region_id: str = "DefaultRegion"
     trace_on: bool = True
 
@@ -81,7 +79,6 @@ _JAVA_NAMES = {
     "namesrv_addr": "namesrvAddr",
     "advertised_address": "advertisedAddress",
     "register_broker_timeout": "registerBrokerTimeoutMills",
-    "short_polling_time": "shortPollingTimeMills",
     "channel_expired_timeout": "channelExpiredTimeout",
 }
 _MILLIS = {
@@ -90,7 +87,6 @@ _MILLIS = {
     "channel_expired_timeout",
     "scan_channel_interval",
     "flush_consumer_offset_interval",
-    "short_polling_time",
 }
 
 
