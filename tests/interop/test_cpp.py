@@ -44,17 +44,22 @@ def free_port() -> int:
         return port
 
 
+def exchange(sock: socket.socket, request: RemotingCommand) -> RemotingCommand:
+    """Send one request on a blocking socket and read one whole response frame."""
+    sock.sendall(codec.encode(request))
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed before a full response")
+        data += chunk
+    return codec.decode(data[4:])
+
+
 def query(port: int, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
     """One blocking request/response over a fresh connection."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(codec.encode(request))
-        data = b""
-        while len(data) < 4 or len(data) < 4 + struct.unpack(">i", data[:4])[0]:
-            chunk = s.recv(65536)
-            if not chunk:
-                raise ConnectionError("closed before a full response")
-            data += chunk
-        return codec.decode(data[4:])
+        return exchange(s, request)
 
 
 class Rocketpy:
@@ -223,6 +228,30 @@ class CppClientTests(SynchronousTestCase):
         self.produce(topic, "sync", 1, "--keys", "untagged")
         got = self.consume(topic, "CID_INTEROP_TAGS", 3, "--expression", "TagB", "--linger", "3")
         self.assertEqual(sorted(m["keys"] for m in got), ["b-0", "b-1", "b-2"])
+
+    def test_bad_input_keeps_the_connection(self) -> None:
+        """Bad requests get their error codes on one connection, which then still serves a good one."""
+        pull = {"consumerGroup": "G", "topic": "TBW102", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+                "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+                "subVersion": "0"}
+        send = {"a": "P", "b": "BadInput", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0"}
+        cases = [
+            (RemotingCommand.request(9999), 3),
+            (RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"b": "BadInput"}, b"x"), 1),
+            (RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, dict(send, e="zero"), b"x"), 1),
+            (RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, dict(send, e="99"), b"x"), 1),
+            (RemotingCommand.request(RequestCode.PULL_MESSAGE, dict(pull, topic="NoSuchTopic")), 17),
+            (RemotingCommand.request(RequestCode.PULL_MESSAGE, dict(pull, queueId="99")), 1),
+            (RemotingCommand.request(RequestCode.PULL_MESSAGE, dict(pull, maxMsgNums="many")), 1),
+            (RemotingCommand.request(RequestCode.PULL_MESSAGE, dict(pull, queueOffset="0")), 19),
+            (RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send, b"x"), 0),
+        ]
+        with socket.create_connection(("127.0.0.1", self.rocketpy.broker_port), timeout=10) as sock:
+            for opaque, (request, code) in enumerate(cases, 1):
+                request.opaque = opaque
+                response = exchange(sock, request)
+                self.assertEqual((response.code, response.opaque), (code, opaque), (request, response.remark))
+                self.assertTrue(all(isinstance(v, str) for v in response.ext_fields.values()))
 
     def test_offsets_resume_after_restart(self) -> None:
         """After a broker restart a group resumes at its committed offsets; a new message wakes its pull."""
