@@ -23,11 +23,12 @@ class StoreCheckpoint:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         data = os.pread(self._fd, _LAYOUT.size, 0)
+        values: tuple[int, int, int] = (0, 0, 0)
         if len(data) == _LAYOUT.size:
-            self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = _LAYOUT.unpack(data)
+            values = _LAYOUT.unpack(data)
         else:
-            self.physic_msg_timestamp = self.logics_msg_timestamp = self.index_msg_timestamp = 0
             os.ftruncate(self._fd, CHECKPOINT_FILE_SIZE)
+        self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = values
 
     def min_timestamp(self) -> int:
         """``min(physic, logics)`` less 3 s: records stored before it are in the log and the queues."""

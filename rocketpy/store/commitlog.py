@@ -30,7 +30,7 @@ from rocketpy.common.message import (
     tags_code,
 )
 from rocketpy.store.config import MessageStoreConfig
-from rocketpy.store.dispatch import DispatchRequest, IDispatcher
+from rocketpy.store.dispatch import DispatchRequest, SupportsDispatch
 from rocketpy.store.mappedfile import MappedFile, MappedFileQueue
 from rocketpy.store.stats import StoreStats
 from rocketpy.store.status import (
@@ -65,7 +65,7 @@ class CommitLog:
     :param now_ms: the clock (ms); tests inject one.
     """
 
-    def __init__(self, config: MessageStoreConfig, dispatchers: Iterable[IDispatcher] = (),
+    def __init__(self, config: MessageStoreConfig, dispatchers: Iterable[SupportsDispatch] = (),
                  now_ms: Callable[[], int] = wall_clock_ms, stats: StoreStats | None = None) -> None:
         self.config = config
         self.queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log, config.write_path)
@@ -145,7 +145,7 @@ class CommitLog:
     def _encode(self, msgs: Sequence[MessageExt]) -> tuple[list[bytearray], PutMessageStatus | None]:
         host = self.config.store_host
         max_body = self.config.max_message_size
-        bufs = []
+        bufs: list[bytearray] = []
         for msg in msgs:
             if len(msg.topic) > MAX_TOPIC_LENGTH or len(msg.body) > max_body:
                 return bufs, PutMessageStatus.MESSAGE_ILLEGAL
@@ -341,7 +341,7 @@ class CommitLog:
         if magic != MAGIC_CODE or size <= 0 or pos + size > limit:
             return -1, None
         try:
-            msg = decode_record(mf.data, pos, check_crc)
+            msg = decode_record(mf.data, pos, check_crc)  # type: ignore[arg-type]  # an mmap is a buffer
         except RecordError as e:
             _log.warning("invalid commit-log record: %s", e)
             return -1, None

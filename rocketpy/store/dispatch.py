@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from zope.interface import Interface
 
@@ -29,3 +30,10 @@ class IDispatcher(Interface):
 
     def dispatch(request: DispatchRequest) -> None:  # type: ignore[misc]
         """Record ``request``; must ignore a record already present (same or lower offset)."""
+
+
+class SupportsDispatch(Protocol):
+    """The static type of an :class:`IDispatcher` provider (mypy does not see zope interfaces)."""
+
+    def dispatch(self, request: DispatchRequest) -> None:
+        ...

@@ -17,6 +17,7 @@ from rocketpy.store.checkpoint import StoreCheckpoint
 from rocketpy.store.commitlog import CommitLog, wall_clock_ms
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.consumequeue import ConsumeQueueStore
+from rocketpy.store.dispatch import SupportsDispatch
 from rocketpy.store.index import IndexService
 from rocketpy.store.reads import MessageReader, TagFilter
 from rocketpy.store.retention import Retention, used_ratio
@@ -45,7 +46,9 @@ class MessageStore:
         self.stats = StoreStats()
         self.consume_queues = ConsumeQueueStore(config)
         self.index = IndexService(config, now_ms)
-        dispatchers = [self.consume_queues] + ([self.index] if config.message_index_enable else [])
+        dispatchers: list[SupportsDispatch] = [self.consume_queues]
+        if config.message_index_enable:
+            dispatchers.append(self.index)
         self.commit_log = CommitLog(config, dispatchers, now_ms, self.stats)
         self.reader = MessageReader(self.consume_queues, self.commit_log, config, total_memory)
         self.retention = Retention(config, now_ms)

@@ -34,7 +34,11 @@ class CheckpointTests(SynchronousTestCase):
         checkpoint.index_msg_timestamp = -2
         synced: list[int] = []
         real = os.fdatasync
-        self.patch(os, "fdatasync", lambda fd: (synced.append(fd), real(fd)))
+
+        def fdatasync(fd: int) -> None:
+            synced.append(fd)
+            real(fd)
+        self.patch(os, "fdatasync", fdatasync)
         checkpoint.flush()
         self.assertEqual(len(synced), 1)
         with open(self.path, "rb") as f:

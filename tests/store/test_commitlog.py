@@ -164,12 +164,13 @@ class RecordLayoutTests(CommitLogCase):
     def test_roll_with_blank_filler(self) -> None:
         """A record that does not fit leaves a blank filler (remaining, BLANK magic) and opens the next file."""
         body = b"b" * 1000
-        ends = []
+        starts, ends = [], []
         while self.log.max_offset < SIZE:
-            result = put_ok(self, self.log, message(body=body))
-            assert result.append is not None
-            ends.append(result.append.next_offset)
-        self.assertEqual(result.append.wrote_offset, SIZE)
+            append = put_ok(self, self.log, message(body=body)).append
+            assert append is not None
+            starts.append(append.wrote_offset)
+            ends.append(append.next_offset)
+        self.assertEqual(starts[-1], SIZE)
         end = ends[-2]
         data = self.file_bytes(0)
         self.assertEqual(struct.unpack_from(">ii", data, end), (SIZE - end, BLANK_MAGIC_CODE))
