@@ -6,6 +6,7 @@ import json
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
@@ -49,16 +50,19 @@ CPP_PRODUCER_HEARTBEAT = b'{"clientID":"15983-127.0.0.1@DEFAULT","producerDataSe
 class FakeChannel:
     """A channel that records the oneway requests sent to it and whether it was closed."""
 
-    def __init__(self, remote_address: str = "127.0.0.1:50000", broken: bool = False) -> None:
+    def __init__(self, remote_address: str = "127.0.0.1:50000", broken: bool = False, raises: bool = False) -> None:
         self.remote_address = remote_address
         self.oneway: list[RemotingCommand] = []
         self.closed = False
         self.broken = broken
+        self.raises = raises
 
     def invoke_sync(self, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
         return fail(AssertionError("not expected"))
 
     def invoke_oneway(self, request: RemotingCommand) -> Deferred[None]:
+        if self.raises:
+            raise ConnectionError("gone")
         if self.broken:
             return fail(ConnectionError("gone"))
         self.oneway.append(request)
@@ -184,9 +188,12 @@ class ConsumerManagerTests(SynchronousTestCase):
         self.assertEqual(self.m.get_consumer_group_info("CID_TAG").client_ids(), ["B"])  # type: ignore[union-attr]
 
     def test_broken_channel_is_logged(self) -> None:
-        """A notification that cannot be written is logged, never raised or left unhandled."""
-        broken = FakeChannel(broken=True)
-        self.assertTrue(_register(self.m, broken, "A"))
+        """A notification that cannot be written (failed Deferred or exception) is logged, never raised."""
+        with capturedLogs() as events:
+            self.assertTrue(_register(self.m, FakeChannel(broken=True), "A"))
+            self.assertTrue(_register(self.m, FakeChannel(raises=True), "B"))
+        failures = [e for e in events if "failed" in e.get("log_format", "")]
+        self.assertEqual([(e["what"], e["error"]) for e in failures], [("NOTIFY_CONSUMER_IDS_CHANGED", "gone")] * 3)
 
     def test_subscriptions(self) -> None:
         """The latest heartbeat's subscriptions are kept per topic; topics dropped by the client go."""
