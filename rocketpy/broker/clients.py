@@ -266,7 +266,10 @@ class ConsumerManager:
         self._groups: dict[str, ConsumerGroupInfo] = {}
 
     def register_consumer(self, data: ConsumerData, info: ClientChannelInfo, notify: bool = True) -> bool:
-        """Record a heartbeat of ``info`` for ``data.group_name``; True when the group's clients changed."""
+        """Record a heartbeat of ``info`` for ``data.group_name``; True when the group's client ids changed.
+
+        A client id seen on a new connection replaces its old connection.
+        """
         info.last_update = self._clock.seconds()
         group = self._groups.get(data.group_name)
         if group is None:
@@ -274,8 +277,11 @@ class ConsumerManager:
         group.consume_type = data.consume_type
         group.message_model = data.message_model
         group.consume_from_where = data.consume_from_where
-        old = group.channels.get(info.channel)
-        changed = old is None or old.client_id != info.client_id
+        changed = group.find_channel(info.client_id) is None
+        for channel, other in list(group.channels.items()):
+            # The same client on a new connection: its old one is stale.
+            if other.client_id == info.client_id and channel is not info.channel:
+                del group.channels[channel]
         group.channels[info.channel] = info
         group.update_subscriptions(data.subscriptions)
         if changed:

@@ -160,6 +160,16 @@ class ConsumerManagerTests(SynchronousTestCase):
         self.assertEqual(len(self.a.oneway), 2)
         self.assertEqual(sorted(self.m.get_consumer_group_info("CID_TAG").client_ids()), ["A", "B"])  # type: ignore[union-attr]
 
+    def test_reconnect_replaces_old_channel(self) -> None:
+        """A client id heartbeating on a new connection replaces the old one without a membership change."""
+        _register(self.m, self.a, "A")
+        self.assertFalse(_register(self.m, self.b, "A"))
+        group = self.m.get_consumer_group_info("CID_TAG")
+        assert group is not None
+        self.assertEqual(list(group.channels), [self.b])
+        self.assertEqual(group.client_ids(), ["A"])
+        self.assertEqual(len(self.a.oneway) + len(self.b.oneway), 1)
+
     def test_unregister_and_close_notify_the_rest(self) -> None:
         """Leaving by UNREGISTER_CLIENT or by a closed connection notifies the remaining members."""
         _register(self.m, self.a, "A")
