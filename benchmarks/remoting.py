@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from twisted.internet import protocol, stdio, task  # noqa: E402
 from twisted.internet.defer import Deferred  # noqa: E402
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, connectProtocol  # noqa: E402
+from twisted.internet.testing import StringTransport  # noqa: E402
 from twisted.protocols.basic import Int32StringReceiver  # noqa: E402
 from zope.interface import implementer  # noqa: E402
 
@@ -163,14 +164,65 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         child.wait(10)
 
 
+def cpu_per_request(serialize_type: int, count: int = 20_000) -> tuple[float, float]:
+    """CPU microseconds per request, both ends in this process over StringTransports.
+
+    No sockets and no other process, so this is steady where the loopback figures
+    drift: (bare echo, remoting), best of three.
+    """
+    clock = task.Clock()
+    server = RemotingServer(clock)
+    server.register_processor(CODE, EchoProcessor())
+    client = RemotingClient(clock, serialize_type=serialize_type)
+    server_end, client_end = server.build_channel(), client.build_channel()
+    echo, bare = BareEcho(), BareClient()
+    ends = [(server_end, client_end), (echo, bare)]
+    for pair in ends:
+        for end in pair:
+            end.makeConnection(StringTransport())
+
+    def exchange(sender: Any, receiver: Any) -> None:
+        data = sender.transport.value()
+        sender.transport.clear()
+        receiver.dataReceived(data)
+
+    def remoting_once() -> None:
+        client_end.invoke_sync(RemotingCommand.request(CODE, body=BODY), 30.0)
+        exchange(client_end, server_end)
+        exchange(server_end, client_end)
+
+    def bare_once() -> None:
+        bare.sendString(BODY)
+        exchange(bare, echo)
+        exchange(echo, bare)
+
+    bare.loop = _Loop(lambda: None, 1, 0.0)
+    costs = []
+    for once in (bare_once, remoting_once):
+        best = float("inf")
+        for _ in range(3):
+            start = time.process_time()
+            for _ in range(count):
+                once()
+            best = min(best, (time.process_time() - start) / count * 1e6)
+        costs.append(best)
+    return costs[0], costs[1]
+
+
 def report(results: dict[tuple[str, int], list[float]], options: argparse.Namespace) -> None:
+    """Medians of the rates, and the median of the per-round ratios (steadier under load drift)."""
     print(f"\n{options.rounds} rounds x {options.seconds} s, 1 KiB body, {options.serialize} headers, "
           f"python {sys.version.split()[0]}")
-    print(f"{'mode':<22}{'bare echo req/s':>18}{'remoting req/s':>18}{'ratio':>9}")
+    print(f"{'mode':<20}{'bare echo req/s':>17}{'remoting req/s':>16}{'ratio of medians':>18}"
+          f"{'median ratio':>14}")
     for in_flight, label in ((1, "ping-pong (1)"), (PIPELINE, f"pipelined ({PIPELINE})")):
-        bare = statistics.median(results["bare", in_flight])
-        remoting = statistics.median(results["remoting", in_flight])
-        print(f"{label:<22}{bare:>18,.0f}{remoting:>18,.0f}{remoting / bare:>9.0%}")
+        bare, remoting = results["bare", in_flight], results["remoting", in_flight]
+        ratios = [r / b for r, b in zip(remoting, bare)]
+        print(f"{label:<20}{statistics.median(bare):>17,.0f}{statistics.median(remoting):>16,.0f}"
+              f"{statistics.median(remoting) / statistics.median(bare):>18.0%}{statistics.median(ratios):>14.0%}")
+    bare_cpu, remoting_cpu = cpu_per_request(SerializeType[options.serialize.upper()])
+    print(f"CPU per request, both ends in one process: bare echo {bare_cpu:.1f} us, "
+          f"remoting {remoting_cpu:.1f} us ({bare_cpu / remoting_cpu:.0%})")
 
 
 def main() -> None:
