@@ -45,17 +45,13 @@ class CheckpointTests(SynchronousTestCase):
             data = f.read()
         self.assertEqual(struct.unpack_from(">qqq", data), (1_700_000_000_123, 1_700_000_000_100, -2))
         self.assertEqual(len(data), CHECKPOINT_FILE_SIZE)
-        again = StoreCheckpoint(self.path)
-        self.addCleanup(again.close)
-        self.assertEqual(again.physic_msg_timestamp, 1_700_000_000_123)
+        self.assertEqual(self.open().physic_msg_timestamp, 1_700_000_000_123)
 
     def test_values_reach_disk_only_on_flush(self) -> None:
         """Until flushed, a reopened checkpoint sees the old values."""
         checkpoint = self.open()
         checkpoint.physic_msg_timestamp = 99
-        other = StoreCheckpoint(self.path)
-        self.addCleanup(other.close)
-        self.assertEqual(other.physic_msg_timestamp, 0)
+        self.assertEqual(self.open().physic_msg_timestamp, 0)
 
     def test_min_timestamps(self) -> None:
         """Recovery starts 3 s before the older of the log and queue times (and the index, if asked)."""
