@@ -216,9 +216,7 @@ class RemotingNode:
             "request {code} from {peer} failed", failure, level=LogLevel.error, code=request.code,
             peer=channel.remote_address,
         )
-        error = failure.value
-        remark = f"{type(error).__name__}: {error}"
-        self._respond(channel, request, request.make_response(ResponseCode.SYSTEM_ERROR, remark))
+        self._respond(channel, request, self._system_error(request, failure.value))
 
     def _respond(self, channel: RemotingProtocol, request: RemotingCommand, response: RemotingCommand) -> None:
         """Send *response* unless *request* is oneway; a hook or encoding error becomes SYSTEM_ERROR."""
@@ -236,8 +234,11 @@ class RemotingNode:
             self.log.failure("cannot send response to {peer}", failure, level=LogLevel.error,
                              peer=channel.remote_address)
             if response.code != ResponseCode.SYSTEM_ERROR:
-                remark = f"{type(failure.value).__name__}: {failure.value}"
-                self._respond(channel, request, request.make_response(ResponseCode.SYSTEM_ERROR, remark))
+                self._respond(channel, request, self._system_error(request, failure.value))
+
+    @staticmethod
+    def _system_error(request: RemotingCommand, error: BaseException) -> RemotingCommand:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}")
 
     def _notify(self, method: str, channel: RemotingProtocol) -> None:
         for listener in self._listeners:

@@ -11,6 +11,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.remoting.codes import ONEWAY_FLAG, ResponseCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.errors import ProtocolError
 from rocketpy.remoting.server import RemotingServer
 from tests.remoting.helpers import (
     ADDRESS,
@@ -115,6 +116,15 @@ class DispatchTests(SynchronousTestCase):
         self.processor.respond = lambda channel, request: "oops"
         self.assertEqual(self.successResultOf(self.pair.call(10)).code, ResponseCode.SYSTEM_ERROR)
         self.assertEqual(len(self.flushLoggedErrors(TypeError)), 1)
+
+    def test_unencodable_response_is_system_error(self) -> None:
+        """A response the codec cannot encode is replaced by SYSTEM_ERROR naming the problem."""
+        bad = {"a": [1]}
+        self.processor.respond = lambda channel, request: request.make_response(0, ext_fields=bad)  # type: ignore[arg-type]
+        response = self.successResultOf(self.pair.call(10))
+        self.assertEqual(response.code, ResponseCode.SYSTEM_ERROR)
+        self.assertIn("ProtocolError", str(response.remark))
+        self.assertEqual(len(self.flushLoggedErrors(ProtocolError)), 1)
 
     def test_none_result_sends_nothing(self) -> None:
         """A processor returning None sends no reply: the request waits."""
