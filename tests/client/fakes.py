@@ -98,6 +98,7 @@ class FakeCluster:
         self.consumer_ids: list[str] = []
         self.locks: dict[Any, str] = {}
         self.sent_back: list[dict[str, str]] = []
+        self.holds: list[tuple[Any, Deferred[RemotingCommand], Any]] = []
         r = self.remoting
         r.on(RequestCode.GET_ROUTEINFO_BY_TOPIC, self._route, NAMESRV)
         for code in (RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT):
@@ -119,6 +120,18 @@ class FakeCluster:
 
     def add_topic(self, topic: str, *broker_names: str) -> None:
         self.topics[topic] = list(broker_names or self.brokers)
+
+    def publish(self, broker_name: str, topic: str, qid: int, body: bytes, sys_flag: int = 0, **props: str) -> MessageExt:
+        """Store a message as if a producer had sent it; wakes held pulls."""
+        broker = self.brokers[broker_name]
+        queue = broker.store.setdefault((topic, qid), [])
+        msg = MessageExt(topic=topic, body=body, properties=dict(props), queue_id=qid, sys_flag=sys_flag,
+                         store_host=("127.0.0.1", 10911), queue_offset=len(queue),
+                         commit_log_offset=broker.commit_log_offset)
+        broker.commit_log_offset += 100
+        queue.append(msg)
+        self.wake_holds(broker.addr, topic, qid)
+        return msg
 
     def broker_at(self, addr: str) -> FakeBroker:
         return next(b for b in self.brokers.values() if b.addr == addr)
@@ -163,6 +176,7 @@ class FakeCluster:
                              reconsume_times=get_int(fields, "reconsumeTimes", 0))
             broker.commit_log_offset += 100
             queue.append(msg)
+        self.wake_holds(addr, topic, qid)
         return response(outcome, msgId=queue[first].msg_id, queueId=qid, queueOffset=first)
 
     def _pull(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
@@ -173,10 +187,31 @@ class FakeCluster:
         if offset > len(queue):
             return response(ResponseCode.PULL_OFFSET_MOVED, nextBeginOffset=len(queue), **ext)
         if offset == len(queue):
+            if int(f["sysFlag"]) & 0x2:  # long polling: answer on a new message or after the suspend time
+                return self._hold(addr, request, timeout)
             return response(ResponseCode.PULL_NOT_FOUND, nextBeginOffset=offset, **ext)
         picked = queue[offset : offset + count]
         body = b"".join(bytes(encode_record(m)) for m in picked)
         return response(body=body, nextBeginOffset=offset + len(picked), **ext)
+
+    def _hold(self, addr: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
+        f = request.ext_fields
+        key = (addr, f["topic"], int(f["queueId"]))
+        no_flag = RemotingCommand(code=request.code, ext_fields={**f, "sysFlag": "0"})
+        d: Deferred[RemotingCommand] = Deferred(lambda _: (call.cancel(), self.holds.remove((key, d, call))))
+
+        def wake() -> None:
+            self.holds.remove((key, d, call))
+            d.callback(self._pull(addr, no_flag, timeout))
+
+        call = self.clock.callLater(int(f["suspendTimeoutMillis"]) / 1000, wake)
+        self.holds.append((key, d, call))
+        return d
+
+    def wake_holds(self, addr: str, topic: str, qid: int) -> None:
+        for key, d, call in list(self.holds):
+            if key == (addr, topic, qid):
+                call.reset(0)
 
     def _query_offset(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
         f = request.ext_fields

@@ -1,0 +1,251 @@
+"""What both consumers share, and the pull consumer.
+
+:class:`ConsumerBase` joins a :class:`ClientInstance`, keeps the readable
+queues of the topics it reads, resolves broker addresses and makes the
+offset and pull calls. :class:`PullConsumer` exposes them directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from enum import Enum
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from rocketpy.client.api import Mode
+from rocketpy.client.errors import BrokerNotFoundError, MQClientError, MQError, NoNameServerError, NoRouteError, RemotingError
+from rocketpy.client.instance import ClientInstance
+from rocketpy.client.message import MessageQueue
+from rocketpy.client.results import PullResult, PullStatus
+from rocketpy.client.route import subscribe_queues
+from rocketpy.client.subscription import DecompressionError, SubscriptionData, build_subscription, inflate_body, prepare_pulled
+from rocketpy.common.headers import to_fields
+from rocketpy.interfaces import IRPCHook
+from rocketpy.namesrv.routeinfo import MASTER_ID, TopicRouteData
+from rocketpy.remoting.codes import SerializeType
+
+#: Pull sysFlag bits (``PullSysFlag``).
+PULL_COMMIT_OFFSET = 0x1
+PULL_SUSPEND = 0x2
+PULL_SUBSCRIPTION = 0x4
+
+
+class MessageModel(Enum):
+    BROADCASTING = "BROADCASTING"
+    CLUSTERING = "CLUSTERING"
+
+
+class ConsumeFromWhere(Enum):
+    """Where a group without a stored offset starts."""
+
+    CONSUME_FROM_LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
+    CONSUME_FROM_FIRST_OFFSET = "CONSUME_FROM_FIRST_OFFSET"
+    CONSUME_FROM_TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
+
+
+class ConsumerBase:
+    """A member of a :class:`ClientInstance` that reads queues of some topics."""
+
+    log = Logger()
+    consume_type = "CONSUME_ACTIVELY"
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addrs: str | Sequence[str] = (),
+        reactor: IReactorTime | None = None,
+        remoting_client: Any = None,
+        *,
+        instance: ClientInstance | None = None,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+        client_id: str | None = None,
+        rpc_hooks: Iterable[IRPCHook] = (),
+        serialize_type: int = SerializeType.JSON,
+        timeout: float = 3.0,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as global_reactor
+
+            reactor = global_reactor  # type: ignore[assignment]
+        assert reactor is not None
+        self.group = group
+        self.clock = reactor
+        self.instance = instance or ClientInstance(
+            reactor, namesrv_addrs, remoting_client, client_id=client_id, rpc_hooks=rpc_hooks,
+            serialize_type=serialize_type, timeout=timeout,
+        )
+        self.api = self.instance.api
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        self.timeout = timeout
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        self.subscribe_info: dict[str, list[MessageQueue]] = {}
+        self.running = False
+
+    # ClientInstance member
+
+    def topics(self) -> Iterable[str]:
+        return set(self.subscribe_info) | set(self.subscriptions)
+
+    def on_route(self, topic: str, route: TopicRouteData) -> None:
+        if topic in self.subscribe_info or topic in self.subscriptions:
+            self.subscribe_info[topic] = subscribe_queues(topic, route)
+
+    def heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        data = {
+            "consumeFromWhere": self.consume_from_where.value,
+            "consumeType": self.consume_type,
+            "groupName": self.group,
+            "messageModel": self.message_model.value,
+            "subscriptionDataSet": [s.to_json() for s in self.subscriptions.values()],
+            "unitMode": False,
+        }
+        return [], [data]
+
+    def on_consumer_ids_changed(self, group: str) -> None:
+        pass
+
+    def unregister_groups(self) -> tuple[str | None, str | None]:
+        return None, self.group
+
+    # shared calls
+
+    def check_running(self) -> None:
+        if not self.running:
+            raise MQClientError(-1, f"consumer {self.group!r} is not started")
+
+    async def fetch_queues(self, topic: str) -> list[MessageQueue]:
+        """Refresh ``topic``'s route and return its readable queues.
+
+        :raises NoRouteError: when no name server knows the topic.
+        """
+        self.subscribe_info.setdefault(topic, [])
+        try:
+            route = await self.instance.update_topic_route(topic)
+        except NoNameServerError:
+            raise
+        except (RemotingError, MQError) as e:
+            raise NoRouteError(topic, f"name server: {e}") from e
+        if route is None or not self.subscribe_info.get(topic):
+            raise NoRouteError(topic)
+        return list(self.subscribe_info[topic])
+
+    async def broker_addr(self, mq: MessageQueue, broker_id: int = MASTER_ID, only_this: bool = True) -> str:
+        """The address of a broker of ``mq`` (refreshing the route once if unknown)."""
+        for attempt in range(2):
+            if only_this:
+                addr = self.instance.broker_addrs.get(mq.broker_name, {}).get(broker_id)
+            else:
+                addr = self.instance.broker_address(mq.broker_name, broker_id)
+            if addr is not None:
+                return addr
+            if attempt == 0:
+                try:
+                    await self.instance.update_topic_route(mq.topic)
+                except (RemotingError, MQError) as e:
+                    self.log.info("route refresh for {topic} failed: {error}", topic=mq.topic, error=e)
+        raise BrokerNotFoundError(mq.broker_name)
+
+    async def pull_once(
+        self, mq: MessageQueue, sub: SubscriptionData, offset: int, max_nums: int, *, sys_flag: int,
+        commit_offset: int = 0, suspend: float, timeout: float, broker_id: int = MASTER_ID,
+    ) -> PullResult:
+        """One PULL_MESSAGE; bodies inflated, messages re-filtered by tag.
+
+        :param suspend: seconds the broker may hold the request (with the suspend flag).
+        """
+        addr = await self.broker_addr(mq, broker_id, only_this=False)
+        if addr != self.instance.master_address(mq.broker_name):
+            sys_flag &= ~PULL_COMMIT_OFFSET  # only masters store offsets
+        fields = to_fields(
+            consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id, queueOffset=offset, maxMsgNums=max_nums,
+            sysFlag=sys_flag, commitOffset=commit_offset, suspendTimeoutMillis=int(suspend * 1000),
+            subscription=sub.sub_string, subVersion=sub.sub_version, expressionType=sub.expression_type,
+        )
+        result = await self.api.pull_message(addr, fields, Mode.ASYNC, timeout)
+        if result.status is PullStatus.FOUND:
+            for msg in result.messages:
+                try:
+                    inflate_body(msg)
+                except DecompressionError as e:
+                    self.log.warn("message at {offset} of {mq} left compressed: {error}",
+                                  offset=msg.queue_offset, mq=mq, error=e)
+            result.messages = prepare_pulled(result.messages, mq, sub, result.min_offset, result.max_offset)
+        return result
+
+    async def query_offset(self, mq: MessageQueue) -> int:
+        """The group's offset of ``mq`` stored on the broker; -1 if none."""
+        return await self.api.query_consumer_offset(await self.broker_addr(mq), self.group, mq, self.timeout)
+
+    async def update_offset(self, mq: MessageQueue, offset: int, oneway: bool = False) -> None:
+        await self.api.update_consumer_offset(await self.broker_addr(mq), self.group, mq, offset, self.timeout, oneway)
+
+    async def max_offset(self, mq: MessageQueue) -> int:
+        return await self.api.get_max_offset(await self.broker_addr(mq), mq, self.timeout)
+
+    async def min_offset(self, mq: MessageQueue) -> int:
+        return await self.api.get_min_offset(await self.broker_addr(mq), mq, self.timeout)
+
+    async def search_offset(self, mq: MessageQueue, timestamp: float) -> int:
+        """The first offset stored at or after ``timestamp`` (seconds)."""
+        return await self.api.search_offset(await self.broker_addr(mq), mq, int(timestamp * 1000), self.timeout)
+
+
+class PullConsumer(ConsumerBase):
+    """Pulls from queues the caller picks, at offsets the caller keeps."""
+
+    def start(self) -> Deferred[None]:
+        if not self.running:
+            self.running = True
+            self.instance.register(self)
+        return succeed(None)
+
+    def shutdown(self) -> Deferred[None]:
+        self.running = False
+        return self.instance.unregister(self)
+
+    def fetch_subscribe_queues(self, topic: str) -> Deferred[list[MessageQueue]]:
+        """The readable queues of ``topic``, sorted, from a fresh route."""
+        return Deferred.fromCoroutine(self.fetch_queues(topic))
+
+    def pull(
+        self, queue: MessageQueue, expression: str | None, offset: int, max_nums: int = 32,
+        timeout: float = 10.0, block: bool = False,
+    ) -> Deferred[PullResult]:
+        """Read up to ``max_nums`` messages from ``offset`` of ``queue``.
+
+        :param expression: ``"*"`` or ``"TagA || TagB"``; the broker filters by tag
+            hash, the client again by tag string.
+        :param block: let the broker hold the request up to 20 s for new messages
+            (give a ``timeout`` above that).
+        """
+        return Deferred.fromCoroutine(self._pull(queue, expression, offset, max_nums, timeout, block))
+
+    async def _pull(
+        self, queue: MessageQueue, expression: str | None, offset: int, max_nums: int, timeout: float, block: bool
+    ) -> PullResult:
+        self.check_running()
+        sub = build_subscription(queue.topic, expression, 0)
+        flags = PULL_SUBSCRIPTION | (PULL_SUSPEND if block else 0)
+        return await self.pull_once(queue, sub, offset, max_nums, sys_flag=flags, suspend=20.0, timeout=timeout)
+
+    def query_consumer_offset(self, queue: MessageQueue) -> Deferred[int]:
+        """The group's stored offset of ``queue``; -1 if it has none."""
+        return Deferred.fromCoroutine(self.query_offset(queue))
+
+    def update_consumer_offset(self, queue: MessageQueue, offset: int) -> Deferred[None]:
+        """Store the group's offset of ``queue`` on its master."""
+        return Deferred.fromCoroutine(self.update_offset(queue, offset))
+
+    def fetch_max_offset(self, queue: MessageQueue) -> Deferred[int]:
+        return Deferred.fromCoroutine(self.max_offset(queue))
+
+    def fetch_min_offset(self, queue: MessageQueue) -> Deferred[int]:
+        return Deferred.fromCoroutine(self.min_offset(queue))
+
+    def search_offset_by_time(self, queue: MessageQueue, timestamp: float) -> Deferred[int]:
+        return Deferred.fromCoroutine(self.search_offset(queue, timestamp))
