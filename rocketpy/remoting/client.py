@@ -131,7 +131,7 @@ class RemotingClient(RemotingNode):
             return fail(RemotingTooMuchRequestError(f"{self._oneway_permits.available} oneway permits left"))
         self._stamp(request)
         channel = self._by_address.get(address)
-        if channel is not None:
+        if channel is not None and not channel.closing:
             d = channel.invoke_oneway(request)
         else:
             d = Deferred.fromCoroutine(self._oneway_when_connected(address, request, timeout))
@@ -161,7 +161,7 @@ class RemotingClient(RemotingNode):
     ) -> Deferred[RemotingCommand]:
         self._stamp(request)
         channel = self._by_address.get(address)
-        if channel is not None:  # the hot path: no coroutine
+        if channel is not None and not channel.closing:  # the hot path: no coroutine
             return channel.invoke_sync(request, timeout, release)
         return Deferred.fromCoroutine(self._invoke_when_connected(address, request, timeout, release))
 
@@ -192,7 +192,7 @@ class RemotingClient(RemotingNode):
     def _channel(self, address: str) -> Deferred[RemotingProtocol]:
         """The connected channel to *address*; concurrent callers share one attempt."""
         channel = self._by_address.get(address)
-        if channel is not None:
+        if channel is not None and not channel.closing:
             return succeed(channel)
         if self._closed:
             return fail(RemotingConnectError(address, "client closed"))

@@ -73,6 +73,8 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         self._abort_call: IDelayedCall | None = None
         self._close_waiters: list[Deferred[None]] = []
         self.remote_address = "unconnected"
+        #: True once closing has begun (close, idle, protocol error or loss): send elsewhere.
+        self.closing = False
 
     @property
     def pending_count(self) -> int:
@@ -141,6 +143,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         self.setTimeout(None)
         if self._abort_call is not None and self._abort_call.active():
             self._abort_call.cancel()
+        self.closing = True
         self._lost = RemotingConnectionLost(self.remote_address, reason.getErrorMessage())
         self._owner.channel_closed(self)  # evict first: errbacks below may send again
         self._table.fail_all(self._lost)
@@ -187,6 +190,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         """Close gracefully; abort if the peer has not gone after :attr:`abort_grace`."""
         if self._lost is not None or self._abort_call is not None:
             return
+        self.closing = True
         self.transport.loseConnection()
         self._abort_call = self._clock.callLater(self.abort_grace, self.transport.abortConnection)
 
@@ -238,7 +242,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
     def _fatal(self, error: ProtocolError) -> None:
         if self._broken:
             return
-        self._broken = True
+        self._broken = self.closing = True
         self.log.warn("aborting channel {peer}: {error}", peer=self.remote_address, error=error)
         self._owner.channel_exception(self, error)
         self.transport.abortConnection()

@@ -112,6 +112,16 @@ class ConnectionTests(ClientTestCase):
         self.assertEqual(self.successResultOf(self.pair.call(10)).code, 0)
         self.assertEqual(self.pair.endpoint.attempts, 2)
 
+    def test_closing_channel_is_replaced(self) -> None:
+        """Once a channel starts closing (here: idle), the next call opens a new connection."""
+        pair = self.new_pair(idle_timeout=30.0)
+        self.successResultOf(pair.call(10))
+        pair.clock.advance(30)  # the idle close has begun; the peer has not gone yet
+        self.assertTrue(pair.client_channel().closing)
+        self.assertEqual(self.successResultOf(pair.call(10)).code, 0)
+        self.assertEqual(pair.endpoint.attempts, 2)
+        self.assertEqual(len(pair.client.channels), 1)
+
     def test_listeners_on_the_client(self) -> None:
         """Client listeners see CONNECT, IDLE and CLOSE of client channels."""
         listener = RecordingListener()
