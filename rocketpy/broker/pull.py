@@ -18,6 +18,7 @@ from zope.interface import implementer
 
 from rocketpy.broker.filter import SubscriptionParseError, TagFilter, build_tag_filter
 from rocketpy.broker.longpoll import PullRequestHoldService
+from rocketpy.broker.processors import Rejected
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager, is_readable
 from rocketpy.common.headers import HeaderError, get_int, get_str, to_fields
@@ -48,14 +49,6 @@ FindSubscription = Callable[[str, str], "Subscription | None"]
 #: ``(client_host, group, topic, queue_id, offset)``: stores a consumer offset.
 CommitOffset = Callable[[str, str, str, int, int], object]
 
-
-class PullRejected(Exception):
-    """A pull refused before reading the store."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 @dataclass(slots=True)
@@ -157,7 +150,7 @@ class PullMessageProcessor:
             tag_filter = self._check(header)
         except HeaderError as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        except PullRejected as e:
+        except Rejected as e:
             return request.make_response(e.code, e.remark)
         if header.sys_flag & FLAG_COMMIT_OFFSET and header.commit_offset >= 0 and self._commit_offset:
             self._commit_offset(
@@ -173,21 +166,21 @@ class PullMessageProcessor:
         if self._groups is not None:
             group = self._groups.find_subscription_group_config(header.consumer_group)
             if group is None:
-                raise PullRejected(
+                raise Rejected(
                     ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                     f"subscription group [{header.consumer_group}] does not exist",
                 )
             if not group.consume_enable:
-                raise PullRejected(
+                raise Rejected(
                     ResponseCode.NO_PERMISSION, f"subscription group no permission, {header.consumer_group}"
                 )
         config = self._topics.select_topic_config(header.topic)
         if config is None:
-            raise PullRejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
+            raise Rejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
         if not is_readable(config.perm):
-            raise PullRejected(ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] pulling message is forbidden")
+            raise Rejected(ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] pulling message is forbidden")
         if header.queue_id < 0 or header.queue_id >= config.read_queue_nums:
-            raise PullRejected(
+            raise Rejected(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] "
                 f"topicConfig.readQueueNums:[{config.read_queue_nums}] consumer:[{header.consumer_group}]",
@@ -199,7 +192,7 @@ class PullMessageProcessor:
         try:
             return build_tag_filter(expression, kind)
         except SubscriptionParseError as e:
-            raise PullRejected(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e)) from None
+            raise Rejected(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e)) from None
 
     def _registered_subscription(self, header: PullHeader) -> tuple[str | None, str | None]:
         """The subscription the group registered by heartbeat (24 when none, 25 when older)."""
@@ -207,9 +200,9 @@ class PullMessageProcessor:
         if self._find_subscription is not None:
             found = self._find_subscription(header.consumer_group, header.topic)
         if found is None:
-            raise PullRejected(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
+            raise Rejected(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
         if found.sub_version < header.sub_version:
-            raise PullRejected(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            raise Rejected(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
         return found.sub_string, found.expression_type
 
     # -- reading --------------------------------------------------------------

@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from rocketpy.broker.processors import Rejected
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -76,14 +77,6 @@ _PUT_RESPONSES: dict[PutMessageStatus, tuple[int, str | None, bool]] = {
     PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR", False),
 }
 
-
-class SendRejected(Exception):
-    """A send refused before reaching the store; carries the response code."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
 
 
 @dataclass(slots=True)
@@ -178,6 +171,7 @@ class SendMessageProcessor:
             header = SendHeader.parse(request)
             config = self._check(header, channel)
             queue_id = self._queue_id(header, config)
+            d: Deferred[PutMessageResult]
             if header.batch:
                 msgs = self._batch_messages(header, request.body, queue_id, channel)
                 d = self._store.put_messages(msgs)
@@ -187,7 +181,7 @@ class SendMessageProcessor:
                 queue_id = msg.queue_id
         except HeaderError as e:
             return self._response(request, ResponseCode.SYSTEM_ERROR, str(e))
-        except SendRejected as e:
+        except Rejected as e:
             return self._response(request, e.code, e.remark)
         return d.addCallback(self._put_response, request, queue_id)
 
@@ -197,7 +191,7 @@ class SendMessageProcessor:
         """Topic validity, existence (auto-creating it) and queue id; the topic's config."""
         problem = send_topic_problem(header.topic)
         if problem is not None:
-            raise SendRejected(ResponseCode.SYSTEM_ERROR, problem)
+            raise Rejected(ResponseCode.SYSTEM_ERROR, problem)
         config = self._topics.select_topic_config(header.topic)
         if config is None:
             config = self._topics.create_topic_in_send_message_method(
@@ -206,14 +200,14 @@ class SendMessageProcessor:
             if config is None and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 config = self._topics.create_topic_in_send_message_back_method(header.topic, 1)
             if config is None:
-                raise SendRejected(
+                raise Rejected(
                     ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!"
                 )
         if not is_writeable(config.perm):
-            raise SendRejected(ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] sending message is forbidden")
+            raise Rejected(ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] sending message is forbidden")
         valid = max(config.read_queue_nums, config.write_queue_nums)
         if header.queue_id >= valid:
-            raise SendRejected(
+            raise Rejected(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{header.queue_id}] is illegal, topic:{header.topic} "
                 f"read/write queue nums:{valid}",
@@ -225,12 +219,12 @@ class SendMessageProcessor:
         if header.queue_id >= 0:
             return header.queue_id
         if config.write_queue_nums <= 0:
-            raise SendRejected(ResponseCode.SYSTEM_ERROR, f"topic[{header.topic}] has no writable queue")
+            raise Rejected(ResponseCode.SYSTEM_ERROR, f"topic[{header.topic}] has no writable queue")
         return self._rng.randrange(0x7FFFFFFF) % config.write_queue_nums
 
     def _check_body(self, body: bytes) -> None:
         if len(body) > self._max_size:
-            raise SendRejected(
+            raise Rejected(
                 ResponseCode.MESSAGE_ILLEGAL,
                 f"the message body size {len(body)} is over the limit {self._max_size}",
             )
@@ -240,7 +234,7 @@ class SendMessageProcessor:
         wait = props.pop(MessageConst.WAIT_STORE_MSG_OK, None)
         props[MessageConst.CLUSTER] = self._cluster
         if len(properties_to_string(props).encode()) > MAX_PROPERTIES_LENGTH:
-            raise SendRejected(
+            raise Rejected(
                 ResponseCode.MESSAGE_ILLEGAL, f"the message properties are over the limit {MAX_PROPERTIES_LENGTH}"
             )
         if wait is not None and wait.lower() == "false":
@@ -286,7 +280,7 @@ class SendMessageProcessor:
             return DEFAULT_MAX_RECONSUME_TIMES
         config = self._groups.find_subscription_group_config(group)
         if config is None:
-            raise SendRejected(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
+            raise Rejected(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}")
         return config.retry_max_times
 
     def _dead_letter(self, retry: str) -> tuple[str, int]:
@@ -299,9 +293,9 @@ class SendMessageProcessor:
     def _batch_messages(self, header: SendHeader, body: bytes, queue_id: int, channel: Any) -> list[MessageExt]:
         """Split a batch body; each inner message gets the header's properties and CLUSTER."""
         if len(header.topic) > TOPIC_MAX_LENGTH:
-            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(header.topic)}")
+            raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"message topic length too long {len(header.topic)}")
         if header.topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
-            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group")
+            raise Rejected(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group")
         sys_flag = header.sys_flag
         if sys_flag & MessageSysFlag.COMPRESSED:
             # The C++ client zlib-compresses a batch body of ≥ 4 KiB as a whole.
@@ -310,9 +304,9 @@ class SendMessageProcessor:
         try:
             inner = decode_batch(body, header.topic)
         except RecordError as e:
-            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
+            raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
         if not inner:
-            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
+            raise Rejected(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
         shared = string_to_properties(header.properties)
         msgs = []
         for m in inner:
@@ -327,9 +321,9 @@ class SendMessageProcessor:
         try:
             data = inflater.decompress(body, self._max_size + 1)
         except zlib.error as e:
-            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"bad compressed batch body: {e}") from None
+            raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"bad compressed batch body: {e}") from None
         if len(data) > self._max_size or inflater.unconsumed_tail:
-            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"the batch is over the limit {self._max_size}")
+            raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"the batch is over the limit {self._max_size}")
         return data
 
     # -- responses ----------------------------------------------------------

@@ -108,7 +108,9 @@ class FakeStoreService:
         queue = self.queues.get((topic, queue_id), [])
         low, high = self.get_min_offset_in_queue(topic, queue_id), len(queue)
 
-        def result(status: GetMessageStatus, next_offset: int, records: list[bytes] | None = None) -> Deferred[GetMessageResult]:
+        def result(
+            status: GetMessageStatus, next_offset: int, records: list[bytes] | None = None
+        ) -> Deferred[GetMessageResult]:
             return succeed(GetMessageResult(status, next_offset, low, high, records or []))
 
         if high == 0:

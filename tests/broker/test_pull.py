@@ -192,7 +192,8 @@ class PullMessageProcessorTests(SynchronousTestCase):
         """A group that cannot consume: NO_PERMISSION; an unknown group without auto-create: 26."""
         self.groups.update_subscription_group_config(SubscriptionGroupConfig("CID", consume_enable=False))
         self.assertEqual(self.pull().code, ResponseCode.NO_PERMISSION)  # type: ignore[union-attr]
-        strict = PullMessageProcessor(self.store, self.topics, groups=SubscriptionGroupManager(self.clock, auto_create=False))
+        strict_groups = SubscriptionGroupManager(self.clock, auto_create=False)
+        strict = PullMessageProcessor(self.store, self.topics, groups=strict_groups)
         request = RemotingCommand.request(RequestCode.PULL_MESSAGE, dict(CPP_PULL, consumerGroup="Other"))
         response = strict.process_request(self.channel, request)
         assert isinstance(response, RemotingCommand)

@@ -155,7 +155,7 @@ class CppClientTests(SynchronousTestCase):
         events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         if child.returncode != 0 or not events or events[-1]["event"] != "done":
             self.fail(
-                f"C++ client {child.args[2:4]} failed ({child.returncode}):\n{err[-3000:]}\n"
+                f"C++ client {' '.join(map(str, child.args))} failed ({child.returncode}):\n{err[-3000:]}\n"
                 f"--- C++ log ---\n{self.cpp_log_tail()}\n--- rocketpy ---\n{self.rocketpy.log_tail()}"
             )
         return events
