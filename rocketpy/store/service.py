@@ -162,8 +162,8 @@ class StoreService(Service):
             self._read_pool.stop()
 
     def _shutdown_blocking(self) -> int:
+        # The facade's shutdown flushes everything again (consume queues, index, checkpoint).
         flushed = flush_commit_log(self._store, 0, self._store.max_physical_offset)
-        self._store.flush_consume_queues(0)
         self._store.shutdown()
         return flushed
 

@@ -188,7 +188,7 @@ class LifecycleTests(SynchronousTestCase):
         self.successResultOf(queued)
         self.assertEqual(
             store.events,
-            ["load", "start", "put", "put", ("flush", 0), ("flush_cq", 0), "shutdown", "pool.stop"],
+            ["load", "start", "put", "put", ("flush", 0), "shutdown", "pool.stop"],
         )
         self.assertEqual(clock.getDelayedCalls(), [])
         refused = self.successResultOf(service.put_message(message()))
@@ -207,7 +207,7 @@ class LifecycleTests(SynchronousTestCase):
         self.assertEqual(len(pool.pending), 1, "shutdown waits for the running flush")
         pool.run_all()
         self.successResultOf(stopped)
-        self.assertEqual(store.events[-4:], [("flush", 4), ("flush", 0), ("flush_cq", 0), "shutdown"])
+        self.assertEqual(store.events[-3:], [("flush", 4), ("flush", 0), "shutdown"])
         self.assertFalse(pool.started)
 
     def test_owned_pools(self) -> None:
