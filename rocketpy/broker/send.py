@@ -301,6 +301,7 @@ class SendMessageProcessor:
             # The C++ client zlib-compresses a batch body of ≥ 4 KiB as a whole.
             body = self._inflate(body)
             sys_flag &= ~MessageSysFlag.COMPRESSED
+        self._check_body(body)  # the whole batch is stored under one limit, as in Java
         try:
             inner = decode_batch(body, header.topic)
         except RecordError as e:
@@ -310,7 +311,6 @@ class SendMessageProcessor:
         shared = string_to_properties(header.properties)
         msgs = []
         for m in inner:
-            self._check_body(m.body)
             m.properties = self._stored_properties({**m.properties, **shared})
             msgs.append(self._message_ext(header, m, queue_id, channel, sys_flag))
         return msgs

@@ -249,9 +249,10 @@ class SendMessageProcessorTests(SynchronousTestCase):
         """A body over the maximum message size: MESSAGE_ILLEGAL, in a batch too."""
         self.assertEqual(self.send(RequestCode.SEND_MESSAGE, CPP_V1, b"x" * 1025).code, ResponseCode.MESSAGE_ILLEGAL)
         self.assertEqual(self.send(RequestCode.SEND_MESSAGE, CPP_V1, b"x" * 1024).code, ResponseCode.SUCCESS)
-        body = encode_batch([Message("T", b"x" * 1025)])
-        response = self.send(RequestCode.SEND_MESSAGE, dict(CPP_V1, batch="1"), body)
-        self.assertEqual(response.code, ResponseCode.MESSAGE_ILLEGAL)
+        for sizes in ([1025], [600, 600]):  # one inner body, or the batch as a whole, too large
+            body = encode_batch([Message("T", b"x" * n) for n in sizes])
+            response = self.send(RequestCode.SEND_MESSAGE, dict(CPP_V1, batch="1"), body)
+            self.assertEqual(response.code, ResponseCode.MESSAGE_ILLEGAL, sizes)
 
     def test_properties_too_large(self) -> None:
         """Properties over 32767 bytes: MESSAGE_ILLEGAL."""
