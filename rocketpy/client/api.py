@@ -268,10 +268,13 @@ def send_header(
     group: str, msg: Message, queue_id: int, sys_flag: int, born_ms: int, default_queue_nums: int,
     reconsume_times: int | None = None, max_reconsume_times: int | None = None, batch: bool = False,
 ) -> dict[str, str]:
-    """The SEND_MESSAGE header (long names) for ``msg`` as it goes on the wire."""
-    return to_fields(
-        producerGroup=group, topic=msg.topic, defaultTopic="TBW102", defaultTopicQueueNums=default_queue_nums,
-        queueId=queue_id, sysFlag=sys_flag, bornTimestamp=born_ms, flag=msg.flag,
-        properties=properties_to_string(msg.properties), reconsumeTimes=reconsume_times or 0, unitMode=False,
-        maxReconsumeTimes=max_reconsume_times, batch=batch,
-    )
+    """The SEND_MESSAGE header (long names) for ``msg`` as it goes on the wire (the hot path: no generic helper)."""
+    fields = {
+        "producerGroup": group, "topic": msg.topic, "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": str(default_queue_nums), "queueId": str(queue_id), "sysFlag": str(sys_flag),
+        "bornTimestamp": str(born_ms), "flag": str(msg.flag), "properties": properties_to_string(msg.properties),
+        "reconsumeTimes": str(reconsume_times or 0), "unitMode": "false", "batch": "true" if batch else "false",
+    }
+    if max_reconsume_times is not None:
+        fields["maxReconsumeTimes"] = str(max_reconsume_times)
+    return fields

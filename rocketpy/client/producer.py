@@ -228,7 +228,7 @@ class Producer:
             validate_message(msg, self.max_message_size)
         begin = self._clock.seconds()
         info = await self._find_publish_info(msg.topic)
-        attempts = {Mode.SYNC: 1 + self.retry_times, Mode.ASYNC: 1 + self.retry_times_async}.get(mode, 1)
+        attempts = 1 + (self.retry_times if mode is Mode.SYNC else self.retry_times_async if mode is Mode.ASYNC else 0)
         result: SendResult | None = None
         last_error: Exception | None = None
         last_broker: str | None = None
@@ -339,15 +339,11 @@ class Producer:
             raise BrokerNotFoundError(mq.broker_name)
         wire, sys_flag, reconsume, max_reconsume = self._wire_message(msg, batch_ids is not None)
         msg_id = batch_ids if batch_ids is not None else wire.properties[_UNIQ_KEY]
-        context = SendMessageContext(self.group, wire, mq, addr, mode)
-        for forbidden in self.check_forbidden_hooks:
-            try:
-                forbidden.check_forbidden(context)
-            except MQClientError:
-                raise
-            except Exception as e:
-                raise MQClientError(-1, f"send refused by check-forbidden hook {forbidden!r}: {e}") from e
-        self._run_hooks("send_message_before", context)
+        context = None
+        if self.check_forbidden_hooks or self.send_message_hooks:
+            context = SendMessageContext(self.group, wire, mq, addr, mode)
+            self._check_forbidden(context)
+            self._run_hooks("send_message_before", context)
         fields = send_header(
             self.group, wire, mq.queue_id, sys_flag, int(self._clock.seconds() * 1000),
             self.default_topic_queue_nums, reconsume, max_reconsume, batch_ids is not None,
@@ -357,12 +353,23 @@ class Producer:
                 addr, mq.broker_name, wire, fields, mode, timeout, msg_id, batch_ids is not None, self.send_smart_msg
             )
         except Exception as e:
-            context.exception = e
-            self._run_hooks("send_message_after", context)
+            if context is not None:
+                context.exception = e
+                self._run_hooks("send_message_after", context)
             raise
-        context.send_result = result
-        self._run_hooks("send_message_after", context)
+        if context is not None:
+            context.send_result = result
+            self._run_hooks("send_message_after", context)
         return result
+
+    def _check_forbidden(self, context: SendMessageContext) -> None:
+        for forbidden in self.check_forbidden_hooks:
+            try:
+                forbidden.check_forbidden(context)
+            except MQClientError:
+                raise
+            except Exception as e:
+                raise MQClientError(-1, f"send refused by check-forbidden hook {forbidden!r}: {e}") from e
 
     def _wire_message(self, msg: Message, batch: bool) -> tuple[Message, int, int | None, int | None]:
         """The message as sent: UNIQ_KEY set (on ``msg`` too), body compressed, retry counters moved out."""
