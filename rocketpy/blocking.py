@@ -45,8 +45,8 @@ class ReactorThread:
         try:
             from twisted.internet.epollreactor import EPollReactor as ReactorClass
         except ImportError:  # not Linux
-            from twisted.internet.selectreactor import SelectReactor as ReactorClass  # type: ignore[assignment]
-        self.reactor: Any = ReactorClass()
+            from twisted.internet.selectreactor import SelectReactor as ReactorClass
+        self.reactor: Any = ReactorClass()  # type: ignore[no-untyped-call]
         self._thread = threading.Thread(
             target=self.reactor.run, kwargs={"installSignalHandlers": False}, name="rocketpy-reactor", daemon=True
         )

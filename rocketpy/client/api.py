@@ -47,8 +47,8 @@ class IRemotingClient(Protocol):
     def close(self) -> Deferred[None]: ...
 
 
-_SEND_STATUS = {s.value: s for s in SendStatus}
-_PULL_STATUS = {s.value: s for s in PullStatus}
+_SEND_STATUS: dict[int, SendStatus] = {int(s.value): s for s in SendStatus}
+_PULL_STATUS: dict[int, PullStatus] = {int(s.value): s for s in PullStatus}
 
 
 def _check(response: RemotingCommand, addr: str, *ok: int) -> RemotingCommand:

@@ -17,7 +17,7 @@ from twisted.logger import Logger
 
 from rocketpy.client.api import Mode
 from rocketpy.client.errors import BrokerNotFoundError, MQClientError, MQError, NoNameServerError, NoRouteError, RemotingError
-from rocketpy.client.instance import ClientInstance
+from rocketpy.client.instance import ClientInstance, shared_or_new
 from rocketpy.client.message import MessageQueue
 from rocketpy.client.results import PullResult, PullStatus
 from rocketpy.client.route import subscribe_queues
@@ -67,15 +67,9 @@ class ConsumerBase:
         serialize_type: int = SerializeType.JSON,
         timeout: float = 3.0,
     ) -> None:
-        if reactor is None:
-            from twisted.internet import reactor as global_reactor
-
-            reactor = global_reactor  # type: ignore[assignment]
-        assert reactor is not None
         self.group = group
-        self.clock = reactor
-        self.instance = instance or ClientInstance(
-            reactor, namesrv_addrs, remoting_client, client_id=client_id, rpc_hooks=rpc_hooks,
+        self.clock, self.instance = shared_or_new(
+            reactor, namesrv_addrs, remoting_client, instance, client_id=client_id, rpc_hooks=rpc_hooks,
             serialize_type=serialize_type, timeout=timeout,
         )
         self.api = self.instance.api

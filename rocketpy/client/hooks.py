@@ -39,10 +39,10 @@ class ISendMessageHook(Interface):
 
     name = Attribute("A name for logs.")
 
-    def send_message_before(context: SendMessageContext) -> None:  # type: ignore[misc]
+    def send_message_before(context: SendMessageContext) -> None:
         """Before the request is written; an exception is logged and ignored."""
 
-    def send_message_after(context: SendMessageContext) -> None:  # type: ignore[misc]
+    def send_message_after(context: SendMessageContext) -> None:
         """After the attempt ended (``send_result`` or ``exception`` is set)."""
 
 
@@ -51,5 +51,5 @@ class ICheckForbiddenHook(Interface):
 
     name = Attribute("A name for logs.")
 
-    def check_forbidden(context: SendMessageContext) -> None:  # type: ignore[misc]
+    def check_forbidden(context: SendMessageContext) -> None:
         """Raise to refuse the attempt: it fails with an MQClientError and is retried like one."""

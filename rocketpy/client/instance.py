@@ -49,6 +49,22 @@ def parse_namesrv_addrs(addrs: str | Sequence[str]) -> list[str]:
     return [a.strip() for a in items if a.strip()]
 
 
+def shared_or_new(
+    reactor: IReactorTime | None,
+    namesrv_addrs: str | Sequence[str],
+    remoting: IRemotingClient | None,
+    instance: ClientInstance | None,
+    **kwargs: Any,
+) -> tuple[IReactorTime, ClientInstance]:
+    """The reactor (the global one if None) and ``instance``, or a new instance with ``kwargs``."""
+    if reactor is None:
+        from twisted.internet import reactor as global_reactor
+
+        reactor = global_reactor
+    assert reactor is not None
+    return reactor, instance or ClientInstance(reactor, namesrv_addrs, remoting, **kwargs)
+
+
 class Member(Protocol):
     """A producer or consumer registered with a :class:`ClientInstance`."""
 

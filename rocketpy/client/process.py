@@ -93,6 +93,7 @@ class _ConsumeService:
 
     async def call_listener(self, msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
         c = self.consumer
+        assert c.listener is not None  # start() refuses to run without one
         now_ms = str(int(c.clock.seconds() * 1000))
         for m in msgs:
             restore_retry_topic(m, c.group)

@@ -31,7 +31,7 @@ from rocketpy.client.errors import (
     SendFailedError,
 )
 from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMessageContext
-from rocketpy.client.instance import ClientInstance
+from rocketpy.client.instance import ClientInstance, shared_or_new
 from rocketpy.client.latency import MQFaultStrategy
 from rocketpy.client.message import (
     MAX_MESSAGE_SIZE,
@@ -120,15 +120,9 @@ class Producer:
         :param send_smart_msg: SEND_MESSAGE_V2 with one-letter keys (else code 10).
         :param serialize_type: JSON (default; Apache brokers) or MSGPACK (rocketpy only).
         """
-        if reactor is None:
-            from twisted.internet import reactor as global_reactor
-
-            reactor = global_reactor  # type: ignore[assignment]
-        assert reactor is not None
         self.group = group
-        self._clock = reactor
-        self.instance = instance or ClientInstance(
-            reactor, namesrv_addrs, remoting_client, client_id=client_id, rpc_hooks=rpc_hooks,
+        self._clock, self.instance = shared_or_new(
+            reactor, namesrv_addrs, remoting_client, instance, client_id=client_id, rpc_hooks=rpc_hooks,
             serialize_type=serialize_type,
         )
         self.send_timeout = send_timeout
@@ -139,7 +133,7 @@ class Producer:
         self.max_message_size = max_message_size
         self.default_topic_queue_nums = default_topic_queue_nums
         self.send_smart_msg = send_smart_msg
-        self.fault_strategy = MQFaultStrategy(reactor, send_latency_fault_enable, rng)
+        self.fault_strategy = MQFaultStrategy(self._clock, send_latency_fault_enable, rng)
         self.send_message_hooks = list(send_message_hooks)
         self.check_forbidden_hooks = list(check_forbidden_hooks)
         self._uniq = UniqKeyGenerator(rng=rng)

@@ -178,7 +178,7 @@ class PushConsumer(ConsumerBase):
         return result
 
     def _task_failed(self, failure: Failure) -> None:
-        if not failure.check(CancelledError):
+        if not isinstance(failure.value, CancelledError):
             self.log.failure("consumer task failed", failure, level=LogLevel.error)
 
     async def sleep(self, delay: float) -> None:

@@ -179,11 +179,11 @@ class FakeCluster:
         self.wake_holds(addr, topic, qid)
         return response(outcome, msgId=queue[first].msg_id, queueId=qid, queueOffset=first)
 
-    def _pull(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+    def _pull(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand | Deferred[RemotingCommand]:
         f = request.ext_fields
         queue = self.broker_at(addr).store.get((f["topic"], int(f["queueId"])), [])
         offset, count = int(f["queueOffset"]), int(f["maxMsgNums"])
-        ext = {"minOffset": 0, "maxOffset": len(queue), "suggestWhichBrokerId": 0}
+        ext: dict[str, Any] = {"minOffset": 0, "maxOffset": len(queue), "suggestWhichBrokerId": 0}
         if offset > len(queue):
             return response(ResponseCode.PULL_OFFSET_MOVED, nextBeginOffset=len(queue), **ext)
         if offset == len(queue):
@@ -198,11 +198,18 @@ class FakeCluster:
         f = request.ext_fields
         key = (addr, f["topic"], int(f["queueId"]))
         no_flag = RemotingCommand(code=request.code, ext_fields={**f, "sysFlag": "0"})
-        d: Deferred[RemotingCommand] = Deferred(lambda _: (call.cancel(), self.holds.remove((key, d, call))))
+
+        def cancel(_: object) -> None:
+            call.cancel()
+            self.holds.remove((key, d, call))
+
+        d: Deferred[RemotingCommand] = Deferred(cancel)
 
         def wake() -> None:
             self.holds.remove((key, d, call))
-            d.callback(self._pull(addr, no_flag, timeout))
+            answer = self._pull(addr, no_flag, timeout)  # without the suspend flag: never held
+            assert isinstance(answer, RemotingCommand)
+            d.callback(answer)
 
         call = self.clock.callLater(int(f["suspendTimeoutMillis"]) / 1000, wake)
         self.holds.append((key, d, call))

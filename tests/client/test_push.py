@@ -59,6 +59,12 @@ class PushTestCase(SynchronousTestCase):
                 if r.ext_fields["topic"] == "T" and queue_id in (None, int(r.ext_fields["queueId"]))]
 
 
+def _new_pending(pending: list[Deferred[ConsumeResult]]) -> Deferred[ConsumeResult]:
+    """A listener result that the test fires later."""
+    pending.append(Deferred())
+    return pending[-1]
+
+
 class StartTests(PushTestCase):
     def test_heartbeat_and_subscriptions(self) -> None:
         """Start heartbeats with enum names and the implicit retry subscription, then pulls every queue."""
@@ -157,7 +163,7 @@ class ConsumeTests(PushTestCase):
     def test_flow_control(self) -> None:
         """Over the cached-message threshold the queue stops pulling until messages are consumed."""
         pending: list[Deferred[ConsumeResult]] = []
-        self.result = lambda: pending.append(Deferred()) or pending[-1]
+        self.result = lambda: _new_pending(pending)
         self.consumer(pull_threshold_for_queue=2, pull_batch_size=2)
         for i in range(6):
             self.cluster.publish("broker-a", "T", 0, b"m%d" % i)
@@ -201,7 +207,7 @@ class OrderlyTests(PushTestCase):
         """Orderly: queues are locked before pulling, consumed one message at a time, unlocked at shutdown."""
         self.cluster.locks[("T", "broker-a", 1)] = "someone-else"
         pending: list[Deferred[ConsumeResult]] = []
-        self.result = lambda: pending.append(Deferred()) or pending[-1]
+        self.result = lambda: _new_pending(pending)
         c = self.consumer(start=False, orderly=True)
         self.successResultOf(c.start())
         self.assertEqual(sorted(mq.queue_id for mq in c.rebalancer.process_queues if mq.topic == "T"), [0])
