@@ -19,7 +19,10 @@ from rocketpy.client.producer import Producer, select_by_hash
 from rocketpy.client.results import SendStatus
 from rocketpy.common.headers import expand_send_v2
 from rocketpy.common.message import Message, decode_batch, string_to_properties
-from rocketpy.remoting.codes import RequestCode
+from rocketpy.interfaces import IRPCHook
+from rocketpy.remoting.client import RemotingClient
+from rocketpy.remoting.codes import RequestCode, SerializeType
+from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectError, RemotingTimeoutError
 
 from .fakes import NAMESRV, FakeCluster
@@ -356,3 +359,25 @@ class HookTests(ProducerTestCase):
         f = self.failureResultOf(p.send(Message("T", b"x")), errors.SendFailedError)
         self.assertIn("not today", str(f.value))
         self.assertEqual(self.sends(), [])
+
+
+@implementer(IRPCHook)
+class NoopRPCHook:
+    def before_request(self, remote_address: str, request: RemotingCommand) -> None:
+        pass
+
+    def after_response(self, remote_address: str, request: RemotingCommand, response: RemotingCommand) -> None:
+        pass
+
+
+class RemotingSetupTests(SynchronousTestCase):
+    def test_rpc_hooks_and_serialize_type(self) -> None:
+        """Without a remoting client, the producer makes one with its RPC hooks and serialize type."""
+        hook = NoopRPCHook()
+        p = Producer("PG", NAMESRV, Clock(), rpc_hooks=[hook], serialize_type=SerializeType.MSGPACK)
+        remoting = p.instance.remoting
+        self.assertIsInstance(remoting, RemotingClient)
+        self.assertEqual(remoting.rpc_hooks, (hook,))  # type: ignore[attr-defined]
+        request = RemotingCommand.request(RequestCode.HEART_BEAT)
+        remoting._stamp(request)  # type: ignore[attr-defined]
+        self.assertEqual(request.serialize_type, SerializeType.MSGPACK)
