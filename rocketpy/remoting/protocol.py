@@ -85,6 +85,9 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
 
     def connectionMade(self) -> None:
         self.remote_address = format_address(self.transport.getPeer())
+        set_no_delay = getattr(self.transport, "setTcpNoDelay", None)
+        if set_no_delay is not None:  # as Netty in RocketMQ: no Nagle delay on replies written later
+            set_no_delay(True)
         self._last_activity = self._clock.seconds()
         self.setTimeout(self._idle_timeout)
         self._owner.channel_connected(self)

@@ -24,6 +24,15 @@ from tests.remoting.helpers import RecordingHook, RecordingListener, RecordingPr
 PEER = "10.0.0.1:4000"
 
 
+class NoDelayRecorder(StringTransport):
+    """Remembers the last setTcpNoDelay call."""
+
+    no_delay = False
+
+    def setTcpNoDelay(self, enabled: bool) -> None:
+        self.no_delay = enabled
+
+
 def read_commands(transport: StringTransport) -> list[RemotingCommand]:
     """Decode and clear every frame written to *transport*."""
     data, commands = transport.value(), []
@@ -58,6 +67,12 @@ class FramingTests(ProtocolTestCase):
         self.assertTrue(verifyObject(IChannelEventListener, self.listener))
         self.assertEqual(self.protocol.remote_address, PEER)
         self.assertEqual(format_address("unix-socket"), "unix-socket")
+
+    def test_nagle_disabled(self) -> None:
+        """TCP_NODELAY is switched on at connect, as RocketMQ's Netty transports do."""
+        transport = NoDelayRecorder()
+        self.server.build_channel().makeConnection(transport)
+        self.assertTrue(transport.no_delay)
 
     def test_request_split_across_reads(self) -> None:
         """A frame delivered a byte at a time is answered once, with the request's opaque."""
