@@ -15,7 +15,10 @@ temporary store) in another process, then measures with 1 KiB bodies:
 - ``raw pull`` (counts records), ``raw pull+decode`` (decodes them, the fair baseline) and
   ``client pull`` (``PullConsumer.pull``: decode, inflate check, tag re-filter, offsets):
   PULL_MESSAGE of 32, one in flight per queue, read from 0;
-- ``push consume``: a PushConsumer's messages/s from a full topic to the listener.
+- ``push consume``: a PushConsumer's messages/s from a full topic to the listener;
+- ``raw+uniq send/1000``: the raw loop with a ``UNIQ_KEY`` property, which the broker indexes
+  (the client always sets one, so this is the fair baseline for ``client async/1000``);
+- finally the CPU per send of the client layer alone, on a stub remoting client.
 
 Prints per-round figures, medians, and the client/raw ratios.
 """
@@ -36,7 +39,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from twisted.internet import task  # noqa: E402
-from twisted.internet.defer import Deferred, gatherResults  # noqa: E402
+from twisted.internet.defer import Deferred, gatherResults, succeed  # noqa: E402
 from twisted.internet.task import deferLater  # noqa: E402
 
 import broker as broker_bench  # noqa: E402  (benchmarks/broker.py: process start, raw loops)
@@ -51,8 +54,12 @@ from rocketpy.client import (  # noqa: E402
     PullConsumer,
     PushConsumer,
 )
+from rocketpy.client.route import TopicPublishInfo  # noqa: E402
 from rocketpy.common.message import decode_records  # noqa: E402
+from rocketpy.namesrv.routeinfo import BrokerData, QueueData, TopicRouteData  # noqa: E402
 from rocketpy.remoting.client import RemotingClient  # noqa: E402
+from rocketpy.remoting.codes import RequestCode  # noqa: E402
+from rocketpy.remoting.command import RemotingCommand  # noqa: E402
 
 BODY = broker_bench.BODY
 TOPIC = broker_bench.TOPIC
@@ -71,12 +78,72 @@ def raw_pulls_decoded(raw: RemotingClient, address: str, seconds: float, errors:
     return broker_bench.measure_pulls(raw, address, seconds, errors).addBoth(restore)
 
 
-def client_sends(producer: Producer, method: str, in_flight: int, seconds: float) -> Deferred[float]:
-    """Messages/s through ``producer.<method>`` with ``in_flight`` outstanding."""
+def raw_sends_with_uniq_key(raw: RemotingClient, address: str, in_flight: int, seconds: float,
+                            errors: Any) -> Deferred[float]:
+    """The raw send loop with a ``UNIQ_KEY`` property per message, as every RocketMQ client sends."""
+    send_header = broker_bench.send_header
+    counter = iter(range(1 << 62))
+
+    def with_uniq(queue_id: int, batch: bool) -> dict[str, str]:
+        fields = send_header(queue_id, batch)
+        fields["i"] += "\x02UNIQ_KEY\x01" + f"7F0000011234ABCD{next(counter):016X}"
+        return fields
+
+    broker_bench.send_header = with_uniq
+
+    def restore(result: Any) -> Any:
+        broker_bench.send_header = send_header
+        return result
+
+    return broker_bench.measure_sends(raw, address, in_flight, seconds, errors).addBoth(restore)
+
+
+class _StubRemoting:
+    """Answers every send at once with one prepared response (no sockets)."""
+
+    def __init__(self) -> None:
+        self.response = RemotingCommand(code=0, flag=1, ext_fields={
+            "msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "0"})
+
+    def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
+        return succeed(self.response)
+
+    invoke_async = invoke_sync
+
+    def register_processor(self, code: int, processor: Any) -> None:
+        pass
+
+
+def cpu_per_send(n: int = 20000) -> tuple[float, float]:
+    """CPU µs per send: through ``Producer.send`` and building the raw request, both on a stub."""
+    stub = _StubRemoting()
+    clock = task.Clock()
+    producer = Producer("PG", "ns:9876", clock, stub)  # type: ignore[arg-type]
+    producer.start()
+    producer._publish[TOPIC] = TopicPublishInfo(TOPIC, TopicRouteData(  # a cached route: no name server
+        [QueueData("b", 8, 8, 6)], [BrokerData("c", "b", {0: "127.0.0.1:1"})]))
+    producer.instance.broker_addrs["b"] = {0: "127.0.0.1:1"}
+    start = time.process_time()
+    for _ in range(n):
+        producer.send(Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"}))
+    client = (time.process_time() - start) / n * 1e6
+    start = time.process_time()
+    for i in range(n):
+        request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, broker_bench.send_header(i % 8, False), BODY)
+        stub.invoke_sync("127.0.0.1:1", request, 3.0)
+    return client, (time.process_time() - start) / n * 1e6
+
+
+def client_sends(producer: Producer, method: str, in_flight: int, seconds: float, errors: Any) -> Deferred[float]:
+    """Messages/s through ``producer.<method>`` with ``in_flight`` outstanding; failures are counted."""
     send = getattr(producer, method)
 
+    def failed(failure: Any) -> None:
+        errors.count += 1
+        errors.codes.add(getattr(failure.value, "code", -1))
+
     def one() -> None:
-        send(Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"})).addCallback(loop.completed)
+        send(Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"})).addErrback(failed).addCallback(loop.completed)
 
     loop = echo_bench._Loop(one, in_flight, seconds)
     return loop.run()
@@ -128,13 +195,14 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
     raw = RemotingClient(reactor)
     producer = Producer("PID_CLIENT_BENCH", namesrv, reactor)
     puller = PullConsumer("CID_CLIENT_BENCH", namesrv, reactor)
-    errors = broker_bench.Errors()
+    errors, client_errors = broker_bench.Errors(), broker_bench.Errors()
     groups = iter(range(1_000_000))
     runs: dict[str, Callable[[float], Deferred[float]]] = {
         "raw send/1": lambda s: broker_bench.measure_sends(raw, address, 1, s, errors),
-        "client send/1": lambda s: client_sends(producer, "send", 1, s),
+        "client send/1": lambda s: client_sends(producer, "send", 1, s, client_errors),
         "raw send/1000": lambda s: broker_bench.measure_sends(raw, address, 1000, s, errors),
-        "client async/1000": lambda s: client_sends(producer, "send_async", 1000, s),
+        "raw+uniq send/1000": lambda s: raw_sends_with_uniq_key(raw, address, 1000, s, errors),
+        "client async/1000": lambda s: client_sends(producer, "send_async", 1000, s, client_errors),
         "raw pull": lambda s: broker_bench.measure_pulls(raw, address, s, errors),
         "raw pull+decode": lambda s: raw_pulls_decoded(raw, address, s, errors),
         "client pull": lambda s: Deferred.fromCoroutine(client_pulls(puller, s)),
@@ -153,8 +221,9 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
                 results.setdefault(name, []).append(rate)
                 figures.append(f"{name}={rate:,.0f}")
             print(f"round {round_number + 1}: " + ", ".join(figures), flush=True)
-        if errors.count:
-            print(f"{errors.count} raw responses with codes {sorted(errors.codes)}", flush=True)
+        for kind, errs in (("raw", errors), ("client", client_errors)):
+            if errs.count:
+                print(f"{kind}: {errs.count} failed requests, codes {sorted(errs.codes)}", flush=True)
         report(results, options, flush)
     finally:
         await producer.shutdown()
@@ -175,10 +244,13 @@ def report(results: dict[str, list[float]], options: argparse.Namespace, flush: 
     medians = {name: statistics.median(rates) for name, rates in results.items()}
     print(f"\nmedians of {options.rounds} rounds x {options.seconds} s, 1 KiB bodies, {flush}, "
           f"python {sys.version.split()[0]}")
-    pairs = {"client send/1": "raw send/1", "client async/1000": "raw send/1000", "client pull": "raw pull+decode"}
+    pairs = {"client send/1": "raw send/1", "client async/1000": "raw+uniq send/1000",
+             "client pull": "raw pull+decode"}
     for name, median in medians.items():
         ratio = f"  ({median / medians[pairs[name]]:.0%} of {pairs[name]})" if name in pairs else ""
         print(f"{name:<20}{median:>12,.0f} /s{ratio}")
+    client_cpu, raw_cpu = cpu_per_send()
+    print(f"CPU per send on a stub remoting client: Producer.send {client_cpu:.1f} us, raw request {raw_cpu:.1f} us")
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from rocketpy.client.errors import MQBrokerError
 from rocketpy.client.message import MessageQueue
 from rocketpy.client.results import PullResult, PullStatus, SendResult, SendStatus
 from rocketpy.client.route import BodyError, decode_topic_route
-from rocketpy.common.headers import compact_send_v1, get_int, get_str, to_fields
+from rocketpy.common.headers import SEND_V1_NAMES, get_int, to_fields
 from rocketpy.common.message import Message, MessageExt, RecordError, decode_records, properties_to_string
 from rocketpy.namesrv.routeinfo import TopicRouteData
 from rocketpy.remoting.codes import RequestCode, ResponseCode
@@ -108,17 +108,18 @@ class MQClientAPI:
         batch: bool = False,
         v2: bool = True,
     ) -> SendResult | None:
-        """Send one message (or a batch body) with a long-name send header.
+        """Send one message (or a batch body).
 
         :param msg: topic, body (already compressed if it is to be) and properties as sent.
+        :param fields: the header from :func:`send_header`, one-letter keys for V2 and batches.
         :param msg_id: the UNIQ_KEY(s) to report in the result.
-        :param v2: use SEND_MESSAGE_V2's one-letter keys (batches always do).
+        :param v2: SEND_MESSAGE_V2 (310) rather than SEND_MESSAGE (10); batches are always 320.
         :return: the result, None for a oneway send.
         """
         if batch:
-            code, fields = RequestCode.SEND_BATCH_MESSAGE, compact_send_v1(fields)
+            code = RequestCode.SEND_BATCH_MESSAGE
         elif v2:
-            code, fields = RequestCode.SEND_MESSAGE_V2, compact_send_v1(fields)
+            code = RequestCode.SEND_MESSAGE_V2
         else:
             code = RequestCode.SEND_MESSAGE
         request = RemotingCommand.request(code, fields, msg.body)
@@ -138,17 +139,12 @@ class MQClientAPI:
             raise MQBrokerError(response.code, response.remark, addr)
         ext = response.ext_fields
         try:
-            queue = MessageQueue(topic, broker_name, get_int(ext, "queueId"))
+            queue = MessageQueue(topic, broker_name, int(ext["queueId"]))
             return SendResult(
-                status,
-                msg_id,
-                get_str(ext, "msgId"),
-                queue,
-                get_int(ext, "queueOffset"),
-                ext.get("transactionId"),
+                status, msg_id, ext["msgId"], queue, int(ext["queueOffset"]), ext.get("transactionId"),
                 ext.get("MSG_REGION", "DefaultRegion"),
             )
-        except ValueError as e:
+        except (KeyError, ValueError) as e:
             raise MQBrokerError(ResponseCode.SYSTEM_ERROR, f"bad send response: {e}", addr) from None
 
     async def heartbeat(self, addr: str, data: dict[str, Any], timeout: float) -> int:
@@ -264,17 +260,25 @@ class MQClientAPI:
         _check(await self._call(addr, RequestCode.CONSUMER_SEND_MSG_BACK, fields, timeout), addr)
 
 
+_SEND_NAMES = (
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
+    "flag", "properties", "reconsumeTimes", "unitMode", "batch",
+)
+_SEND_V2_NAMES = tuple(SEND_V1_NAMES[name] for name in _SEND_NAMES)
+
+
 def send_header(
     group: str, msg: Message, queue_id: int, sys_flag: int, born_ms: int, default_queue_nums: int,
     reconsume_times: int | None = None, max_reconsume_times: int | None = None, batch: bool = False,
+    v2: bool = True,
 ) -> dict[str, str]:
-    """The SEND_MESSAGE header (long names) for ``msg`` as it goes on the wire (the hot path: no generic helper)."""
-    fields = {
-        "producerGroup": group, "topic": msg.topic, "defaultTopic": "TBW102",
-        "defaultTopicQueueNums": str(default_queue_nums), "queueId": str(queue_id), "sysFlag": str(sys_flag),
-        "bornTimestamp": str(born_ms), "flag": str(msg.flag), "properties": properties_to_string(msg.properties),
-        "reconsumeTimes": str(reconsume_times or 0), "unitMode": "false", "batch": "true" if batch else "false",
-    }
+    """The send header for ``msg`` as it goes on the wire: SEND_MESSAGE_V2's one-letter keys or long names."""
+    values = (
+        group, msg.topic, "TBW102", str(default_queue_nums), str(queue_id), str(sys_flag), str(born_ms),
+        str(msg.flag), properties_to_string(msg.properties), str(reconsume_times or 0), "false",
+        "true" if batch else "false",
+    )
+    fields = dict(zip(_SEND_V2_NAMES if v2 else _SEND_NAMES, values))
     if max_reconsume_times is not None:
-        fields["maxReconsumeTimes"] = str(max_reconsume_times)
+        fields["l" if v2 else "maxReconsumeTimes"] = str(max_reconsume_times)
     return fields

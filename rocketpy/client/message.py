@@ -154,5 +154,4 @@ class UniqKeyGenerator:
         if not self._start_ms <= now_ms < self._next_start_ms:
             self._start_ms, self._next_start_ms = _month_start_ms(now_ms)
         self._counter = (self._counter + 1) & 0xFFFF
-        tail = struct.pack(">IH", (now_ms - self._start_ms) & 0xFFFFFFFF, self._counter)
-        return self._prefix + tail.hex().upper()
+        return f"{self._prefix}{(now_ms - self._start_ms) & 0xFFFFFFFF:08X}{self._counter:04X}"

@@ -341,6 +341,7 @@ class Producer:
         fields = send_header(
             self.group, wire, mq.queue_id, sys_flag, int(self._clock.seconds() * 1000),
             self.default_topic_queue_nums, reconsume, max_reconsume, batch_ids is not None,
+            self.send_smart_msg or batch_ids is not None,
         )
         try:
             result = await self.instance.api.send_message(
