@@ -173,9 +173,7 @@ class RemotingNode:
         if iscoroutine(result):
             result = Deferred.fromCoroutine(result)
         if isinstance(result, Deferred):
-            result.addCallbacks(
-                self._reply, self._reply_failure, callbackArgs=(channel, request), errbackArgs=(channel, request)
-            )
+            self._reply_when_done(result, channel, request)
         else:
             self._reply(result, channel, request)
 
@@ -195,12 +193,16 @@ class RemotingNode:
             request,
         )
         d.addBoth(self._dequeued, registration)
-        d.addCallbacks(self._reply, self._reply_failure, callbackArgs=(channel, request), errbackArgs=(channel, request))
+        self._reply_when_done(d, channel, request)
 
     @staticmethod
     def _dequeued(result: Any, registration: _Registration) -> Any:
         registration.queued -= 1
         return result
+
+    def _reply_when_done(self, d: Deferred[Any], channel: RemotingProtocol, request: RemotingCommand) -> None:
+        args = (channel, request)
+        d.addCallbacks(self._reply, self._reply_failure, callbackArgs=args, errbackArgs=args)
 
     def _reply(self, result: Any, channel: RemotingProtocol, request: RemotingCommand) -> None:
         if result is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 import msgpack  # type: ignore[import-untyped]
 from twisted.trial.unittest import SynchronousTestCase
@@ -87,7 +88,8 @@ class JSONCodecTests(SynchronousTestCase):
 
     def test_ext_fields_are_encoded_as_strings(self) -> None:
         """Whatever a processor put in ext_fields, the wire carries only strings (CPP needs them)."""
-        command = RemotingCommand(code=0, ext_fields={"n": 5, "b": True, "f": False, "none": None})  # type: ignore[dict-item]
+        fields: Any = {"n": 5, "b": True, "f": False, "none": None}
+        command = RemotingCommand(code=0, ext_fields=fields)
         header = json.loads(encode(command)[8:])
         self.assertEqual(header["extFields"], {"n": "5", "b": "true", "f": "false"})
 
@@ -193,7 +195,8 @@ class MalformedInputTests(SynchronousTestCase):
     def test_encode_rejects_what_it_cannot_send(self) -> None:
         """Unknown serialize types, unencodable values and frames over 16 MiB raise ProtocolError."""
         self.assertRaises(ProtocolError, encode, RemotingCommand(code=1, serialize_type=7))
-        self.assertRaises(ProtocolError, encode, RemotingCommand(code=1, ext_fields={"a": [1]}))  # type: ignore[dict-item]
+        nested: Any = {"a": [1]}
+        self.assertRaises(ProtocolError, encode, RemotingCommand(code=1, ext_fields=nested))
         self.assertRaises(ProtocolError, encode, RemotingCommand(code=1, remark=object()))  # type: ignore[arg-type]
         self.assertRaises(ProtocolError, encode, RemotingCommand(code=1, body=b"x" * MAX_FRAME_LENGTH))
 

@@ -119,8 +119,8 @@ class DispatchTests(SynchronousTestCase):
 
     def test_unencodable_response_is_system_error(self) -> None:
         """A response the codec cannot encode is replaced by SYSTEM_ERROR naming the problem."""
-        bad = {"a": [1]}
-        self.processor.respond = lambda channel, request: request.make_response(0, ext_fields=bad)  # type: ignore[arg-type]
+        bad: Any = {"a": [1]}
+        self.processor.respond = lambda channel, request: request.make_response(0, ext_fields=bad)
         response = self.successResultOf(self.pair.call(10))
         self.assertEqual(response.code, ResponseCode.SYSTEM_ERROR)
         self.assertIn("ProtocolError", str(response.remark))
@@ -154,7 +154,11 @@ class DispatchTests(SynchronousTestCase):
 
     def test_oneway_requests_get_no_reply(self) -> None:
         """Oneway requests are processed but never answered, even on errors or unknown codes."""
-        self.processor.respond = lambda channel, request: fail_processing(channel, request) if request.body else echo(channel, request)
+
+        def fail_with_body(channel: Any, request: RemotingCommand) -> RemotingCommand:
+            return fail_processing(channel, request) if request.body else echo(channel, request)
+
+        self.processor.respond = fail_with_body
         for code, body in ((10, b""), (10, b"boom"), (999, b"")):
             self.pair.client.invoke_oneway(ADDRESS, RemotingCommand.request(code, body=body), 3.0)
         (pump,) = self.pair.endpoint.pumps
@@ -203,7 +207,8 @@ class ThreadPoolExecutorTests(SynchronousTestCase):
         self.pair.server = RemotingServer(ThreadlessClock())
         self.pool = ManualPool()
         self.processor = RecordingProcessor()
-        self.pair.server.register_processor(10, self.processor, executor=self.pool, max_queue=1)  # type: ignore[arg-type]
+        pool: Any = self.pool
+        self.pair.server.register_processor(10, self.processor, executor=pool, max_queue=1)
         self.pair.endpoint.server_factory = self.pair.server.factory()
 
     def test_queue_bound_is_overload(self) -> None:
