@@ -23,6 +23,7 @@ from rocketpy.client.results import PullResult, PullStatus
 from rocketpy.client.route import subscribe_queues
 from rocketpy.client.subscription import DecompressionError, SubscriptionData, build_subscription, inflate_body, prepare_pulled
 from rocketpy.common.headers import to_fields
+from rocketpy.common.message import MessageSysFlag
 from rocketpy.interfaces import IRPCHook
 from rocketpy.namesrv.routeinfo import MASTER_ID, TopicRouteData
 from rocketpy.remoting.codes import SerializeType
@@ -163,6 +164,8 @@ class ConsumerBase:
         result = await self.api.pull_message(addr, fields, Mode.ASYNC, timeout)
         if result.status is PullStatus.FOUND:
             for msg in result.messages:
+                if not msg.sys_flag & MessageSysFlag.COMPRESSED:
+                    continue
                 try:
                     inflate_body(msg)
                 except DecompressionError as e:

@@ -83,10 +83,11 @@ def prepare_pulled(
     messages: list[MessageExt], queue: MessageQueue, sub: SubscriptionData, min_offset: int, max_offset: int
 ) -> list[MessageExt]:
     """Java's ``processPullResult``: re-filter by tag and add MIN_OFFSET/MAX_OFFSET."""
-    kept = [m for m in messages if sub.matches(m)]
+    kept = messages if sub.matches_all else [m for m in messages if sub.matches(m)]
+    low, high = str(min_offset), str(max_offset)
     for m in kept:
-        m.properties[MessageConst.MIN_OFFSET] = str(min_offset)
-        m.properties[MessageConst.MAX_OFFSET] = str(max_offset)
+        m.properties[MessageConst.MIN_OFFSET] = low
+        m.properties[MessageConst.MAX_OFFSET] = high
     return kept
 
 
