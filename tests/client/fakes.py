@@ -109,6 +109,7 @@ class FakeCluster:
         r.on(RequestCode.QUERY_CONSUMER_OFFSET, self._query_offset)
         r.on(RequestCode.UPDATE_CONSUMER_OFFSET, self._update_offset)
         r.on(RequestCode.GET_MAX_OFFSET, self._max_offset)
+        r.on(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, self._search_offset)
         r.on(RequestCode.GET_CONSUMER_LIST_BY_GROUP, self._consumer_list)
         r.on(RequestCode.LOCK_BATCH_MQ, self._lock)
         r.on(RequestCode.UNLOCK_BATCH_MQ, self._unlock)
@@ -121,12 +122,13 @@ class FakeCluster:
     def add_topic(self, topic: str, *broker_names: str) -> None:
         self.topics[topic] = list(broker_names or self.brokers)
 
-    def publish(self, broker_name: str, topic: str, qid: int, body: bytes, sys_flag: int = 0, **props: str) -> MessageExt:
+    def publish(self, broker_name: str, topic: str, qid: int, body: bytes, sys_flag: int = 0, born: int = 0,
+                **props: str) -> MessageExt:
         """Store a message as if a producer had sent it; wakes held pulls."""
         broker = self.brokers[broker_name]
         queue = broker.store.setdefault((topic, qid), [])
         msg = MessageExt(topic=topic, body=body, properties=dict(props), queue_id=qid, sys_flag=sys_flag,
-                         store_host=("127.0.0.1", 10911), queue_offset=len(queue),
+                         born_timestamp=born, store_host=("127.0.0.1", 10911), queue_offset=len(queue),
                          commit_log_offset=broker.commit_log_offset)
         broker.commit_log_offset += 100
         queue.append(msg)
@@ -235,6 +237,13 @@ class FakeCluster:
     def _max_offset(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
         f = request.ext_fields
         return response(offset=len(self.broker_at(addr).store.get((f["topic"], int(f["queueId"])), [])))
+
+    def _search_offset(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """The first message stored at or after the timestamp (ms), by born timestamp."""
+        f = request.ext_fields
+        queue = self.broker_at(addr).store.get((f["topic"], int(f["queueId"])), [])
+        ts = int(f["timestamp"])
+        return response(offset=next((m.queue_offset for m in queue if m.born_timestamp >= ts), len(queue)))
 
     def _consumer_list(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
         return response(body=json.dumps({"consumerIdList": self.consumer_ids}).encode())

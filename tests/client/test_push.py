@@ -99,6 +99,17 @@ class StartTests(PushTestCase):
         self.assertEqual(len([r for r in self.received if r[1] == b"old"]), 3)
 
 
+    def test_consume_from_timestamp(self) -> None:
+        """CONSUME_FROM_TIMESTAMP starts at the first message at or after consume_timestamp."""
+        for i, born in enumerate((1000, 2000, 3000)):
+            self.cluster.publish("broker-a", "T", 0, b"m%d" % i, born=born)
+        self.consumer(consume_from_where=ConsumeFromWhere.CONSUME_FROM_TIMESTAMP, consume_timestamp=1.5)
+        [(_, search)] = [(a, r) for a, r in self.remoting.sent(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP)
+                         if r.ext_fields["queueId"] == "0"]
+        self.assertEqual(search.ext_fields["timestamp"], "1500")
+        self.assertEqual([b for _, b, _ in self.received], [b"m1", b"m2"])
+
+
 class ConsumeTests(PushTestCase):
     def test_long_poll_and_offsets(self) -> None:
         """A held pull answers when a message lands; offsets are persisted every 5 s."""
