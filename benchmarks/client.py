@@ -241,13 +241,17 @@ def _namesrv_port(process: Any) -> int:
 
 
 def report(results: dict[str, list[float]], options: argparse.Namespace, flush: str) -> None:
+    """Medians per run, and for client runs the median of the per-round client/raw ratios."""
     medians = {name: statistics.median(rates) for name, rates in results.items()}
     print(f"\nmedians of {options.rounds} rounds x {options.seconds} s, 1 KiB bodies, {flush}, "
           f"python {sys.version.split()[0]}")
     pairs = {"client send/1": "raw send/1", "client async/1000": "raw+uniq send/1000",
              "client pull": "raw pull+decode"}
     for name, median in medians.items():
-        ratio = f"  ({median / medians[pairs[name]]:.0%} of {pairs[name]})" if name in pairs else ""
+        ratio = ""
+        if name in pairs:
+            rounds = statistics.median(c / r for c, r in zip(results[name], results[pairs[name]]))
+            ratio = f"  ({median / medians[pairs[name]]:.0%} of {pairs[name]}; per-round median {rounds:.0%})"
         print(f"{name:<20}{median:>12,.0f} /s{ratio}")
     client_cpu, raw_cpu = cpu_per_send()
     print(f"CPU per send on a stub remoting client: Producer.send {client_cpu:.1f} us, raw request {raw_cpu:.1f} us")
