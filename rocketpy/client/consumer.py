@@ -11,13 +11,13 @@ from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import Any
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from rocketpy.client.api import Mode
 from rocketpy.client.errors import BrokerNotFoundError, MQClientError, MQError, NoNameServerError, NoRouteError, RemotingError
-from rocketpy.client.instance import ClientInstance, shared_or_new
+from rocketpy.client.instance import ClientInstance, JoiningMember, shared_or_new
 from rocketpy.client.message import MessageQueue
 from rocketpy.client.results import PullResult, PullStatus
 from rocketpy.client.route import subscribe_queues
@@ -100,9 +100,6 @@ class ConsumerBase:
             "unitMode": False,
         }
         return [], [data]
-
-    def on_consumer_ids_changed(self, group: str) -> None:
-        pass
 
     def unregister_groups(self) -> tuple[str | None, str | None]:
         return None, self.group
@@ -192,18 +189,8 @@ class ConsumerBase:
         return await self.api.search_offset(await self.broker_addr(mq), mq, int(timestamp * 1000), self.timeout)
 
 
-class PullConsumer(ConsumerBase):
+class PullConsumer(ConsumerBase, JoiningMember):
     """Pulls from queues the caller picks, at offsets the caller keeps."""
-
-    def start(self) -> Deferred[None]:
-        if not self.running:
-            self.running = True
-            self.instance.register(self)
-        return succeed(None)
-
-    def shutdown(self) -> Deferred[None]:
-        self.running = False
-        return self.instance.unregister(self)
 
     def fetch_subscribe_queues(self, topic: str) -> Deferred[list[MessageQueue]]:
         """The readable queues of ``topic``, sorted, from a fresh route."""

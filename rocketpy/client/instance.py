@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
@@ -63,6 +63,28 @@ def shared_or_new(
         reactor = global_reactor
     assert reactor is not None
     return reactor, instance or ClientInstance(reactor, namesrv_addrs, remoting, **kwargs)
+
+
+class JoiningMember:
+    """Lifecycle of a member that only joins and leaves its instance (producer, pull consumer)."""
+
+    instance: ClientInstance
+    running = False
+
+    def start(self) -> Deferred[None]:
+        """Join the client instance (route refresh and heartbeat every 30 s)."""
+        if not self.running:
+            self.running = True
+            self.instance.register(self)  # type: ignore[arg-type]
+        return succeed(None)
+
+    def shutdown(self) -> Deferred[None]:
+        """Unregister from the brokers; the last member also closes the connections."""
+        self.running = False
+        return self.instance.unregister(self)  # type: ignore[arg-type]
+
+    def on_consumer_ids_changed(self, group: str) -> None:
+        pass
 
 
 class Member(Protocol):

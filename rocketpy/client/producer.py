@@ -13,7 +13,7 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 
@@ -31,7 +31,7 @@ from rocketpy.client.errors import (
     SendFailedError,
 )
 from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMessageContext
-from rocketpy.client.instance import ClientInstance, shared_or_new
+from rocketpy.client.instance import ClientInstance, JoiningMember, shared_or_new
 from rocketpy.client.latency import MQFaultStrategy
 from rocketpy.client.message import (
     MAX_MESSAGE_SIZE,
@@ -75,7 +75,7 @@ def select_by_hash(queues: list[MessageQueue], msg: Message, arg: Any) -> Messag
     return queues[abs(h) % len(queues)]
 
 
-class Producer:
+class Producer(JoiningMember):
     """Sends messages to the brokers of a RocketMQ cluster.
 
     Every send method returns a Deferred; none raises. Timeouts are seconds.
@@ -138,21 +138,8 @@ class Producer:
         self.check_forbidden_hooks = list(check_forbidden_hooks)
         self._uniq = UniqKeyGenerator(rng=rng)
         self._publish: dict[str, TopicPublishInfo] = {}
-        self._running = False
 
-    # lifecycle and ClientInstance member
-
-    def start(self) -> Deferred[None]:
-        """Join the client instance (route refresh and heartbeat every 30 s)."""
-        if not self._running:
-            self._running = True
-            self.instance.register(self)
-        return succeed(None)
-
-    def shutdown(self) -> Deferred[None]:
-        """Unregister from the brokers; the last member also closes the connections."""
-        self._running = False
-        return self.instance.unregister(self)
+    # ClientInstance member (start/shutdown: JoiningMember)
 
     def topics(self) -> Iterable[str]:
         return list(self._publish)
@@ -163,9 +150,6 @@ class Producer:
 
     def heartbeat_data(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return [{"groupName": self.group}], []
-
-    def on_consumer_ids_changed(self, group: str) -> None:
-        pass
 
     def unregister_groups(self) -> tuple[str | None, str | None]:
         return self.group, None
@@ -204,7 +188,7 @@ class Producer:
         return self.send_timeout if timeout is None else timeout
 
     def _check_running(self) -> None:
-        if not self._running:
+        if not self.running:
             raise MQClientError(-1, f"producer {self.group!r} is not started")
 
     def _retriable(self, mode: Mode, error: Exception) -> bool:
