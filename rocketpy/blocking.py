@@ -227,7 +227,12 @@ class PushConsumer(_Blocking):
     def start(self) -> PushConsumer:
         if self._pool is not None:
             self._pool.start()
-        return super().start()
+        try:
+            return super().start()
+        except BaseException:
+            if self._pool is not None:
+                self._pool.stop()
+            raise
 
     def shutdown(self, timeout: float | None = None) -> None:
         super().shutdown(timeout)
