@@ -25,7 +25,7 @@ from twisted.python.threadpool import ThreadPool
 from rocketpy.broker.clients import ClientChannelListener, ConsumerManager, ProducerManager
 from rocketpy.broker.config import BrokerConfig
 from rocketpy.broker.longpoll import PullRequestHoldService
-from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.offsets import ConsumerOffsetManager, RebalanceLockManager
 from rocketpy.broker.outer import NameServerRegistration
 from rocketpy.broker.processors import (
     AdminBrokerProcessor,
@@ -102,7 +102,7 @@ class BrokerService(Service):
             self.hold = PullRequestHoldService(reactor, self.store.get_max_offset_in_queue)
         self.tables = BrokerTables(
             config, self.topics, self.subscriptions, self.offsets, self.consumers, self.producers, self.store,
-            reactor,
+            reactor, RebalanceLockManager(reactor),
         )
         listeners: list[Any] = [ClientChannelListener(self.consumers, self.producers)]
         if self.hold is not None:

@@ -1,18 +1,25 @@
-"""Committed consumer offsets (``ConsumerOffsetManager``), kept in ``consumerOffset.json``.
+"""Per-queue consumer state: committed offsets and orderly-consumption locks.
 
-Keys are ``topic@group`` → ``{queueId: offset}`` as in Java 4.9. The
-controller persists the table every 5 s and on stop.
+Offsets (``ConsumerOffsetManager``) are kept as ``topic@group`` →
+``{queueId: offset}`` in ``consumerOffset.json`` as in Java 4.9; the
+controller persists them every 5 s and on stop. Queue locks
+(``RebalanceLockManager``) live in memory and expire 60 s after the holder
+last locked them.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
 from rocketpy.broker.config import JsonConfigFile
 
 TOPIC_GROUP_SEPARATOR = "@"
+#: Seconds a queue lock lives without being renewed (``rocketmq.broker.rebalance.lockMaxLiveTime``).
+LOCK_MAX_LIVE_TIME = 60.0
 
 
 def offset_key(topic: str, group: str) -> str:
@@ -91,3 +98,54 @@ class ConsumerOffsetManager(JsonConfigFile):
         table = obj.get("offsetTable") or {}
         for key, queues in table.items():
             self._table[str(key)] = {int(qid): int(off) for qid, off in queues.items()}
+
+
+class MessageQueue(NamedTuple):
+    """A queue as clients name it."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+
+    @classmethod
+    def from_json(cls, obj: Any) -> MessageQueue:
+        """:raises ValueError: when ``obj`` is not a MessageQueue object."""
+        if not isinstance(obj, dict) or not isinstance(obj.get("topic"), str):
+            raise ValueError(f"not a message queue: {obj!r}")
+        return cls(obj["topic"], str(obj.get("brokerName") or ""), int(obj.get("queueId", 0)))
+
+
+class RebalanceLockManager:
+    """Which client of a group holds each queue (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ, spec §3.4).
+
+    :param clock: lock ages are measured with it.
+    :param max_live: seconds after the last lock by its holder when a lock may be taken over.
+    """
+
+    def __init__(self, clock: IReactorTime, max_live: float = LOCK_MAX_LIVE_TIME) -> None:
+        self._clock = clock
+        self._max_live = max_live
+        self._table: dict[str, dict[MessageQueue, tuple[str, float]]] = {}
+
+    def try_lock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> list[MessageQueue]:
+        """Lock every queue that is free, expired or already held by ``client_id``; the ones it now holds."""
+        now = self._clock.seconds()
+        locks = self._table.setdefault(group, {})
+        held = []
+        for mq in mqs:
+            owner = locks.get(mq)
+            if owner is None or owner[0] == client_id or now - owner[1] > self._max_live:
+                locks[mq] = (client_id, now)
+                held.append(mq)
+        return held
+
+    def unlock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> None:
+        """Release the queues ``client_id`` holds; other clients' locks stay."""
+        locks = self._table.get(group, {})
+        for mq in mqs:
+            owner = locks.get(mq)
+            if owner is not None and owner[0] == client_id:
+                del locks[mq]

@@ -25,7 +25,7 @@ from rocketpy.broker.clients import (
     parse_heartbeat,
 )
 from rocketpy.broker.config import BrokerConfig, dump_json
-from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.offsets import ConsumerOffsetManager, MessageQueue, RebalanceLockManager
 from rocketpy.broker.subscription import SubscriptionGroupConfig, SubscriptionGroupManager
 from rocketpy.broker.topicconfig import (
     PERM_READ,
@@ -42,6 +42,13 @@ from rocketpy.remoting.command import RemotingCommand
 
 Handler = Callable[[IChannel, RemotingCommand], "RemotingCommand | Deferred[RemotingCommand]"]
 VERSION_DESC = "V4_9_4"
+#: GET_BROKER_RUNTIME_INFO keys rocketpy does not measure (``mqadmin clusterList`` reads them).
+_ZERO_RUNTIME_KEYS = (
+    "msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning", "msgGetTotalYesterdayMorning",
+    "msgGetTotalTodayMorning", "msgGetTotalTodayNow", "earliestMessageTimeStamp", "commitLogMinOffset",
+    "sendThreadPoolQueueSize", "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueSize",
+    "pullThreadPoolQueueHeadWaitTimeMills", "pageCacheLockTimeMills", "dispatchBehindBytes",
+)
 NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
 
 
@@ -66,6 +73,7 @@ class BrokerTables:
     producers: ProducerManager
     store: Any  # StoreService (doc/store-api.md)
     clock: IReactorTime
+    locks: RebalanceLockManager
 
     def queue(self, request: RemotingCommand) -> tuple[str, int]:
         """The request's ``topic`` and ``queueId``, checked against the topic table.
@@ -190,6 +198,8 @@ class ConsumerManageProcessor(_TableProcessor):
             RequestCode.GET_MIN_OFFSET: self.min_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_time,
+            RequestCode.LOCK_BATCH_MQ: self.lock_batch,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch,
         }
 
     def consumer_list(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
@@ -236,6 +246,29 @@ class ConsumerManageProcessor(_TableProcessor):
         topic, queue_id = self._t.queue(request)
         d: Deferred[int] = self._t.store.get_earliest_message_time(topic, queue_id)
         return d.addCallback(lambda timestamp: _ok(request, timestamp=timestamp))
+
+    def lock_batch(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+        """Lock queues for orderly consumption; the body lists the queues the client now holds."""
+        group, client_id, mqs = _lock_body(request)
+        held = self._t.locks.try_lock_batch(group, mqs, client_id)
+        return _ok(request, dump_json({"lockOKMQSet": [mq.to_json() for mq in held]}))
+
+    def unlock_batch(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+        group, client_id, mqs = _lock_body(request)
+        self._t.locks.unlock_batch(group, mqs, client_id)
+        return _ok(request)
+
+
+def _lock_body(request: RemotingCommand) -> tuple[str, str, list[MessageQueue]]:
+    """``consumerGroup``, ``clientId`` and ``mqSet`` of a LockBatchRequestBody / UnlockBatchRequestBody."""
+    obj = _body_json(request)
+    try:
+        group, client_id = obj["consumerGroup"], obj["clientId"]
+        if not isinstance(group, str) or not isinstance(client_id, str):
+            raise ValueError("consumerGroup and clientId must be strings")
+        return group, client_id, [MessageQueue.from_json(mq) for mq in obj.get("mqSet") or []]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise Rejected(ResponseCode.SYSTEM_ERROR, f"bad lock request body: {e!r}") from None
 
 
 def _object_key_map(entries: Iterable[tuple[dict[str, Any], dict[str, Any]]]) -> str:
@@ -319,33 +352,21 @@ class AdminBrokerProcessor(_TableProcessor):
         """``{"table":{…}}`` with the keys ``mqadmin clusterList`` reads, all strings."""
         now = self._t.clock.seconds()
         total = str(self._total_messages())
-        table = {
-            "brokerVersionDesc": VERSION_DESC,
-            "brokerVersion": str(ROCKETPY_VERSION),
-            "bootTimestamp": str(int(self._boot * 1000)),
-            "runtime": f"[ {int(now - self._boot)} seconds ]",
-            "msgPutTotalYesterdayMorning": "0",
-            "msgPutTotalTodayMorning": "0",
-            "msgPutTotalTodayNow": total,
-            "msgGetTotalYesterdayMorning": "0",
-            "msgGetTotalTodayMorning": "0",
-            "msgGetTotalTodayNow": "0",
-            "putTps": "0.0 0.0 0.0",
-            "getTransferedTps": "0.0 0.0 0.0",
-            "earliestMessageTimeStamp": "0",
-            "commitLogDiskRatio": "0.0",
-            "commitLogMaxOffset": str(self._t.store.max_physical_offset),
-            "commitLogMinOffset": "0",
-            "sendThreadPoolQueueSize": "0",
-            "sendThreadPoolQueueCapacity": "10000",
-            "sendThreadPoolQueueHeadWaitTimeMills": "0",
-            "pullThreadPoolQueueSize": "0",
-            "pullThreadPoolQueueCapacity": "100000",
-            "pullThreadPoolQueueHeadWaitTimeMills": "0",
-            "pageCacheLockTimeMills": "0",
-            "dispatchBehindBytes": "0",
-            "brokerActive": "true",
-        }
+        table = dict.fromkeys(_ZERO_RUNTIME_KEYS, "0")
+        table.update(
+            brokerVersionDesc=VERSION_DESC,
+            brokerVersion=str(ROCKETPY_VERSION),
+            bootTimestamp=str(int(self._boot * 1000)),
+            runtime=f"[ {int(now - self._boot)} seconds ]",
+            msgPutTotalTodayNow=total,
+            putTps="0.0 0.0 0.0",
+            getTransferedTps="0.0 0.0 0.0",
+            commitLogDiskRatio="0.0",
+            commitLogMaxOffset=str(self._t.store.max_physical_offset),
+            sendThreadPoolQueueCapacity="10000",
+            pullThreadPoolQueueCapacity="100000",
+            brokerActive="true",
+        )
         return _ok(request, dump_json({"table": table}))
 
     def broker_config(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:

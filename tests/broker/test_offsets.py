@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.offsets import ConsumerOffsetManager, MessageQueue, RebalanceLockManager
 
 
 class ConsumerOffsetManagerTests(SynchronousTestCase):
@@ -52,3 +53,38 @@ class ConsumerOffsetManagerTests(SynchronousTestCase):
         m.remove_topic("T")
         self.assertEqual(m.groups_of_topic("T"), set())
         self.assertEqual(m.topics_of_group("G1"), {"U"})
+
+
+class RebalanceLockManagerTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        self.locks = RebalanceLockManager(self.clock, max_live=60.0)
+        self.q0, self.q1 = MessageQueue("T", "b", 0), MessageQueue("T", "b", 1)
+
+    def test_first_locker_wins_until_expiry(self) -> None:
+        """A held queue is refused to others for 60 s after its holder's last lock, then taken over."""
+        self.assertEqual(self.locks.try_lock_batch("G", [self.q0], "A"), [self.q0])
+        self.assertEqual(self.locks.try_lock_batch("G", [self.q0, self.q1], "B"), [self.q1])
+        self.clock.advance(60)
+        self.assertEqual(self.locks.try_lock_batch("G", [self.q0], "B"), [])
+        self.assertEqual(self.locks.try_lock_batch("G", [self.q0], "A"), [self.q0])  # renewed
+        self.clock.advance(61)
+        self.assertEqual(self.locks.try_lock_batch("G", [self.q0], "B"), [self.q0])
+
+    def test_groups_are_separate_and_unlock(self) -> None:
+        """Locks are per group; only the holder's unlock frees a queue."""
+        self.locks.try_lock_batch("G", [self.q0], "A")
+        self.assertEqual(self.locks.try_lock_batch("H", [self.q0], "B"), [self.q0])
+        self.locks.unlock_batch("G", [self.q0], "B")
+        self.assertEqual(self.locks.try_lock_batch("G", [self.q0], "B"), [])
+        self.locks.unlock_batch("G", [self.q0], "A")
+        self.assertEqual(self.locks.try_lock_batch("G", [self.q0], "B"), [self.q0])
+        self.locks.unlock_batch("nogroup", [self.q1], "A")
+
+    def test_queue_json(self) -> None:
+        """MessageQueue reads and writes the Java shape; malformed objects raise ValueError."""
+        obj = {"brokerName": "b", "queueId": 1, "topic": "T"}
+        self.assertEqual(MessageQueue.from_json(obj), self.q1)
+        self.assertEqual(self.q1.to_json(), obj)
+        for bad in ([], {"queueId": 1}, {"topic": "T", "queueId": "x"}):
+            self.assertRaises(ValueError, MessageQueue.from_json, bad)

@@ -12,7 +12,7 @@ from zope.interface.verify import verifyObject
 
 from rocketpy.broker.clients import ConsumerManager, ProducerManager
 from rocketpy.broker.config import BrokerConfig
-from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.offsets import ConsumerOffsetManager, RebalanceLockManager
 from rocketpy.broker.processors import (
     AdminBrokerProcessor,
     BrokerTables,
@@ -65,6 +65,7 @@ class ProcessorTestBase(SynchronousTestCase):
         self.t = BrokerTables(
             BrokerConfig(), topics, SubscriptionGroupManager(self.clock), ConsumerOffsetManager(),
             ConsumerManager(self.clock), ProducerManager(self.clock), self.store, self.clock,
+            RebalanceLockManager(self.clock),
         )
         self.channel = FakeChannel("10.0.0.9:4000")
         self.client = ClientManageProcessor(self.t)
@@ -176,6 +177,18 @@ class ConsumerManageTests(ProcessorTestBase):
         self.assertEqual(r.ext_fields, {"offset": "5"})
         r = self.call(self.consumer, _request(32, topic="T", queueId=2))
         self.assertEqual(r.ext_fields, {"timestamp": "1700000000000"})
+
+    def test_lock_and_unlock_batch(self) -> None:
+        """LOCK_BATCH_MQ answers the queues the client holds (C++ body shape); UNLOCK_BATCH_MQ frees them."""
+        mq = {"brokerName": "broker-a", "queueId": 0, "topic": "T"}
+        body = json.dumps({"clientId": "A", "consumerGroup": "CG", "mqSet": [mq]}).encode()
+        self.assertEqual(json.loads(self.call(self.consumer, _request(41, body)).body), {"lockOKMQSet": [mq]})
+        other = body.replace(b'"A"', b'"B"')
+        self.assertEqual(json.loads(self.call(self.consumer, _request(41, other)).body), {"lockOKMQSet": []})
+        self.assertCode(self.call(self.consumer, _request(42, body)), 0)
+        self.assertEqual(json.loads(self.call(self.consumer, _request(41, other)).body), {"lockOKMQSet": [mq]})
+        for bad in (b"", b"[]", b'{"clientId":"A"}', b'{"clientId":"A","consumerGroup":"G","mqSet":[{"q":1}]}'):
+            self.assertCode(self.call(self.consumer, _request(41, bad)), 1, "body")
 
     def test_bad_input(self) -> None:
         """Missing or non-numeric fields, unknown topics and out-of-range queues get named errors."""
