@@ -18,7 +18,8 @@ temporary store) in another process, then measures with 1 KiB bodies:
 - ``push consume``: a PushConsumer's messages/s from a full topic to the listener;
 - ``raw+uniq send/1000``: the raw loop with a ``UNIQ_KEY`` property, which the broker indexes
   (the client always sets one, so this is the fair baseline for ``client async/1000``);
-- finally the CPU per send of the client layer alone, on a stub remoting client.
+- finally the CPU per send and per pulled message of the client layer alone, on a stub
+  remoting client (independent of scheduling on a busy machine).
 
 Prints per-round figures, medians, and the client/raw ratios.
 """
@@ -54,8 +55,9 @@ from rocketpy.client import (  # noqa: E402
     PullConsumer,
     PushConsumer,
 )
+from rocketpy.client.message import MessageQueue  # noqa: E402
 from rocketpy.client.route import TopicPublishInfo  # noqa: E402
-from rocketpy.common.message import decode_records  # noqa: E402
+from rocketpy.common.message import decode_records, encode_record  # noqa: E402
 from rocketpy.namesrv.routeinfo import BrokerData, QueueData, TopicRouteData  # noqa: E402
 from rocketpy.remoting.client import RemotingClient  # noqa: E402
 from rocketpy.remoting.codes import RequestCode  # noqa: E402
@@ -132,6 +134,28 @@ def cpu_per_send(n: int = 20000) -> tuple[float, float]:
         request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, broker_bench.send_header(i % 8, False), BODY)
         stub.invoke_sync("127.0.0.1:1", request, 3.0)
     return client, (time.process_time() - start) / n * 1e6
+
+
+def cpu_per_pulled_message(n: int = 2000) -> tuple[float, float]:
+    """CPU µs per message: ``PullConsumer.pull`` on a stub answering 32 records, and decoding them alone."""
+    stored = [MessageExt(topic=TOPIC, body=BODY, properties={"KEYS": "k", "TAGS": "TagA", "UNIQ_KEY": "0" * 32},
+                         queue_offset=i) for i in range(PULL_BATCH)]
+    body = b"".join(bytes(encode_record(m)) for m in stored)
+    stub = _StubRemoting()
+    stub.response = RemotingCommand(code=0, flag=1, body=body, ext_fields={
+        "nextBeginOffset": str(PULL_BATCH), "minOffset": "0", "maxOffset": str(PULL_BATCH), "suggestWhichBrokerId": "0"})
+    consumer = PullConsumer("CG", "ns:9876", task.Clock(), stub)  # type: ignore[arg-type]
+    consumer.start()
+    consumer.instance.broker_addrs["b"] = {0: "127.0.0.1:1"}
+    mq = MessageQueue(TOPIC, "b", 0)
+    start = time.process_time()
+    for _ in range(n):
+        consumer.pull(mq, "*", 0, PULL_BATCH)
+    client = (time.process_time() - start) / n / PULL_BATCH * 1e6
+    start = time.process_time()
+    for _ in range(n):
+        decode_records(body)
+    return client, (time.process_time() - start) / n / PULL_BATCH * 1e6
 
 
 def client_sends(producer: Producer, method: str, in_flight: int, seconds: float, errors: Any) -> Deferred[float]:
@@ -255,6 +279,8 @@ def report(results: dict[str, list[float]], options: argparse.Namespace, flush: 
         print(f"{name:<20}{median:>12,.0f} /s{ratio}")
     client_cpu, raw_cpu = cpu_per_send()
     print(f"CPU per send on a stub remoting client: Producer.send {client_cpu:.1f} us, raw request {raw_cpu:.1f} us")
+    client_cpu, raw_cpu = cpu_per_pulled_message()
+    print(f"CPU per pulled message on a stub: PullConsumer.pull {client_cpu:.2f} us, decode alone {raw_cpu:.2f} us")
 
 
 def main() -> None:
