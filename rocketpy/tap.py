@@ -92,7 +92,7 @@ class Options(usage.Options):
          "broker ip:port that clients reach, written into every stored message [default: 127.0.0.1:<listen port>]"],
         ["namesrv-addr", "n", None,
          "name servers the broker registers with, ';'-separated [default: 127.0.0.1:<namesrv-listen port>]"],
-        ["store-dir", "d", None, "broker data root (commitlog/, consumequeue/, config/ …) [default: ~/.rocketpy/store]"],
+        ["store-dir", "d", None, "broker data root (commitlog/, config/ …) [default: ~/.rocketpy/store]"],
         ["namesrv-config-dir", None, None, "where the name server keeps kvConfig.json [default: ~/.rocketpy/namesrv]"],
         ["flush-disk-type", None, None, "ASYNC_FLUSH | SYNC_FLUSH [default: ASYNC_FLUSH]"],
         ["commit-log-file-size", None, None, "bytes per commit log file [default: 1073741824]"],

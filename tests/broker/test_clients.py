@@ -158,7 +158,9 @@ class ConsumerManagerTests(SynchronousTestCase):
         self.assertEqual(_notified(self.b), ["CID_TAG"])
         self.assertFalse(_register(self.m, self.a, "A"))
         self.assertEqual(len(self.a.oneway), 2)
-        self.assertEqual(sorted(self.m.get_consumer_group_info("CID_TAG").client_ids()), ["A", "B"])  # type: ignore[union-attr]
+        group = self.m.get_consumer_group_info("CID_TAG")
+        assert group is not None
+        self.assertEqual(sorted(group.client_ids()), ["A", "B"])
 
     def test_reconnect_replaces_old_channel(self) -> None:
         """A client id heartbeating on a new connection replaces the old one without a membership change."""
@@ -208,7 +210,8 @@ class ConsumerManagerTests(SynchronousTestCase):
     def test_subscriptions(self) -> None:
         """The latest heartbeat's subscriptions are kept per topic; topics dropped by the client go."""
         _register(self.m, self.a, "A")
-        self.assertEqual(self.m.find_subscription_data("CID_TAG", "ExploreTopic").sub_string, "TagA")  # type: ignore[union-attr]
+        sub = self.m.find_subscription_data("CID_TAG", "ExploreTopic")
+        self.assertEqual(sub.sub_string if sub else None, "TagA")
         self.assertEqual(self.m.groups_of_topic("ExploreTopic"), {"CID_TAG"})
         body = CPP_HEARTBEAT.replace(b'"topic":"ExploreTopic"', b'"topic":"Other"')
         _register(self.m, self.a, "A", body)

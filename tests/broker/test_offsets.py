@@ -86,5 +86,6 @@ class RebalanceLockManagerTests(SynchronousTestCase):
         obj = {"brokerName": "b", "queueId": 1, "topic": "T"}
         self.assertEqual(MessageQueue.from_json(obj), self.q1)
         self.assertEqual(self.q1.to_json(), obj)
+        bad: object
         for bad in ([], {"queueId": 1}, {"topic": "T", "queueId": "x"}):
             self.assertRaises(ValueError, MessageQueue.from_json, bad)

@@ -229,7 +229,7 @@ class AdminTests(ProcessorTestBase):
             (dict(ok, topic="X", writeQueueNums=-1), "negative"),
         ]
         for ext, remark in cases:
-            self.assertCode(self.call(self.admin, _request(17, **ext)), 1, remark)
+            self.assertCode(self.call(self.admin, _request(17, b"", **ext)), 1, remark)
         self.assertNotIn("X", self.t.topics)
 
     def test_delete_topic(self) -> None:

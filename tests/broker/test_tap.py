@@ -133,9 +133,10 @@ class MakeServiceTests(SynchronousTestCase):
         class Recording(Service):
             def stopService(self) -> Deferred[None]:
                 Service.stopService(self)
-                events.append(f"stop {self.name}")
-                gates[self.name] = Deferred()
-                return gates[self.name]
+                name = str(self.name)
+                events.append(f"stop {name}")
+                gates[name] = Deferred()
+                return gates[name]
 
         top = OrderedServices()
         for name in ("namesrv", "broker"):
@@ -219,7 +220,7 @@ class LoopbackTests(TestCase):
 class ThreadlessReactor(MemoryReactorClock):
     """A memory reactor whose callFromThread runs the call at once (for an inline pool)."""
 
-    def callFromThread(self, f, *args, **kwargs):  # type: ignore[no-untyped-def,override]
+    def callFromThread(self, f, *args, **kwargs):  # type: ignore[no-untyped-def]
         f(*args, **kwargs)
 
 
@@ -270,7 +271,8 @@ class BrokerServiceTests(SynchronousTestCase):
         self.store_config = MessageStoreConfig(store_path_root_dir=self.mktemp())
         self.broker = BrokerService(
             self.reactor, BrokerConfig(advertised_address="192.0.2.1:10911"), self.store_config,
-            make_store=lambda reactor, config: RecordingStore(self.events), config_pool=self.pool,  # type: ignore[arg-type]
+            make_store=lambda reactor, config: RecordingStore(self.events),
+            config_pool=self.pool,  # type: ignore[arg-type]
         )
 
     def test_start_listens_and_wires(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
@@ -21,8 +22,8 @@ from rocketpy.broker.topicconfig import (
 )
 
 
-def _manager(clock: Clock, path: str | None = None, **kwargs: object) -> TopicConfigManager:
-    return TopicConfigManager(clock, path, broker_name="broker-x", cluster_name="ClusterY", **kwargs)  # type: ignore[arg-type]
+def _manager(clock: Clock, path: str | None = None, **kwargs: Any) -> TopicConfigManager:
+    return TopicConfigManager(clock, path, broker_name="broker-x", cluster_name="ClusterY", **kwargs)
 
 
 class SystemTopicTests(SynchronousTestCase):
@@ -170,9 +171,9 @@ class ValidationTests(SynchronousTestCase):
     def test_topic_problem(self) -> None:
         """Valid names pass; blank, bad characters and over-long names are named."""
         self.assertIsNone(topic_problem("%RETRY%G_1-a|b"))
-        self.assertIn("blank", topic_problem(" "))  # type: ignore[arg-type]
-        self.assertIn("illegal characters", topic_problem("a b"))  # type: ignore[arg-type]
-        self.assertIn("longer", topic_problem("a" * 128))  # type: ignore[arg-type]
+        self.assertIn("blank", topic_problem(" "))
+        self.assertIn("illegal characters", topic_problem("a b"))
+        self.assertIn("longer", topic_problem("a" * 128))
         self.assertIsNone(topic_problem("a" * 127))
 
     def test_send_forbidden(self) -> None:
@@ -180,6 +181,6 @@ class ValidationTests(SynchronousTestCase):
         self.assertTrue(is_send_forbidden("SCHEDULE_TOPIC_XXXX"))
         self.assertTrue(is_send_forbidden("RMQ_SYS_TRANS_HALF_TOPIC"))
         self.assertFalse(is_send_forbidden("TBW102"))
-        self.assertIn("forbidden", send_topic_problem("SELF_TEST_TOPIC"))  # type: ignore[arg-type]
+        self.assertIn("forbidden", send_topic_problem("SELF_TEST_TOPIC"))
         self.assertIsNone(send_topic_problem("T1"))
-        self.assertIn("illegal", send_topic_problem("T 1"))  # type: ignore[arg-type]
+        self.assertIn("illegal", send_topic_problem("T 1"))
