@@ -143,7 +143,7 @@ class ConcurrentConsumeService(_ConsumeService):
             elif not await c.send_back(m, context.delay_level, mq):
                 m.reconsume_times += 1
                 retry_later.append(m)
-        done = [m for m in msgs if all(m is not r for r in retry_later)]
+        done = [m for m in msgs if all(m is not r for r in retry_later)] if retry_later else msgs
         offset = pq.remove(done)
         if not pq.dropped:
             c.offset_store.update(mq, offset, increase_only=True)
