@@ -23,6 +23,7 @@ OS_PAGE_SIZE = 4096
 WRITE_PATHS = ("mmap", "pwrite")
 _ZERO_CHUNK = bytes(1 << 20)
 _IOV_MAX = 1024
+TMP_SUFFIX = ".tmp"
 
 _log = logging.getLogger(__name__)
 
@@ -61,12 +62,8 @@ class MappedFile:
         self.committed_position = 0
         self.flushed_position = 0
         self.store_timestamp = 0
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self._fd = os.open(path, flags, 0o644)
+        self._fd = self._create(path, file_size) if create else os.open(path, os.O_RDWR)
         try:
-            if create:
-                os.ftruncate(self._fd, file_size)
-                _fallocate(self._fd, file_size)
             self.data = mmap.mmap(self._fd, file_size)
         except BaseException:
             os.close(self._fd)
@@ -74,6 +71,23 @@ class MappedFile:
                 os.unlink(path)
             raise
         self.closed = False
+
+    @staticmethod
+    def _create(path: str, file_size: int) -> int:
+        # Sized under a temporary name, then linked into place: a crash never leaves a short
+        # segment behind (a wrong size would stop the next load); linking refuses to overwrite.
+        tmp = path + TMP_SUFFIX
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, file_size)
+            _fallocate(fd, file_size)
+            os.link(tmp, path)
+        except BaseException:
+            os.close(fd)
+            raise
+        finally:
+            os.unlink(tmp)
+        return fd
 
     # -- writing (one writer thread) --
 
@@ -234,6 +248,9 @@ class MappedFileQueue:
         :returns: False (and opens nothing) if a file does not have the configured size.
         """
         os.makedirs(self.store_path, exist_ok=True)
+        for name in os.listdir(self.store_path):
+            if name.endswith(TMP_SUFFIX):  # a file whose creation a crash interrupted
+                os.unlink(os.path.join(self.store_path, name))
         names = sorted(n for n in os.listdir(self.store_path) if len(n) == 20 and n.isdigit())
         paths = [os.path.join(self.store_path, n) for n in names]
         for path in paths:

@@ -106,6 +106,14 @@ class MappedFileTests(SynchronousTestCase):
         self.assertEqual(error.errno, errno.ENOSPC)
         self.assertFalse(os.path.exists(path))
 
+    def test_create_never_overwrites(self) -> None:
+        """Creating a segment whose name exists fails and keeps the existing file."""
+        mf = self.create()
+        mf.append(b"data")
+        self.assertRaises(FileExistsError, MappedFile, mf.path, SIZE, "pwrite", True)
+        self.assertEqual(read_file(mf.path)[:4], b"data")
+        self.assertEqual(os.listdir(self.dir), [os.path.basename(mf.path)])
+
     def test_destroy(self) -> None:
         """Destroying a segment deletes its file."""
         mf = self.create()
@@ -169,6 +177,18 @@ class MappedFileQueueTests(SynchronousTestCase):
         self.assertTrue(loaded.load())
         self.assertEqual([mf.wrote_position for mf in loaded.mapped_files], [SIZE, SIZE])
         self.assertEqual(loaded.max_offset, 2 * SIZE)
+
+    def test_load_removes_interrupted_creations(self) -> None:
+        """A temporary file left by a crash during creation is removed, not loaded."""
+        self.fill(1)
+        leftover = os.path.join(self.dir, file_name(SIZE) + ".tmp")
+        with open(leftover, "wb") as f:
+            f.write(b"short")
+        loaded = MappedFileQueue(self.dir, SIZE)
+        self.addCleanup(loaded.close)
+        self.assertTrue(loaded.load())
+        self.assertEqual(len(loaded.mapped_files), 1)
+        self.assertFalse(os.path.exists(leftover))
 
     def test_load_rejects_wrong_size(self) -> None:
         """A segment whose size differs from the configuration fails the load."""
