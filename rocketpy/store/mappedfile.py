@@ -76,7 +76,7 @@ class MappedFile:
     def _create(path: str, file_size: int) -> int:
         # Sized under a temporary name, then linked into place: a crash never leaves a short
         # segment behind (a wrong size would stop the next load); linking refuses to overwrite.
-        tmp = path + TMP_SUFFIX
+        tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + TMP_SUFFIX)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.ftruncate(fd, file_size)
@@ -249,7 +249,7 @@ class MappedFileQueue:
         """
         os.makedirs(self.store_path, exist_ok=True)
         for name in os.listdir(self.store_path):
-            if name.endswith(TMP_SUFFIX):  # a file whose creation a crash interrupted
+            if name.startswith(".") and name.endswith(TMP_SUFFIX):  # creation cut short by a crash
                 os.unlink(os.path.join(self.store_path, name))
         names = sorted(n for n in os.listdir(self.store_path) if len(n) == 20 and n.isdigit())
         paths = [os.path.join(self.store_path, n) for n in names]

@@ -181,7 +181,7 @@ class MappedFileQueueTests(SynchronousTestCase):
     def test_load_removes_interrupted_creations(self) -> None:
         """A temporary file left by a crash during creation is removed, not loaded."""
         self.fill(1)
-        leftover = os.path.join(self.dir, file_name(SIZE) + ".tmp")
+        leftover = os.path.join(self.dir, "." + file_name(SIZE) + ".tmp")
         with open(leftover, "wb") as f:
             f.write(b"short")
         loaded = MappedFileQueue(self.dir, SIZE)
