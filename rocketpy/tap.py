@@ -88,6 +88,9 @@ class Options(usage.Options):
         ["role", None, None, "what to run: all | namesrv | broker [default: all]"],
         ["namesrv-listen", None, None, "name server endpoint [default: tcp:9876:interface=127.0.0.1]"],
         ["listen", "l", None, "broker endpoint [default: tcp:10911:interface=127.0.0.1]"],
+        ["fast-listen", None, None,
+         "second broker endpoint (e.g. tcp:10909:interface=127.0.0.1) for Java clients <= 4.5.0, "
+         "which send to listen port - 2 [default: none]"],
         ["advertised-address", None, None,
          "broker ip:port that clients reach, written into every stored message [default: 127.0.0.1:<listen port>]"],
         ["namesrv-addr", "n", None,
@@ -193,6 +196,7 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
             broker_id=options["broker-id"],
             broker_role=options["broker-role"],
             listen=options["listen"],
+            fast_listen=options["fast-listen"],
             advertised_address=options["advertised-address"],
             namesrv_addr=options["namesrv-addr-list"],
             auto_create_topic_enable=options["auto-create-topic-enable"],

@@ -26,6 +26,9 @@ class BrokerConfig:
     broker_id: int = 0
     broker_role: str = "ASYNC_MASTER"
     listen: str = "tcp:10911:interface=127.0.0.1"
+    #: A second endpoint, normally listen port - 2 (10909): the "VIP channel" Java
+    #: clients up to 4.5.0 send to by default (``vipChannelEnabled``). None: not opened.
+    fast_listen: str | None = None
     advertised_address: str = "127.0.0.1:10911"
     namesrv_addr: list[str] = field(default_factory=list)
     auto_create_topic_enable: bool = True
@@ -63,6 +66,8 @@ class BrokerConfig:
             name = _JAVA_NAMES.get(f.name) or _camel(f.name)
             if isinstance(value, bool):
                 out[name] = "true" if value else "false"
+            elif value is None:
+                continue
             elif isinstance(value, list):
                 out[name] = ";".join(value)
             elif isinstance(value, float) and f.name in _MILLIS:

@@ -118,6 +118,7 @@ class BrokerService(Service):
         self._loop_results: list[Deferred[Any]] = []
         self._pool = config_pool if config_pool is not None else ThreadPool(1, 1, "rocketpy-broker-config")
         self._port: IListeningPort | None = None
+        self._fast_port: IListeningPort | None = None
         self._started: Deferred[None] | None = None
 
     def _register_processors(self, store_config: MessageStoreConfig) -> None:
@@ -194,6 +195,9 @@ class BrokerService(Service):
                 self.hold.startService()
             endpoint = serverFromString(self._reactor, self.config.listen)
             self._port = await endpoint.listen(self.server.factory())
+            if self.config.fast_listen:  # the VIP channel older Java clients send to
+                fast = serverFromString(self._reactor, self.config.fast_listen)
+                self._fast_port = await fast.listen(self.server.factory())
         except Exception:
             self.log.failure("broker {name} failed to start", level=LogLevel.critical, name=self.config.broker_name)
             return
@@ -245,9 +249,10 @@ class BrokerService(Service):
         self._loop_results = []
         await self._step("persist offsets", self._persist_offsets_in_pool)
         self._pool.stop()
-        if self._port is not None:
-            await self._step("stop listening", self._port.stopListening)
-            self._port = None
+        for port in (self._port, self._fast_port):
+            if port is not None:
+                await self._step("stop listening", port.stopListening)
+        self._port = self._fast_port = None
         if self.hold is not None and self.hold.running:
             self.hold.stopService()
         await self._step("close connections", self.server.close)

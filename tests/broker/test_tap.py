@@ -46,13 +46,15 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual((o["flush-disk-type"], o["broker-id"], o["commit-log-file-size"]),
                          ("ASYNC_FLUSH", 0, 1024 ** 3))
         self.assertIs(o["auto-create-topic-enable"], True)
+        self.assertIsNone(o["fast-listen"])
 
     def test_command_line(self) -> None:
         """Options override defaults; the advertised port follows --listen; name servers split on ';'."""
-        o = _parse("--listen", "tcp:20911", "--namesrv-addr", "a:1;b:2", "--role", "broker",
+        o = _parse("--listen", "tcp:20911", "--namesrv-addr", "a:1;b:2", "--role", "broker", "--fast-listen", "tcp:20909",
                    "--flush-disk-type", "SYNC_FLUSH", "--broker-id", "1", "--broker-role", "SLAVE")
         self.assertEqual(o["advertised-address"], "127.0.0.1:20911")
         self.assertEqual(o["namesrv-addr-list"], ["a:1", "b:2"])
+        self.assertEqual(o["fast-listen"], "tcp:20909")
         self.assertEqual((o["role"], o["flush-disk-type"], o["broker-id"], o["broker-role"]),
                          ("broker", "SYNC_FLUSH", 1, "SLAVE"))
 
@@ -285,6 +287,17 @@ class BrokerServiceTests(SynchronousTestCase):
         self.assertEqual(len(self.broker.store.listeners), 1)
         self.assertTrue(self.pool.started)
         self.successResultOf(self.broker.stopService())
+
+    def test_fast_listen(self) -> None:
+        """With fast_listen the broker also listens on the VIP port, and stops both ports."""
+        self.broker.config.fast_listen = "tcp:10909:interface=127.0.0.1"
+        self.broker.startService()
+        self.assertEqual([port[0] for port in self.reactor.tcpServers], [10911, 10909])
+        fast = self.broker._fast_port
+        self.successResultOf(self.broker.stopService())
+        self.assertIsNone(self.broker.listening_port)
+        self.assertIsNotNone(fast)
+        self.assertIsNone(self.broker._fast_port)
 
     def test_offsets_persisted_every_five_seconds_and_on_stop(self) -> None:
         """consumerOffset.json is written by the 5 s loop and once more on stop, before the store stops."""
