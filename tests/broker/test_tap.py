@@ -50,8 +50,9 @@ class OptionsTests(SynchronousTestCase):
 
     def test_command_line(self) -> None:
         """Options override defaults; the advertised port follows --listen; name servers split on ';'."""
-        o = _parse("--listen", "tcp:20911", "--namesrv-addr", "a:1;b:2", "--role", "broker", "--fast-listen", "tcp:20909",
-                   "--flush-disk-type", "SYNC_FLUSH", "--broker-id", "1", "--broker-role", "SLAVE")
+        o = _parse("--listen", "tcp:20911", "--namesrv-addr", "a:1;b:2", "--role", "broker",
+                   "--fast-listen", "tcp:20909", "--flush-disk-type", "SYNC_FLUSH", "--broker-id", "1",
+                   "--broker-role", "SLAVE")
         self.assertEqual(o["advertised-address"], "127.0.0.1:20911")
         self.assertEqual(o["namesrv-addr-list"], ["a:1", "b:2"])
         self.assertEqual(o["fast-listen"], "tcp:20909")
