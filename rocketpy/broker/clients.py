@@ -15,7 +15,7 @@ from enum import IntEnum
 from typing import Any, TypeVar
 
 from twisted.internet.interfaces import IReactorTime
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -417,7 +417,7 @@ def _close_quietly(channel: IChannel) -> None:
     try:
         channel.close()
     except Exception:
-        _log.failure("closing an expired channel failed")
+        _log.failure("closing an expired channel failed", level=LogLevel.error)
 
 
 @implementer(IChannelEventListener)

@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 
 from rocketpy.util.fileio import read_if_exists, write_atomically
 
@@ -144,7 +144,7 @@ class JsonConfigFile(ABC):
         try:
             write_atomically(self.path, self.encode())
         except OSError:
-            self.log.failure("cannot write {path}", path=self.path)
+            self.log.failure("cannot write {path}", level=LogLevel.error, path=self.path)
 
     def load(self) -> None:
         """Merge the file's content into the table; a missing or empty file is no change.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import LogLevel
 
 from rocketpy.broker.config import JsonConfigFile
 
@@ -313,7 +314,7 @@ class TopicConfigManager(JsonConfigFile):
             try:
                 listener()
             except Exception:
-                self.log.failure("topic change listener failed")
+                self.log.failure("topic change listener failed", level=LogLevel.error)
 
     # -- persistence ------------------------------------------------------
 

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.broker.config import ConfigFileError
@@ -149,6 +150,18 @@ class PersistenceTests(SynchronousTestCase):
         again.load()
         self.assertEqual(again.select_topic_config("T1"), TopicConfig("T1", 2, 3, 6, "MULTI_TAG", 1, True))
         self.assertEqual(again.data_version, m.data_version)
+
+    def test_write_failure_is_logged(self) -> None:
+        """A topics.json that cannot be written is logged; the change still applies in memory."""
+        blocker = self.mktemp()
+        with open(blocker, "w") as f:
+            f.write("a file, not a directory")
+        m = _manager(Clock(), os.path.join(blocker, "topics.json"))
+        with capturedLogs() as events:
+            m.update_topic_config(TopicConfig("T1"))
+        self.assertIn("T1", m)
+        self.assertEqual([e["log_format"] for e in events if "log_failure" in e], ["cannot write {path}"])
+        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
 
     def test_missing_file_loads_nothing(self) -> None:
         """Loading without a file keeps the system topics."""
