@@ -263,3 +263,21 @@ class OffsetIllegalTests(PushTestCase):
         self.assertIn(mq, c.rebalancer.process_queues)
         self.assertEqual(self.pulls(0)[-1]["queueOffset"], "1")
         self.assertEqual(self.received, [])
+
+
+class OrderlyDeadLetterTests(PushTestCase):
+    def test_orderly_gives_up_after_max_reconsume_times(self) -> None:
+        """Orderly with max_reconsume_times=1: the second failure sends the message to the DLQ and moves on."""
+        self.result = ConsumeResult.RECONSUME_LATER
+        c = self.consumer(orderly=True, max_reconsume_times=1)
+        self.cluster.publish("broker-a", "T", 0, b"poison")
+        self.cluster.publish("broker-a", "T", 0, b"next")
+        self.clock.advance(0)
+        self.assertEqual(self.cluster.sent_back, [])
+        self.result = lambda: (ConsumeResult.CONSUME_SUCCESS if self.received[-1][1] == b"next"
+                               else ConsumeResult.RECONSUME_LATER)
+        self.clock.advance(1)
+        [back] = self.cluster.sent_back
+        self.assertEqual((back["delayLevel"], back["maxReconsumeTimes"]), ("-1", "1"))
+        self.assertEqual([b for _, b, _ in self.received], [b"poison", b"poison", b"next"])
+        self.assertEqual(c.offset_store.read(MessageQueue("T", "broker-a", 0)), 2)
