@@ -166,6 +166,25 @@ class OrderedServices(MultiService):
     stops, instead of racing it as ``MultiService``'s concurrent stop would.
     """
 
+    log = Logger()
+
+    def __init__(self, reactor: Any) -> None:
+        super().__init__()
+        self._reactor = reactor
+
+    def startService(self) -> None:
+        super().startService()
+        for service in self:
+            when_started = getattr(service, "when_started", None)
+            if when_started is not None:
+                when_started().addErrback(self._start_failed)
+
+    def _start_failed(self, failure: Any) -> None:
+        """A part that cannot start (a port in use, a locked store) stops the whole process."""
+        self.log.critical("rocketpy cannot start ({error}): stopping", error=failure.getErrorMessage())
+        if self.running:
+            self._reactor.stop()
+
     def stopService(self) -> Deferred[None]:
         Service.stopService(self)
         return Deferred.fromCoroutine(self._stop_in_reverse())
@@ -180,7 +199,7 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
     if reactor is None:
         from twisted.internet import reactor  # the global reactor only at the edge
     log = Logger(namespace="rocketpy.tap")
-    top = OrderedServices()
+    top = OrderedServices(reactor)
     if options["role"] in ("all", "namesrv"):
         from rocketpy.namesrv.service import NamesrvService
 

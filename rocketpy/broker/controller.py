@@ -19,6 +19,7 @@ from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IListeningPort
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
+from twisted.python.failure import Failure
 from twisted.logger import Logger, LogLevel
 from twisted.python.threadpool import ThreadPool
 
@@ -120,6 +121,7 @@ class BrokerService(Service):
         self._port: IListeningPort | None = None
         self._fast_port: IListeningPort | None = None
         self._started: Deferred[None] | None = None
+        self._start_error: Failure | None = None
 
     def _register_processors(self, store_config: MessageStoreConfig) -> None:
         t = self.tables
@@ -163,7 +165,7 @@ class BrokerService(Service):
     def when_started(self) -> Deferred[None]:
         """A new Deferred that fires once start-up finished (listening, first registration sent).
 
-        It also fires when start-up failed; that failure is logged.
+        It fails when start-up failed (the failure is logged as well).
         """
         d: Deferred[None] = Deferred()
         if self._started is None:
@@ -171,7 +173,10 @@ class BrokerService(Service):
             return d
 
         def fire(result: object) -> object:
-            d.callback(None)
+            if self._start_error is not None:
+                d.errback(self._start_error)
+            else:
+                d.callback(None)
             return result
 
         self._started.addBoth(fire)
@@ -199,6 +204,7 @@ class BrokerService(Service):
                 fast = serverFromString(self._reactor, self.config.fast_listen)
                 self._fast_port = await fast.listen(self.server.factory())
         except Exception:
+            self._start_error = Failure()
             self.log.failure("broker {name} failed to start", level=LogLevel.critical, name=self.config.broker_name)
             return
         self.log.info(

@@ -77,6 +77,7 @@ class NamesrvService(Service):
         self._first_scan: IDelayedCall | None = None
         self._server: Any = None
         self._listening: Deferred[IListeningPort | None] | None = None
+        self._start_error: Failure | None = None
         self._port: IListeningPort | None = None
 
     @property
@@ -101,7 +102,25 @@ class NamesrvService(Service):
         return port
 
     def _listen_failed(self, failure: Failure) -> None:
+        self._start_error = failure
         self.log.failure("name server cannot listen on {listen}", failure, listen=self._listen)
+
+    def when_started(self) -> Deferred[None]:
+        """A new Deferred: fires once listening, fails if the port could not be opened."""
+        d: Deferred[None] = Deferred()
+        if self._listening is None:
+            d.errback(RuntimeError("the name server was not started"))
+            return d
+
+        def fire(result: object) -> object:
+            if self._start_error is not None:
+                d.errback(self._start_error)
+            else:
+                d.callback(None)
+            return result
+
+        self._listening.addBoth(fire)
+        return d
 
     def _start_scanner(self) -> None:
         self._first_scan = None

@@ -8,9 +8,10 @@ import socket
 import threading
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import deferLater
 from twisted.internet.testing import MemoryReactorClock
+from twisted.logger import capturedLogs
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
@@ -141,7 +142,7 @@ class MakeServiceTests(SynchronousTestCase):
                 gates[name] = Deferred()
                 return gates[name]
 
-        top = OrderedServices()
+        top = OrderedServices(MemoryReactorClock())
         for name in ("namesrv", "broker"):
             s = Recording()
             s.setName(name)
@@ -154,6 +155,41 @@ class MakeServiceTests(SynchronousTestCase):
         self.assertNoResult(done)
         gates["namesrv"].callback(None)
         self.successResultOf(done)
+
+    def test_start_failure_stops_the_process(self) -> None:
+        """A part whose start fails (e.g. its port is taken) stops the reactor: no half-running broker."""
+        reactor = MemoryReactorClock()
+        reactor.running = True
+
+        class Failing(Service):
+            def when_started(self) -> Deferred[None]:
+                return fail(RuntimeError("address already in use"))
+
+        class Fine(Service):
+            def when_started(self) -> Deferred[None]:
+                return succeed(None)
+
+        top = OrderedServices(reactor)
+        Fine().setServiceParent(top)
+        with capturedLogs() as events:
+            Failing().setServiceParent(top)
+            top.startService()
+        self.assertTrue(reactor.hasStopped)
+        self.assertTrue(any("address already in use" in str(e.get("error")) for e in events))
+
+    def test_clean_start_keeps_running(self) -> None:
+        """When every part starts, the reactor is left running."""
+        reactor = MemoryReactorClock()
+        reactor.running = True
+
+        class Fine(Service):
+            def when_started(self) -> Deferred[None]:
+                return succeed(None)
+
+        top = OrderedServices(reactor)
+        Fine().setServiceParent(top)
+        top.startService()
+        self.assertFalse(reactor.hasStopped)
 
 
 def _free_port() -> int:
@@ -336,3 +372,22 @@ class BrokerServiceTests(SynchronousTestCase):
         self.successResultOf(self.broker.stopService())
         self.successResultOf(self.broker.stopService())
         self.assertEqual(self.events.count("store stop"), 1)
+
+
+class PortInUseTests(TestCase):
+    async def test_name_server_start_fails_when_port_taken(self) -> None:
+        """when_started() fails when the name server's port is already taken by another socket."""
+        from twisted.internet import reactor
+
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        self.addCleanup(taken.close)
+        port = taken.getsockname()[1]
+        service = NamesrvService(reactor, f"tcp:{port}:interface=127.0.0.1", self.mktemp())
+        service.startService()
+        self.addCleanup(service.stopService)
+        with self.assertRaises(Exception) as caught:
+            await service.when_started()
+        self.assertIn("in use", str(caught.exception).lower())
+        self.flushLoggedErrors()
