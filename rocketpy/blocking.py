@@ -1,13 +1,13 @@
 """The client for code without a reactor: blocking calls that return values and raise errors.
 
 A private reactor runs in one daemon thread (started on first use); every
-call hops onto it and waits. The errors are those of :mod:`rocketpy.client`.
+call hops onto it and waits. The errors are those of :mod:`rocketpy.client`::
 
->>> from rocketpy.blocking import Message, Producer, PushConsumer
->>> producer = Producer("PG", "127.0.0.1:9876").start()
->>> producer.send(Message("TopicTest", b"hello"))
->>> consumer = PushConsumer("CG", "127.0.0.1:9876").subscribe("TopicTest").start()
->>> print(consumer.receive(timeout=10).body)
+    from rocketpy.blocking import Message, Producer, PushConsumer
+    producer = Producer("PG", "127.0.0.1:9876").start()
+    producer.send(Message("TopicTest", b"hello"))
+    consumer = PushConsumer("CG", "127.0.0.1:9876").subscribe("TopicTest").start()
+    print(consumer.receive(timeout=10).body)
 """
 
 from __future__ import annotations
