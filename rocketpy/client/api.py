@@ -99,7 +99,7 @@ class MQClientAPI:
     async def send_message(
         self,
         addr: str,
-        broker_name: str,
+        mq: MessageQueue,
         msg: Message,
         fields: dict[str, str],
         mode: Mode,
@@ -130,16 +130,18 @@ class MQClientAPI:
             response = await self.remoting.invoke_async(addr, request, timeout)
         else:
             response = await self.remoting.invoke_sync(addr, request, timeout)
-        return self._send_result(response, addr, broker_name, msg.topic, msg_id)
+        return self._send_result(response, addr, mq, msg_id)
 
     @staticmethod
-    def _send_result(response: RemotingCommand, addr: str, broker_name: str, topic: str, msg_id: str) -> SendResult:
+    def _send_result(response: RemotingCommand, addr: str, mq: MessageQueue, msg_id: str) -> SendResult:
+        """The result of a send to ``mq`` (the broker may have picked another queue id)."""
         status = _SEND_STATUS.get(response.code)
         if status is None:
             raise MQBrokerError(response.code, response.remark, addr)
         ext = response.ext_fields
         try:
-            queue = MessageQueue(topic, broker_name, int(ext["queueId"]))
+            queue_id = int(ext["queueId"])
+            queue = mq if queue_id == mq.queue_id else MessageQueue(mq.topic, mq.broker_name, queue_id)
             return SendResult(
                 status, msg_id, ext["msgId"], queue, int(ext["queueOffset"]), ext.get("transactionId"),
                 ext.get("MSG_REGION", "DefaultRegion"),

@@ -205,7 +205,9 @@ class Producer(JoiningMember):
         if batch_ids is None:
             validate_message(msg, self.max_message_size)
         begin = self._clock.seconds()
-        info = await self._find_publish_info(msg.topic)
+        info = self._publish.get(msg.topic)
+        if info is None or not info.ok():
+            info = await self._find_publish_info(msg.topic)
         attempts = 1 + (self.retry_times if mode is Mode.SYNC else self.retry_times_async if mode is Mode.ASYNC else 0)
         result: SendResult | None = None
         last_error: Exception | None = None
@@ -230,7 +232,8 @@ class Producer(JoiningMember):
                 self.log.info("send to {queue} failed, attempt {n}: {error}", queue=mq, n=made + 1, error=e)
                 last_error = e
                 continue
-            self.fault_strategy.update_fault_item(mq.broker_name, self._ms_since(start), False)
+            if self.fault_strategy.enabled:
+                self.fault_strategy.update_fault_item(mq.broker_name, self._ms_since(start), False)
             if (
                 mode is Mode.SYNC
                 and result is not None
@@ -329,7 +332,7 @@ class Producer(JoiningMember):
         )
         try:
             result = await self.instance.api.send_message(
-                addr, mq.broker_name, wire, fields, mode, timeout, msg_id, batch_ids is not None, self.send_smart_msg
+                addr, mq, wire, fields, mode, timeout, msg_id, batch_ids is not None, self.send_smart_msg
             )
         except Exception as e:
             if context is not None:

@@ -19,7 +19,7 @@ class SendStatus(Enum):
     SLAVE_NOT_AVAILABLE = ResponseCode.SLAVE_NOT_AVAILABLE
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SendResult:
     """A message the broker accepted.
 
