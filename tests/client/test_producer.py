@@ -10,6 +10,7 @@ from typing import Any
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
+from zope.interface.verify import verifyObject
 
 from rocketpy.client import errors
 from rocketpy.client.api import Mode
@@ -341,6 +342,12 @@ class Forbid:
 
 
 class HookTests(ProducerTestCase):
+    def test_interfaces(self) -> None:
+        """The test hooks provide the hook interfaces (so they exercise the documented contract)."""
+        self.assertTrue(verifyObject(ISendMessageHook, RecordingHook()))
+        self.assertTrue(verifyObject(ICheckForbiddenHook, Forbid()))
+        self.assertTrue(verifyObject(IRPCHook, NoopRPCHook()))
+
     def test_send_hooks(self) -> None:
         """Hooks see each attempt before and after, with the result or the error."""
         hook = RecordingHook()
