@@ -10,9 +10,10 @@ the queue is locked on its broker, retrying failures in place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from inspect import iscoroutine
 from typing import TYPE_CHECKING, Any, Callable
 
-from twisted.internet.defer import CancelledError, Deferred, DeferredSemaphore, maybeDeferred
+from twisted.internet.defer import CancelledError, Deferred, DeferredSemaphore
 from twisted.logger import Logger, LogLevel
 
 from rocketpy.client.consumer import MessageModel
@@ -99,7 +100,9 @@ class _ConsumeService:
             restore_retry_topic(m, c.group)
             m.properties[MessageConst.CONSUME_START_TIME] = now_ms
         try:
-            status = await maybeDeferred(c.listener, msgs, context)
+            status = c.listener(msgs, context)
+            if isinstance(status, Deferred) or iscoroutine(status):
+                status = await status
         except CancelledError:
             raise
         except Exception:
@@ -126,7 +129,10 @@ class ConcurrentConsumeService(_ConsumeService):
     async def _consume(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if pq.dropped:
             return
-        await self._semaphore.acquire()
+        if self._semaphore.tokens > 0:  # the common case, without a Deferred
+            self._semaphore.tokens -= 1
+        else:
+            await self._semaphore.acquire()
         try:
             context = ConsumeContext(mq, ack_index=len(msgs) - 1)
             status = await self.call_listener(msgs, context)

@@ -281,3 +281,38 @@ class OrderlyDeadLetterTests(PushTestCase):
         self.assertEqual((back["delayLevel"], back["maxReconsumeTimes"]), ("-1", "1"))
         self.assertEqual([b for _, b, _ in self.received], [b"poison", b"poison", b"next"])
         self.assertEqual(c.offset_store.read(MessageQueue("T", "broker-a", 0)), 2)
+
+
+class ListenerResultTests(PushTestCase):
+    def test_exception_and_bad_value_mean_reconsume_later(self) -> None:
+        """A listener that raises, or returns something else than a ConsumeResult, gets its message sent back."""
+        outcomes: list[Any] = [None, ValueError("bug")]
+
+        def result() -> Any:
+            outcome = outcomes.pop()
+            if isinstance(outcome, Exception):
+                raise outcome
+            return outcome
+
+        self.result = result
+        self.consumer()
+        self.cluster.publish("broker-a", "T", 0, b"a")
+        self.cluster.publish("broker-a", "T", 0, b"b")
+        self.clock.advance(0)
+        self.assertEqual(len(self.cluster.sent_back), 2)
+        self.assertEqual(len(self.flushLoggedErrors(ValueError)), 1)
+
+    def test_coroutine_listener(self) -> None:
+        """An async def listener is awaited."""
+        async def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
+            self.received.extend((m.topic, m.body, m.queue_offset) for m in msgs)
+            return ConsumeResult.CONSUME_SUCCESS
+
+        c = self.consumer(start=False)
+        c.register_listener(listener)
+        self.successResultOf(c.start())
+        self.addCleanup(self.stop, c)
+        self.cluster.publish("broker-a", "T", 0, b"co")
+        self.clock.advance(0)
+        self.assertEqual(self.received, [("T", b"co", 0)])
+        self.assertEqual(self.cluster.sent_back, [])
