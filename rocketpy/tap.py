@@ -182,8 +182,8 @@ class OrderedServices(MultiService):
     def _start_failed(self, failure: Any) -> None:
         """A part that cannot start (a port in use, a locked store) stops the whole process."""
         self.log.critical("rocketpy cannot start ({error}): stopping", error=failure.getErrorMessage())
-        if self.running:
-            self._reactor.stop()
+        # twistd starts services before reactor.run(): stop once it runs
+        self._reactor.callWhenRunning(self._reactor.stop)
 
     def stopService(self) -> Deferred[None]:
         Service.stopService(self)
