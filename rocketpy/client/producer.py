@@ -201,6 +201,10 @@ class Producer(JoiningMember):
         return isinstance(error, MQClientError)
 
     async def _send_default(self, msg: Message, mode: Mode, timeout: float, batch_ids: str | None = None) -> Any:
+        """Java's ``sendDefaultImpl``: validate, route, then attempts within one ``timeout`` budget.
+
+        :param batch_ids: for a batch (already validated), the comma-joined UNIQ_KEYs.
+        """
         self._check_running()
         if batch_ids is None:
             validate_message(msg, self.max_message_size)
