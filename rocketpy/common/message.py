@@ -7,12 +7,14 @@ Everything here is pure and byte-compatible with Apache RocketMQ 4.x (spec
 from __future__ import annotations
 
 import functools
+import mmap
 import operator
 import socket
 import struct
 import sys
 import zlib
 from dataclasses import dataclass, field
+from typing import Union
 
 MAGIC_CODE = -626843481  # 0xDAA320A7, v1 record
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end-of-file filler
@@ -286,6 +288,41 @@ def decode_record(data: bytes | memoryview, offset: int = 0, check_crc: bool = F
         prepared_transaction_offset=prepared, queue_offset=queue_offset,
         commit_log_offset=phys, store_size=size, body_crc=crc,
     )
+
+
+_I32X3 = struct.Struct(">iii")
+Buffer = Union[bytes, bytearray, memoryview, mmap.mmap]
+_HOSTS_V6 = MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6
+
+
+def check_record(data: Buffer, offset: int, limit: int, check_crc: bool = False) -> int:
+    """Validate the stored record at ``offset`` without decoding it (recovery's fast walk).
+
+    Checks the magic code, that the declared size matches the body, topic and properties
+    lengths and stays within ``limit``, and (with ``check_crc``) the body CRC.
+
+    :returns: the record size; 0 for a blank (end-of-file) filler; -1 for anything invalid.
+    """
+    if offset + 12 > limit:
+        return 0 if offset + 8 <= limit and _I32.unpack_from(data, offset + 4)[0] == BLANK_MAGIC_CODE else -1
+    size, magic, crc = _I32X3.unpack_from(data, offset)
+    if magic != MAGIC_CODE:
+        return 0 if magic == BLANK_MAGIC_CODE else -1
+    end = offset + size
+    if size < RECORD_FIXED_SIZE or end > limit:
+        return -1
+    flags = _I32.unpack_from(data, offset + 36)[0] & _HOSTS_V6
+    body = offset + 88 + (12 if flags & MessageSysFlag.BORNHOST_V6 else 0) + (12 if flags & MessageSysFlag.STOREHOST_V6 else 0)
+    body_len = _I32.unpack_from(data, body - 4)[0]
+    topic = body + body_len
+    if body_len < 0 or topic + 3 > end:
+        return -1
+    props = topic + 1 + data[topic]
+    if props + 2 > end or props + 2 + _H16.unpack_from(data, props)[0] != end:
+        return -1
+    if check_crc and zlib.crc32(data[body:topic]) & 0x7FFFFFFF != crc:
+        return -1
+    return size
 
 
 def decode_records(data: bytes | memoryview) -> list[MessageExt]:

@@ -23,6 +23,7 @@ from rocketpy.common.message import (
     MessageExt,
     MessageSysFlag,
     RecordError,
+    check_record,
     decode_record,
     encode_record,
     offset_msg_id,
@@ -46,6 +47,8 @@ LOCK_WARN_MS = 500
 RECORD_SLACK = 64 * 1024  # a record may exceed max_message_size by this much (4.9.5+)
 _PAGE_CACHE_BUSY_CEILING_MS = 10_000_000
 _HEAD = struct.Struct(">ii")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 _NO_QUEUE_OFFSET = (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
 _TRAN_MASK = MessageSysFlag.TRANSACTION_MASK
 
@@ -330,24 +333,6 @@ class CommitLog:
 
     # -- recovery (before any put) --
 
-    def _read_record(self, mf: MappedFile, pos: int, check_crc: bool) -> tuple[int, MessageExt | None]:
-        # (size, msg) for a valid record, (0, None) for the blank, (-1, None) for anything else.
-        limit = mf.wrote_position
-        if pos + BLANK_SIZE > limit:
-            return -1, None
-        size, magic = _HEAD.unpack_from(mf.data, pos)
-        if magic == BLANK_MAGIC_CODE:
-            return 0, None
-        if magic != MAGIC_CODE or size <= 0 or pos + size > limit:
-            return -1, None
-        try:
-            msg = decode_record(mf.data, pos, check_crc)  # type: ignore[arg-type]  # an mmap is a buffer
-        except RecordError as e:
-            _log.warning("invalid commit-log record: %s", e)
-            return -1, None
-        msg.commit_log_offset = mf.file_from_offset + pos
-        return size, msg
-
     def walk(self, start: int, check_crc: bool, dispatch: bool) -> int:
         """Walk the valid records from record boundary ``start``, blank fillers leading to the
         next file, optionally dispatching each.
@@ -361,16 +346,30 @@ class CommitLog:
         index = files.index(mf)
         pos = start - mf.file_from_offset
         while True:
-            size, msg = self._read_record(mf, pos, check_crc)
-            if msg is not None:
-                if dispatch:
-                    self._dispatch(msg)
-                pos += size
-            elif size == 0 and index + 1 < len(files):
+            size = check_record(mf.data, pos, mf.wrote_position, check_crc)
+            if size > 0:
+                if dispatch and not self._redispatch(mf, pos):
+                    size = -1
+                else:
+                    pos += size
+                    continue
+            if size == 0 and index + 1 < len(files):
                 index += 1
                 mf, pos = files[index], 0
-            else:
-                return mf.file_from_offset + pos
+                continue
+            if size < 0 and pos + BLANK_SIZE <= mf.wrote_position and any(mf.data[pos : pos + BLANK_SIZE]):
+                _log.warning("invalid commit-log record at %d", mf.file_from_offset + pos)
+            return mf.file_from_offset + pos
+
+    def _redispatch(self, mf: MappedFile, pos: int) -> bool:
+        try:
+            msg = decode_record(mf.data, pos)  # type: ignore[arg-type]  # an mmap is a buffer
+        except RecordError as e:  # a layout check_record accepts but cannot decode (bad UTF-8)
+            _log.warning("invalid commit-log record: %s", e)
+            return False
+        msg.commit_log_offset = mf.file_from_offset + pos
+        self._dispatch(msg)
+        return True
 
     def recover_normally(self) -> int:
         """Clean-exit recovery: walk from the third-last file, cut after the last valid record.
@@ -395,10 +394,12 @@ class CommitLog:
             return 0
         start = files[0]
         for mf in reversed(files):
-            size, first = self._read_record(mf, 0, False)
-            if first is not None and 0 < first.store_timestamp <= safe_timestamp_ms:
-                start = mf
-                break
+            if check_record(mf.data, 0, mf.wrote_position) > 0:
+                born_v6 = _I32.unpack_from(mf.data, 36)[0] & MessageSysFlag.BORNHOST_V6
+                stored = _I64.unpack_from(mf.data, 68 if born_v6 else 56)[0]
+                if 0 < stored <= safe_timestamp_ms:
+                    start = mf
+                    break
         _log.info("abnormal recovery from %s", start.path)
         end = self.walk(start.file_from_offset, self.config.check_crc_on_recover, True)
         self._cut(end)

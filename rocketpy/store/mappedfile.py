@@ -13,11 +13,12 @@ readers on other threads only read below ``wrote_position`` and treat a closed f
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import logging
 import mmap
 import os
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 OS_PAGE_SIZE = 4096
 WRITE_PATHS = ("mmap", "pwrite")
@@ -39,6 +40,36 @@ def _fallocate(fd: int, size: int) -> None:
     except OSError as e:
         if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
+
+
+def _zero_range(fd: int, offset: int, length: int) -> bool:
+    """``fallocate(fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, offset, length)``.
+
+    :returns: False where the call or the flag is not supported.
+    """
+    if _libc_fallocate is None:
+        return False
+    if _libc_fallocate(fd, _FALLOC_FL_ZERO_RANGE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(err, os.strerror(err))
+
+
+def _load_fallocate() -> Any:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    function.restype = ctypes.c_int
+    return function
+
+
+_FALLOC_FL_KEEP_SIZE = 0x01
+_FALLOC_FL_ZERO_RANGE = 0x10
+_libc_fallocate = _load_fallocate()
 
 
 class MappedFile:
@@ -149,18 +180,26 @@ class MappedFile:
         self.wrote_position = self.committed_position = self.flushed_position = position
 
     def zero_from(self, position: int) -> None:
-        """Zero every non-zero byte from ``position`` to the end of the file, durably.
+        """Zero every byte from ``position`` to the end of the file.
 
-        Recovery calls it at the cut after the last valid record so no torn bytes survive.
+        Recovery calls it at the cut after the last valid record so no torn bytes survive. The
+        partial page is overwritten; the rest is zeroed with ``fallocate(FALLOC_FL_ZERO_RANGE)``,
+        a metadata change that keeps the blocks allocated (the next flush of this file makes it
+        durable). Where that is unsupported, non-zero chunks are overwritten and synced.
         """
-        pos = position
+        boundary = min(position - position % OS_PAGE_SIZE + OS_PAGE_SIZE, self.file_size)
+        if os.pread(self._fd, boundary - position, position).strip(b"\0"):
+            os.pwrite(self._fd, bytes(boundary - position), position)
+        if boundary < self.file_size and not _zero_range(self._fd, boundary, self.file_size - boundary):
+            self._overwrite_non_zero(boundary)
+
+    def _overwrite_non_zero(self, position: int) -> None:
         dirty = False
-        while pos < self.file_size:
+        for pos in range(position, self.file_size, len(_ZERO_CHUNK)):
             end = min(pos + len(_ZERO_CHUNK), self.file_size)
-            if self.data[pos:end] != _ZERO_CHUNK[: end - pos]:
+            if os.pread(self._fd, end - pos, pos).strip(b"\0"):
                 os.pwrite(self._fd, _ZERO_CHUNK[: end - pos], pos)
                 dirty = True
-            pos = end
         if dirty:
             os.fdatasync(self._fd)
 

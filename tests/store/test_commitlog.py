@@ -16,7 +16,9 @@ from rocketpy.common.message import (
     MessageExt,
     MessageSysFlag,
     body_crc,
+    check_record,
     decode_offset_msg_id,
+    encode_record,
     java_hash,
 )
 from rocketpy.store.commitlog import SCHEDULE_TOPIC, CommitLog
@@ -449,7 +451,7 @@ class RecoveryTests(CommitLogCase):
         mf.write_at(bad - SIZE + 88, b"X")
         with self.assertLogs("rocketpy.store.commitlog", "WARNING") as logs:
             self.assertEqual(self.reopen().recover_normally(), bad)
-        self.assertIn("CRC", logs.output[0])
+        self.assertIn(f"invalid commit-log record at {bad}", logs.output[0])
         self.assertEqual(len(self.log.queue.mapped_files), 2)
         self.assertEqual(self.log.max_offset, bad)
 
@@ -480,6 +482,28 @@ class RecoveryTests(CommitLogCase):
     def test_no_files(self) -> None:
         """Recovering an empty log ends at 0."""
         self.assertEqual((self.log.recover_normally(), self.log.recover_abnormally(T0)), (0, 0))
+
+
+class CheckRecordTests(SynchronousTestCase):
+    def test_valid_blank_and_invalid(self) -> None:
+        """The fast recovery check accepts whole records and fillers and rejects any damage."""
+        record = bytes(encode_record(message(body=b"body", KEYS="k")))
+        size = len(record)
+        data = record + struct.pack(">ii", 100, BLANK_MAGIC_CODE)
+        self.assertEqual(check_record(data, 0, len(data), True), size)
+        self.assertEqual(check_record(data, size, len(data)), 0)
+        self.assertEqual(check_record(data, 0, size - 1), -1)  # beyond the readable limit
+        self.assertEqual(check_record(data, size + 4, len(data)), -1)  # not at a record start
+
+        def damaged(at: int, value: bytes) -> int:
+            broken = bytearray(record)
+            broken[at : at + len(value)] = value
+            return check_record(bytes(broken), 0, size, True)
+        self.assertEqual(damaged(4, b"\0"), -1)  # magic
+        self.assertEqual(damaged(0, struct.pack(">i", size + 1)), -1)  # declared size
+        self.assertEqual(damaged(84, struct.pack(">i", 5)), -1)  # body length
+        self.assertEqual(damaged(88, b"B"), -1)  # body CRC
+        self.assertEqual(check_record(bytes(record[:88]) + b"B" + record[89:], 0, size, False), size)
 
 
 class AppendDataTests(CommitLogCase):

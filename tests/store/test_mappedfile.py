@@ -7,6 +7,7 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from rocketpy.store import mappedfile
 from rocketpy.store.mappedfile import OS_PAGE_SIZE, MappedFile, MappedFileQueue, file_name
 
 SIZE = 64 * 1024
@@ -91,10 +92,17 @@ class MappedFileTests(SynchronousTestCase):
         mf = self.create()
         mf.append(b"keep" + b"\xff" * 5000)
         mf.write_at(SIZE - 3, b"end")
+        mf.write_at(3 * SIZE // 4, b"middle")
         mf.zero_from(4)
         content = read_file(mf.path)
         self.assertEqual(content[:4], b"keep")
         self.assertEqual(content[4:], bytes(SIZE - 4))
+        self.assertEqual(mf.data[4:], bytes(SIZE - 4))  # the mapping sees it too
+
+    def test_zero_from_without_zero_range(self) -> None:
+        """Where fallocate cannot zero a range, the non-zero bytes are overwritten instead."""
+        self.patch(mappedfile, "_libc_fallocate", None)
+        self.test_zero_from()
 
     def test_create_failure_leaves_nothing(self) -> None:
         """When the disk is full at creation the error surfaces and no file is left behind."""
