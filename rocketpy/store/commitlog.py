@@ -78,7 +78,6 @@ class CommitLog:
         self.topic_queue_table: dict[str, int] = {}  # "topic-qid" -> next queue offset
         self.begin_time_in_lock = 0
         self.dispatch_failed = False
-        self.last_dispatched_timestamp = 0
         self.reput_offset = 0  # first byte not yet dispatched (HA appends)
         self._lock = threading.Lock()
         self._delay_ms = config.delay_level_table()
@@ -256,7 +255,6 @@ class CommitLog:
             except Exception:
                 _log.exception("dispatcher %r failed at offset %d", dispatcher, msg.commit_log_offset)
                 self.dispatch_failed = True
-        self.last_dispatched_timestamp = msg.store_timestamp
 
     def _tags_code(self, tags: str) -> int:
         if len(self._tags_codes) > 4096:

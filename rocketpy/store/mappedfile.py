@@ -361,10 +361,6 @@ class MappedFileQueue:
         last = self.last()
         return last.file_from_offset + last.wrote_position if last is not None else 0
 
-    def how_much_fall_behind(self) -> int:
-        """Bytes written but not yet flushed."""
-        return max(0, self.max_offset - self.flushed_where)
-
     # -- flushing --
 
     def flush(self, least_pages: int = 0) -> bool:

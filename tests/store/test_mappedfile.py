@@ -227,7 +227,6 @@ class MappedFileQueueTests(SynchronousTestCase):
         self.assertEqual(self.queue.flushed_where, SIZE)
         self.assertTrue(self.queue.flush(0))
         self.assertEqual(self.queue.flushed_where, SIZE + 1)
-        self.assertEqual(self.queue.how_much_fall_behind(), 0)
 
     def test_truncate_dirty_files(self) -> None:
         """Truncation zeroes the rest of the cut segment and destroys the later ones."""
