@@ -44,6 +44,11 @@ class BrokerConfig:
     long_polling_enable: bool = True
     region_id: str = "DefaultRegion"
     trace_on: bool = True
+    #: Transactions: seconds between check-back passes, age before a half message is
+    #: checked, checks before it is given up (``transactionCheckInterval`` …).
+    transaction_check_interval: float = 60.0
+    transaction_timeout: float = 6.0
+    transaction_check_max: int = 15
 
     @property
     def advertised_host(self) -> str:
@@ -85,6 +90,7 @@ _JAVA_NAMES = {
     "advertised_address": "advertisedAddress",
     "register_broker_timeout": "registerBrokerTimeoutMills",
     "channel_expired_timeout": "channelExpiredTimeout",
+    "transaction_timeout": "transactionTimeOut",
 }
 _MILLIS = {
     "register_name_server_period",
@@ -92,6 +98,8 @@ _MILLIS = {
     "channel_expired_timeout",
     "scan_channel_interval",
     "flush_consumer_offset_interval",
+    "transaction_check_interval",
+    "transaction_timeout",
 }
 
 

@@ -35,9 +35,13 @@ from rocketpy.broker.processors import (
     ConsumerManageProcessor,
 )
 from rocketpy.broker.pull import PullMessageProcessor
+from rocketpy.broker.query import QueryMessageProcessor
+from rocketpy.broker.schedule import DelayOffsetProcessor, DelayOffsetTable, ScheduleMessageService
 from rocketpy.broker.send import SendMessageProcessor
+from rocketpy.broker.sendback import SendBackProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.broker.transaction import EndTransactionProcessor, TransactionCheckService, TransactionStore
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.server import RemotingServer
@@ -105,6 +109,7 @@ class BrokerService(Service):
             config, self.topics, self.subscriptions, self.offsets, self.consumers, self.producers, self.store,
             reactor, RebalanceLockManager(reactor),
         )
+        self._features(store_config)
         listeners: list[Any] = [ClientChannelListener(self.consumers, self.producers)]
         if self.hold is not None:
             listeners.append(self.hold)
@@ -123,9 +128,30 @@ class BrokerService(Service):
         self._started: Deferred[None] | None = None
         self._start_error: Failure | None = None
 
+    def _features(self, store_config: MessageStoreConfig) -> None:
+        """Delayed delivery and transaction checks (masters only), and their processors."""
+        config = self.config
+        master = config.broker_role != "SLAVE"
+        self.delay_offsets = DelayOffsetTable(os.path.join(store_config.config_dir, "delayOffset.json"))
+        levels = [ms / 1000 for ms in store_config.delay_level_table()]
+        self.schedule = ScheduleMessageService(self.store, self._reactor, levels, self.delay_offsets)
+        self.transactions = TransactionStore(self.store, store_config.store_host)
+        self.transaction_check = TransactionCheckService(
+            self.transactions, self.producers, self.offsets, self._reactor, config.transaction_check_interval,
+            config.transaction_timeout, config.transaction_check_max,
+        )
+        self._feature_services: list[Service] = [self.schedule, self.transaction_check] if master else []
+        self._feature_processors: list[Any] = [
+            SendBackProcessor(self.store, self.topics, self.subscriptions, lambda: master),
+            DelayOffsetProcessor(self.delay_offsets),
+            EndTransactionProcessor(self.transactions, lambda: master),
+            QueryMessageProcessor(self.store),
+        ]
+
     def _register_processors(self, store_config: MessageStoreConfig) -> None:
         t = self.tables
-        for processor in (ClientManageProcessor(t), ConsumerManageProcessor(t), AdminBrokerProcessor(t)):
+        for processor in (ClientManageProcessor(t), ConsumerManageProcessor(t), AdminBrokerProcessor(t),
+                          *self._feature_processors):
             for code in processor.codes:
                 self.server.register_processor(code, processor)
         send = SendMessageProcessor(
@@ -198,6 +224,8 @@ class BrokerService(Service):
                 await started
             if self.hold is not None:
                 self.hold.startService()
+            for service in self._feature_services:
+                service.startService()
             endpoint = serverFromString(self._reactor, self.config.listen)
             self._port = await endpoint.listen(self.server.factory())
             if self.config.fast_listen:  # the VIP channel older Java clients send to
@@ -247,6 +275,9 @@ class BrokerService(Service):
         if self._started is not None:
             await self._started
         await self._step("unregister", self.registration.stop)
+        for service in reversed(self._feature_services):
+            if service.running:
+                await self._step(f"stop {type(service).__name__}", service.stopService)
         for loop, _ in self._loops:
             if loop.running:
                 loop.stop()

@@ -19,18 +19,18 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from rocketpy.broker.processors import Rejected
+from rocketpy.broker.sendback import DEFAULT_MAX_RECONSUME_TIMES, dead_letter_topic, max_reconsume_times
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import (
     DLQ_GROUP_TOPIC_PREFIX,
-    PERM_WRITE,
     RETRY_GROUP_TOPIC_PREFIX,
     TOPIC_MAX_LENGTH,
     TopicConfig,
     TopicConfigManager,
-    dlq_topic,
     is_writeable,
     send_topic_problem,
 )
+from rocketpy.broker.transaction import half_message
 from rocketpy.common.headers import HeaderError, expand_send_v2, get_bool, get_int, get_str
 from rocketpy.common.message import (
     MAX_PROPERTIES_LENGTH,
@@ -49,10 +49,6 @@ from rocketpy.remoting.codes import ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
-#: MQVersion V3_4_9: from this client version on the header's maxReconsumeTimes is honoured.
-V3_4_9 = 121
-DEFAULT_MAX_RECONSUME_TIMES = 16
-DLQ_NUMS_PER_GROUP = 1
 DEFAULT_REGION = "DefaultRegion"
 
 #: PutMessageStatus → (response code, remark, whether the message was stored).
@@ -177,8 +173,8 @@ class SendMessageProcessor:
                 d = self._store.put_messages(msgs)
             else:
                 msg = self._single_message(header, request.body, queue_id, channel, request.version)
-                d = self._store.put_message(msg)
                 queue_id = msg.queue_id
+                d = self._store.put_message(half_message(msg))  # a PREPARED send waits on the half topic
         except HeaderError as e:
             return self._response(request, ResponseCode.SYSTEM_ERROR, str(e))
         except Rejected as e:
@@ -266,9 +262,8 @@ class SendMessageProcessor:
         props = self._stored_properties(string_to_properties(header.properties))
         topic = header.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            maximum = self._group_max_reconsume_times(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
-            if version >= V3_4_9 and header.max_reconsume_times is not None:
-                maximum = header.max_reconsume_times
+            group_limit = self._group_max_reconsume_times(topic[len(RETRY_GROUP_TOPIC_PREFIX):])
+            maximum = max_reconsume_times(group_limit, header.max_reconsume_times, version)
             if header.reconsume_times >= maximum:
                 topic, queue_id = self._dead_letter(topic)
                 props.pop(MessageConst.DELAY_TIME_LEVEL, None)
@@ -284,9 +279,9 @@ class SendMessageProcessor:
         return config.retry_max_times
 
     def _dead_letter(self, retry: str) -> tuple[str, int]:
-        """``%DLQ%<group>`` (created on demand, write-only like Java) and a queue in it."""
-        dlq = dlq_topic(retry[len(RETRY_GROUP_TOPIC_PREFIX):])
-        config = self._topics.create_topic_in_send_message_back_method(dlq, DLQ_NUMS_PER_GROUP, PERM_WRITE)
+        """``%DLQ%<group>`` (created on demand, readable as in 4.9) and a queue in it."""
+        config = dead_letter_topic(self._topics, retry[len(RETRY_GROUP_TOPIC_PREFIX):])
+        dlq = config.topic_name
         self.log.info("message of {retry} exceeded its retries: to {dlq}", retry=retry, dlq=dlq)
         return dlq, self._rng.randrange(99999999) % max(1, config.write_queue_nums)
 

@@ -210,8 +210,6 @@ class PushConsumerTests(IntegrationTestCase):
     async def test_retry_after_reconsume_later(self) -> None:
         """RECONSUME_LATER sends the message back; it comes again through %RETRY%CG under its own topic."""
         cluster = await self.cluster()
-        if not await cluster.supports(RequestCode.CONSUMER_SEND_MSG_BACK):
-            raise self.skipTest("the broker does not handle CONSUMER_SEND_MSG_BACK yet")
         p = await self.producer(cluster)
         await p.send(Message("Push", b"retry-me"))
         await cluster.wait_for_route("Push")

@@ -1,0 +1,377 @@
+"""Transactions: half messages, END_TRANSACTION (37) and the check-back service.
+
+Java 4.9 ``TransactionalMessageServiceImpl`` / ``EndTransactionProcessor`` (spec
+remoting-protocol.md §3.5, store-and-client.md §8). A PREPARED send is stored on
+``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (:func:`half_message`, called by the send
+processor). END_TRANSACTION re-puts a committed message to its real topic and writes an
+op record (``RMQ_SYS_TRANS_OP_HALF_TOPIC``, tag ``d``, body = half queue offset) for
+both outcomes. :class:`TransactionCheckService` walks the half queue every
+``check_interval``: a message without an op record older than ``timeout`` is put back at
+the end of the half queue with ``TRANSACTION_CHECK_TIMES`` + 1 and its producer group is
+asked with CHECK_TRANSACTION_STATE (39); after ``check_max`` checks it goes to
+``TRANS_CHECK_MAX_TIME_TOPIC``. Its two queue offsets live in ``consumerOffset.json``
+(group ``CID_SYS_RMQ_TRANS``), so a restart resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger, LogLevel
+from zope.interface import implementer
+
+from rocketpy.broker.clients import ProducerManager
+from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.processors import Rejected
+from rocketpy.broker.topicconfig import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from rocketpy.common.headers import HeaderError, get_bool, get_int, get_str
+from rocketpy.common.message import (
+    MessageConst,
+    MessageExt,
+    MessageSysFlag,
+    RecordError,
+    decode_record,
+    encode_record,
+)
+from rocketpy.interfaces import IChannel, IRequestProcessor
+from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.store.status import GetMessageStatus, PutMessageStatus
+
+TRANS_GROUP = "CID_SYS_RMQ_TRANS"
+OP_TAG = "d"
+_MASK = MessageSysFlag.TRANSACTION_MASK
+_STORED = frozenset({
+    PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE,
+})
+_DROPPED = (MessageConst.TRANSACTION_PREPARED, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID,
+            MessageConst.TRANSACTION_CHECK_TIMES)
+
+
+def is_half(msg: MessageExt) -> bool:
+    """A PREPARED send: ``TRAN_MSG=true`` or the PREPARED sysFlag."""
+    return (msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true"
+            or msg.sys_flag & _MASK == MessageSysFlag.TRANSACTION_PREPARED_TYPE)
+
+
+def half_message(msg: MessageExt) -> MessageExt:
+    """``msg`` as the store should keep it: a PREPARED send becomes a half message, others pass.
+
+    The half message sits on the half topic, queue 0, with ``REAL_TOPIC``/``REAL_QID``, its
+    sysFlag reset to NOT and no ``DELAY`` (the Java producer drops it too).
+    """
+    if not is_half(msg):
+        return msg
+    msg.properties[MessageConst.TRANSACTION_PREPARED] = "true"
+    msg.properties[MessageConst.REAL_TOPIC] = msg.topic
+    msg.properties[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
+    msg.properties.pop(MessageConst.DELAY_TIME_LEVEL, None)
+    msg.sys_flag &= ~_MASK
+    msg.topic, msg.queue_id = TRANS_HALF_TOPIC, 0
+    return msg
+
+
+def _copy(msg: MessageExt, topic: str, queue_id: int, props: dict[str, str], sys_flag: int) -> MessageExt:
+    return MessageExt(
+        topic=topic, body=msg.body, flag=msg.flag, properties=props, queue_id=queue_id, sys_flag=sys_flag,
+        born_timestamp=msg.born_timestamp, born_host=msg.born_host, store_host=msg.store_host,
+        reconsume_times=msg.reconsume_times,
+    )
+
+
+def committed_message(half: MessageExt, commit_log_offset: int) -> MessageExt:
+    """The real message of a committed half message (no TRAN_MSG/REAL_*, COMMIT sysFlag)."""
+    props = {k: v for k, v in half.properties.items() if k not in _DROPPED}
+    props[MessageConst.WAIT_STORE_MSG_OK] = "false"
+    real = _copy(half, half.properties[MessageConst.REAL_TOPIC], int(half.properties.get(MessageConst.REAL_QUEUE_ID, "0")),
+                 props, (half.sys_flag & ~_MASK) | MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+    real.prepared_transaction_offset = commit_log_offset
+    return real
+
+
+def op_message(half_offset: int, store_host: tuple[str, int]) -> MessageExt:
+    """The op record marking half queue offset ``half_offset`` as decided."""
+    props = {MessageConst.TAGS: OP_TAG, MessageConst.WAIT_STORE_MSG_OK: "false"}
+    return MessageExt(topic=TRANS_OP_HALF_TOPIC, body=str(half_offset).encode(), properties=props,
+                      store_host=store_host)
+
+
+@dataclass(slots=True)
+class EndTransactionHeader:
+    """``EndTransactionRequestHeader``."""
+
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    from_transaction_check: bool
+    msg_id: str
+
+    @classmethod
+    def parse(cls, request: RemotingCommand) -> EndTransactionHeader:
+        f = request.ext_fields
+        return cls(get_str(f, "producerGroup"), get_int(f, "tranStateTableOffset"), get_int(f, "commitLogOffset"),
+                   get_int(f, "commitOrRollback"), get_bool(f, "fromTransactionCheck"), get_str(f, "msgId", ""))
+
+
+class TransactionStore:
+    """What END_TRANSACTION and the checker share: the store and the op records.
+
+    :param store: the ``StoreService``.
+    :param store_host: written into op records.
+    """
+
+    log = Logger()
+
+    def __init__(self, store: Any, store_host: tuple[str, int]) -> None:
+        self.store = store
+        self.store_host = store_host
+
+    async def put(self, msg: MessageExt) -> PutMessageStatus:
+        return (await self.store.put_message(msg)).status  # type: ignore[no-any-return]
+
+    async def mark_done(self, half_offset: int) -> bool:
+        """Write the op record of ``half_offset``; False (logged) when it was not stored."""
+        status = await self.put(op_message(half_offset, self.store_host))
+        if status not in _STORED:
+            self.log.error("op record of half message {offset} not stored: {status}", offset=half_offset,
+                           status=status.name)
+        return status in _STORED
+
+    async def read(self, topic: str, offset: int, limit: int) -> tuple[list[MessageExt], int]:
+        """Messages of ``topic`` queue 0 from ``offset`` (below ``limit``) and the offset after them."""
+        found = await self.store.get_message(TRANS_GROUP, topic, 0, offset, 32)
+        if found.status is not GetMessageStatus.FOUND:
+            return [], max(offset, min(found.next_begin_offset, limit))
+        msgs = []
+        for record in found.records:
+            try:
+                msg = decode_record(record)
+            except RecordError:
+                self.log.error("unreadable record on {topic}: skipped", topic=topic)
+                continue
+            if msg.queue_offset < limit:
+                msgs.append(msg)
+        return msgs, (msgs[-1].queue_offset + 1 if msgs else min(found.next_begin_offset, limit))
+
+
+@implementer(IRequestProcessor)
+class EndTransactionProcessor:
+    """END_TRANSACTION (37): commit or roll back a half message.
+
+    :param tx: the shared transaction store.
+    :param writable: tells whether the broker takes writes (a slave answers SLAVE_NOT_AVAILABLE).
+    """
+
+    log = Logger()
+    codes = (RequestCode.END_TRANSACTION,)
+
+    def __init__(self, tx: TransactionStore, writable: Any = lambda: True) -> None:
+        self._tx = tx
+        self._writable = writable
+
+    def reject_request(self) -> bool:
+        return False
+
+    def process_request(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand | None]:
+        return Deferred.fromCoroutine(self._process(request))
+
+    async def _process(self, request: RemotingCommand) -> RemotingCommand | None:
+        try:
+            header = EndTransactionHeader.parse(request)
+            if not self._writable():
+                raise Rejected(ResponseCode.SLAVE_NOT_AVAILABLE, "the broker is a slave: no transaction ends here")
+            kind = header.commit_or_rollback
+            if kind == MessageSysFlag.TRANSACTION_NOT_TYPE:
+                return None  # unknown: the check-back will ask again
+            if kind not in (MessageSysFlag.TRANSACTION_COMMIT_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE):
+                raise Rejected(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {kind} is neither commit nor rollback")
+            half = await self._half(header)
+            if kind == MessageSysFlag.TRANSACTION_COMMIT_TYPE:
+                status = await self._tx.put(committed_message(half, header.commit_log_offset))
+                if status not in _STORED:
+                    raise Rejected(ResponseCode.SYSTEM_ERROR, f"commit of {header.msg_id} failed: {status.name}")
+            await self._tx.mark_done(half.queue_offset)
+        except HeaderError as e:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        except Rejected as e:
+            self.log.warn("END_TRANSACTION {msg_id}: {remark}", msg_id=request.ext_fields.get("msgId"), remark=e.remark)
+            return request.make_response(e.code, e.remark)
+        return request.make_response(ResponseCode.SUCCESS, None)
+
+    async def _half(self, header: EndTransactionHeader) -> MessageExt:
+        """The half message the header names, checked as Java's ``checkPrepareMessage``."""
+        half: MessageExt | None = await self._tx.store.look_message_by_offset(header.commit_log_offset)
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")
+        if half.properties.get(MessageConst.PRODUCER_GROUP) != header.producer_group:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, "The producer group wrong")
+        if half.queue_offset != header.tran_state_table_offset:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong")
+        return half
+
+
+class TransactionCheckService(Service):
+    """Asks producers about half messages left undecided (``TransactionalMessageCheckService``).
+
+    :param tx: the shared transaction store.
+    :param producers: live producer connections by group.
+    :param offsets: keeps the half and op queue offsets (group ``CID_SYS_RMQ_TRANS``).
+    :param clock: times the checks and measures message age.
+    :param check_interval: seconds between checks (60).
+    :param timeout: seconds a half message is left alone after it was born (6).
+    :param check_max: checks before a message is given up (15).
+    """
+
+    log = Logger()
+
+    def __init__(self, tx: TransactionStore, producers: ProducerManager, offsets: ConsumerOffsetManager,
+                 clock: IReactorTime, check_interval: float = 60.0, timeout: float = 6.0,
+                 check_max: int = 15) -> None:
+        self._tx = tx
+        self._producers = producers
+        self._offsets = offsets
+        self._clock = clock
+        self._timeout_ms = int(timeout * 1000)
+        self._check_max = check_max
+        self._interval = check_interval
+        self._loop = LoopingCall(self.check)
+        self._loop.clock = clock
+        self._looping: Deferred[Any] | None = None
+
+    def startService(self) -> None:
+        super().startService()
+        self._looping = self._loop.start(self._interval, now=False)
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()
+        if self._loop.running:
+            self._loop.stop()
+        return Deferred.fromCoroutine(self._stopped())
+
+    async def _stopped(self) -> None:
+        if self._looping is not None:
+            await self._looping  # fires once a running check ends
+            self._looping = None
+
+    def _offset(self, topic: str) -> int:
+        return max(0, self._offsets.query_offset(TRANS_GROUP, topic, 0),
+                   self._tx.store.get_min_offset_in_queue(topic, 0))
+
+    def _commit(self, topic: str, offset: int) -> None:
+        self._offsets.commit_offset("broker", TRANS_GROUP, topic, 0, offset)
+
+    async def check(self) -> None:
+        """One pass over the half queue; errors are logged (the loop goes on)."""
+        try:
+            await self._check()
+        except Exception:
+            self.log.failure("transaction check failed", level=LogLevel.error)
+
+    async def _check(self) -> None:
+        store = self._tx.store
+        half_end = store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)  # put-backs wait for the next pass
+        half_offset = self._offset(TRANS_HALF_TOPIC)
+        if half_offset >= half_end:
+            return
+        done, op_offset = await self._read_ops(half_offset)
+        now_ms = int(self._clock.seconds() * 1000)
+        while half_offset < half_end and self.running:
+            if half_offset in done:
+                half_offset += 1
+                continue
+            msgs, _ = await self._tx.read(TRANS_HALF_TOPIC, half_offset, half_offset + 1)
+            if msgs and now_ms - msgs[0].born_timestamp < self._timeout_ms:
+                break  # this one and all later ones are too young
+            if msgs and not await self._resolve(msgs[0]):
+                break  # the store refused the put-back: try again next pass
+            half_offset += 1
+        self._commit(TRANS_HALF_TOPIC, half_offset)
+        self._commit(TRANS_OP_HALF_TOPIC, op_offset)
+
+    async def _read_ops(self, half_offset: int) -> tuple[set[int], int]:
+        """Half offsets ≥ ``half_offset`` that have op records, and the new op queue offset.
+
+        The op offset moves only over records of half messages already passed, so the
+        others are read again next pass (Java's ``calculateOpOffset``).
+        """
+        store = self._tx.store
+        start = offset = self._offset(TRANS_OP_HALF_TOPIC)
+        end = store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0)
+        done: set[int] = set()
+        passed: set[int] = set()
+        while offset < end:
+            ops, offset_after = await self._tx.read(TRANS_OP_HALF_TOPIC, offset, end)
+            for op in ops:
+                try:
+                    target = int(op.body)
+                except ValueError:
+                    target = -1
+                if target >= half_offset:
+                    done.add(target)
+                else:
+                    passed.add(op.queue_offset)
+            if offset_after <= offset:
+                break
+            offset = offset_after
+        new_op_offset = start
+        while new_op_offset in passed:
+            new_op_offset += 1
+        return done, new_op_offset
+
+    async def _resolve(self, half: MessageExt) -> bool:
+        """Put ``half`` back (one more check) and ask its producer, or give it up; False if not stored."""
+        props = dict(half.properties)
+        times = int(props.get(MessageConst.TRANSACTION_CHECK_TIMES, "0") or 0)
+        if times >= self._check_max:
+            self.log.warn("half message {id} undecided after {n} checks: to {topic}",
+                          id=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX), n=times,
+                          topic=TRANS_CHECK_MAX_TIME_TOPIC)
+            return await self._tx.put(_copy(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, props, half.sys_flag)) in _STORED
+        props[MessageConst.TRANSACTION_CHECK_TIMES] = str(times + 1)
+        copy = _copy(half, TRANS_HALF_TOPIC, 0, props, half.sys_flag)
+        result = await self._tx.store.put_message(copy)
+        if result.status not in _STORED or result.append is None:
+            return False
+        copy.queue_offset = result.append.queue_offset
+        copy.commit_log_offset = result.append.wrote_offset
+        copy.store_timestamp = result.append.store_timestamp
+        self._ask(copy)
+        return True
+
+    def _ask(self, half: MessageExt) -> None:
+        """CHECK_TRANSACTION_STATE to one live producer of the half message's group."""
+        group = half.properties.get(MessageConst.PRODUCER_GROUP, "")
+        channel = self._producers.get_available_channel(group)
+        if channel is None:
+            self.log.info("no live producer of group {group} to check a transaction", group=group)
+            return
+        request = check_request(half)
+        channel.invoke_oneway(request).addErrback(
+            lambda f: self.log.failure("CHECK_TRANSACTION_STATE to {group} failed", f, LogLevel.warn, group=group)
+        )
+
+
+def check_request(half: MessageExt) -> RemotingCommand:
+    """CHECK_TRANSACTION_STATE (39) for a stored half message: the body shows its real topic and queue."""
+    uniq = half.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, "")
+    fields = {
+        "tranStateTableOffset": str(half.queue_offset),
+        "commitLogOffset": str(half.commit_log_offset),
+        "msgId": uniq,
+        "transactionId": uniq,
+        "offsetMsgId": half.msg_id,
+    }
+    shown = _copy(half, half.properties.get(MessageConst.REAL_TOPIC, half.topic),
+                  int(half.properties.get(MessageConst.REAL_QUEUE_ID, "0")), dict(half.properties), half.sys_flag)
+    shown.queue_offset, shown.commit_log_offset = half.queue_offset, half.commit_log_offset
+    shown.store_timestamp, shown.prepared_transaction_offset = half.store_timestamp, half.prepared_transaction_offset
+    request = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, fields, bytes(encode_record(shown)))
+    request.mark_oneway()
+    return request
