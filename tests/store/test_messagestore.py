@@ -302,6 +302,32 @@ class ReadTests(StoreCase):
         self.assertEqual(len(self.queue_bodies("T", 0)), 1000)
 
 
+class FlushThreadTests(StoreCase):
+    def test_flush_while_writing(self) -> None:
+        """A flusher thread running beside the writer never claims more than was written."""
+        errors: list[Any] = []
+        done = threading.Event()
+
+        def flush() -> None:
+            try:
+                while not done.is_set():
+                    self.store.flush(0)
+                    if self.store.flushed_offset > self.store.max_physical_offset:
+                        errors.append((self.store.flushed_offset, self.store.max_physical_offset))
+            except Exception as e:  # any exception in the flusher is a failure
+                errors.append(e)
+        flusher = threading.Thread(target=flush)
+        flusher.start()
+        try:
+            self.put_many(500, size=700)
+        finally:
+            done.set()
+            flusher.join(30)
+        self.assertEqual(errors, [])
+        self.store.flush(0)
+        self.assertEqual(self.store.flushed_offset, self.store.max_physical_offset)
+
+
 class ReplicationTests(StoreCase):
     def test_slave_follows_master(self) -> None:
         """A slave fed the master's commit-log bytes has identical files and serves the same queues."""
