@@ -129,6 +129,11 @@ class MessageStore:
         self._take_lock()
         with open(self.config.abort_path, "wb") as abort:
             os.fsync(abort.fileno())
+        root = os.open(self.config.store_path_root_dir, os.O_RDONLY)
+        try:
+            os.fsync(root)  # the abort file's directory entry survives a power loss too
+        finally:
+            os.close(root)
         self.running = True
 
     def shutdown(self) -> None:
@@ -258,9 +263,9 @@ class MessageStore:
 
     # -- HA --
 
-    def get_commit_log_data(self, offset: int) -> bytes | None:
-        """Bytes from ``offset`` to the readable end of its commit-log file (master side)."""
-        return self.commit_log.get_data(offset)
+    def get_commit_log_data(self, offset: int, size: int = -1) -> bytes | None:
+        """``size`` bytes at ``offset`` (-1: to the readable end of its commit-log file); HA master side."""
+        return self.commit_log.get_data(offset, size)
 
     def append_to_commit_log(self, offset: int, data: bytes) -> bool:
         """Slave side: append master bytes at ``offset`` byte for byte, then dispatch whole records."""
