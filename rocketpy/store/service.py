@@ -290,7 +290,7 @@ class StoreService(Service):
         if self._sync_flush and append.next_offset > self._flush_waiters.position and wants_wait(put.msgs[0]):
             deadline = self._reactor.seconds() + self._config.sync_flush_timeout
             waits.append(self._flush_waiters.add(append.next_offset, deadline).addCallback(_flush_status))
-        for hook in self._put_hooks:
+        for hook in self._put_hooks if wants_wait(put.msgs[0]) else ():
             status = hook(result)
             if status is not None:
                 waits.append(status)
@@ -318,7 +318,8 @@ class StoreService(Service):
         self._arrival_listeners.append(listener)
 
     def add_put_hook(self, hook: PutHook) -> None:
-        """Call ``hook(result)`` on the reactor for every appended put (HA replication).
+        """Call ``hook(result)`` on the reactor for every appended put whose WAIT property
+        is not false (HA replication: SYNC_MASTER waits only for those).
 
         The hook may return a Deferred status; the put's Deferred then waits for it too,
         and a non-OK status replaces the flush status (RocketMQ: replica over flush).
@@ -365,9 +366,9 @@ class StoreService(Service):
                       end_ms: int) -> Deferred[QueryMessageResult]:
         return self._in_read_pool(self._store.query_message, topic, key, max_num, begin_ms, end_ms)
 
-    def get_commit_log_data(self, offset: int) -> Deferred[bytes | None]:
-        """HA master: the commit log from ``offset`` to the end of its file."""
-        return self._in_read_pool(self._store.get_commit_log_data, offset)
+    def get_commit_log_data(self, offset: int, size: int = -1) -> Deferred[bytes | None]:
+        """HA master: ``size`` bytes of commit log at ``offset`` (-1: to the end of its file)."""
+        return self._in_read_pool(self._store.get_commit_log_data, offset, size)
 
 
 def _flush_status(covered: bool) -> PutMessageStatus:

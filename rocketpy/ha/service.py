@@ -1,0 +1,272 @@
+"""``HAService``: the master side of replication (RocketMQ's ``HAService`` + ``HAConnection``).
+
+The master listens on the HA port. Each slave link gets a :class:`SlaveSession` that streams
+the commit log from the offset the slave first reports, in blocks of at most
+``transfer_batch_size`` bytes that never cross a file, read in the store's read pool one
+block at a time. New appends (the store's arrival listener) wake every idle session; an idle
+link gets an empty frame every ``send_heartbeat_interval``. The slaves' acks raise
+``push_to_slave_max_offset``, which serves the SYNC_MASTER waiters (one
+:class:`~rocketpy.store.groupcommit.OffsetWaiters`, as the flush group commit).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.endpoints import serverFromString
+from twisted.internet.interfaces import IDelayedCall, IListeningPort, IPushProducer, IReactorTime
+from twisted.internet.protocol import Factory
+from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from rocketpy.ha.config import HAConfig
+from rocketpy.ha.protocol import MasterProtocol, encode_frame
+from rocketpy.store.groupcommit import OffsetWaiters
+from rocketpy.store.status import PutMessageResult, PutMessageStatus
+
+
+class MasterStore(Protocol):
+    """What the master side needs of ``StoreService``."""
+
+    @property
+    def max_physical_offset(self) -> int: ...
+
+    def get_commit_log_data(self, offset: int, size: int = -1) -> Deferred[bytes | None]: ...
+
+    def add_arrival_listener(self, listener: Any) -> None: ...
+
+    def add_put_hook(self, hook: Any) -> None: ...
+
+
+@implementer(IPushProducer)
+class SlaveSession:
+    """The transfer to one slave; the transport pauses it while its send buffer is full.
+
+    :ivar ack_offset: the slave's last reported max offset (-1 before its first report).
+    """
+
+    log = Logger()
+
+    def __init__(self, service: HAService, link: MasterProtocol, clock: IReactorTime) -> None:
+        self._service = service
+        self._store = service.store
+        self._link = link
+        self._clock = clock
+        self._interval = service.config.send_heartbeat_interval
+        self.ack_offset = -1
+        self._next = -1  # where the next block starts; -1 until the first report
+        self._reading = False
+        self._paused = False
+        self._closed = False
+        link.register_producer(self)
+        self._idle: IDelayedCall = clock.callLater(self._interval, self._heartbeat)
+
+    # -- from the link --
+
+    def ack_received(self, offset: int) -> None:
+        """A report: the first one is where the transfer starts; any one may serve waiters."""
+        if self._next < 0:
+            self._next = offset if offset else self._service.last_file_start()
+            self.log.info("HA slave asks for {offset}; sending from {start}", offset=offset, start=self._next)
+        elif offset > self._store.max_physical_offset:
+            self.log.warn("HA slave reports {offset}, beyond the commit log: dropped", offset=offset)
+            self._link.drop()
+            return
+        self.ack_offset = offset
+        self._service.slave_acked(offset)
+        self.wake()
+
+    def drop_link(self) -> None:
+        """Close the link; :meth:`lost` follows."""
+        self._link.drop()
+
+    def lost(self) -> None:
+        self._closed = True
+        if self._idle.active():
+            self._idle.cancel()
+        self._service.slave_lost(self)
+
+    # -- IPushProducer --
+
+    def pauseProducing(self) -> None:
+        self._paused = True
+
+    def resumeProducing(self) -> None:
+        self._paused = False
+        self.wake()
+
+    def stopProducing(self) -> None:
+        self._closed = True
+
+    # -- transfer --
+
+    def wake(self) -> None:
+        """Read the next block if there is one and nothing holds the transfer back."""
+        if self._next < 0 or self._reading or self._paused or self._closed:
+            return
+        size = self._service.block_size(self._next)
+        if size <= 0:
+            return
+        self._reading = True
+        offset = self._next
+        d = self._store.get_commit_log_data(offset, size)
+        d.addCallbacks(self._send, self._read_failed, (offset,))
+
+    def _send(self, data: bytes | None, offset: int) -> None:
+        self._reading = False
+        if self._closed:
+            return
+        if data is None:
+            self.log.warn("commit log at {offset} is not there (deleted?): HA slave dropped", offset=offset)
+            self._link.drop()
+            return
+        self._link.write(encode_frame(offset, data))
+        self._next = offset + len(data)
+        self._idle.reset(self._interval)
+        self.wake()
+
+    def _read_failed(self, failure: Failure) -> None:
+        self._reading = False
+        self.log.failure("HA read of the commit log failed", failure, level=LogLevel.error)
+        self._link.drop()
+
+    def _heartbeat(self) -> None:
+        self._idle = self._clock.callLater(self._interval, self._heartbeat)
+        if self._next >= 0 and not self._reading and not self._closed:
+            self._link.write(encode_frame(self._next, b""))
+            self.wake()  # a safety net: nothing should be pending here
+
+
+class HAService(Service):
+    """Master side: the HA listener, the slave sessions and the SYNC_MASTER waiters.
+
+    :param reactor: listens and keeps time.
+    :param store: the ``StoreService``; this registers an arrival listener and, for a
+        SYNC_MASTER, a put hook on it.
+    :param config: HA settings.
+    :param file_size: bytes per commit-log file (a block never crosses a file).
+    :param listen: the HA server endpoint; None for no listener (unit tests).
+    :param sync_master: make sends wait for a slave's ack (SYNC_MASTER).
+    """
+
+    log = Logger()
+
+    def __init__(self, reactor: Any, store: MasterStore, config: HAConfig, file_size: int,
+                 listen: str | None, sync_master: bool) -> None:
+        self.store = store
+        self.config = config
+        self._reactor = reactor
+        self._file_size = file_size
+        self._listen = listen
+        self._waiters = OffsetWaiters(reactor)
+        self._sessions: set[SlaveSession] = set()
+        self._port: IListeningPort | None = None
+        self._all_lost: Deferred[None] | None = None
+        store.add_arrival_listener(self._arrived)
+        if sync_master:
+            store.add_put_hook(self._wait_for_slave)
+
+    @property
+    def listening_port(self) -> IListeningPort | None:
+        return self._port
+
+    @property
+    def push_to_slave_max_offset(self) -> int:
+        """The highest offset any slave has acknowledged."""
+        return self._waiters.position
+
+    @property
+    def slave_count(self) -> int:
+        return len(self._sessions)
+
+    # -- lifecycle --
+
+    def startService(self) -> Deferred[None]:
+        """Listen on the HA endpoint (if any); fires once listening."""
+        super().startService()
+        if self._listen is None:
+            return succeed(None)
+        factory = Factory.forProtocol(self.build_protocol)
+        d: Deferred[IListeningPort] = serverFromString(self._reactor, self._listen).listen(factory)
+        return d.addCallback(self._listening)
+
+    def _listening(self, port: IListeningPort) -> None:
+        self._port = port
+        self.log.info("HA service listening on {host}", host=port.getHost())
+
+    def stopService(self) -> Deferred[None]:
+        """Stop listening, drop every slave, and end the waiters (FLUSH_SLAVE_TIMEOUT)."""
+        super().stopService()
+        return Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+        if self._port is not None:
+            port, self._port = self._port, None
+            await port.stopListening()
+        if self._sessions:
+            self._all_lost = Deferred()
+            for session in list(self._sessions):
+                session.drop_link()
+            await self._all_lost
+        self._waiters.expire(float("inf"))
+
+    # -- sessions --
+
+    def build_protocol(self) -> MasterProtocol:
+        """The protocol of one new slave link."""
+        return MasterProtocol(self._reactor, self.config.housekeeping_interval, self._connected)
+
+    def _connected(self, link: MasterProtocol) -> SlaveSession:
+        session = SlaveSession(self, link, self._reactor)
+        self._sessions.add(session)
+        self.log.info("HA slave connected ({n} now)", n=len(self._sessions))
+        return session
+
+    def slave_lost(self, session: SlaveSession) -> None:
+        self._sessions.discard(session)
+        self.log.info("HA slave gone ({n} left)", n=len(self._sessions))
+        if not self._sessions and self._all_lost is not None:
+            all_lost, self._all_lost = self._all_lost, None
+            all_lost.callback(None)
+
+    def slave_acked(self, offset: int) -> None:
+        self._waiters.advance(offset)
+
+    def last_file_start(self) -> int:
+        """Where a slave with an empty store starts: the master's last commit-log file."""
+        end = self.store.max_physical_offset
+        return end - end % self._file_size
+
+    def block_size(self, offset: int) -> int:
+        """Bytes of the next block from ``offset``: up to the batch size, the log end, the file end."""
+        file_end = offset - offset % self._file_size + self._file_size
+        return min(self.config.transfer_batch_size, min(self.store.max_physical_offset, file_end) - offset)
+
+    def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for session in self._sessions:
+            session.wake()
+
+    # -- SYNC_MASTER --
+
+    def is_slave_ok(self, master_put_where: int) -> bool:
+        """A slave is connected and less than ``slave_fall_behind_max`` behind."""
+        return bool(self._sessions) and (
+            master_put_where - self.push_to_slave_max_offset < self.config.slave_fall_behind_max)
+
+    def _wait_for_slave(self, result: PutMessageResult) -> Deferred[PutMessageStatus] | None:
+        """The put hook: a status once a slave has the record or the slave timeout passed."""
+        append = result.append
+        if append is None:
+            return None
+        end = append.next_offset
+        if not self.is_slave_ok(end):
+            return succeed(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        deadline = self._reactor.seconds() + self.config.slave_timeout
+        return self._waiters.add(end, deadline).addCallback(_replica_status)
+
+
+def _replica_status(covered: bool) -> PutMessageStatus:
+    return PutMessageStatus.PUT_OK if covered else PutMessageStatus.FLUSH_SLAVE_TIMEOUT

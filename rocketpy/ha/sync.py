@@ -1,0 +1,108 @@
+"""``SlaveSynchronize``: a slave copies its master's config tables (RocketMQ's ``SlaveSynchronize``).
+
+Every ``sync_interval`` seconds the slave asks its master (remoting, not the HA link) for
+GET_ALL_TOPIC_CONFIG (21), GET_ALL_CONSUMER_OFFSET (43) and
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), and merges the answers into its own tables. Topics
+and groups are taken only when their data version changed, and their files are then
+written in the given pool. GET_ALL_DELAY_OFFSET (45) is not asked: rocketpy brokers keep
+no delay offsets yet.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Protocol
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
+from twisted.logger import Logger, LogLevel
+
+from rocketpy.broker.config import JsonConfigFile
+from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.errors import RemotingError
+from rocketpy.util.fileio import write_atomically
+
+#: ``(f, *args) -> Deferred``: runs a blocking call off the reactor thread.
+InPool = Callable[..., "Deferred[Any]"]
+
+
+class Invoker(Protocol):
+    def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]: ...
+
+
+class SlaveSynchronize:
+    """Keeps a slave's topics, consumer offsets and subscription groups in step with its master.
+
+    :param clock: runs the timer.
+    :param client: asks the master.
+    :param topics: the slave's ``TopicConfigManager``.
+    :param offsets: the slave's ``ConsumerOffsetManager`` (the broker writes its file).
+    :param groups: the slave's ``SubscriptionGroupManager``.
+    :param in_pool: writes the topic and group files off the reactor thread.
+    :param timeout: seconds per request.
+    :ivar master_address: the master's remoting ``host:port``; nothing is asked while None.
+    """
+
+    log = Logger()
+
+    def __init__(self, clock: IReactorTime, client: Invoker, topics: Any, offsets: JsonConfigFile,
+                 groups: Any, in_pool: InPool, timeout: float = 3.0) -> None:
+        self._client = client
+        self._topics = topics
+        self._offsets = offsets
+        self._groups = groups
+        self._in_pool = in_pool
+        self._timeout = timeout
+        self.master_address: str | None = None
+        self._loop = LoopingCall(self.sync_all)
+        self._loop.clock = clock
+        self._loop_done: Deferred[Any] | None = None
+
+    def start(self, interval: float) -> None:
+        """Sync now and then every ``interval`` seconds."""
+        self._loop_done = self._loop.start(interval, now=True)
+
+    async def stop(self) -> None:
+        """Stop the timer and let a running sync end."""
+        if self._loop.running:
+            self._loop.stop()
+        if self._loop_done is not None:
+            await self._loop_done
+            self._loop_done = None
+
+    def sync_all(self) -> Deferred[None]:
+        """One round: topics, consumer offsets, subscription groups; failures are logged."""
+        return Deferred.fromCoroutine(self._sync_all())
+
+    async def _sync_all(self) -> None:
+        master = self.master_address
+        if not master:
+            return
+        rounds = (
+            ("topics", RequestCode.GET_ALL_TOPIC_CONFIG, self._topics),
+            ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, self._offsets),
+            ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._groups),
+        )
+        for what, code, table in rounds:
+            try:
+                await self._sync_one(master, code, table)
+            except (RemotingError, ValueError) as e:
+                self.log.warn("copying {what} from master {addr} failed: {error}", what=what, addr=master, error=e)
+            except Exception:  # an escaping exception would end the LoopingCall
+                self.log.failure("copying {what} from master failed", level=LogLevel.error, what=what)
+
+    async def _sync_one(self, master: str, code: int, table: JsonConfigFile) -> None:
+        response = await self._client.invoke_sync(master, RemotingCommand.request(code, {}), self._timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise ValueError(f"code {response.code} {response.remark}")
+        obj = json.loads(response.body)
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        version = getattr(table, "data_version", None)
+        if version is not None and obj.get("dataVersion") == version.to_json():
+            return  # unchanged since the last copy
+        table.apply_json(obj)
+        if version is not None and table.path is not None:
+            await self._in_pool(write_atomically, table.path, table.encode())
