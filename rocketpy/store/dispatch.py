@@ -28,7 +28,7 @@ class DispatchRequest:
 class IDispatcher(Interface):
     """Follows the commit log: called after every append and for each record walked in recovery."""
 
-    def dispatch(request: DispatchRequest) -> None:  # type: ignore[misc]
+    def dispatch(request: DispatchRequest) -> None:
         """Record ``request``; must ignore a record already present (same or lower offset)."""
 
 
