@@ -278,8 +278,6 @@ class TransactionCheckService(Service):
         store = self._tx.store
         half_end = store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)  # put-backs wait for the next pass
         half_offset = self._offset(TRANS_HALF_TOPIC)
-        if half_offset >= half_end:
-            return
         done, op_offset = await self._read_ops(half_offset)
         now_ms = int(self._clock.seconds() * 1000)
         while half_offset < half_end and self.running:

@@ -1,0 +1,211 @@
+"""Transactions: half messages through the send processor, END_TRANSACTION, the check-back service."""
+
+from __future__ import annotations
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.broker.clients import ClientChannelInfo, ProducerManager
+from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.send import SendMessageProcessor
+from rocketpy.broker.topicconfig import (
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    TopicConfigManager,
+)
+from rocketpy.broker.transaction import (
+    EndTransactionProcessor,
+    TransactionCheckService,
+    TransactionStore,
+)
+from rocketpy.common.headers import to_fields
+from rocketpy.common.message import MessageConst, MessageExt, MessageSysFlag, decode_record, properties_to_string
+from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+from tests.broker.featurestore import STORE_HOST, FakeChannel, new_clock, open_store, read_queue
+
+COMMIT, ROLLBACK = MessageSysFlag.TRANSACTION_COMMIT_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
+
+
+class TransactionTestCase(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = new_clock()
+        self.root = self.mktemp()
+        self.store = open_store(self, self.clock, self.root)
+        self.topics = TopicConfigManager(self.clock)
+        self.send = SendMessageProcessor(self.store, self.topics, STORE_HOST)
+        self.tx = TransactionStore(self.store, STORE_HOST)
+        self.end = EndTransactionProcessor(self.tx)
+        self.channel = FakeChannel()
+
+    def send_half(self, body: bytes = b"order", delay: bool = False) -> dict[str, str]:
+        """A PREPARED send as the Java client makes it; the response's ext fields."""
+        props = {MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: "PG",
+                 MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "UNIQ" + body.decode(), MessageConst.TAGS: "T"}
+        if delay:
+            props[MessageConst.DELAY_TIME_LEVEL] = "3"
+        fields = to_fields(
+            producerGroup="PG", topic="Orders", defaultTopic="TBW102", defaultTopicQueueNums=4, queueId=2,
+            sysFlag=MessageSysFlag.TRANSACTION_PREPARED_TYPE, bornTimestamp=int(self.clock.seconds() * 1000),
+            flag=0, properties=properties_to_string(props),
+        )
+        request = RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body)
+        response: RemotingCommand = self.successResultOf(self.send.process_request(self.channel, request))
+        self.assertEqual(response.code, ResponseCode.SUCCESS, response.remark)
+        return response.ext_fields
+
+    def end_tx(self, sent: dict[str, str], kind: int, group: str = "PG", check: bool = False) -> RemotingCommand | None:
+        offset = int(sent.get("commitLogOffset") or int(sent["msgId"][16:], 16))
+        fields = to_fields(producerGroup=group, tranStateTableOffset=sent.get("tranStateTableOffset", sent.get("queueOffset")),
+                           commitLogOffset=offset, commitOrRollback=kind, fromTransactionCheck=check, msgId="x")
+        request = RemotingCommand.request(RequestCode.END_TRANSACTION, fields)
+        response: RemotingCommand | None = self.successResultOf(self.end.process_request(self.channel, request))
+        return response
+
+    def real(self) -> list[MessageExt]:
+        return read_queue(self, self.store, "Orders", 2)
+
+    def ops(self) -> list[bytes]:
+        return [m.body for m in read_queue(self, self.store, TRANS_OP_HALF_TOPIC)]
+
+
+class HalfAndEndTests(TransactionTestCase):
+    def test_prepared_send_is_a_half_message(self) -> None:
+        """A PREPARED send waits on the half topic with REAL_TOPIC/REAL_QID, sysFlag NOT, no DELAY."""
+        sent = self.send_half(delay=True)
+        self.assertEqual(sent["queueId"], "2")
+        self.assertEqual(self.real(), [])
+        [half] = read_queue(self, self.store, TRANS_HALF_TOPIC)
+        self.assertEqual((half.properties[MessageConst.REAL_TOPIC], half.properties[MessageConst.REAL_QUEUE_ID]),
+                         ("Orders", "2"))
+        self.assertEqual(half.sys_flag & MessageSysFlag.TRANSACTION_MASK, 0)
+        self.assertNotIn(MessageConst.DELAY_TIME_LEVEL, half.properties)
+
+    def test_commit(self) -> None:
+        """Commit stores the real message (no TRAN_MSG/REAL_*, COMMIT flag) and an op record "0"."""
+        sent = self.send_half()
+        self.assertEqual(self.end_tx(sent, COMMIT).code, ResponseCode.SUCCESS)  # type: ignore[union-attr]
+        [msg] = self.real()
+        self.assertEqual(msg.body, b"order")
+        for gone in (MessageConst.TRANSACTION_PREPARED, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID):
+            self.assertNotIn(gone, msg.properties)
+        self.assertEqual(msg.sys_flag & MessageSysFlag.TRANSACTION_MASK, COMMIT)
+        self.assertEqual(msg.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX], "UNIQorder")
+        self.assertEqual(self.ops(), [b"0"])
+        [op] = read_queue(self, self.store, TRANS_OP_HALF_TOPIC)
+        self.assertEqual(op.properties[MessageConst.TAGS], "d")
+
+    def test_rollback(self) -> None:
+        """Rollback writes only the op record."""
+        self.send_half()
+        sent = self.send_half(b"second")
+        self.assertEqual(self.end_tx(sent, ROLLBACK).code, ResponseCode.SUCCESS)  # type: ignore[union-attr]
+        self.assertEqual((self.real(), self.ops()), ([], [b"1"]))
+
+    def test_unknown_state_is_no_op(self) -> None:
+        """commitOrRollback 0 (UNKNOW) answers nothing and writes nothing."""
+        self.assertIsNone(self.end_tx(self.send_half(), 0))
+        self.assertEqual(self.ops(), [])
+
+    def test_mismatches_are_refused(self) -> None:
+        """Wrong group, wrong half offset, no half message there, not a slave: SYSTEM_ERROR / SLAVE_NOT_AVAILABLE."""
+        sent = self.send_half()
+        self.assertEqual(self.end_tx(sent, COMMIT, group="other").code, ResponseCode.SYSTEM_ERROR)  # type: ignore[union-attr]
+        self.assertEqual(self.end_tx({**sent, "queueOffset": "5"}, COMMIT).code,  # type: ignore[union-attr]
+                         ResponseCode.SYSTEM_ERROR)
+        self.assertEqual(self.end_tx({**sent, "commitLogOffset": "999999"}, COMMIT).code,  # type: ignore[union-attr]
+                         ResponseCode.SYSTEM_ERROR)
+        self.end = EndTransactionProcessor(self.tx, writable=lambda: False)
+        self.assertEqual(self.end_tx(sent, COMMIT).code, ResponseCode.SLAVE_NOT_AVAILABLE)  # type: ignore[union-attr]
+        self.assertEqual((self.real(), self.ops()), ([], []))
+
+
+class CheckBackTests(TransactionTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.producers = ProducerManager(self.clock)
+        self.producers.register_producer("PG", ClientChannelInfo(self.channel, "client-1"))  # type: ignore[arg-type]
+        self.offsets = ConsumerOffsetManager()
+
+    def checker(self, check_max: int = 15) -> TransactionCheckService:
+        service = TransactionCheckService(self.tx, self.producers, self.offsets, self.clock, 60.0, 6.0, check_max)
+        service.startService()
+        self.addCleanup(service.stopService)
+        return service
+
+    def checks(self) -> list[RemotingCommand]:
+        return [r for r in self.channel.sent if r.code == RequestCode.CHECK_TRANSACTION_STATE]
+
+    def test_undecided_message_is_checked(self) -> None:
+        """After 60 s an undecided half message is put back (check 1) and its producer asked, oneway."""
+        self.send_half()
+        self.checker()
+        self.clock.advance(59)
+        self.assertEqual(self.checks(), [])
+        self.clock.advance(1)
+        [check] = self.checks()
+        self.assertTrue(check.is_oneway)
+        ext = check.ext_fields
+        self.assertEqual((ext["tranStateTableOffset"], ext["msgId"], ext["transactionId"]), ("1", "UNIQorder", "UNIQorder"))
+        shown = decode_record(check.body)
+        self.assertEqual((shown.topic, shown.queue_id, shown.body), ("Orders", 2, b"order"))
+        self.assertEqual(shown.properties[MessageConst.TRANSACTION_CHECK_TIMES], "1")
+        self.assertEqual(ext["offsetMsgId"][16:], format(int(ext["commitLogOffset"]), "016X"))
+        self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_HALF_TOPIC, 0), 1)
+
+    def test_answer_to_check_commits_once(self) -> None:
+        """END_TRANSACTION answering a check commits; later passes ask nothing more."""
+        self.send_half()
+        self.checker()
+        self.clock.advance(60)
+        [check] = self.checks()
+        self.assertEqual(self.end_tx(check.ext_fields, COMMIT, check=True).code, ResponseCode.SUCCESS)  # type: ignore[union-attr]
+        self.clock.pump([60] * 3)
+        self.assertEqual((len(self.checks()), len(self.real())), (1, 1))
+        self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_HALF_TOPIC, 0), 2)
+        self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_OP_HALF_TOPIC, 0), 1)
+
+    def test_young_and_decided_messages_are_not_checked(self) -> None:
+        """A decided half message is passed over; one younger than 6 s waits for a later pass."""
+        self.end_tx(self.send_half(b"a"), ROLLBACK)
+        self.checker()
+        self.clock.advance(57)
+        self.send_half(b"b")
+        self.clock.advance(3)
+        self.assertEqual(self.checks(), [])
+        self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_HALF_TOPIC, 0), 1)
+        self.clock.advance(60)
+        self.assertEqual([decode_record(c.body).body for c in self.checks()], [b"b"])
+
+    def test_given_up_after_check_max(self) -> None:
+        """After check_max checks the message moves to TRANS_CHECK_MAX_TIME_TOPIC and is not asked about again."""
+        self.send_half()
+        self.checker(check_max=2)
+        self.clock.pump([60] * 5)
+        self.assertEqual(len(self.checks()), 2)
+        [dropped] = read_queue(self, self.store, TRANS_CHECK_MAX_TIME_TOPIC)
+        self.assertEqual(dropped.properties[MessageConst.TRANSACTION_CHECK_TIMES], "2")
+
+    def test_no_live_producer(self) -> None:
+        """Without a live producer of the group the check is still counted (Java does the same)."""
+        self.producers.unregister_producer("PG", self.channel)  # type: ignore[arg-type]
+        self.send_half()
+        self.checker()
+        self.clock.advance(60)
+        [half, copy] = read_queue(self, self.store, TRANS_HALF_TOPIC)
+        self.assertEqual(copy.properties[MessageConst.TRANSACTION_CHECK_TIMES], "1")
+
+    def test_restart_resumes_from_persisted_offsets(self) -> None:
+        """A new checker over the same offsets and store neither re-asks decided messages nor forgets pending ones."""
+        self.end_tx(self.send_half(b"a"), COMMIT)
+        self.send_half(b"b")
+        first = self.checker()
+        self.clock.advance(60)
+        self.assertEqual(len(self.checks()), 1)
+        self.successResultOf(first.stopService())
+        self.successResultOf(self.store.stopService())
+        self.store = open_store(self, self.clock, self.root)
+        self.tx = TransactionStore(self.store, STORE_HOST)
+        self.checker()
+        self.clock.advance(60)
+        self.assertEqual([decode_record(c.body).body for c in self.checks()], [b"b", b"b"])
