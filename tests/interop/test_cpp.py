@@ -65,8 +65,9 @@ def query(port: int, request: RemotingCommand, timeout: float = 3.0) -> Remoting
 class Rocketpy:
     """A ``rocketpy`` name server + broker process on fixed free ports and one store directory."""
 
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, flush: str = "ASYNC_FLUSH") -> None:
         self.workdir = workdir
+        self.flush = flush
         self.namesrv_port, self.broker_port = free_port(), free_port()
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -80,6 +81,7 @@ class Rocketpy:
             "--store-dir", os.path.join(self.workdir, "store"),
             "--namesrv-config-dir", os.path.join(self.workdir, "namesrv"),
             "--commit-log-file-size", str(16 * 1024 * 1024),
+            "--flush-disk-type", self.flush,
         ]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
         with open(self.log_path, "ab") as log:
@@ -132,9 +134,12 @@ class CppClientTests(SynchronousTestCase):
         os.makedirs(self.workdir)
         self.home = os.path.join(self.workdir, "home")  # the C++ client logs under ~/logs/rocketmq-cpp
         os.makedirs(self.home)
-        self.rocketpy = Rocketpy(self.workdir)
-        self.rocketpy.start()
+
+    def start(self, flush: str = "ASYNC_FLUSH") -> None:
+        """Start rocketpy (stopped at cleanup)."""
+        self.rocketpy = Rocketpy(self.workdir, flush)
         self.addCleanup(self.rocketpy.stop)
+        self.rocketpy.start()
 
     # -- child processes -----------------------------------------------------
 
@@ -191,6 +196,7 @@ class CppClientTests(SynchronousTestCase):
 
     def test_send_modes_and_consume_all(self) -> None:
         """Auto-create a topic; sync, oneway, orderly and batch sends all reach a `*` consumer intact."""
+        self.start()
         topic = "InteropAll"
         sync = self.produce(topic, "sync", 3, "--tag", "TagA", "--keys", "sync", "--prop", "color=red",
                             "--body-prefix", "sync")
@@ -221,7 +227,8 @@ class CppClientTests(SynchronousTestCase):
         self.assertEqual(len({by_key[f"batch-{i}"]["queue_id"] for i in range(3)}), 1)
 
     def test_tag_subscription(self) -> None:
-        """A `TagB` consumer gets the TagB messages only."""
+        """A `TagB` consumer gets the TagB messages only (broker in SYNC_FLUSH: WAIT=true sends wait for the disk)."""
+        self.start("SYNC_FLUSH")
         topic = "InteropTags"
         self.produce(topic, "sync", 2, "--tag", "TagA", "--keys", "a")
         self.produce(topic, "sync", 3, "--tag", "TagB", "--keys", "b")
@@ -231,6 +238,7 @@ class CppClientTests(SynchronousTestCase):
 
     def test_bad_input_keeps_the_connection(self) -> None:
         """Bad requests get their error codes on one connection, which then still serves a good one."""
+        self.start()
         pull = {"consumerGroup": "G", "topic": "TBW102", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
                 "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
                 "subVersion": "0"}
@@ -255,6 +263,7 @@ class CppClientTests(SynchronousTestCase):
 
     def test_offsets_resume_after_restart(self) -> None:
         """After a broker restart a group resumes at its committed offsets; a new message wakes its pull."""
+        self.start()
         topic, group = "InteropResume", "CID_INTEROP_RESUME"
         self.produce(topic, "sync", 4, "--keys", "before")
         first = self.consume(topic, group, 4, "--linger", "1")
