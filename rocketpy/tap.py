@@ -16,6 +16,8 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.logger import Logger
 from twisted.python import usage
 
+from rocketpy.ha.config import ha_listen_endpoint
+
 ROLES = ("all", "namesrv", "broker")
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
@@ -34,6 +36,7 @@ DEFAULTS: dict[str, str] = {
     "broker-role": "ASYNC_MASTER",
     "auto-create-topic-enable": "true",
     "default-topic-queue-nums": "8",
+    "slave-read-enable": "false",
 }
 #: RocketMQ ``broker.conf`` names accepted in ``--config`` files, besides the option names.
 JAVA_KEYS = {
@@ -48,7 +51,10 @@ JAVA_KEYS = {
     "mappedFileSizeConsumeQueue": "consume-queue-file-size",
     "autoCreateTopicEnable": "auto-create-topic-enable",
     "defaultTopicQueueNums": "default-topic-queue-nums",
+    "haMasterAddress": "ha-master-address",
+    "slaveReadEnable": "slave-read-enable",
 }
+_BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable")
 _INT_OPTIONS = ("commit-log-file-size", "consume-queue-file-size", "broker-id", "default-topic-queue-nums")
 _KEY_VALUE = re.compile(r"([^=:\s]+)\s*[=:]\s*(.*)$")
 _ENDPOINT_PORT = re.compile(r"^(?:tcp|tcp6):(?:port=)?(\d+)(?::|$)")
@@ -106,6 +112,9 @@ class Options(usage.Options):
         ["broker-role", None, None, "ASYNC_MASTER | SYNC_MASTER | SLAVE [default: ASYNC_MASTER]"],
         ["auto-create-topic-enable", None, None, "create topics on first send from TBW102 [default: true]"],
         ["default-topic-queue-nums", None, None, "queues of TBW102 [default: 8]"],
+        ["ha-listen", None, None, "a master's HA endpoint for its slaves [default: tcp:<listen port + 1>]"],
+        ["ha-master-address", None, None, "a slave's master HA ip:port [default: from the name server]"],
+        ["slave-read-enable", None, None, "a master lagging in memory sends consumers to its slave [default: false]"],
         ["config", "c", None, "key=value file (option names or RocketMQ broker.conf names)"],
     ]
 
@@ -116,8 +125,8 @@ class Options(usage.Options):
         if self["config"]:
             for key, value in read_config_file(self["config"]):
                 name = JAVA_KEYS.get(key, key.replace("_", "-"))
-                if key == "listenPort":
-                    from_file["listen"] = f"tcp:{value}:interface=127.0.0.1"
+                if key in ("listenPort", "haListenPort"):
+                    from_file["listen" if key == "listenPort" else "ha-listen"] = f"tcp:{value}:interface=127.0.0.1"
                 elif key == "brokerIP1":
                     from_file["advertised-host"] = value
                 elif name in self.opts and name != "config":
@@ -140,10 +149,15 @@ class Options(usage.Options):
                 self[name] = int(self[name])
             except ValueError:
                 raise usage.UsageError(f"--{name} must be an integer, not {self[name]!r}") from None
-        value = str(self["auto-create-topic-enable"]).lower()
-        if value not in ("true", "false"):
-            raise usage.UsageError(f"--auto-create-topic-enable must be true or false, not {value!r}")
-        self["auto-create-topic-enable"] = value == "true"
+        for name in _BOOL_OPTIONS:
+            value = str(self[name]).lower()
+            if value not in ("true", "false"):
+                raise usage.UsageError(f"--{name} must be true or false, not {value!r}")
+            self[name] = value == "true"
+        if self["broker-role"] == "SLAVE" and self["broker-id"] <= 0:
+            raise usage.UsageError("a SLAVE needs --broker-id 1 or more")
+        if self["broker-role"] != "SLAVE":
+            self["broker-id"] = 0  # as RocketMQ: a master is always id 0
 
     def _derive(self, advertised_host: str | None) -> None:
         if self["advertised-address"] is None:
@@ -157,6 +171,11 @@ class Options(usage.Options):
             port = endpoint_port(self["namesrv-listen"]) or 9876
             self["namesrv-addr"] = f"127.0.0.1:{port}"
         self["namesrv-addr-list"] = [a.strip() for a in re.split(r"[;,]", self["namesrv-addr"]) if a.strip()]
+        if self["ha-listen"] is None and self["broker-role"] != "SLAVE":
+            try:
+                self["ha-listen"] = ha_listen_endpoint(self["listen"])
+            except ValueError:
+                raise usage.UsageError("--ha-listen is needed when --listen has no tcp port") from None
 
 
 class OrderedServices(MultiService):
@@ -220,6 +239,9 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
             namesrv_addr=options["namesrv-addr-list"],
             auto_create_topic_enable=options["auto-create-topic-enable"],
             default_topic_queue_nums=options["default-topic-queue-nums"],
+            ha_listen=options["ha-listen"],
+            ha_master_address=options["ha-master-address"],
+            slave_read_enable=options["slave-read-enable"],
         )
         store_config = MessageStoreConfig(
             store_path_root_dir=os.path.expanduser(options["store-dir"]),

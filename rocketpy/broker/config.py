@@ -9,6 +9,7 @@ from typing import Any
 
 from twisted.logger import Logger, LogLevel
 
+from rocketpy.ha.config import endpoint_tcp_port
 from rocketpy.util.fileio import read_if_exists, write_atomically
 
 
@@ -49,6 +50,12 @@ class BrokerConfig:
     transaction_check_interval: float = 60.0
     transaction_timeout: float = 6.0
     transaction_check_max: int = 15
+    #: Replication (doc/ha.md): the HA server endpoint of a master (None: listen port + 1),
+    #: a slave's master HA ``host:port`` (None: learnt from the name server), and whether
+    #: a master lagging in memory sends consumers to its slave (``slaveReadEnable``).
+    ha_listen: str | None = None
+    ha_master_address: str | None = None
+    slave_read_enable: bool = False
 
     @property
     def advertised_host(self) -> str:
@@ -60,8 +67,9 @@ class BrokerConfig:
 
     @property
     def ha_server_addr(self) -> str:
-        """``brokerIP2:haListenPort``: the advertised host, listen port + 1."""
-        return f"{self.advertised_host}:{self.advertised_port + 1}"
+        """``brokerIP2:haListenPort``: the advertised host, the ``ha_listen`` port or listen port + 1."""
+        port = endpoint_tcp_port(self.ha_listen) if self.ha_listen else None
+        return f"{self.advertised_host}:{port or self.advertised_port + 1}"
 
     def to_properties(self) -> dict[str, str]:
         """Every setting as RocketMQ's camelCase name → string (GET_BROKER_CONFIG)."""

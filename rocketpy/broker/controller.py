@@ -41,6 +41,10 @@ from rocketpy.broker.send import SendMessageProcessor
 from rocketpy.broker.sendback import SendBackProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.ha.client import HAClient
+from rocketpy.ha.config import HAConfig, ha_listen_endpoint
+from rocketpy.ha.service import HAService
+from rocketpy.ha.sync import SlaveSynchronize
 from rocketpy.broker.transaction import EndTransactionProcessor, TransactionCheckService, TransactionStore
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode
@@ -117,6 +121,7 @@ class BrokerService(Service):
         self._register_processors(store_config)
         self.client = RemotingClient(reactor)
         self.registration = NameServerRegistration(reactor, self.client, config, self.topics)
+        self._replication(store_config)
         self._loops = [
             self._loop(self._persist_offsets_in_pool, config.flush_consumer_offset_interval),
             self._loop(self._scan_channels, config.scan_channel_interval),
@@ -148,6 +153,33 @@ class BrokerService(Service):
             QueryMessageProcessor(self.store),
         ]
 
+    def _replication(self, store_config: MessageStoreConfig) -> None:
+        """A master's HA service, or a slave's HA client and config copier (doc/ha.md)."""
+        config, ha = self.config, HAConfig()
+        self.ha: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.slave_sync: SlaveSynchronize | None = None
+        if config.broker_role != "SLAVE":
+            listen = config.ha_listen or ha_listen_endpoint(config.listen)
+            self.ha = HAService(self._reactor, self.store, ha, store_config.mapped_file_size_commit_log, listen,
+                                sync_master=config.broker_role == "SYNC_MASTER")
+            return
+        self.ha_client = HAClient(self._reactor, self.store, ha, config.ha_master_address)
+        self.slave_sync = SlaveSynchronize(
+            self._reactor, self.client, self.topics, self.offsets, self.subscriptions, self.delay_offsets,
+            lambda f, *args: deferToThreadPool(self._reactor, self._pool, f, *args))
+        self.registration.add_master_listener(self._master_learnt)
+
+    def _master_learnt(self, master_addr: str | None, ha_addr: str | None) -> None:
+        """A slave's registration answer names its master (RocketMQ updates both each time)."""
+        assert self.slave_sync is not None and self.ha_client is not None
+        if master_addr != self.slave_sync.master_address:
+            self.slave_sync.master_address = master_addr
+            if master_addr is not None:
+                self.slave_sync.sync_all()
+        if ha_addr is not None and self.config.ha_master_address is None:
+            self.ha_client.update_master_address(ha_addr)
+
     def _register_processors(self, store_config: MessageStoreConfig) -> None:
         t = self.tables
         for processor in (ClientManageProcessor(t), ConsumerManageProcessor(t), AdminBrokerProcessor(t),
@@ -171,8 +203,9 @@ class BrokerService(Service):
             self.topics,
             self.hold,
             find_subscription=self.consumers.find_subscription_data,
-            commit_offset=self.offsets.commit_offset,
+            commit_offset=self.offsets.commit_offset if self.config.broker_role != "SLAVE" else None,
             groups=self.subscriptions,
+            slave_readable=self.config.slave_read_enable,
         )
         self.server.register_processor(RequestCode.PULL_MESSAGE, pull)
         if self.hold is not None:
@@ -231,6 +264,8 @@ class BrokerService(Service):
             if self.config.fast_listen:  # the VIP channel older Java clients send to
                 fast = serverFromString(self._reactor, self.config.fast_listen)
                 self._fast_port = await fast.listen(self.server.factory())
+            if self.ha is not None:
+                await self.ha.startService()
         except Exception:
             self._start_error = Failure()
             self.log.failure("broker {name} failed to start", level=LogLevel.critical, name=self.config.broker_name)
@@ -240,6 +275,9 @@ class BrokerService(Service):
             name=self.config.broker_name, host=self._port.getHost(), addr=self.config.advertised_address,
         )
         self.registration.start()
+        if self.ha_client is not None and self.slave_sync is not None:
+            self.ha_client.startService()
+            self.slave_sync.start(self.ha_client.config.sync_interval)
         for loop, interval in self._loops:
             self._loop_results.append(loop.start(interval, now=False))
 
@@ -275,6 +313,8 @@ class BrokerService(Service):
         if self._started is not None:
             await self._started
         await self._step("unregister", self.registration.stop)
+        if self.slave_sync is not None:
+            await self._step("stop copying from the master", self.slave_sync.stop)
         for service in reversed(self._feature_services):
             if service.running:
                 await self._step(f"stop {type(service).__name__}", service.stopService)
@@ -294,6 +334,9 @@ class BrokerService(Service):
             self.hold.stopService()
         await self._step("close connections", self.server.close)
         await self._step("close name server client", self.client.close)
+        for ha in (self.ha, self.ha_client):
+            if ha is not None and ha.running:
+                await self._step("stop replication", ha.stopService)
         await self._step("stop the store", self.store.stopService)
 
     async def _step(self, what: str, f: Callable[[], Any]) -> None:

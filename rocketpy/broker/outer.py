@@ -9,7 +9,7 @@ and never fatal: the next period tries again.
 from __future__ import annotations
 
 import zlib
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -30,6 +30,10 @@ class Invoker(Protocol):
     """What registration needs of :class:`~rocketpy.remoting.client.RemotingClient`."""
 
     def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]: ...
+
+
+#: ``(master_addr, ha_server_addr)`` from a REGISTER_BROKER answer.
+MasterListener = Callable[["str | None", "str | None"], None]
 
 
 def registration_period(seconds: float) -> float:
@@ -70,7 +74,13 @@ class NameServerRegistration:
         self._loop_done: Deferred[Any] | None = None
         self._soon: IDelayedCall | None = None
         self._running = False
+        self._master_listeners: list[MasterListener] = []
         topics.add_change_listener(self.register_soon)
+
+    def add_master_listener(self, listener: MasterListener) -> None:
+        """Call ``listener(master_addr, ha_server_addr)`` with each successful registration's
+        answer (a slave learns its master there; both None when it is not registered)."""
+        self._master_listeners.append(listener)
 
     def start(self) -> None:
         """Register now and then every period."""
@@ -135,6 +145,10 @@ class NameServerRegistration:
             )
         else:
             self.log.debug("{what} at {address} done", what=what, address=address)
+            if code == RequestCode.REGISTER_BROKER:
+                ext = response.ext_fields
+                for listener in self._master_listeners:
+                    listener(ext.get("masterAddr") or None, ext.get("haServerAddr") or None)
 
     def _failed(self, failure: Any, address: str, code: int) -> None:
         self.log.warn(

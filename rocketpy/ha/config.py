@@ -32,6 +32,12 @@ class HAConfig:
     sync_interval: float = 10.0
 
 
+def endpoint_tcp_port(endpoint: str) -> int | None:
+    """The port of a ``tcp:PORT…`` / ``tcp:port=PORT…`` endpoint string, or None."""
+    match = _PORT.match(endpoint)
+    return int(match.group(2)) if match else None
+
+
 def ha_listen_endpoint(listen: str) -> str:
     """The HA server endpoint for a broker endpoint: its port + 1 (port 0 stays 0).
 

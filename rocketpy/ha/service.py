@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory
@@ -205,7 +205,7 @@ class HAService(Service):
     async def _stop(self) -> None:
         if self._port is not None:
             port, self._port = self._port, None
-            await port.stopListening()
+            await maybeDeferred(port.stopListening)
         if self._sessions:
             self._all_lost = Deferred()
             for session in list(self._sessions):

@@ -1,11 +1,10 @@
 """``SlaveSynchronize``: a slave copies its master's config tables (RocketMQ's ``SlaveSynchronize``).
 
 Every ``sync_interval`` seconds the slave asks its master (remoting, not the HA link) for
-GET_ALL_TOPIC_CONFIG (21), GET_ALL_CONSUMER_OFFSET (43) and
-GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), and merges the answers into its own tables. Topics
-and groups are taken only when their data version changed, and their files are then
-written in the given pool. GET_ALL_DELAY_OFFSET (45) is not asked: rocketpy brokers keep
-no delay offsets yet.
+GET_ALL_TOPIC_CONFIG (21), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG
+(201) and GET_ALL_DELAY_OFFSET (45), and merges the answers into its own tables. Topics and
+groups are taken only when their data version changed. The topic, group and delay-offset
+files are then written in the given pool; the broker's own timer writes consumer offsets.
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ class SlaveSynchronize:
     :param topics: the slave's ``TopicConfigManager``.
     :param offsets: the slave's ``ConsumerOffsetManager`` (the broker writes its file).
     :param groups: the slave's ``SubscriptionGroupManager``.
+    :param delay_offsets: the slave's ``DelayOffsetTable``.
     :param in_pool: writes the topic and group files off the reactor thread.
     :param timeout: seconds per request.
     :ivar master_address: the master's remoting ``host:port``; nothing is asked while None.
@@ -48,11 +48,14 @@ class SlaveSynchronize:
     log = Logger()
 
     def __init__(self, clock: IReactorTime, client: Invoker, topics: Any, offsets: JsonConfigFile,
-                 groups: Any, in_pool: InPool, timeout: float = 3.0) -> None:
+                 groups: Any, delay_offsets: JsonConfigFile, in_pool: InPool, timeout: float = 3.0) -> None:
         self._client = client
-        self._topics = topics
-        self._offsets = offsets
-        self._groups = groups
+        self._rounds = (
+            ("topics", RequestCode.GET_ALL_TOPIC_CONFIG, topics, True),
+            ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, offsets, False),
+            ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, groups, True),
+            ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, delay_offsets, True),
+        )
         self._in_pool = in_pool
         self._timeout = timeout
         self.master_address: str | None = None
@@ -73,27 +76,22 @@ class SlaveSynchronize:
             self._loop_done = None
 
     def sync_all(self) -> Deferred[None]:
-        """One round: topics, consumer offsets, subscription groups; failures are logged."""
+        """One round: topics, consumer offsets, subscription groups, delay offsets; failures are logged."""
         return Deferred.fromCoroutine(self._sync_all())
 
     async def _sync_all(self) -> None:
         master = self.master_address
         if not master:
             return
-        rounds = (
-            ("topics", RequestCode.GET_ALL_TOPIC_CONFIG, self._topics),
-            ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, self._offsets),
-            ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, self._groups),
-        )
-        for what, code, table in rounds:
+        for what, code, table, write in self._rounds:
             try:
-                await self._sync_one(master, code, table)
+                await self._sync_one(master, code, table, write)
             except (RemotingError, ValueError) as e:
                 self.log.warn("copying {what} from master {addr} failed: {error}", what=what, addr=master, error=e)
             except Exception:  # an escaping exception would end the LoopingCall
                 self.log.failure("copying {what} from master failed", level=LogLevel.error, what=what)
 
-    async def _sync_one(self, master: str, code: int, table: JsonConfigFile) -> None:
+    async def _sync_one(self, master: str, code: int, table: JsonConfigFile, write: bool) -> None:
         response = await self._client.invoke_sync(master, RemotingCommand.request(code, {}), self._timeout)
         if response.code != ResponseCode.SUCCESS:
             raise ValueError(f"code {response.code} {response.remark}")
@@ -104,5 +102,5 @@ class SlaveSynchronize:
         if version is not None and obj.get("dataVersion") == version.to_json():
             return  # unchanged since the last copy
         table.apply_json(obj)
-        if version is not None and table.path is not None:
+        if write and table.path is not None:
             await self._in_pool(write_atomically, table.path, table.encode())

@@ -315,13 +315,14 @@ class BrokerServiceTests(SynchronousTestCase):
         )
 
     def test_start_listens_and_wires(self) -> None:
-        """Start loads the store, listens on the endpoint and wires the arrival listener; store host is advertised."""
+        """Start loads the store, listens on the endpoint and the HA port, and wires the arrival
+        listeners (long polling, HA); store host is advertised."""
         self.broker.startService()
         self.successResultOf(self.broker.when_started())
         self.assertEqual(self.events, ["store start"])
-        self.assertEqual(self.reactor.tcpServers[0][0], 10911)
+        self.assertEqual([port[0] for port in self.reactor.tcpServers], [10911, 10912])
         self.assertEqual(self.store_config.store_host, ("192.0.2.1", 10911))
-        self.assertEqual(len(self.broker.store.listeners), 1)
+        self.assertEqual(len(self.broker.store.listeners), 2)
         self.assertTrue(self.pool.started)
         self.successResultOf(self.broker.stopService())
 
@@ -329,7 +330,7 @@ class BrokerServiceTests(SynchronousTestCase):
         """With fast_listen the broker also listens on the VIP port, and stops both ports."""
         self.broker.config.fast_listen = "tcp:10909:interface=127.0.0.1"
         self.broker.startService()
-        self.assertEqual([port[0] for port in self.reactor.tcpServers], [10911, 10909])
+        self.assertEqual([port[0] for port in self.reactor.tcpServers], [10911, 10909, 10912])
         fast = self.broker._fast_port
         self.successResultOf(self.broker.stopService())
         self.assertIsNone(self.broker.listening_port)
