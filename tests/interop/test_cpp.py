@@ -160,7 +160,7 @@ class CppClientTests(SynchronousTestCase):
         events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         if child.returncode != 0 or not events or events[-1]["event"] != "done":
             self.fail(
-                f"C++ client {' '.join(map(str, child.args))} failed ({child.returncode}):\n{err[-3000:]}\n"
+                f"C++ client {child.args!r} failed ({child.returncode}):\n{err[-3000:]}\n"
                 f"--- C++ log ---\n{self.cpp_log_tail()}\n--- rocketpy ---\n{self.rocketpy.log_tail()}"
             )
         return events
