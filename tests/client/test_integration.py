@@ -61,14 +61,23 @@ class LoopbackCluster:
         self.namesrv_addr = f"127.0.0.1:{port.getHost().port}"  # type: ignore[attr-defined]
         self.admin = RemotingClient(reactor)
 
-    async def add_broker(self, name: str) -> str:
-        port = free_port()
+    async def add_broker(self, name: str, port: int | None = None, **settings: Any) -> str:
+        """Start a broker; ``settings`` override BrokerConfig or MessageStoreConfig fields by name.
+
+        A broker stopped earlier restarts on its old store when given the same name and ``port``.
+        """
+        port = port or free_port()
         config = BrokerConfig(broker_name=name, listen=f"tcp:{port}:interface=127.0.0.1",
                               advertised_address=f"127.0.0.1:{port}", namesrv_addr=[self.namesrv_addr])
         store = MessageStoreConfig(
             store_path_root_dir=os.path.join(self.root, name), mapped_file_size_commit_log=4 * 1024 * 1024,
             mapped_file_size_consume_queue=6000, max_hash_slot_num=100, max_index_num=400,
         )
+        for key, value in settings.items():
+            target = config if hasattr(config, key) else store
+            if not hasattr(target, key):
+                raise TypeError(f"no broker or store setting {key!r}")
+            setattr(target, key, value)
         broker = BrokerService(reactor, config, store)
         broker.startService()
         self.test.addCleanup(broker.stopService)  # before the name server's cleanup
