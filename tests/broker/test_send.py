@@ -177,12 +177,13 @@ class SendMessageProcessorTests(SynchronousTestCase):
         self.assertEqual(response.ext_fields["queueOffset"], "0")
 
     def test_batch_decided_by_flag_not_code(self) -> None:
-        """SEND_BATCH_MESSAGE with "true" splits; SEND_MESSAGE_V2 with m=false stores one message."""
+        """The flag decides: m=true or m=1 split the body (any code), m=false stores it as one message."""
         body = encode_batch([Message("T", b"a"), Message("T", b"b")])
         v2 = {"a": "P", "b": "T", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0"}
         self.send(RequestCode.SEND_BATCH_MESSAGE, dict(v2, m="true"), body)
         self.send(RequestCode.SEND_MESSAGE_V2, dict(v2, m="false"), body)
-        self.assertEqual([(b, len(msgs)) for b, msgs in self.store.puts], [(True, 2), (False, 1)])
+        self.send(RequestCode.SEND_MESSAGE_V2, dict(v2, m="1"), body)  # the C++ 2.x client's batch
+        self.assertEqual([(b, len(msgs)) for b, msgs in self.store.puts], [(True, 2), (False, 1), (True, 2)])
         self.assertEqual(self.store.puts[1][1][0].body, body)
 
     def test_compressed_batch(self) -> None:
