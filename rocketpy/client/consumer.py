@@ -27,6 +27,7 @@ from rocketpy.common.message import MessageSysFlag
 from rocketpy.interfaces import IRPCHook
 from rocketpy.namesrv.routeinfo import MASTER_ID, TopicRouteData
 from rocketpy.remoting.codes import SerializeType
+from rocketpy.remoting.errors import RemotingConnectError
 
 #: Pull sysFlag bits (``PullSysFlag``).
 PULL_COMMIT_OFFSET = 0x1
@@ -153,6 +154,22 @@ class ConsumerBase:
         addr = await self.broker_addr(mq, broker_id, only_this=False)
         if addr != self.instance.master_address(mq.broker_name):
             sys_flag &= ~PULL_COMMIT_OFFSET  # only masters store offsets
+        try:
+            return await self._pull_from(addr, mq, sub, offset, max_nums, sys_flag, commit_offset, suspend, timeout)
+        except RemotingConnectError:
+            # The broker may be gone (a master down): a fresh route may name its slave.
+            await self.instance.update_topic_route(mq.topic)
+            retry = self.instance.broker_address(mq.broker_name, broker_id)
+            if retry is None or retry == addr:
+                raise
+            self.log.info("{addr} unreachable: pulling {mq} from {retry}", addr=addr, mq=mq, retry=retry)
+            sys_flag &= ~PULL_COMMIT_OFFSET
+            return await self._pull_from(retry, mq, sub, offset, max_nums, sys_flag, commit_offset, suspend, timeout)
+
+    async def _pull_from(
+        self, addr: str, mq: MessageQueue, sub: SubscriptionData, offset: int, max_nums: int, sys_flag: int,
+        commit_offset: int, suspend: float, timeout: float,
+    ) -> PullResult:
         fields = to_fields(
             consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id, queueOffset=offset, maxMsgNums=max_nums,
             sysFlag=sys_flag, commitOffset=commit_offset, suspendTimeoutMillis=int(suspend * 1000),
@@ -173,10 +190,12 @@ class ConsumerBase:
 
     async def query_offset(self, mq: MessageQueue) -> int:
         """The group's offset of ``mq`` stored on the broker; -1 if none."""
-        return await self.api.query_consumer_offset(await self.broker_addr(mq), self.group, mq, self.timeout)
+        addr = await self.broker_addr(mq, only_this=False)  # a slave while the master is down
+        return await self.api.query_consumer_offset(addr, self.group, mq, self.timeout)
 
     async def update_offset(self, mq: MessageQueue, offset: int, oneway: bool = False) -> None:
-        await self.api.update_consumer_offset(await self.broker_addr(mq), self.group, mq, offset, self.timeout, oneway)
+        addr = await self.broker_addr(mq, only_this=False)
+        await self.api.update_consumer_offset(addr, self.group, mq, offset, self.timeout, oneway)
 
     async def max_offset(self, mq: MessageQueue) -> int:
         return await self.api.get_max_offset(await self.broker_addr(mq), mq, self.timeout)

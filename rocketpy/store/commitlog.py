@@ -294,7 +294,8 @@ class CommitLog:
             if len(data) > mf.remaining:
                 return False
             mf.append(data)
-            self.reput_offset = self.walk(self.reput_offset, check_crc=False, dispatch=True)
+            # An HA block often ends inside a record: no warning for that tail.
+            self.reput_offset = self.walk(self.reput_offset, check_crc=False, dispatch=True, warn=False)
         return True
 
     # -- reads (any thread) --
@@ -331,9 +332,9 @@ class CommitLog:
 
     # -- recovery (before any put) --
 
-    def walk(self, start: int, check_crc: bool, dispatch: bool) -> int:
+    def walk(self, start: int, check_crc: bool, dispatch: bool, warn: bool = True) -> int:
         """Walk the valid records from record boundary ``start``, blank fillers leading to the
-        next file, optionally dispatching each.
+        next file, optionally dispatching each; ``warn`` logs an invalid record where the walk stops.
 
         :returns: the end of the last valid record (where a torn tail starts).
         """
@@ -355,7 +356,7 @@ class CommitLog:
                 index += 1
                 mf, pos = files[index], 0
                 continue
-            if size < 0 and pos + BLANK_SIZE <= mf.wrote_position and any(mf.data[pos : pos + BLANK_SIZE]):
+            if warn and size < 0 and pos + BLANK_SIZE <= mf.wrote_position and any(mf.data[pos : pos + BLANK_SIZE]):
                 _log.warning("invalid commit-log record at %d", mf.file_from_offset + pos)
             return mf.file_from_offset + pos
 
