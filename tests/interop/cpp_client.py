@@ -56,6 +56,8 @@ def produce(args: argparse.Namespace) -> None:
                 name, _, value = prop.partition("=")
                 msg.set_property(name, value)
             msg.set_body(body_of(args.body_prefix, i, args.size))
+            if args.delay_level:
+                msg.set_delay_time_level(args.delay_level)
             if args.mode == "batch":
                 batch.append(msg)
                 continue
@@ -97,7 +99,10 @@ def consume(args: argparse.Namespace) -> None:
             event="message", topic=msg.topic, tags=_text(msg.tags), keys=_text(msg.keys),
             body=base64.b64encode(body).decode(), queue_id=msg.queue_id, queue_offset=msg.queue_offset,
             reconsume_times=msg.reconsume_times, msg_id=msg.id, props=props,
+            born_timestamp=msg.born_timestamp, store_timestamp=msg.store_timestamp,
         )
+        if msg.reconsume_times < args.fail_times:
+            return 1  # RECONSUME_LATER: the client sends the message back (CONSUMER_SEND_MSG_BACK)
         with count_lock:
             received += 1
             if received >= args.expect:
@@ -151,6 +156,7 @@ def main(argv: list[str]) -> None:
     p.add_argument("--size", type=int, default=0, help="pad bodies to this many characters")
     p.add_argument("--order-key", type=int, default=0)
     p.add_argument("--linger", type=float, default=0.5)
+    p.add_argument("--delay-level", type=int, default=0, help="DELAY level of every message (0: none)")
     c = sub.add_parser("consume")
     c.add_argument("--namesrv", required=True)
     c.add_argument("--topic", required=True)
@@ -160,6 +166,7 @@ def main(argv: list[str]) -> None:
     c.add_argument("--timeout", type=float, default=60.0)
     c.add_argument("--linger", type=float, default=1.0)
     c.add_argument("--orderly", action="store_true")
+    c.add_argument("--fail-times", type=int, default=0, help="answer RECONSUME_LATER while reconsumeTimes < this")
     c.add_argument("--show-prop", action="append", default=[], help="property to report, repeatable")
     args = parser.parse_args(argv)
     {"produce": produce, "consume": consume}[args.command](args)

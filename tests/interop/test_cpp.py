@@ -124,8 +124,8 @@ class Rocketpy:
             return "(no log)"
 
 
-class CppClientTests(SynchronousTestCase):
-    """Produce and consume with the real C++ client."""
+class CppHarness(SynchronousTestCase):
+    """A rocketpy process and C++ client children (skipped when the C++ client cannot load)."""
 
     def setUp(self) -> None:
         if _SKIP is not None:
@@ -192,7 +192,9 @@ class CppClientTests(SynchronousTestCase):
     def body(message: dict[str, Any]) -> bytes:
         return base64.b64decode(message["body"])
 
-    # -- tests -------------------------------------------------------------------
+
+class CppClientTests(CppHarness):
+    """Produce and consume with the real C++ client."""
 
     def test_send_modes_and_consume_all(self) -> None:
         """Auto-create a topic; sync, oneway, orderly and batch sends all reach a `*` consumer intact."""
