@@ -73,13 +73,15 @@ class HAClient(Service):
         return self._link is not None
 
     def update_master_address(self, address: str | None) -> None:
-        """Follow a new master HA address; a link to the old one is dropped."""
+        """Follow a new master HA address: a link to the old one is dropped, the new one dialled."""
         if address == self._master:
             return
         self.log.info("HA master address {old} -> {new}", old=self._master, new=address)
         self._master = address
         if self._link is not None:
-            self._link.drop()
+            self._link.drop()  # the next redial goes to the new address
+        elif self.running:
+            self._dial()
 
     # -- lifecycle --
 

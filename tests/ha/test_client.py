@@ -103,3 +103,11 @@ class ClientTests(SynchronousTestCase):
         _, transport = self.connect()
         self.client.update_master_address("127.0.0.1:1")
         self.assertTrue(transport.disconnected)
+
+    def test_learnt_address_dialled_at_once(self) -> None:
+        """A running client without a master dials as soon as it learns the address."""
+        self.client.startService()
+        self.assertEqual(self.reactor.tcpClients, [])
+        self.client.update_master_address("127.0.0.1:10912")
+        self.assertEqual([c[:2] for c in self.reactor.tcpClients], [("127.0.0.1", 10912)])
+        self.successResultOf(self.client.stopService())

@@ -1,0 +1,120 @@
+"""A master and a slave broker with a name server on loopback, used through the rocketpy client."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from twisted.internet import reactor
+from twisted.trial.unittest import TestCase
+
+from rocketpy.broker.config import BrokerConfig
+from rocketpy.broker.controller import BrokerService
+from rocketpy.client import ConsumeFromWhere, Message, MessageExt, Producer, PullConsumer, PullStatus, PushConsumer
+from rocketpy.client.process import ConsumeContext
+from rocketpy.client.results import ConsumeResult, SendStatus
+from rocketpy.namesrv.service import NamesrvService
+from rocketpy.store.config import MessageStoreConfig
+from tests.ha.test_replication import until
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerPairTests(TestCase):
+    timeout = 120
+
+    async def pair(self, role: str) -> tuple[BrokerService, BrokerService]:
+        """Name server, then the master (registered), then its slave, linked and copying config."""
+        self.root = self.mktemp()
+        namesrv = NamesrvService(reactor, "tcp:0:interface=127.0.0.1", os.path.join(self.root, "ns"))
+        namesrv.startService()
+        self.addCleanup(namesrv.stopService)
+        port = namesrv.listening_port
+        assert port is not None
+        self.namesrv_addr = f"127.0.0.1:{port.getHost().port}"  # type: ignore[attr-defined]
+        master = await self.broker("master", role, 0, ha_listen=f"tcp:{free_port()}:interface=127.0.0.1")
+        await master.registration.register_all()
+        slave = await self.broker("slave", "SLAVE", 1)
+        assert slave.ha_client is not None and slave.slave_sync is not None
+        await until(lambda: slave.ha_client is not None and slave.ha_client.connected)
+        self.assertEqual(slave.slave_sync.master_address, master.config.advertised_address)
+        self.assertEqual(slave.ha_client.master_address, master.config.ha_server_addr)
+        return master, slave
+
+    async def broker(self, name: str, role: str, broker_id: int, ha_listen: str | None = None) -> BrokerService:
+        port = free_port()
+        config = BrokerConfig(listen=f"tcp:{port}:interface=127.0.0.1", advertised_address=f"127.0.0.1:{port}",
+                              namesrv_addr=[self.namesrv_addr], broker_role=role, broker_id=broker_id,
+                              ha_listen=ha_listen, default_topic_queue_nums=2)
+        store = MessageStoreConfig(
+            store_path_root_dir=os.path.join(self.root, name), mapped_file_size_commit_log=256 * 1024,
+            mapped_file_size_consume_queue=6000, max_hash_slot_num=100, max_index_num=400)
+        broker = BrokerService(reactor, config, store)
+        broker.startService()
+        self.addCleanup(broker.stopService)
+        await broker.when_started()
+        return broker
+
+    async def producer(self) -> Producer:
+        p = Producer("PG", self.namesrv_addr, reactor, retry_another_broker_when_not_store_ok=False)
+        await p.start()
+        self.addCleanup(p.shutdown)
+        return p
+
+    async def test_sync_master_through_the_client(self) -> None:
+        """SYNC_MASTER sends are SEND_OK with the slave up (and it has them); with it down, SLAVE_NOT_AVAILABLE."""
+        master, slave = await self.pair("SYNC_MASTER")
+        p = await self.producer()
+        results = [await p.send(Message("HA", b"m%d" % i)) for i in range(50)]
+        self.assertEqual({r.status for r in results}, {SendStatus.SEND_OK})
+        self.assertEqual(slave.store.max_physical_offset, master.store.max_physical_offset)
+        await slave.stopService()
+        assert master.ha is not None
+        await until(lambda: master.ha is not None and master.ha.slave_count == 0)
+        result = await p.send(Message("HA", b"alone"))
+        self.assertEqual(result.status, SendStatus.SLAVE_NOT_AVAILABLE)
+
+    async def test_consumers_read_from_slave_when_master_is_down(self) -> None:
+        """With the master stopped, a pull consumer continues on the slave, a new push consumer reads
+        everything there, and the slave refuses sends."""
+        master, slave = await self.pair("ASYNC_MASTER")
+        p = await self.producer()
+        sent = [await p.send(Message("HA", b"m%d" % i)) for i in range(40)]
+        await until(lambda: slave.store.max_physical_offset == master.store.max_physical_offset)
+        assert slave.slave_sync is not None
+        await slave.slave_sync.sync_all()
+        self.assertIsNotNone(slave.topics.select_topic_config("HA"))
+        consumer = PullConsumer("CG", self.namesrv_addr, reactor)
+        await consumer.start()
+        self.addCleanup(consumer.shutdown)
+        queues = await consumer.fetch_subscribe_queues("HA")
+        got: list[bytes] = []
+        for mq in queues:
+            first = await consumer.pull(mq, "*", 0, 5)
+            got += [m.body for m in first.messages]
+        await master.stopService()
+        for mq in queues:
+            rest = await consumer.pull(mq, "*", 5, 32)
+            self.assertEqual(rest.status, PullStatus.FOUND)
+            got += [m.body for m in rest.messages]
+        self.assertEqual(sorted(got), sorted(b"m%d" % i for i in range(40)))
+        self.assertEqual(len(sent), 40)
+
+        pushed: list[bytes] = []
+
+        def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
+            pushed.extend(m.body for m in msgs)
+            return ConsumeResult.CONSUME_SUCCESS
+
+        push = PushConsumer("CG2", self.namesrv_addr, reactor,
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        push.subscribe("HA", "*")
+        push.register_listener(listener)
+        await push.start()
+        self.addCleanup(push.shutdown)
+        await until(lambda: len(pushed) >= 40)
+        self.assertEqual(sorted(pushed), sorted(got))

@@ -1,0 +1,155 @@
+"""Roles in the service: twistd options, the registration answer, the slave's config copies."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.task import Clock
+from twisted.python import usage
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.broker.config import BrokerConfig
+from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.outer import NameServerRegistration
+from rocketpy.broker.schedule import DelayOffsetTable
+from rocketpy.broker.subscription import SubscriptionGroupManager
+from rocketpy.broker.topicconfig import TopicConfig, TopicConfigManager
+from rocketpy.ha.sync import SlaveSynchronize
+from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.tap import Options
+
+
+def parse(*argv: str) -> Options:
+    options = Options()
+    options.parseOptions(list(argv))
+    return options
+
+
+class OptionTests(SynchronousTestCase):
+    def test_master_defaults(self) -> None:
+        """A master listens for slaves on its port + 1; slave reads stay off."""
+        o = parse("--listen", "tcp:20911:interface=127.0.0.1")
+        self.assertEqual((o["ha-listen"], o["ha-master-address"], o["slave-read-enable"]),
+                         ("tcp:20912:interface=127.0.0.1", None, False))
+
+    def test_slave_options(self) -> None:
+        """A slave takes an id >= 1, an optional master HA address, and opens no HA port."""
+        o = parse("--broker-role", "SLAVE", "--broker-id", "2", "--ha-master-address", "10.0.0.1:10912")
+        self.assertEqual((o["broker-id"], o["ha-master-address"], o["ha-listen"]), (2, "10.0.0.1:10912", None))
+        self.assertRaises(usage.UsageError, parse, "--broker-role", "SLAVE")
+        self.assertEqual(parse("--broker-role", "SYNC_MASTER", "--broker-id", "3")["broker-id"], 0)
+
+    def test_config_file_keys(self) -> None:
+        """brokerRole, brokerId, haListenPort, haMasterAddress and slaveReadEnable come from broker.conf."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("brokerRole=SYNC_MASTER\nbrokerId=0\nhaListenPort=30912\nslaveReadEnable=true\n")
+        o = parse("--config", path)
+        self.assertEqual((o["broker-role"], o["ha-listen"], o["slave-read-enable"]),
+                         ("SYNC_MASTER", "tcp:30912:interface=127.0.0.1", True))
+        with open(path, "w") as f:
+            f.write("brokerRole=SLAVE\nbrokerId=1\nhaMasterAddress=192.0.2.1:30912\n")
+        o = parse("--config", path)
+        self.assertEqual((o["broker-role"], o["broker-id"], o["ha-master-address"]), ("SLAVE", 1, "192.0.2.1:30912"))
+
+    def test_ha_server_addr(self) -> None:
+        """The registered HA address follows ha_listen, else the listen port + 1."""
+        config = BrokerConfig(advertised_address="192.0.2.5:10911")
+        self.assertEqual(config.ha_server_addr, "192.0.2.5:10912")
+        config.ha_listen = "tcp:port=40000:interface=0.0.0.0"
+        self.assertEqual(config.ha_server_addr, "192.0.2.5:40000")
+
+
+class Answering:
+    """An invoker answering every request from a table of code -> (response code, body)."""
+
+    def __init__(self, answers: dict[int, tuple[int, Any]]) -> None:
+        self.answers = answers
+        self.asked: list[tuple[str, int]] = []
+
+    def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
+        self.asked.append((address, request.code))
+        code, body = self.answers.get(request.code, (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, None))
+        ext = body if isinstance(body, dict) and request.code == RequestCode.REGISTER_BROKER else {}
+        raw = b"" if body is None or ext else json.dumps(body).encode()
+        return succeed(request.make_response(code, None, ext, raw))
+
+
+class RegistrationAnswerTests(SynchronousTestCase):
+    def test_master_listener(self) -> None:
+        """A successful registration answer hands masterAddr and haServerAddr to the listeners."""
+        clock = Clock()
+        client = Answering({RequestCode.REGISTER_BROKER: (
+            ResponseCode.SUCCESS, {"masterAddr": "10.0.0.1:10911", "haServerAddr": "10.0.0.1:10912"})})
+        reg = NameServerRegistration(clock, client, BrokerConfig(namesrv_addr=["ns:9876"], broker_id=1),
+                                     TopicConfigManager(clock))
+        seen: list[tuple[str | None, str | None]] = []
+        reg.add_master_listener(lambda master, ha: seen.append((master, ha)))
+        self.successResultOf(reg.register_all())
+        client.answers[RequestCode.REGISTER_BROKER] = (ResponseCode.SUCCESS, {"x": "1"})
+        self.successResultOf(reg.register_all())
+        self.assertEqual(seen, [("10.0.0.1:10911", "10.0.0.1:10912"), (None, None)])
+
+
+class SlaveSynchronizeTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = Clock()
+        root = self.mktemp()
+        os.makedirs(root)
+        self.topics = TopicConfigManager(self.clock, os.path.join(root, "topics.json"))
+        self.offsets = ConsumerOffsetManager(os.path.join(root, "consumerOffset.json"))
+        self.groups = SubscriptionGroupManager(self.clock, os.path.join(root, "subscriptionGroup.json"))
+        self.delays = DelayOffsetTable(os.path.join(root, "delayOffset.json"))
+        master = TopicConfigManager(self.clock)
+        master.update_topic_config(TopicConfig("Orders", 4, 4))
+        self.master_topics = master.to_json()
+        self.client = Answering({
+            RequestCode.GET_ALL_TOPIC_CONFIG: (ResponseCode.SUCCESS, self.master_topics),
+            RequestCode.GET_ALL_CONSUMER_OFFSET: (ResponseCode.SUCCESS, {"offsetTable": {"Orders@G": {"1": 7}}}),
+            RequestCode.GET_ALL_DELAY_OFFSET: (ResponseCode.SUCCESS, {"offsetTable": {"3": 12}}),
+        })
+        self.writes: list[str] = []
+        self.sync = SlaveSynchronize(self.clock, self.client, self.topics, self.offsets, self.groups, self.delays,
+                                     self.in_pool)
+
+    def in_pool(self, f: Any, *args: Any) -> Deferred[Any]:
+        self.writes.append(os.path.basename(args[0]))
+        return succeed(f(*args))
+
+    def test_nothing_without_master(self) -> None:
+        """No master address: nothing is asked."""
+        self.successResultOf(self.sync.sync_all())
+        self.assertEqual(self.client.asked, [])
+
+    def test_copies_tables(self) -> None:
+        """Topics, offsets and delay offsets are copied; a refused request (groups) is skipped."""
+        self.sync.master_address = "m:10911"
+        self.successResultOf(self.sync.sync_all())
+        self.assertEqual([code for _, code in self.client.asked], [21, 43, 201, 45])
+        self.assertEqual(self.topics.select_topic_config("Orders").read_queue_nums, 4)  # type: ignore[union-attr]
+        self.assertEqual(self.topics.data_version.to_json(), self.master_topics["dataVersion"])
+        self.assertEqual(self.offsets.query_offset("G", "Orders", 1), 7)
+        self.assertEqual(self.delays.offsets, {3: 12})
+        self.assertEqual(self.writes, ["topics.json", "delayOffset.json"])
+        with open(self.topics.path) as f:  # type: ignore[arg-type]
+            self.assertIn("Orders", json.load(f)["topicConfigTable"])
+
+    def test_unchanged_version_not_rewritten(self) -> None:
+        """A second round with the same topic data version writes no topics file."""
+        self.sync.master_address = "m:10911"
+        self.successResultOf(self.sync.sync_all())
+        self.successResultOf(self.sync.sync_all())
+        self.assertEqual(self.writes.count("topics.json"), 1)
+
+    def test_timer(self) -> None:
+        """start syncs now and every interval; stop ends the timer."""
+        self.sync.master_address = "m:10911"
+        self.sync.start(10)
+        self.clock.advance(10)
+        self.assertEqual(len(self.client.asked), 8)
+        self.successResultOf(Deferred.fromCoroutine(self.sync.stop()))
+        self.assertEqual(self.clock.getDelayedCalls(), [])
