@@ -154,6 +154,7 @@ class ScheduleMessageService(Service):
                      self._store.get_min_offset_in_queue(SCHEDULE_TOPIC, queue_id))
         self.offsets.offsets[level] = offset
         while self.running and offset < self._store.get_max_offset_in_queue(SCHEDULE_TOPIC, queue_id):
+            parked: list[MessageExt | None]
             head = self._heads.get(level)
             if head is not None and head[0] == offset:
                 parked = [head[1]]  # not due at the last check: no need to read it again
@@ -164,7 +165,7 @@ class ScheduleMessageService(Service):
                         return RECHECK
                     offset = self.offsets.offsets[level] = found.next_begin_offset  # skip a gap
                     continue
-                parked = [m for m in map(_decode, found.records)]
+                parked = [_decode(r) for r in found.records]
             for msg in parked:
                 if msg is not None and not await self._deliver_one(level, msg):
                     self._heads[level] = (offset, msg)

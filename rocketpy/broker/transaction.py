@@ -285,16 +285,17 @@ class TransactionCheckService(Service):
                 half_offset += 1
                 continue
             msgs, _ = await self._tx.read(TRANS_HALF_TOPIC, half_offset, half_offset + 1)
-            if msgs and now_ms - msgs[0].born_timestamp < self._timeout_ms:
-                break  # this one and all later ones are too young
-            if msgs and not await self._resolve(msgs[0]):
-                break  # the store refused the put-back: try again next pass
+            if msgs and _first_offset(msgs[0]) not in done:  # else: a copy whose original was decided
+                if now_ms - msgs[0].born_timestamp < self._timeout_ms:
+                    break  # this one and all later ones are too young
+                if not await self._resolve(msgs[0]):
+                    break  # the store refused the put-back: try again next pass
             half_offset += 1
         self._commit(TRANS_HALF_TOPIC, half_offset)
         self._commit(TRANS_OP_HALF_TOPIC, op_offset)
 
     async def _read_ops(self, half_offset: int) -> tuple[set[int], int]:
-        """Half offsets ≥ ``half_offset`` that have op records, and the new op queue offset.
+        """Half offsets with op records not yet passed over, and the new op queue offset.
 
         The op offset moves only over records of half messages already passed, so the
         others are read again next pass (Java's ``calculateOpOffset``).
@@ -311,9 +312,8 @@ class TransactionCheckService(Service):
                     target = int(op.body)
                 except ValueError:
                     target = -1
-                if target >= half_offset:
-                    done.add(target)
-                else:
+                done.add(target)
+                if target < half_offset:
                     passed.add(op.queue_offset)
             if offset_after <= offset:
                 break
@@ -333,6 +333,7 @@ class TransactionCheckService(Service):
                           topic=TRANS_CHECK_MAX_TIME_TOPIC)
             return await self._tx.put(_copy(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, props, half.sys_flag)) in _STORED
         props[MessageConst.TRANSACTION_CHECK_TIMES] = str(times + 1)
+        props.setdefault(MessageConst.TRAN_PREPARED_QUEUE_OFFSET, str(half.queue_offset))
         copy = _copy(half, TRANS_HALF_TOPIC, 0, props, half.sys_flag)
         result = await self._tx.store.put_message(copy)
         if result.status not in _STORED or result.append is None:
@@ -354,6 +355,14 @@ class TransactionCheckService(Service):
         channel.invoke_oneway(request).addErrback(
             lambda f: self.log.failure("CHECK_TRANSACTION_STATE to {group} failed", f, LogLevel.warn, group=group)
         )
+
+
+def _first_offset(half: MessageExt) -> int:
+    """The half queue offset of the first copy of a (put-back) half message."""
+    try:
+        return int(half.properties.get(MessageConst.TRAN_PREPARED_QUEUE_OFFSET, half.queue_offset))
+    except ValueError:
+        return half.queue_offset
 
 
 def check_request(half: MessageExt) -> RemotingCommand:

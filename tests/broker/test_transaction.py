@@ -50,7 +50,8 @@ class TransactionTestCase(SynchronousTestCase):
             flag=0, properties=properties_to_string(props),
         )
         request = RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body)
-        response: RemotingCommand = self.successResultOf(self.send.process_request(self.channel, request))
+        result = self.send.process_request(self.channel, request)
+        response = result if isinstance(result, RemotingCommand) else self.successResultOf(result)
         self.assertEqual(response.code, ResponseCode.SUCCESS, response.remark)
         return response.ext_fields
 
@@ -164,6 +165,17 @@ class CheckBackTests(TransactionTestCase):
         self.assertEqual((len(self.checks()), len(self.real())), (1, 1))
         self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_HALF_TOPIC, 0), 2)
         self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_OP_HALF_TOPIC, 0), 1)
+
+    def test_late_answer_to_the_original_ends_the_checks(self) -> None:
+        """A commit of the first copy arriving after a put-back stops the checks of the later copy."""
+        sent = self.send_half()
+        self.checker()
+        self.clock.advance(60)
+        self.end_tx(sent, COMMIT)
+        self.clock.pump([60] * 3)
+        self.assertEqual((len(self.checks()), len(self.real())), (1, 1))
+        [_, copy] = read_queue(self, self.store, TRANS_HALF_TOPIC)
+        self.assertEqual(copy.properties[MessageConst.TRAN_PREPARED_QUEUE_OFFSET], "0")
 
     def test_young_and_decided_messages_are_not_checked(self) -> None:
         """A decided half message is passed over; one younger than 6 s waits for a later pass."""

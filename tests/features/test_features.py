@@ -19,7 +19,7 @@ from rocketpy.remoting.command import RemotingCommand
 from tests.client.test_integration import IntegrationTestCase, LoopbackCluster, pause
 
 #: Short transaction timings so a check-back comes within a second.
-FAST_CHECKS = {"transaction_check_interval": 0.3, "transaction_timeout": 0.2}
+FAST_CHECKS: dict[str, Any] = {"transaction_check_interval": 0.3, "transaction_timeout": 0.2}
 
 
 async def until(condition: Any, what: str, rounds: int = 300) -> None:
