@@ -26,13 +26,13 @@ from rocketpy.remoting.codes import LanguageCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import ProtocolError
 
-__all__ = ["MAX_FRAME_LENGTH", "ProtocolError", "decode", "encode"]
+__all__ = ["MAX_FRAME_LENGTH", "ProtocolError", "decode", "decode_frame", "encode"]
 
 #: Largest value of the length field (16 MiB), as Java's ``frameMaxLength``.
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
 
 _PREFIX = struct.Struct(">iI")  # length, header info
-_HEADER_INFO = struct.Struct(">I")
+_HEADER_INFO_FROM = struct.Struct(">I").unpack_from
 _BINARY_FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
@@ -40,6 +40,7 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _LANGUAGE_CODES = {lang.name: lang.value for lang in LanguageCode}
 _LANGUAGE_NAMES = {lang.value: lang.name for lang in LanguageCode}
 _OTHER = LanguageCode.OTHER
+_JSON, _MSGPACK, _ROCKETMQ = SerializeType.JSON, SerializeType.MSGPACK, SerializeType.ROCKETMQ
 
 
 
@@ -58,6 +59,7 @@ def _make_json_encoder() -> Callable[[object], str]:
 
 _json_encode = _make_json_encoder()
 _quote = json.encoder.encode_basestring  # the C string escaper when available
+_QUOTED_LANGUAGES = {name: _quote(name) for name in _LANGUAGE_CODES}
 # strict=False: accept raw control characters (U+0001/U+0002 in properties) as well as escaped ones.
 _json_decoder = json.JSONDecoder(strict=False)
 _json_scan = json.scanner.make_scanner(_json_decoder)  # type: ignore[arg-type]
@@ -110,20 +112,29 @@ def decode(frame: bytes) -> RemotingCommand:
 
     :raises ProtocolError: for any malformed input.
     """
+    return decode_frame(frame, 0, len(frame))
+
+
+def decode_frame(data: bytes, start: int, end: int) -> RemotingCommand:
+    """Decode the frame at ``data[start:end]`` (no length prefix) without slicing it out first.
+
+    :raises ProtocolError: for any malformed input.
+    """
     try:
-        (info,) = _HEADER_INFO.unpack_from(frame)
-        serialize_type, header_length = info >> 24, info & 0xFFFFFF
-        end = 4 + header_length
-        if end > len(frame):
-            raise ProtocolError(f"header length {header_length} exceeds frame of {len(frame)} bytes")
-        header = frame[4:end]
-        body = frame[end:]
+        if end - start < 4:
+            raise ProtocolError(f"frame of {end - start} bytes has no header length")
+        (info,) = _HEADER_INFO_FROM(data, start)
+        header_end = start + 4 + (info & 0xFFFFFF)
+        if header_end > end:
+            raise ProtocolError(f"header length {info & 0xFFFFFF} exceeds frame of {end - start} bytes")
+        serialize_type = info >> 24
         if serialize_type == 0:
-            return _from_map(_parse_json(header.decode("utf-8")), body, SerializeType.JSON)
+            header = _parse_json(data[start + 4 : header_end].decode("utf-8"))
+            return _from_map(header, data[header_end:end], _JSON)
         if serialize_type == 2:
-            return _from_map(msgpack.unpackb(header, raw=False), body, SerializeType.MSGPACK)
+            return _from_map(msgpack.unpackb(data[start + 4 : header_end], raw=False), data[header_end:end], _MSGPACK)
         if serialize_type == 1:
-            return _decode_binary(header, body)
+            return _decode_binary(data[start + 4 : header_end], data[header_end:end])
         raise ProtocolError(f"unknown serialize type {serialize_type}")
     except ProtocolError:
         raise
@@ -174,14 +185,17 @@ def _json_header(cmd: RemotingCommand) -> str:
     code, flag, opaque, version, remark = cmd.code, cmd.flag, cmd.opaque, cmd.version, cmd.remark
     if not (type(code) is int and type(flag) is int and type(opaque) is int and type(version) is int):
         return _json_encode(_header_map(cmd, "JSON"))
+    language = cmd.language
+    language = _QUOTED_LANGUAGES.get(language) or _quote(language)
     ext = ""
     if cmd.ext_fields:
         pairs = ",".join([f"{_quote(k)}:{_quote(v)}" for k, v in string_fields(cmd.ext_fields).items()])
         ext = f',"extFields":{{{pairs}}}'
-    text = f'{{"code":{code}{ext},"flag":{flag},"language":{_quote(cmd.language)},"opaque":{opaque}'
-    if remark is not None:
-        text += f',"remark":{_quote(remark)}'
-    return f'{text},"serializeTypeCurrentRPC":"JSON","version":{version}}}'
+    if remark is None:
+        return (f'{{"code":{code}{ext},"flag":{flag},"language":{language},"opaque":{opaque}'
+                f',"serializeTypeCurrentRPC":"JSON","version":{version}}}')
+    return (f'{{"code":{code}{ext},"flag":{flag},"language":{language},"opaque":{opaque}'
+            f',"remark":{_quote(remark)},"serializeTypeCurrentRPC":"JSON","version":{version}}}')
 
 
 def _header_map(cmd: RemotingCommand, rpc_type: str | None) -> dict[str, Any]:
@@ -219,17 +233,9 @@ def _from_map(header: Any, body: bytes, serialize_type: SerializeType) -> Remoti
     if remark is not None and type(remark) is not str:
         raise ProtocolError(f"header 'remark' is not a string: {remark!r}")
     ext = get("extFields")
-    return RemotingCommand(
-        code=code,
-        language=language,
-        version=version,
-        opaque=opaque,
-        flag=flag,
-        remark=remark,
-        ext_fields=string_fields(ext) if ext is not None else {},
-        body=body,
-        serialize_type=serialize_type,
-    )
+    # positional: twice as fast as keywords for the slotted dataclass
+    return RemotingCommand(code, language, version, opaque, flag, remark,
+                           {} if ext is None else string_fields(ext), body, serialize_type)
 
 
 def _encode_binary(cmd: RemotingCommand) -> bytes:
@@ -273,14 +279,6 @@ def _decode_binary(header: bytes, body: bytes) -> RemotingCommand:
         (value_length,) = _INT32.unpack_from(block, position)
         value, position = _take(block, position + 4, value_length)
         ext[key.decode("utf-8")] = value.decode("utf-8")
-    return RemotingCommand(
-        code=code,
-        language=_LANGUAGE_NAMES.get(language, _OTHER.name),
-        version=version,
-        opaque=opaque,
-        flag=flag,
-        remark=remark.decode("utf-8") if remark_length else None,
-        ext_fields=ext,
-        body=body,
-        serialize_type=SerializeType.ROCKETMQ,
-    )
+    remark_text = remark.decode("utf-8") if remark_length else None
+    return RemotingCommand(code, _LANGUAGE_NAMES.get(language, _OTHER.name), version, opaque, flag, remark_text,
+                           ext, body, _ROCKETMQ)
