@@ -159,7 +159,8 @@ class RemotingClient(RemotingNode):
     def _invoke(
         self, address: str, request: RemotingCommand, timeout: float, release: Release | None
     ) -> Deferred[RemotingCommand]:
-        self._stamp(request)
+        request.serialize_type = self._serialize_type
+        request.language = self._language
         channel = self._by_address.get(address)
         if channel is not None and not channel.closing:  # the hot path: no coroutine
             return channel.invoke_sync(request, timeout, release)

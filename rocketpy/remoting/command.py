@@ -12,6 +12,8 @@ from rocketpy.remoting.codes import (
     SerializeType,
 )
 
+_JAVA = LanguageCode.JAVA.name
+
 
 @dataclass(slots=True)
 class RemotingCommand:
@@ -40,13 +42,9 @@ class RemotingCommand:
         serialize_type: int = SerializeType.JSON,
         language: str = LanguageCode.PYTHON.name,
     ) -> RemotingCommand:
-        return cls(
-            code=int(code),
-            language=language,
-            ext_fields=ext_fields if ext_fields is not None else {},
-            body=body,
-            serialize_type=serialize_type,
-        )
+        # positional arguments: about twice as fast as keywords for a slotted dataclass
+        return cls(int(code), language, ROCKETPY_VERSION, 0, 0, None,
+                   ext_fields if ext_fields is not None else {}, body, serialize_type)
 
     @property
     def is_response(self) -> bool:
@@ -67,13 +65,5 @@ class RemotingCommand:
         body: bytes = b"",
     ) -> RemotingCommand:
         """A response to this request: same opaque, same serialize type."""
-        return RemotingCommand(
-            code=int(code),
-            language=LanguageCode.JAVA.name,
-            opaque=self.opaque,
-            flag=RESPONSE_FLAG,
-            remark=remark,
-            ext_fields=ext_fields if ext_fields is not None else {},
-            body=body,
-            serialize_type=self.serialize_type,
-        )
+        return RemotingCommand(int(code), _JAVA, ROCKETPY_VERSION, self.opaque, RESPONSE_FLAG, remark,
+                               ext_fields if ext_fields is not None else {}, body, self.serialize_type)

@@ -208,7 +208,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
             if release is not None:
                 release()
             return fail()
-        d = self._table.add(request.opaque, self._clock.seconds() + timeout, release)
+        d = self._table.add(request.opaque, self._seconds() + timeout, release)
         self._write(data)
         if self._owner.rpc_hooks:
             d.addCallback(self._owner.run_after_hooks, self.remote_address, request)
@@ -250,8 +250,10 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         data = encode(command)
         if self._lost is not None or self._broken:
             self.log.debug("channel {peer} closed; {code} dropped", peer=self.remote_address, code=command.code)
-            return
-        self._write(data)
+        elif self._reading:  # the usual case: a response written while reading
+            self._out.append(data)
+        else:
+            self._write(data)
 
     def expire_requests(self, now: float) -> int:
         """Fail the requests whose deadline passed; return how many."""
