@@ -37,7 +37,7 @@ BATCH = 32
 _GROUP = "SCHEDULE_SERVICE"
 _log = Logger()
 #: Statuses meaning the message was stored (only flushing or replication lagged).
-_STORED = frozenset({
+STORED = frozenset({
     PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE,
 })
@@ -187,7 +187,7 @@ class ScheduleMessageService(Service):
             self.log.warn("delayed message {id} has no deliverable real topic: dropped", id=parked.msg_id)
             return True
         result = await self._store.put_message(delivered_message(parked))
-        if result.status in _STORED:
+        if result.status in STORED:
             return True
         if result.status in _HOPELESS:
             self.log.error("delayed message {id} cannot be stored ({status}): dropped",

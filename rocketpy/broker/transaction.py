@@ -28,6 +28,7 @@ from zope.interface import implementer
 from rocketpy.broker.clients import ProducerManager
 from rocketpy.broker.offsets import ConsumerOffsetManager
 from rocketpy.broker.processors import Rejected
+from rocketpy.broker.schedule import STORED
 from rocketpy.broker.topicconfig import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketpy.common.headers import HeaderError, get_bool, get_int, get_str
 from rocketpy.common.message import (
@@ -46,10 +47,6 @@ from rocketpy.store.status import GetMessageStatus, PutMessageStatus
 TRANS_GROUP = "CID_SYS_RMQ_TRANS"
 OP_TAG = "d"
 _MASK = MessageSysFlag.TRANSACTION_MASK
-_STORED = frozenset({
-    PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT,
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.SLAVE_NOT_AVAILABLE,
-})
 _DROPPED = (MessageConst.TRANSACTION_PREPARED, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID,
             MessageConst.TRANSACTION_CHECK_TIMES)
 
@@ -89,8 +86,9 @@ def committed_message(half: MessageExt, commit_log_offset: int) -> MessageExt:
     """The real message of a committed half message (no TRAN_MSG/REAL_*, COMMIT sysFlag)."""
     props = {k: v for k, v in half.properties.items() if k not in _DROPPED}
     props[MessageConst.WAIT_STORE_MSG_OK] = "false"
-    real = _copy(half, half.properties[MessageConst.REAL_TOPIC], int(half.properties.get(MessageConst.REAL_QUEUE_ID, "0")),
-                 props, (half.sys_flag & ~_MASK) | MessageSysFlag.TRANSACTION_COMMIT_TYPE)
+    queue_id = int(half.properties.get(MessageConst.REAL_QUEUE_ID, "0"))
+    real = _copy(half, half.properties[MessageConst.REAL_TOPIC], queue_id, props,
+                 (half.sys_flag & ~_MASK) | MessageSysFlag.TRANSACTION_COMMIT_TYPE)
     real.prepared_transaction_offset = commit_log_offset
     return real
 
@@ -139,10 +137,10 @@ class TransactionStore:
     async def mark_done(self, half_offset: int) -> bool:
         """Write the op record of ``half_offset``; False (logged) when it was not stored."""
         status = await self.put(op_message(half_offset, self.store_host))
-        if status not in _STORED:
+        if status not in STORED:
             self.log.error("op record of half message {offset} not stored: {status}", offset=half_offset,
                            status=status.name)
-        return status in _STORED
+        return status in STORED
 
     async def read(self, topic: str, offset: int, limit: int) -> tuple[list[MessageExt], int]:
         """Messages of ``topic`` queue 0 from ``offset`` (below ``limit``) and the offset after them."""
@@ -195,7 +193,7 @@ class EndTransactionProcessor:
             half = await self._half(header)
             if kind == MessageSysFlag.TRANSACTION_COMMIT_TYPE:
                 status = await self._tx.put(committed_message(half, header.commit_log_offset))
-                if status not in _STORED:
+                if status not in STORED:
                     raise Rejected(ResponseCode.SYSTEM_ERROR, f"commit of {header.msg_id} failed: {status.name}")
             await self._tx.mark_done(half.queue_offset)
         except HeaderError as e:
@@ -331,12 +329,13 @@ class TransactionCheckService(Service):
             self.log.warn("half message {id} undecided after {n} checks: to {topic}",
                           id=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX), n=times,
                           topic=TRANS_CHECK_MAX_TIME_TOPIC)
-            return await self._tx.put(_copy(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, props, half.sys_flag)) in _STORED
+            given_up = _copy(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, props, half.sys_flag)
+            return await self._tx.put(given_up) in STORED
         props[MessageConst.TRANSACTION_CHECK_TIMES] = str(times + 1)
         props.setdefault(MessageConst.TRAN_PREPARED_QUEUE_OFFSET, str(half.queue_offset))
         copy = _copy(half, TRANS_HALF_TOPIC, 0, props, half.sys_flag)
         result = await self._tx.store.put_message(copy)
-        if result.status not in _STORED or result.append is None:
+        if result.status not in STORED or result.append is None:
             return False
         copy.queue_offset = result.append.queue_offset
         copy.commit_log_offset = result.append.wrote_offset

@@ -72,7 +72,8 @@ class QueryTests(SynchronousTestCase):
         """VIEW_MESSAGE_BY_ID returns the one record at the offset; elsewhere SYSTEM_ERROR."""
         response = self.call(RequestCode.VIEW_MESSAGE_BY_ID, offset=str(self.offsets[2]))
         [msg] = decode_records(response.body)
-        self.assertEqual((response.code, msg.body, msg.commit_log_offset), (ResponseCode.SUCCESS, b"m2", self.offsets[2]))
+        self.assertEqual((response.code, msg.body, msg.commit_log_offset),
+                         (ResponseCode.SUCCESS, b"m2", self.offsets[2]))
         missing = self.call(RequestCode.VIEW_MESSAGE_BY_ID, offset=str(self.offsets[-1] + 10_000))
         self.assertEqual(missing.code, ResponseCode.SYSTEM_ERROR)
 

@@ -57,11 +57,18 @@ class TransactionTestCase(SynchronousTestCase):
 
     def end_tx(self, sent: dict[str, str], kind: int, group: str = "PG", check: bool = False) -> RemotingCommand | None:
         offset = int(sent.get("commitLogOffset") or int(sent["msgId"][16:], 16))
-        fields = to_fields(producerGroup=group, tranStateTableOffset=sent.get("tranStateTableOffset", sent.get("queueOffset")),
-                           commitLogOffset=offset, commitOrRollback=kind, fromTransactionCheck=check, msgId="x")
+        table_offset = sent.get("tranStateTableOffset", sent.get("queueOffset"))
+        fields = to_fields(producerGroup=group, tranStateTableOffset=table_offset, commitLogOffset=offset,
+                           commitOrRollback=kind, fromTransactionCheck=check, msgId="x")
         request = RemotingCommand.request(RequestCode.END_TRANSACTION, fields)
         response: RemotingCommand | None = self.successResultOf(self.end.process_request(self.channel, request))
         return response
+
+    def end_code(self, sent: dict[str, str], kind: int, group: str = "PG", check: bool = False) -> int:
+        """The response code of an END_TRANSACTION that gets an answer."""
+        response = self.end_tx(sent, kind, group, check)
+        assert response is not None
+        return response.code
 
     def real(self) -> list[MessageExt]:
         return read_queue(self, self.store, "Orders", 2)
@@ -85,7 +92,7 @@ class HalfAndEndTests(TransactionTestCase):
     def test_commit(self) -> None:
         """Commit stores the real message (no TRAN_MSG/REAL_*, COMMIT flag) and an op record "0"."""
         sent = self.send_half()
-        self.assertEqual(self.end_tx(sent, COMMIT).code, ResponseCode.SUCCESS)  # type: ignore[union-attr]
+        self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
         [msg] = self.real()
         self.assertEqual(msg.body, b"order")
         for gone in (MessageConst.TRANSACTION_PREPARED, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID):
@@ -100,7 +107,7 @@ class HalfAndEndTests(TransactionTestCase):
         """Rollback writes only the op record."""
         self.send_half()
         sent = self.send_half(b"second")
-        self.assertEqual(self.end_tx(sent, ROLLBACK).code, ResponseCode.SUCCESS)  # type: ignore[union-attr]
+        self.assertEqual(self.end_code(sent, ROLLBACK), ResponseCode.SUCCESS)
         self.assertEqual((self.real(), self.ops()), ([], [b"1"]))
 
     def test_unknown_state_is_no_op(self) -> None:
@@ -111,13 +118,13 @@ class HalfAndEndTests(TransactionTestCase):
     def test_mismatches_are_refused(self) -> None:
         """Wrong group, wrong half offset, no half message there, not a slave: SYSTEM_ERROR / SLAVE_NOT_AVAILABLE."""
         sent = self.send_half()
-        self.assertEqual(self.end_tx(sent, COMMIT, group="other").code, ResponseCode.SYSTEM_ERROR)  # type: ignore[union-attr]
-        self.assertEqual(self.end_tx({**sent, "queueOffset": "5"}, COMMIT).code,  # type: ignore[union-attr]
+        self.assertEqual(self.end_code(sent, COMMIT, group="other"), ResponseCode.SYSTEM_ERROR)
+        self.assertEqual(self.end_code({**sent, "queueOffset": "5"}, COMMIT),
                          ResponseCode.SYSTEM_ERROR)
-        self.assertEqual(self.end_tx({**sent, "commitLogOffset": "999999"}, COMMIT).code,  # type: ignore[union-attr]
+        self.assertEqual(self.end_code({**sent, "commitLogOffset": "999999"}, COMMIT),
                          ResponseCode.SYSTEM_ERROR)
         self.end = EndTransactionProcessor(self.tx, writable=lambda: False)
-        self.assertEqual(self.end_tx(sent, COMMIT).code, ResponseCode.SLAVE_NOT_AVAILABLE)  # type: ignore[union-attr]
+        self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SLAVE_NOT_AVAILABLE)
         self.assertEqual((self.real(), self.ops()), ([], []))
 
 
@@ -147,7 +154,8 @@ class CheckBackTests(TransactionTestCase):
         [check] = self.checks()
         self.assertTrue(check.is_oneway)
         ext = check.ext_fields
-        self.assertEqual((ext["tranStateTableOffset"], ext["msgId"], ext["transactionId"]), ("1", "UNIQorder", "UNIQorder"))
+        self.assertEqual((ext["tranStateTableOffset"], ext["msgId"], ext["transactionId"]),
+                         ("1", "UNIQorder", "UNIQorder"))
         shown = decode_record(check.body)
         self.assertEqual((shown.topic, shown.queue_id, shown.body), ("Orders", 2, b"order"))
         self.assertEqual(shown.properties[MessageConst.TRANSACTION_CHECK_TIMES], "1")
@@ -160,7 +168,7 @@ class CheckBackTests(TransactionTestCase):
         self.checker()
         self.clock.advance(60)
         [check] = self.checks()
-        self.assertEqual(self.end_tx(check.ext_fields, COMMIT, check=True).code, ResponseCode.SUCCESS)  # type: ignore[union-attr]
+        self.assertEqual(self.end_code(check.ext_fields, COMMIT, check=True), ResponseCode.SUCCESS)
         self.clock.pump([60] * 3)
         self.assertEqual((len(self.checks()), len(self.real())), (1, 1))
         self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_HALF_TOPIC, 0), 2)

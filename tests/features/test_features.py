@@ -151,7 +151,8 @@ class TransactionTests(FeatureTestCase):
         cluster = await self.cluster_with(**FAST_CHECKS)
         listener = _Listener()
         p = await self.tx_producer(cluster, listener)
-        results = [await p.send_message_in_transaction(Message("Tx", body)) for body in (b"commit", b"rollback", b"ask")]
+        bodies = (b"commit", b"rollback", b"ask")
+        results = [await p.send_message_in_transaction(Message("Tx", body)) for body in bodies]
         self.assertEqual([r.local_state for r in results], [LocalTransactionState.COMMIT_MESSAGE,
                                                            LocalTransactionState.ROLLBACK_MESSAGE,
                                                            LocalTransactionState.UNKNOW])
