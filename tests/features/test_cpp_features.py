@@ -1,4 +1,4 @@
-"""Retry after RECONSUME_LATER and delayed sends with the official C++ client (PyPI ``rocketmq`` 0.4.4).
+"""Retry after RECONSUME_LATER, delayed sends and orderly consumption with the official C++ client (PyPI ``rocketmq`` 0.4.4).
 
 Uses the harness of :mod:`tests.interop.test_cpp` (a rocketpy process, C++ children). The C++
 1.2 client sends CONSUMER_SEND_MSG_BACK with only offset/group/delayLevel 0, so the broker
@@ -7,7 +7,12 @@ chooses level 3 (10 s); its wrapper exposes no query by id.
 
 from __future__ import annotations
 
-from tests.interop.test_cpp import CppHarness
+import json
+from typing import Any
+
+from rocketpy.remoting.codes import RequestCode
+from rocketpy.remoting.command import RemotingCommand
+from tests.interop.test_cpp import CppHarness, query
 
 
 class CppFeatureTests(CppHarness):
@@ -33,3 +38,29 @@ class CppFeatureTests(CppHarness):
         [msg] = self.consume(topic, "CID_INTEROP_DELAY", 1, "--timeout", "30", "--linger", "0.5")
         self.assertEqual((self.body(msg), msg["keys"]), (b"body-0", "late-0"))
         self.assertGreaterEqual(msg["store_timestamp"] - msg["born_timestamp"], 4_900)
+
+    def test_orderly_consumer_holds_its_queue(self) -> None:
+        """An orderly C++ consumer locks the queue (another client cannot) and gets one key's messages in order."""
+        self.start()
+        topic, group = "InteropOrderly", "CID_INTEROP_ORDERLY"
+        sent = self.produce(topic, "orderly", 5, "--keys", "o", "--order-key", "3")
+        consumer = self.spawn("consume", "--topic", topic, "--group", group, "--expect", "5", "--orderly",
+                              "--linger", "2", "--timeout", "40")
+        got: list[dict[str, Any]] = []
+        assert consumer.stdout is not None
+        while len(got) < 5:
+            line = consumer.stdout.readline()
+            if not line:
+                break
+            event = json.loads(line)
+            if event["event"] == "message":
+                got.append(event)
+        queue_id = got[0]["queue_id"] if got else 0
+        body = {"consumerGroup": group, "clientId": "intruder@1",
+                "mqSet": [{"brokerName": "broker-a", "queueId": queue_id, "topic": topic}]}
+        lock = query(self.rocketpy.broker_port,
+                     RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, {}, json.dumps(body).encode()))
+        self.finish(consumer)
+        self.assertEqual([m["keys"] for m in got], [f"o-{i}" for i in range(5)])
+        self.assertEqual([m["queue_offset"] for m in got], [e["offset"] for e in sent])
+        self.assertEqual(json.loads(lock.body), {"lockOKMQSet": []})
