@@ -157,14 +157,22 @@ class ConsumerBase:
         try:
             return await self._pull_from(addr, mq, sub, offset, max_nums, sys_flag, commit_offset, suspend, timeout)
         except RemotingConnectError:
-            # The broker may be gone (a master down): a fresh route may name its slave.
-            await self.instance.update_topic_route(mq.topic)
-            retry = self.instance.broker_address(mq.broker_name, broker_id)
-            if retry is None or retry == addr:
+            retry = await self._other_broker(mq, addr)
+            if retry is None:
                 raise
             self.log.info("{addr} unreachable: pulling {mq} from {retry}", addr=addr, mq=mq, retry=retry)
             sys_flag &= ~PULL_COMMIT_OFFSET
             return await self._pull_from(retry, mq, sub, offset, max_nums, sys_flag, commit_offset, suspend, timeout)
+
+    async def _other_broker(self, mq: MessageQueue, dead: str) -> str | None:
+        """Another broker of ``mq``'s name than ``dead`` (a master down: its slave), from a fresh
+        route or, when the name server cannot be asked, from the known one."""
+        try:
+            await self.instance.update_topic_route(mq.topic)
+        except (RemotingError, MQError) as e:
+            self.log.info("route refresh for {topic} failed: {error}", topic=mq.topic, error=e)
+        addrs = self.instance.broker_addrs.get(mq.broker_name) or {}
+        return next((a for _, a in sorted(addrs.items()) if a != dead), None)
 
     async def _pull_from(
         self, addr: str, mq: MessageQueue, sub: SubscriptionData, offset: int, max_nums: int, sys_flag: int,
