@@ -55,7 +55,10 @@ class FlushLoops:
     :param store: the blocking facade; only read here, called in the pool.
     :param config: intervals and page thresholds (``flush_*``, ``clean_resource_interval``).
     :param clock: the reactor's time; ``LoopingCall.clock`` and the thorough-flush timer.
-    :param in_pool: runs a blocking callable in the store's pool, returning a Deferred.
+    :param in_pool: runs a blocking callable in the store's writer pool (consume-queue
+        flush, retention), returning a Deferred.
+    :param in_flush_pool: the same for the commit-log flush (its own thread, so that an
+        ``fdatasync`` does not hold up appends).
     :param on_flushed: called on the reactor with the flushed offset after each commit-log flush.
     :param sync_flush: SYNC_FLUSH: flush any dirty byte each tick (WAIT=false puts and
         waiters left over by a failed group commit), not only 4 pages.
@@ -64,11 +67,13 @@ class FlushLoops:
     log = Logger()
 
     def __init__(self, store: FlushableStore, config: MessageStoreConfig, clock: IReactorTime,
-                 in_pool: InPool, on_flushed: Callable[[int], None], sync_flush: bool = False) -> None:
+                 in_pool: InPool, in_flush_pool: InPool, on_flushed: Callable[[int], None],
+                 sync_flush: bool = False) -> None:
         self._store = store
         self._config = config
         self._clock = clock
         self._in_pool = in_pool
+        self._in_flush_pool = in_flush_pool
         self._on_flushed = on_flushed
         self._sync_flush = sync_flush
         self._last_thorough_log = self._last_thorough_cq = 0.0
@@ -118,7 +123,7 @@ class FlushLoops:
             least = 0
         if store.max_physical_offset <= store.flushed_offset:
             return  # nothing dirty: skip the hop
-        flushed = await self._in_pool(flush_commit_log, store, least)
+        flushed = await self._in_flush_pool(flush_commit_log, store, least)
         self._on_flushed(flushed)
 
     async def flush_consume_queues(self) -> None:

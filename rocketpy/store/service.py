@@ -1,10 +1,12 @@
 """``StoreService``: the Twisted face of the blocking message store (doc/store-api.md).
 
-The service owns the store's thread pool (STYLE.md §3). Puts are queued on the reactor
-and handed to the pool in *one* hop for everything queued since the previous hop
+The service owns the store's thread pools (STYLE.md §3). Puts are queued on the reactor
+and handed to the writer pool in *one* hop for everything queued since the previous hop
 (a hop costs ~70 µs of CPU, spec/performance-notes.md); only one append hop runs at a
-time. Under SYNC_FLUSH the same hop ends with the group-commit flush that covers every
-waiting put of the batch, so a put arriving while a flush runs waits for the next one.
+time. Commit-log flushes run on a flush thread of their own, as RocketMQ's flush
+services do, so an ``fdatasync`` (which releases the GIL) overlaps the next appends.
+SYNC_FLUSH group commit: one flush covers every waiter appended before it started;
+waiters appended while it runs are served by the next one.
 """
 
 from __future__ import annotations
@@ -53,9 +55,8 @@ class _Put:
         self.deferred: Deferred[PutMessageResult] = Deferred()
 
 
-# What an append hop returns: per put a result or the exception it raised; the
-# flushed offset; and the group-commit flush's exception, if any.
-_HopOutcome = tuple[list["PutMessageResult | Exception"], int, "Exception | None"]
+# What an append hop returns: per put a result or the exception it raised.
+_HopOutcome = list["PutMessageResult | Exception"]
 
 
 class StoreService(Service):
@@ -63,10 +64,12 @@ class StoreService(Service):
 
     :param message_store: the blocking facade; its ``config`` gives the flush settings.
     :param reactor: provides ``IReactorTime`` and ``IReactorFromThreads``.
-    :param pool: the writer pool (appends, flushes, load, shutdown). It must have one
-        thread. Default: ``ThreadPool(1, 1, "rocketpy-store")``.
+    :param pool: the writer pool (appends, load, consume-queue flush, retention,
+        shutdown). It must have one thread. Default: ``ThreadPool(1, 1, "rocketpy-store")``.
     :param read_pool: runs reads. Default: the writer pool when ``pool`` was given,
         otherwise ``ThreadPool(1, 4, "rocketpy-store-read")``.
+    :param flush_pool: runs commit-log flushes; one thread. Default: the writer pool
+        when ``pool`` was given, otherwise ``ThreadPool(1, 1, "rocketpy-store-flush")``.
     :param max_queued_messages: flow control: more messages waiting for a hop make
         :meth:`is_busy` true and new puts fail with ``OS_PAGECACHE_BUSY``.
     :param max_queue_wait: flow control: the same once the oldest queued put has
@@ -76,18 +79,24 @@ class StoreService(Service):
     log = Logger()
 
     def __init__(self, message_store: Any, reactor: IReactorTime, pool: ThreadPool | None = None,
-                 read_pool: ThreadPool | None = None, max_queued_messages: int = 10_000,
-                 max_queue_wait: float = 0.2) -> None:
+                 read_pool: ThreadPool | None = None, flush_pool: ThreadPool | None = None,
+                 max_queued_messages: int = 10_000, max_queue_wait: float = 0.2) -> None:
         self._store = message_store
         self._config = message_store.config
         self._reactor = reactor
-        if read_pool is None:
-            read_pool = pool if pool is not None else ThreadPool(1, 4, "rocketpy-store-read")
-        self._pool = pool if pool is not None else ThreadPool(1, 1, "rocketpy-store")
-        self._read_pool = read_pool
+        if pool is None:
+            pool = ThreadPool(1, 1, "rocketpy-store")
+            if read_pool is None:
+                read_pool = ThreadPool(1, 4, "rocketpy-store-read")
+            if flush_pool is None:
+                flush_pool = ThreadPool(1, 1, "rocketpy-store-flush")
+        self._pool = pool
+        self._read_pool = pool if read_pool is None else read_pool
+        self._flush_pool = pool if flush_pool is None else flush_pool
         threads = cast(IReactorFromThreads, reactor)
         self._in_pool = partial(deferToThreadPool, threads, self._pool)
         self._in_read_pool = partial(deferToThreadPool, threads, self._read_pool)
+        self._in_flush_pool = partial(deferToThreadPool, threads, self._flush_pool)
         self._sync_flush = self._config.flush_disk_type == "SYNC_FLUSH"
         self._max_queued = max_queued_messages
         self._max_queue_wait = max_queue_wait
@@ -95,23 +104,24 @@ class StoreService(Service):
         self._queued_messages = 0
         self._queued_since = 0.0
         self._hop_started: float | None = None
+        self._flushing = False
+        self._delivering = 0  # > 0 while firing put Deferreds: their new puts wait for one hop
         self._drained: list[Deferred[None]] = []
         self._ready = False
         self._started: Deferred[None] | None = None
         self._arrival_listeners: list[ArrivalListener] = []
         self._put_hooks: list[PutHook] = []
         self._flush_waiters = OffsetWaiters(reactor)
-        self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool,
-                                 self._flush_waiters.advance, self._sync_flush)
+        self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool, self._in_flush_pool,
+                                 self._advance_flushed, self._sync_flush)
 
     # -- lifecycle --
 
     def startService(self) -> Deferred[None]:
         """Start the pools, ``load()`` and ``start()`` the store in the pool, then the loops."""
         super().startService()
-        self._pool.start()
-        if self._read_pool is not self._pool:
-            self._read_pool.start()
+        for pool in self._pools():
+            pool.start()
         self._started = Deferred.fromCoroutine(self._start())
         return self._started
 
@@ -157,9 +167,16 @@ class StoreService(Service):
             except Exception:
                 self.log.failure("message store shutdown failed", level=LogLevel.critical)
         self._flush_waiters.expire(float("inf"))  # nothing will flush any more
-        self._pool.stop()
-        if self._read_pool is not self._pool:
-            self._read_pool.stop()
+        for pool in self._pools():
+            pool.stop()
+
+    def _pools(self) -> list[ThreadPool]:
+        """The distinct pools, writer first."""
+        pools: list[ThreadPool] = []
+        for pool in (self._pool, self._flush_pool, self._read_pool):
+            if all(pool is not p for p in pools):
+                pools.append(pool)
+        return pools
 
     def _shutdown_blocking(self) -> int:
         # The facade's shutdown flushes everything again (consume queues, index, checkpoint).
@@ -167,8 +184,12 @@ class StoreService(Service):
         self._store.shutdown()
         return flushed
 
+    def _idle(self) -> bool:
+        return self._hop_started is None and not self._queue and not self._flushing
+
     def _wait_drained(self) -> Deferred[None]:
-        if self._hop_started is None and not self._queue:
+        """Wait until no append hop or group-commit flush runs and nothing is queued."""
+        if self._idle():
             return succeed(None)
         d: Deferred[None] = Deferred()
         self._drained.append(d)
@@ -207,14 +228,15 @@ class StoreService(Service):
     def _enqueue(self, msgs: list[MessageExt], batch: bool) -> Deferred[PutMessageResult]:
         if not self.running or (self._started is not None and self._started.called and not self._ready):
             return succeed(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE))
-        if self.is_busy():
+        if (self._hop_started is not None or self._queue) and self.is_busy():
             return succeed(PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY))
         put = _Put(msgs, batch)
         if not self._queue:
             self._queued_since = self._reactor.seconds()
         self._queue.append(put)
         self._queued_messages += len(msgs)
-        self._maybe_hop()
+        if not self._delivering:
+            self._maybe_hop()
         return put.deferred
 
     def _maybe_hop(self) -> None:
@@ -224,45 +246,35 @@ class StoreService(Service):
         puts, self._queue = self._queue, []
         self._queued_messages = 0
         self._hop_started = self._reactor.seconds()
-        target = self._flush_waiters.max_offset if len(self._flush_waiters) else 0
-        d = self._in_pool(self._append_blocking, puts, target)
+        d = self._in_pool(self._append_blocking, puts)
         d.addCallbacks(self._hop_done, self._hop_failed, (puts,), None, (puts,))
 
-    def _append_blocking(self, puts: list[_Put], target: int) -> _HopOutcome:
-        """Pool thread: append every queued put, then the group-commit flush if anyone waits."""
-        store, sync = self._store, self._sync_flush
+    def _append_blocking(self, puts: list[_Put]) -> _HopOutcome:
+        """Pool thread: append every queued put, in order; an exception stays with its put."""
+        store = self._store
         results: list[PutMessageResult | Exception] = []
         for put in puts:
             try:
-                result = store.put_messages(put.msgs) if put.batch else store.put_message(put.msgs[0])
+                results.append(store.put_messages(put.msgs) if put.batch else store.put_message(put.msgs[0]))
             except Exception as e:
                 results.append(e)
-                continue
-            results.append(result)
-            if sync and result.append is not None and result.ok and wants_wait(put.msgs[0]):
-                target = max(target, result.append.next_offset)
-        error = None
-        if target > store.flushed_offset:
-            try:
-                flush_commit_log(store, 0, target)
-            except Exception as e:
-                error = e
-        return results, store.flushed_offset, error
+        return results
 
-    def _hop_done(self, outcome: _HopOutcome, puts: list[_Put]) -> None:
-        results, flushed, flush_error = outcome
-        if flush_error is not None:
-            self.log.failure("group-commit flush failed", _failure(flush_error), level=LogLevel.error)
-        self._flush_waiters.advance(flushed)
+    def _hop_done(self, results: _HopOutcome, puts: list[_Put]) -> None:
         touched: dict[tuple[str, int], None] = {}
-        for put, result in zip(puts, results):
-            if isinstance(result, Exception):
-                self.log.failure("put failed", _failure(result), level=LogLevel.error)
-                result = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
-            elif result.ok:
-                touched[(put.msgs[0].topic, put.msgs[0].queue_id)] = None
-            self._complete(put, result)
+        self._delivering += 1
+        try:
+            for put, result in zip(puts, results):
+                if isinstance(result, Exception):
+                    self.log.failure("put failed", _failure(result), level=LogLevel.error)
+                    result = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
+                elif result.ok:
+                    touched[(put.msgs[0].topic, put.msgs[0].queue_id)] = None
+                self._complete(put, result)
+        finally:
+            self._delivering -= 1
         self._notify_arrivals(touched)
+        self._maybe_flush()
         self._hop_finished()
 
     def _hop_failed(self, failure: Failure, puts: list[_Put]) -> None:
@@ -275,10 +287,43 @@ class StoreService(Service):
     def _hop_finished(self) -> None:
         self._hop_started = None
         self._maybe_hop()
-        if self._hop_started is None:
+        self._check_drained()
+
+    def _check_drained(self) -> None:
+        if self._idle():
             drained, self._drained = self._drained, []
             for d in drained:
                 d.callback(None)
+
+    def _maybe_flush(self) -> None:
+        """Group commit: flush for every waiter not yet covered, unless a flush runs."""
+        waiters = self._flush_waiters
+        if self._flushing or not len(waiters) or waiters.max_offset <= waiters.position:
+            return
+        self._flushing = True
+        d = self._in_flush_pool(flush_commit_log, self._store, 0, waiters.max_offset)
+        d.addCallbacks(self._flushed, self._flush_failed, (waiters.position,))
+
+    def _advance_flushed(self, offset: int) -> None:
+        """The commit log is durable up to ``offset``: fire the waiters, then hop once for their new puts."""
+        self._delivering += 1
+        try:
+            self._flush_waiters.advance(offset)
+        finally:
+            self._delivering -= 1
+        self._maybe_hop()
+
+    def _flushed(self, offset: int, before: int) -> None:
+        self._flushing = False
+        self._advance_flushed(offset)
+        if offset > before:  # no progress: leave the retry to the flush loop
+            self._maybe_flush()
+        self._check_drained()
+
+    def _flush_failed(self, failure: Failure) -> None:
+        self.log.failure("group-commit flush failed", failure, level=LogLevel.error)
+        self._flushing = False  # the flush loop retries; waiters time out meanwhile
+        self._check_drained()
 
     def _complete(self, put: _Put, result: PutMessageResult) -> None:
         """Fire the put's Deferred now, or once its flush and put hooks are done."""
@@ -287,7 +332,7 @@ class StoreService(Service):
             put.deferred.callback(result)
             return
         waits: list[Deferred[PutMessageStatus]] = []
-        if self._sync_flush and append.next_offset > self._flush_waiters.position and wants_wait(put.msgs[0]):
+        if self._sync_flush and wants_wait(put.msgs[0]) and append.next_offset > self._flush_waiters.position:
             deadline = self._reactor.seconds() + self._config.sync_flush_timeout
             waits.append(self._flush_waiters.add(append.next_offset, deadline).addCallback(_flush_status))
         for hook in self._put_hooks if wants_wait(put.msgs[0]) else ():
@@ -369,6 +414,10 @@ class StoreService(Service):
     def get_commit_log_data(self, offset: int, size: int = -1) -> Deferred[bytes | None]:
         """HA master: ``size`` bytes of commit log at ``offset`` (-1: to the end of its file)."""
         return self._in_read_pool(self._store.get_commit_log_data, offset, size)
+
+
+def _fire_flushed(covered: bool, d: Deferred[PutMessageResult], result: PutMessageResult) -> None:
+    d.callback(result if covered else dataclasses.replace(result, status=PutMessageStatus.FLUSH_DISK_TIMEOUT))
 
 
 def _flush_status(covered: bool) -> PutMessageStatus:

@@ -148,21 +148,37 @@ class GroupCommitTests(SynchronousTestCase):
     """SYNC_FLUSH: waiters fire after the flush covering them, or time out once."""
 
     def test_waiter_fires_after_covering_flush(self) -> None:
-        """A put's Deferred fires only after a flush covered it; puts during that flush wait for the next."""
+        """A put fires only after a flush covered it; one appended after that flush started waits for the next."""
         pool = ManualPool()
         service, store, _, _ = make_service("SYNC_FLUSH", pool=pool)
         pool.run_one()
         first = service.put_message(message())
-        second = service.put_message(message())
+        pool.run_one()  # append the first put: its flush is queued
         self.assertNoResult(first)
-        pool.run_one()  # append + flush of the first hop
+        second = service.put_message(message())  # queued behind that flush
+        pool.run_one()  # the flush
         result = self.successResultOf(first)
         self.assertEqual(result.status, PutMessageStatus.PUT_OK)
-        self.assertGreaterEqual(store.flushed_offset, result.append.next_offset)  # type: ignore[union-attr]
+        self.assertEqual(store.flushed_offset, result.append.next_offset)  # type: ignore[union-attr]
         self.assertNoResult(second)
-        pool.run_one()
+        pool.run_one()  # append the second put
+        self.assertNoResult(second)
+        pool.run_one()  # the next flush
         self.assertTrue(self.successResultOf(second).ok)
         self.assertEqual(store.events[2:], ["put", ("flush", 0), "put", ("flush", 0)])
+
+    def test_appends_overlap_running_flush(self) -> None:
+        """With a flush pool of its own, appends go on while a flush runs; one flush is in flight at a time."""
+        flush_pool = ManualPool()
+        service, store, _, pool = make_service("SYNC_FLUSH", flush_pool=flush_pool)
+        first = service.put_message(message())
+        second = service.put_message(message())
+        self.assertEqual(store.events.count("put"), 2, "both appended while the first flush waits")
+        self.assertEqual(len(flush_pool.pending), 1)
+        flush_pool.run_one()  # flushes both: they were appended before it ran
+        self.assertTrue(self.successResultOf(first).ok)
+        self.assertTrue(self.successResultOf(second).ok)
+        self.assertEqual(len(flush_pool.pending), 0)
 
     def test_one_flush_serves_all_waiters(self) -> None:
         """Every waiter of one hop is served by a single flush."""

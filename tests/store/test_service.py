@@ -210,11 +210,25 @@ class LifecycleTests(SynchronousTestCase):
         self.assertEqual(store.events[-3:], [("flush", 4), ("flush", 0), "shutdown"])
         self.assertFalse(pool.started)
 
+    def test_stop_waits_for_group_commit(self) -> None:
+        """A group-commit flush in flight ends, and fires its waiter, before shutdown."""
+        flush_pool = ManualPool()
+        service, store, _, _ = make_service("SYNC_FLUSH", flush_pool=flush_pool)
+        put = service.put_message(message())
+        stopped = service.stopService()
+        self.assertNoResult(stopped)
+        self.assertNotIn("shutdown", store.events)
+        flush_pool.run_one()
+        self.assertTrue(self.successResultOf(put).ok)
+        self.successResultOf(stopped)
+        self.assertEqual(store.events[-1], "shutdown")
+        self.assertFalse(flush_pool.started)
+
     def test_owned_pools(self) -> None:
-        """Without a pool the service makes a one-thread writer pool and a separate read pool."""
+        """Without a pool the service makes one-thread writer and flush pools and a read pool."""
         service = StoreService(FakeMessageStore(), reactor)
-        self.assertEqual((service._pool.min, service._pool.max), (1, 1))
-        self.assertIsNot(service._read_pool, service._pool)
+        pools = service._pools()
+        self.assertEqual([(p.min, p.max) for p in pools], [(1, 1), (1, 1), (1, 4)])
 
 
 class ReadAndHookTests(SynchronousTestCase):
