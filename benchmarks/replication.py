@@ -10,7 +10,8 @@ doc/ha.md describes: a name server with the master (``--broker-role ASYNC_MASTER
 ``RemotingClient.invoke_sync`` it sends SEND_MESSAGE_V2 with 1 KiB bodies, 1 and 256 in flight,
 and records every send's latency. A SYNC_MASTER answers only once the slave acknowledged the
 record. After the rounds it waits until the slave's commit log reaches the master's end
-(``commitLogMaxOffset`` of GET_BROKER_RUNTIME_INFO on both) and prints that catch-up time. Prints per-round figures, then medians.
+(``commitLogMaxOffset`` of GET_BROKER_RUNTIME_INFO on both) and prints that catch-up time.
+Prints per-round figures, then medians.
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ class HAClient(Service):
                 continue
             self._appending = True
             d = self.store.append_to_commit_log(offset, data)
-            d.addCallbacks(self._appended, self._append_failed, (link, offset), None, (link,))
+            d.addCallbacks(self._appended, self._append_failed, callbackArgs=(link, offset), errbackArgs=(link,))
 
     def _append_done(self) -> None:
         self._appending = False

@@ -84,7 +84,7 @@ class MasterProtocol(Protocol, TimeoutMixin):
 
     def __init__(self, clock: IReactorTime, housekeeping: float,
                  on_connect: Callable[[MasterProtocol], MasterSession]) -> None:
-        self.callLater = clock.callLater  # TimeoutMixin's timer on our clock
+        self.callLater = clock.callLater  # type: ignore[method-assign,assignment]  # TimeoutMixin: our clock
         self._housekeeping = housekeeping
         self._on_connect = on_connect
         self._acks = bytearray()
@@ -109,7 +109,7 @@ class MasterProtocol(Protocol, TimeoutMixin):
     def register_producer(self, producer: IPushProducer) -> None:
         """Let the transport pause ``producer`` while its send buffer is full."""
         assert self.transport is not None
-        self.transport.registerProducer(producer, True)
+        self.transport.registerProducer(producer, True)  # type: ignore[attr-defined]
 
     def drop(self) -> None:
         """Close the link at once (nothing of value is buffered on it)."""
@@ -152,7 +152,7 @@ class SlaveProtocol(Protocol, TimeoutMixin):
     log = Logger()
 
     def __init__(self, client: SlaveClient, clock: IReactorTime, heartbeat: float, housekeeping: float) -> None:
-        self.callLater = clock.callLater
+        self.callLater = clock.callLater  # type: ignore[method-assign,assignment]  # TimeoutMixin: our clock
         self._client = client
         self._clock = clock
         self._heartbeat = heartbeat

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
@@ -15,13 +14,8 @@ from rocketpy.client.process import ConsumeContext
 from rocketpy.client.results import ConsumeResult, SendStatus
 from rocketpy.namesrv.service import NamesrvService
 from rocketpy.store.config import MessageStoreConfig
+from tests.client.test_integration import free_port
 from tests.ha.test_replication import until
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class BrokerPairTests(TestCase):

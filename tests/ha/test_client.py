@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.ha.client import HAClient
@@ -93,7 +94,7 @@ class ClientTests(SynchronousTestCase):
         self.reactor.advance(5)
         self.assertEqual(len(self.reactor.tcpClients), 1)  # still connecting: no second dial
         connector = self.reactor.connectors[0]
-        self.reactor.tcpClients[0][2].clientConnectionFailed(connector, ConnectionRefusedError())
+        self.reactor.tcpClients[0][2].clientConnectionFailed(connector, Failure(ConnectionRefusedError()))
         self.reactor.advance(5)
         self.assertEqual(len(self.reactor.tcpClients), 2)
         self.successResultOf(self.client.stopService())

@@ -60,7 +60,8 @@ class TransferTests(SynchronousTestCase):
         link = Link(self.service)
         link.ack(2 * FILE + 990)
         frames = link.frames()
-        self.assertEqual(frames[:2], [(2990, bytes(self.store.log[990:1000])), (3000, bytes(self.store.log[1000:1024]))])
+        log = bytes(self.store.log)
+        self.assertEqual(frames[:2], [(2990, log[990:1000]), (3000, log[1000:1024])])
 
     def test_new_data_wakes_the_transfer(self) -> None:
         """Once caught up nothing is sent; an append is sent at once."""
@@ -88,11 +89,13 @@ class TransferTests(SynchronousTestCase):
         self.assertEqual(len(self.store.reads), 1)
         self.store.append(b"more")
         self.assertEqual(len(self.store.reads), 1)
-        link.transport.producer.pauseProducing()
+        producer = link.transport.producer
+        assert producer is not None
+        producer.pauseProducing()
         offset, size, d = self.store.reads.pop()
         d.callback(bytes(self.store.log[offset - 2000:offset - 2000 + size]))
         self.assertEqual(self.store.reads, [])
-        link.transport.producer.resumeProducing()
+        producer.resumeProducing()
         self.assertEqual(len(self.store.reads), 1)
 
     def test_ack_beyond_log_drops(self) -> None:

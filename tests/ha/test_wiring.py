@@ -20,13 +20,7 @@ from rocketpy.broker.topicconfig import TopicConfig, TopicConfigManager
 from rocketpy.ha.sync import SlaveSynchronize
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from rocketpy.tap import Options
-
-
-def parse(*argv: str) -> Options:
-    options = Options()
-    options.parseOptions(list(argv))
-    return options
+from tests.broker.test_tap import _parse as parse
 
 
 class OptionTests(SynchronousTestCase):
