@@ -158,8 +158,9 @@ class RemotingNode:
                 busy = request.make_response(ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]" + BUSY_REMARK)
                 self._respond(channel, request, busy)
                 return
-            for hook in self.rpc_hooks:
-                hook.before_request(channel.remote_address, request)
+            if self.rpc_hooks:
+                for hook in self.rpc_hooks:
+                    hook.before_request(channel.remote_address, request)
             if registration.executor is not None:
                 self._submit(registration, channel, request)
                 return

@@ -106,6 +106,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         if self._unprocessed:
             data = self._unprocessed + data
         size, position, limit = len(data), 0, self.MAX_LENGTH
+        resolve, request_received = self._table.resolve, self._owner.request_received
         self._reading = True
         try:
             while size - position >= 4:
@@ -125,7 +126,11 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
                     self._unprocessed = b""
                     self._fatal(e)
                     return
-                self._command_received(command)
+                if command.flag & RESPONSE_FLAG:  # _command_received, inlined
+                    if not resolve(command):
+                        self._late(command)
+                else:
+                    request_received(self, command)
                 if self._broken:
                     self._unprocessed = b""
                     return
@@ -150,11 +155,12 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
     def _command_received(self, command: RemotingCommand) -> None:
         if command.flag & RESPONSE_FLAG:
             if not self._table.resolve(command):
-                self.log.debug(
-                    "late response {opaque} from {peer} dropped", opaque=command.opaque, peer=self.remote_address
-                )
+                self._late(command)
         else:
             self._owner.request_received(self, command)
+
+    def _late(self, command: RemotingCommand) -> None:
+        self.log.debug("late response {opaque} from {peer} dropped", opaque=command.opaque, peer=self.remote_address)
 
     def lengthLimitExceeded(self, length: int) -> None:
         self._fatal(ProtocolError(f"frame of {length} bytes exceeds {self.MAX_LENGTH}"))

@@ -82,6 +82,30 @@ class FramingTests(ProtocolTestCase):
         (response,) = read_commands(self.transport)
         self.assertEqual((response.code, response.opaque, response.body, response.is_response), (0, 42, b"hello", True))
 
+    def test_many_frames_and_a_partial_one_in_one_read(self) -> None:
+        """Every whole frame of a read is answered (in order); a partial tail waits for its rest."""
+        data = b"".join(encode(RemotingCommand(code=10, opaque=i, body=b"%d" % i)) for i in range(4))
+        cut = len(data) - 5
+        self.protocol.dataReceived(data[:cut])
+        self.assertEqual([(c.opaque, c.body) for c in read_commands(self.transport)],
+                         [(0, b"0"), (1, b"1"), (2, b"2")])
+        self.protocol.dataReceived(data[cut:])
+        self.assertEqual([(c.opaque, c.body) for c in read_commands(self.transport)], [(3, b"3")])
+
+    def test_frame_too_short_for_its_header_length_aborts(self) -> None:
+        """A frame shorter than the 4-byte header-length word is malformed: abort, one warning."""
+        with capturedLogs() as events:
+            self.protocol.dataReceived(struct.pack(">I", 2) + b"ab" + encode(RemotingCommand(code=10, opaque=1)))
+        self.assertTrue(self.transport.disconnected)
+        self.assertEqual([e["log_level"] for e in events], [LogLevel.warn])
+        self.assertEqual(self.transport.value(), b"")
+
+    def test_string_received_takes_one_unprefixed_frame(self) -> None:
+        """stringReceived (Int32StringReceiver's hook) still handles one frame without its prefix."""
+        self.protocol.stringReceived(encode(RemotingCommand(code=10, opaque=8, body=b"b"))[4:])
+        (response,) = read_commands(self.transport)
+        self.assertEqual((response.opaque, response.body), (8, b"b"))
+
     def test_oversize_frame_aborts_with_one_log_line(self) -> None:
         """A length over 16 MiB aborts the connection, logs one warning and fires EXCEPTION."""
         with capturedLogs() as events:
