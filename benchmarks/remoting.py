@@ -7,8 +7,14 @@ Usage::
 Spawns ``python benchmarks/remoting.py --serve`` (a RemotingServer echoing the
 body, and a bare Int32StringReceiver echo, in one other process), then measures
 requests/s with one request in flight (ping-pong) and with 1000 in flight
-(pipelined), 1 KiB body, alternating bare and remoting runs, and prints the
-median of each and the remoting/bare ratio.
+(pipelined), 1 KiB body, and prints the median of each and the ratios to the
+bare echo. Three runs alternate:
+
+- bare: a bare Int32StringReceiver client sends the bytes of an encoded remoting
+  request (same frame size) to the bare echo;
+- remoting: ``RemotingClient.invoke_sync`` to the ``RemotingServer`` (both stacks);
+- server: the same bare client sends those pre-encoded requests to the
+  ``RemotingServer``, so only the server side differs from the bare run.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from zope.interface import implementer  # noqa: E402
 
 from rocketpy.interfaces import IRequestProcessor  # noqa: E402
 from rocketpy.remoting.client import RemotingClient  # noqa: E402
-from rocketpy.remoting.codec import MAX_FRAME_LENGTH  # noqa: E402
+from rocketpy.remoting.codec import MAX_FRAME_LENGTH, encode  # noqa: E402
 from rocketpy.remoting.codes import RequestCode, SerializeType  # noqa: E402
 from rocketpy.remoting.command import RemotingCommand  # noqa: E402
 from rocketpy.remoting.server import RemotingServer  # noqa: E402
@@ -110,17 +116,25 @@ class _Loop:
             self.done.callback(self.count / (time.perf_counter() - self.start))
 
 
+def request_frame(serialize_type: int) -> bytes:
+    """An encoded remoting request with the 1 KiB body, without its length prefix."""
+    return encode(RemotingCommand.request(CODE, body=BODY, serialize_type=serialize_type))[4:]
+
+
 class BareClient(Int32StringReceiver):
-    """Client side of the baseline."""
+    """Client side of the baseline: sends *payload* and counts the frames coming back."""
 
     MAX_LENGTH = MAX_FRAME_LENGTH
     loop: _Loop
+
+    def __init__(self, payload: bytes = BODY) -> None:
+        self.payload = payload
 
     def stringReceived(self, string: bytes) -> None:
         self.loop.completed()
 
     def measure(self, in_flight: int, seconds: float) -> Deferred[float]:
-        self.loop = _Loop(lambda: self.sendString(BODY), in_flight, seconds)
+        self.loop = _Loop(lambda: self.sendString(self.payload), in_flight, seconds)
         return self.loop.run()
 
 
@@ -142,11 +156,14 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         serialize_type = SerializeType[options.serialize.upper()]
         client = RemotingClient(reactor, serialize_type=serialize_type)
         address = f"127.0.0.1:{ports['remoting']}"
-        bare = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", ports["bare"]), BareClient())
+        frame = request_frame(serialize_type)
+        bare = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", ports["bare"]), BareClient(frame))
+        raw = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", ports["remoting"]), BareClient(frame))
         runs: dict[tuple[str, int], Callable[[float], Deferred[float]]] = {}
         for in_flight in (1, PIPELINE):
             runs["bare", in_flight] = partial(bare.measure, in_flight)
             runs["remoting", in_flight] = partial(measure_remoting, client, address, in_flight)
+            runs["server", in_flight] = partial(raw.measure, in_flight)
         for run in runs.values():  # warm up
             await run(0.3)
         results: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
@@ -157,6 +174,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
                 f"{name}/{n}={results[name, n][-1]:,.0f}" for name, n in runs), flush=True)
         report(results, options)
         bare.transport.loseConnection()
+        raw.transport.loseConnection()
         await client.close()
     finally:
         assert child.stdin is not None
@@ -164,22 +182,35 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         child.wait(10)
 
 
-def cpu_per_request(serialize_type: int, count: int = 20_000) -> tuple[float, float]:
-    """CPU microseconds per request, both ends in this process over StringTransports.
+def _best_cpu(once: Callable[[], None], count: int, per_call: int = 1) -> float:
+    """CPU microseconds per request of *once* (*per_call* requests a call), best of three."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        for _ in range(count):
+            once()
+        best = min(best, (time.process_time() - start) / (count * per_call) * 1e6)
+    return best
+
+
+def cpu_per_request(serialize_type: int, count: int = 20_000) -> dict[str, float]:
+    """CPU microseconds per request in this process over StringTransports, best of three.
 
     No sockets and no other process, so this is steady where the loopback figures
-    drift: (bare echo, remoting), best of three.
+    drift. ``bare`` and ``remoting``: both ends, one request in flight. ``bare
+    server`` and ``remoting server``: the serving end alone, fed 64 pre-encoded
+    requests per read (as when pipelined). The bare echo gets frames of a remoting
+    request's size.
     """
     clock = task.Clock()
     server = RemotingServer(clock)
     server.register_processor(CODE, EchoProcessor())
     client = RemotingClient(clock, serialize_type=serialize_type)
     server_end, client_end = server.build_channel(), client.build_channel()
-    echo, bare = BareEcho(), BareClient()
-    ends = [(server_end, client_end), (echo, bare)]
-    for pair in ends:
-        for end in pair:
-            end.makeConnection(StringTransport())
+    frame = request_frame(serialize_type)
+    echo, bare = BareEcho(), BareClient(frame)
+    for end in (server_end, client_end, echo, bare):
+        end.makeConnection(StringTransport())
 
     def exchange(sender: Any, receiver: Any) -> None:
         data = sender.transport.value()
@@ -187,42 +218,51 @@ def cpu_per_request(serialize_type: int, count: int = 20_000) -> tuple[float, fl
         receiver.dataReceived(data)
 
     def remoting_once() -> None:
-        client_end.invoke_sync(RemotingCommand.request(CODE, body=BODY), 30.0)
+        client_end.invoke_sync(RemotingCommand.request(CODE, body=BODY, serialize_type=serialize_type), 30.0)
         exchange(client_end, server_end)
         exchange(server_end, client_end)
 
     def bare_once() -> None:
-        bare.sendString(BODY)
+        bare.sendString(frame)
         exchange(bare, echo)
         exchange(echo, bare)
 
+    batch = (len(frame).to_bytes(4, "big") + frame) * 64
+
+    def serve_batch(end: Any) -> Callable[[], None]:
+        def once() -> None:
+            end.dataReceived(batch)
+            end.transport.clear()
+        return once
+
     bare.loop = _Loop(lambda: None, 1, 0.0)
-    costs = []
-    for once in (bare_once, remoting_once):
-        best = float("inf")
-        for _ in range(3):
-            start = time.process_time()
-            for _ in range(count):
-                once()
-            best = min(best, (time.process_time() - start) / count * 1e6)
-        costs.append(best)
-    return costs[0], costs[1]
+    return {
+        "bare": _best_cpu(bare_once, count),
+        "remoting": _best_cpu(remoting_once, count),
+        "bare server": _best_cpu(serve_batch(echo), count // 64, 64),
+        "remoting server": _best_cpu(serve_batch(server_end), count // 64, 64),
+    }
 
 
 def report(results: dict[tuple[str, int], list[float]], options: argparse.Namespace) -> None:
     """Medians of the rates, and the median of the per-round ratios (steadier under load drift)."""
     print(f"\n{options.rounds} rounds x {options.seconds} s, 1 KiB body, {options.serialize} headers, "
-          f"python {sys.version.split()[0]}")
-    print(f"{'mode':<20}{'bare echo req/s':>17}{'remoting req/s':>16}{'ratio of medians':>18}"
-          f"{'median ratio':>14}")
+          f"python {sys.version.split()[0]}; ratio: of medians (median of per-round ratios)")
+    print(f"{'mode':<20}{'bare echo req/s':>17}{'remoting req/s':>16}{'ratio':>14}"
+          f"{'server-only req/s':>19}{'ratio':>14}")
     for in_flight, label in ((1, "ping-pong (1)"), (PIPELINE, f"pipelined ({PIPELINE})")):
-        bare, remoting = results["bare", in_flight], results["remoting", in_flight]
-        ratios = [r / b for r, b in zip(remoting, bare)]
-        print(f"{label:<20}{statistics.median(bare):>17,.0f}{statistics.median(remoting):>16,.0f}"
-              f"{statistics.median(remoting) / statistics.median(bare):>18.0%}{statistics.median(ratios):>14.0%}")
-    bare_cpu, remoting_cpu = cpu_per_request(SerializeType[options.serialize.upper()])
-    print(f"CPU per request, both ends in one process: bare echo {bare_cpu:.1f} us, "
-          f"remoting {remoting_cpu:.1f} us ({bare_cpu / remoting_cpu:.0%})")
+        bare = statistics.median(results["bare", in_flight])
+        line = f"{label:<20}{bare:>17,.0f}"
+        for name, width in (("remoting", 16), ("server", 19)):
+            rates = results[name, in_flight]
+            ratio = statistics.median([r / b for r, b in zip(rates, results["bare", in_flight])])
+            line += f"{statistics.median(rates):>{width},.0f}{f'{statistics.median(rates) / bare:.0%} ({ratio:.0%})':>14}"
+        print(line)
+    cpu = cpu_per_request(SerializeType[options.serialize.upper()])
+    print(f"CPU per request, both ends in one process: bare echo {cpu['bare']:.1f} us, "
+          f"remoting {cpu['remoting']:.1f} us ({cpu['bare'] / cpu['remoting']:.0%})")
+    print(f"CPU per request, serving end only, 64 per read: bare echo {cpu['bare server']:.2f} us, "
+          f"remoting {cpu['remoting server']:.2f} us ({cpu['bare server'] / cpu['remoting server']:.0%})")
 
 
 def main() -> None:
