@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from itertools import count
+from typing import Any, Callable
 
 from twisted.internet.base import DelayedCall
 from twisted.internet.defer import Deferred
@@ -19,12 +20,12 @@ from twisted.internet.interfaces import IReactorTime
 class _Waiter:
     """One pending request; ``done`` marks it settled in both heaps (lazy deletion)."""
 
-    __slots__ = ("offset", "deadline", "deferred", "done")
+    __slots__ = ("offset", "fire", "args", "done")
 
-    def __init__(self, offset: int, deadline: float) -> None:
+    def __init__(self, offset: int, fire: Callable[..., object], args: tuple[Any, ...]) -> None:
         self.offset = offset
-        self.deadline = deadline
-        self.deferred: Deferred[bool] = Deferred()
+        self.fire = fire
+        self.args = args
         self.done = False
 
 
@@ -58,17 +59,27 @@ class OffsetWaiters:
         :param deadline: clock time after which the Deferred fires ``False``.
         :returns: a Deferred firing ``True`` once covered, ``False`` once expired.
         """
-        waiter = _Waiter(offset, deadline)
+        d: Deferred[bool] = Deferred()
+        self.add_callback(offset, deadline, d.callback)
+        return d
+
+    def add_callback(self, offset: int, deadline: float, fire: Callable[..., object], *args: Any) -> None:
+        """Like :meth:`add`, but call ``fire(covered, *args)`` instead of firing a Deferred.
+
+        The put path uses this to save a Deferred per message.
+        """
         if offset <= self.position:
-            waiter.deferred.callback(True)
-            return waiter.deferred
+            fire(True, *args)
+            return
+        waiter = _Waiter(offset, fire, args)
         self.max_offset = max(self.max_offset, offset)
         seq = next(self._seq)
         heapq.heappush(self._by_offset, (offset, seq, waiter))
         heapq.heappush(self._by_deadline, (deadline, seq, waiter))
         self._pending += 1
-        self._arm()
-        return waiter.deferred
+        timer = self._timer
+        if timer is None or timer.getTime() > deadline:
+            self._arm()
 
     def advance(self, position: int) -> int:
         """The log is durable (or acknowledged) up to ``position``: fire the covered waiters.
@@ -106,7 +117,7 @@ class OffsetWaiters:
             # Drop the settled entries left behind by lazy deletion.
             self._by_offset.clear()
             self._by_deadline.clear()
-        waiter.deferred.callback(covered)
+        waiter.fire(covered, *waiter.args)
         return 1
 
     def _arm(self) -> None:

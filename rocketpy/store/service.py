@@ -331,11 +331,15 @@ class StoreService(Service):
         if not result.ok or append is None:
             put.deferred.callback(result)
             return
+        wait = wants_wait(put.msgs[0])
         waits: list[Deferred[PutMessageStatus]] = []
-        if self._sync_flush and wants_wait(put.msgs[0]) and append.next_offset > self._flush_waiters.position:
+        if self._sync_flush and wait and append.next_offset > self._flush_waiters.position:
             deadline = self._reactor.seconds() + self._config.sync_flush_timeout
+            if not self._put_hooks:  # the common case: no Deferred chain, no gatherResults
+                self._flush_waiters.add_callback(append.next_offset, deadline, _fire_flushed, put.deferred, result)
+                return
             waits.append(self._flush_waiters.add(append.next_offset, deadline).addCallback(_flush_status))
-        for hook in self._put_hooks if wants_wait(put.msgs[0]) else ():
+        for hook in self._put_hooks if wait else ():
             status = hook(result)
             if status is not None:
                 waits.append(status)
