@@ -113,7 +113,9 @@ class HAClient(Service):
             await done
 
     def _dial(self) -> None:
-        if self._link is not None or self._dialing is not None or not self._master:
+        # Not while a block of the last link is being appended: the new link's first report
+        # must be the end of the log after it.
+        if self._link is not None or self._dialing is not None or self._appending or not self._master:
             return
         host, _, port = self._master.rpartition(":")
         endpoint = TCP4ClientEndpoint(self._reactor, host, int(port), timeout=self.config.reconnect_interval)

@@ -71,6 +71,9 @@ class SlaveSession:
         if self._next < 0:
             self._next = offset if offset else self._service.last_file_start()
             self.log.info("HA slave asks for {offset}; sending from {start}", offset=offset, start=self._next)
+            if offset > self._store.max_physical_offset:  # kept, as RocketMQ: it waits for the master
+                self.log.warn("HA slave is ahead of this master ({offset} > {end}): nothing to send",
+                              offset=offset, end=self._store.max_physical_offset)
         elif offset > self._store.max_physical_offset:
             self.log.warn("HA slave reports {offset}, beyond the commit log: dropped", offset=offset)
             self._link.drop()

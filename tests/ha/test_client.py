@@ -112,3 +112,16 @@ class ClientTests(SynchronousTestCase):
         self.client.update_master_address("127.0.0.1:10912")
         self.assertEqual([c[:2] for c in self.reactor.tcpClients], [("127.0.0.1", 10912)])
         self.successResultOf(self.client.stopService())
+
+    def test_no_dial_while_appending(self) -> None:
+        """A link lost during an append is redialled only once the append is done."""
+        self.client = HAClient(self.reactor, self.store, HAConfig(), "127.0.0.1:10912")
+        link, _ = self.connect()
+        link.dataReceived(encode_frame(0, b"x"))
+        link.connectionLost()
+        self.client.startService()
+        self.assertEqual(self.reactor.tcpClients, [])
+        self.store.finish()
+        self.reactor.advance(5)
+        self.assertEqual(len(self.reactor.tcpClients), 1)
+        self.successResultOf(self.client.stopService())

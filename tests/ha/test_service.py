@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
+from twisted.logger import LogLevel, capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.ha.config import HAConfig, ha_listen_endpoint
@@ -104,6 +105,16 @@ class TransferTests(SynchronousTestCase):
         link.ack(self.store.max_physical_offset)
         link.ack(self.store.max_physical_offset + 1)
         self.assertTrue(link.transport.disconnected)
+
+    def test_slave_ahead_is_kept_and_warned(self) -> None:
+        """A first report past the master's end is logged; the slave stays and gets only heartbeats."""
+        link = Link(self.service)
+        with capturedLogs() as events:
+            link.ack(self.store.max_physical_offset + 100)
+        self.assertEqual([e["log_level"] for e in events if "ahead" in e["log_format"]], [LogLevel.warn])
+        self.clock.advance(5)
+        self.assertEqual(link.frames(), [(self.store.max_physical_offset + 100, b"")])
+        self.assertFalse(link.transport.disconnecting)
 
     def test_missing_data_drops(self) -> None:
         """A slave asking for bytes the master no longer has is dropped."""
