@@ -109,7 +109,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         resolve, request_received = self._table.resolve, self._owner.request_received
         self._reading = True
         try:
-            while size - position >= 4:
+            while size - position >= 4 and not self.paused:  # paused: _PauseableMixin, as Twisted's loop
                 (length,) = _LENGTH_FROM(data, position)
                 if length > limit:
                     self._unprocessed = b""

@@ -100,6 +100,14 @@ class FramingTests(ProtocolTestCase):
         self.assertEqual([e["log_level"] for e in events], [LogLevel.warn])
         self.assertEqual(self.transport.value(), b"")
 
+    def test_paused_protocol_keeps_frames_until_resumed(self) -> None:
+        """As with Int32StringReceiver: while paused, buffered frames wait; resuming handles them."""
+        self.protocol.pauseProducing()
+        self.protocol.dataReceived(encode(RemotingCommand(code=10, opaque=1)) * 2)
+        self.assertEqual(self.transport.value(), b"")
+        self.protocol.resumeProducing()
+        self.assertEqual([c.opaque for c in read_commands(self.transport)], [1, 1])
+
     def test_string_received_takes_one_unprefixed_frame(self) -> None:
         """stringReceived (Int32StringReceiver's hook) still handles one frame without its prefix."""
         self.protocol.stringReceived(encode(RemotingCommand(code=10, opaque=8, body=b"b"))[4:])
