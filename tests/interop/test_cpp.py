@@ -69,6 +69,7 @@ class Rocketpy:
         self.workdir = workdir
         self.flush = flush
         self.namesrv_port, self.broker_port = free_port(), free_port()
+        self.ha_port = free_port()  # not listen port + 1, which another test may hold
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(workdir, "rocketpy.log")
@@ -78,6 +79,7 @@ class Rocketpy:
             sys.executable, "-m", "twisted", "rocketpy",
             "--namesrv-listen", f"tcp:{self.namesrv_port}:interface=127.0.0.1",
             "--listen", f"tcp:{self.broker_port}:interface=127.0.0.1",
+            "--ha-listen", f"tcp:{self.ha_port}:interface=127.0.0.1",
             "--store-dir", os.path.join(self.workdir, "store"),
             "--namesrv-config-dir", os.path.join(self.workdir, "namesrv"),
             "--commit-log-file-size", str(16 * 1024 * 1024),
