@@ -101,10 +101,10 @@ class MasterProtocol(Protocol, TimeoutMixin):
         if offset is not None and self.session is not None:
             self.session.ack_received(offset)
 
-    def write(self, data: bytes) -> None:
-        """Send bytes to the slave."""
+    def write_frame(self, offset: int, data: bytes) -> None:
+        """Send one frame to the slave (header and data without joining them)."""
         assert self.transport is not None
-        self.transport.write(data)
+        self.transport.writeSequence([HEADER.pack(offset, len(data)), data])
 
     def register_producer(self, producer: IPushProducer) -> None:
         """Let the transport pause ``producer`` while its send buffer is full."""

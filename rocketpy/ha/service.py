@@ -23,7 +23,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rocketpy.ha.config import HAConfig
-from rocketpy.ha.protocol import MasterProtocol, encode_frame
+from rocketpy.ha.protocol import MasterProtocol
 from rocketpy.store.groupcommit import OffsetWaiters
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
@@ -74,6 +74,7 @@ class SlaveSession:
             if offset > self._store.max_physical_offset:  # kept, as RocketMQ: it waits for the master
                 self.log.warn("HA slave is ahead of this master ({offset} > {end}): nothing to send",
                               offset=offset, end=self._store.max_physical_offset)
+                return  # and its offset acknowledges nothing of ours
         elif offset > self._store.max_physical_offset:
             self.log.warn("HA slave reports {offset}, beyond the commit log: dropped", offset=offset)
             self._link.drop()
@@ -126,7 +127,7 @@ class SlaveSession:
             self.log.warn("commit log at {offset} is not there (deleted?): HA slave dropped", offset=offset)
             self._link.drop()
             return
-        self._link.write(encode_frame(offset, data))
+        self._link.write_frame(offset, data)
         self._next = offset + len(data)
         self._idle.reset(self._interval)
         self.wake()
@@ -139,7 +140,7 @@ class SlaveSession:
     def _heartbeat(self) -> None:
         self._idle = self._clock.callLater(self._interval, self._heartbeat)
         if self._next >= 0 and not self._reading and not self._closed:
-            self._link.write(encode_frame(self._next, b""))
+            self._link.write_frame(self._next, b"")
             self.wake()  # a safety net: nothing should be pending here
 
 

@@ -15,7 +15,7 @@ from rocketpy.client.results import ConsumeResult, SendStatus
 from rocketpy.namesrv.service import NamesrvService
 from rocketpy.store.config import MessageStoreConfig
 from tests.client.test_integration import free_port
-from tests.ha.test_replication import until
+from tests.ha.test_replication import caught_up, until
 
 
 class BrokerPairTests(TestCase):
@@ -78,7 +78,7 @@ class BrokerPairTests(TestCase):
         master, slave = await self.pair("ASYNC_MASTER")
         p = await self.producer()
         sent = [await p.send(Message("HA", b"m%d" % i)) for i in range(40)]
-        await until(lambda: slave.store.max_physical_offset == master.store.max_physical_offset)
+        await until(lambda: caught_up(slave.store, master.store, "HA", 2))
         assert slave.slave_sync is not None
         await slave.slave_sync.sync_all()
         self.assertIsNotNone(slave.topics.select_topic_config("HA"))

@@ -41,6 +41,12 @@ async def until(condition: Any, timeout: float = 30.0) -> None:
     raise AssertionError("condition not reached in time")
 
 
+def caught_up(slave: StoreService, master: StoreService, topic: str = "T", queues: int = 4) -> bool:
+    """The slave's log and its consume queues (dispatched after the bytes land) reach the master's."""
+    return slave.max_physical_offset == master.max_physical_offset and all(
+        slave.get_max_offset_in_queue(topic, q) == master.get_max_offset_in_queue(topic, q) for q in range(queues))
+
+
 def read_log(store: StoreService) -> dict[str, bytes]:
     """Every commit-log file of a stopped store, by name."""
     directory = os.path.join(store._store.config.commit_log_dir)
@@ -110,7 +116,7 @@ class CopyTests(ReplicationTestCase):
         slave, client = await self.slave(ha)
         results = await self.load(master, 3000)
         self.assertTrue(all(r.ok for r in results))
-        await until(lambda: slave.max_physical_offset == master.max_physical_offset)
+        await until(lambda: caught_up(slave, master))
         self.assertEqual([slave.get_max_offset_in_queue("T", q) for q in range(4)], [750] * 4)
         found = await slave.get_message("g", "T", 2, 700, 32)
         self.assertEqual(found.records, (await master.get_message("g", "T", 2, 700, 32)).records)
@@ -126,7 +132,7 @@ class CopyTests(ReplicationTestCase):
         await self.load(master, 1000)
         last_file = master.max_physical_offset // FILE * FILE
         slave, client = await self.slave(ha)
-        await until(lambda: slave.max_physical_offset == master.max_physical_offset)
+        await until(lambda: caught_up(slave, master))
         self.assertEqual(slave._store.min_physical_offset, last_file)
         low = slave.get_min_offset_in_queue("T", 1)
         self.assertGreater(low, 0)
@@ -143,11 +149,11 @@ class CopyTests(ReplicationTestCase):
         root = self.mktemp()
         slave, client = await self.slave(ha, root)
         await self.load(master, 800)
-        await until(lambda: slave.max_physical_offset == master.max_physical_offset)
+        await until(lambda: caught_up(slave, master))
         await self.stop(client, slave)
         await self.load(master, 800, start=800)
         slave, client = await self.slave(ha, root)
-        await until(lambda: slave.max_physical_offset == master.max_physical_offset)
+        await until(lambda: caught_up(slave, master))
         self.assertEqual(slave.get_max_offset_in_queue("T", 3), 400)
         await self.stop(client, ha, slave, master)
         self.assertEqual(read_log(master), read_log(slave))

@@ -115,6 +115,7 @@ class TransferTests(SynchronousTestCase):
         self.clock.advance(5)
         self.assertEqual(link.frames(), [(self.store.max_physical_offset + 100, b"")])
         self.assertFalse(link.transport.disconnecting)
+        self.assertEqual(self.service.push_to_slave_max_offset, 0)  # acknowledges nothing
 
     def test_missing_data_drops(self) -> None:
         """A slave asking for bytes the master no longer has is dropped."""
