@@ -171,6 +171,8 @@ class Options(usage.Options):
             port = endpoint_port(self["namesrv-listen"]) or 9876
             self["namesrv-addr"] = f"127.0.0.1:{port}"
         self["namesrv-addr-list"] = [a.strip() for a in re.split(r"[;,]", self["namesrv-addr"]) if a.strip()]
+        if self["ha-master-address"] is not None and not re.fullmatch(r"[^:\s]+:\d+", self["ha-master-address"]):
+            raise usage.UsageError(f"--ha-master-address must be ip:port, not {self['ha-master-address']!r}")
         if self["ha-listen"] is None and self["broker-role"] != "SLAVE":
             try:
                 self["ha-listen"] = ha_listen_endpoint(self["listen"])

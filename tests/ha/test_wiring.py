@@ -35,6 +35,8 @@ class OptionTests(SynchronousTestCase):
         o = parse("--broker-role", "SLAVE", "--broker-id", "2", "--ha-master-address", "10.0.0.1:10912")
         self.assertEqual((o["broker-id"], o["ha-master-address"], o["ha-listen"]), (2, "10.0.0.1:10912", None))
         self.assertRaises(usage.UsageError, parse, "--broker-role", "SLAVE")
+        self.assertRaises(usage.UsageError, parse, "--broker-role", "SLAVE", "--broker-id", "1",
+                          "--ha-master-address", "10.0.0.1")
         self.assertEqual(parse("--broker-role", "SYNC_MASTER", "--broker-id", "3")["broker-id"], 0)
 
     def test_config_file_keys(self) -> None:
