@@ -11,6 +11,7 @@ queries from other threads see whole entries (an entry is written before its slo
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import struct
 import threading
@@ -40,6 +41,53 @@ def key_hash(key: str) -> int:
     """RocketMQ's ``indexKeyHashMethod``: ``|String.hashCode()|``, with ``Integer.MIN_VALUE`` → 0."""
     h = abs(java_hash(key))
     return 0 if h > _INT_MAX else h
+
+
+_TAIL = 12  # a Java client's UNIQ_KEY: 20 hex digits fixed per producer, then 12 that change
+_TAIL_POWER = pow(31, _TAIL, 1 << 32)
+_CACHE_MAX = 4096
+
+
+class KeyHasher:
+    """:func:`key_hash` with the hash of a key's head cached (the index's per-key cost).
+
+    ``String.hashCode`` composes: ``h(a + b) = h(a)·31^len(b) + h(b)`` (mod 2^32, with
+    ``len`` in UTF-16 units). Keys of one topic share ``topic#`` and, for UNIQ_KEY, 20 more
+    characters; so only the last 12 (ASCII) characters are hashed per key. Short keys are
+    cached whole. The results are those of :func:`key_hash`, so files stay RocketMQ's.
+    """
+
+    def __init__(self) -> None:
+        self._heads: dict[str, int] = {}
+
+    def __call__(self, key: str) -> int:
+        heads = self._heads
+        if len(key) <= _TAIL + 4:
+            h = heads.get(key)
+            if h is None:
+                h = self._remember(key, key_hash(key))
+            return h
+        tail = key[-_TAIL:]
+        if not tail.isascii():
+            return key_hash(key)
+        head = key[:-_TAIL]
+        hh = heads.get(head)
+        if hh is None:
+            hh = self._remember(head, java_hash(head) & 0xFFFFFFFF)
+        h = (hh * _TAIL_POWER + sum(map(operator.mul, tail.encode()[::-1], _POW31_TAIL))) & 0xFFFFFFFF
+        if h & 0x80000000:
+            h = 0x100000000 - h  # |negative|; Integer.MIN_VALUE gives 2^31 → 0 below
+            return 0 if h > _INT_MAX else h
+        return h
+
+    def _remember(self, key: str, h: int) -> int:
+        if len(self._heads) >= _CACHE_MAX:
+            self._heads.clear()
+        self._heads[key] = h
+        return h
+
+
+_POW31_TAIL = [pow(31, i, 1 << 32) for i in range(_TAIL)]
 
 
 def file_name_for(now_ms: int) -> str:
@@ -97,11 +145,18 @@ class IndexFile:
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Add ``key`` → ``phy_offset`` at the head of its slot's chain; False when the file is full."""
+        if not self.put_hash(key_hash(key), phy_offset, store_timestamp):
+            return False
+        self.write_header()
+        return True
+
+    def put_hash(self, khash: int, phy_offset: int, store_timestamp: int) -> bool:
+        """:meth:`put_key` for a key of :func:`key_hash` ``khash``, without writing the header
+        (the caller calls :meth:`write_header` once after its keys)."""
         count = self.index_count
         if count >= self.max_entries:
             return False
         data = self.mapped.data
-        khash = key_hash(key)
         slot_at = HEADER_SIZE + (khash % self.slots) * SLOT_SIZE
         prev = _SLOT.unpack_from(data, slot_at)[0]
         if prev <= 0 or prev > count:
@@ -119,8 +174,11 @@ class IndexFile:
         self.index_count = count + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp = store_timestamp
-        self._write_header()
         return True
+
+    def write_header(self) -> None:
+        """Write the header fields (times, offsets, counts) into the file."""
+        self._write_header()
 
     def _write_header(self) -> None:
         _HEADER.pack_into(
@@ -183,6 +241,7 @@ class IndexService:
         self._unflushed_full: list[IndexFile] = []
         self._lock = threading.Lock()
         self._failed = False
+        self._hash = KeyHasher()
 
     # -- lifecycle --
 
@@ -266,18 +325,24 @@ class IndexService:
         if request.sys_flag & MessageSysFlag.TRANSACTION_MASK == MessageSysFlag.TRANSACTION_ROLLBACK_TYPE:
             return
         prefix = request.topic + "#"
+        first = f
         if request.uniq_key is not None:
             f = self._put(f, prefix + request.uniq_key, request)
         if request.keys:
             for key in request.keys.split(" "):
                 if key and f is not None:
                     f = self._put(f, prefix + key, request)
+        first.write_header()  # once per record, not per key
+        if f is not None and f is not first:
+            f.write_header()
 
     def _put(self, f: IndexFile, key: str, request: DispatchRequest) -> IndexFile | None:
-        if f.put_key(key, request.commit_log_offset, request.store_timestamp):
+        khash = self._hash(key)
+        if f.put_hash(khash, request.commit_log_offset, request.store_timestamp):
             return f
+        f.write_header()
         new = self._writable_file()
-        if new is None or not new.put_key(key, request.commit_log_offset, request.store_timestamp):
+        if new is None or not new.put_hash(khash, request.commit_log_offset, request.store_timestamp):
             return None
         return new
 

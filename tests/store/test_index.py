@@ -10,7 +10,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from rocketpy.common.message import java_hash
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest
-from rocketpy.store.index import IndexFile, IndexService, file_name_for, key_hash
+from rocketpy.store.index import IndexFile, IndexService, KeyHasher, file_name_for, key_hash
 
 SLOTS = 64
 ENTRIES = 128
@@ -46,6 +46,17 @@ class KeyHashTests(SynchronousTestCase):
         self.assertEqual(key_hash(negative), -java_hash(negative))
         self.assertEqual(java_hash("polygenelubricants"), -(2 ** 31))
         self.assertEqual(key_hash("polygenelubricants"), 0)
+
+    def test_cached_key_hash(self) -> None:
+        """KeyHasher (cached heads, hashed tails) gives key_hash's value for every shape of key."""
+        hasher = KeyHasher()
+        keys = ["", "k", "T#k", "T#" + "0A0000010000ABCDEF01" + "%012X" % 7, "T#" + "0A0000010000ABCDEF01" + "%012X" % 8,
+                "\0" * 5 + "polygenelubricants",  # Integer.MIN_VALUE through the composed path
+                "topic#caf\u00e9-and-more-text", "topic#" + "\U0001F600" * 3 + "-a-tail-of-ascii",
+                "topic#tail-not-ascii-\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"]
+        keys += [f"some-longer-key-{i}" for i in range(200)]
+        for key in keys + keys:  # the second pass hits the cache
+            self.assertEqual(hasher(key), key_hash(key), key)
 
     def test_file_name(self) -> None:
         """Index files are named by local time as yyyyMMddHHmmssSSS."""
