@@ -109,6 +109,7 @@ class StoreService(Service):
         self._drained: list[Deferred[None]] = []
         self._ready = False
         self._started: Deferred[None] | None = None
+        self._accepting = False  # running, and the store not known to have failed loading
         self._arrival_listeners: list[ArrivalListener] = []
         self._put_hooks: list[PutHook] = []
         self._flush_waiters = OffsetWaiters(reactor)
@@ -120,6 +121,7 @@ class StoreService(Service):
     def startService(self) -> Deferred[None]:
         """Start the pools, ``load()`` and ``start()`` the store in the pool, then the loops."""
         super().startService()
+        self._accepting = True
         for pool in self._pools():
             pool.start()
         self._started = Deferred.fromCoroutine(self._start())
@@ -133,6 +135,7 @@ class StoreService(Service):
             loaded = False
         if not loaded:
             self.log.critical("message store not loaded: puts are refused")
+            self._accepting = False
             queue, self._queue = self._queue, []
             self._queued_messages = 0
             for put in queue:
@@ -152,6 +155,7 @@ class StoreService(Service):
     def stopService(self) -> Deferred[None]:
         """Stop the loops, finish queued puts, flush everything, shut the store down, stop the pools."""
         super().stopService()
+        self._accepting = False
         return Deferred.fromCoroutine(self._stop())
 
     async def _stop(self) -> None:
@@ -226,7 +230,7 @@ class StoreService(Service):
         return started is not None and now - started > self._config.os_page_cache_busy_timeout
 
     def _enqueue(self, msgs: list[MessageExt], batch: bool) -> Deferred[PutMessageResult]:
-        if not self.running or (self._started is not None and self._started.called and not self._ready):
+        if not self._accepting:
             return succeed(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE))
         if (self._hop_started is not None or self._queue) and self.is_busy():
             return succeed(PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY))
@@ -328,8 +332,9 @@ class StoreService(Service):
     def _complete(self, put: _Put, result: PutMessageResult) -> None:
         """Fire the put's Deferred now, or once its flush and put hooks are done."""
         append = result.append
-        if not result.ok or append is None:
-            put.deferred.callback(result)
+        if append is None or result.status is not PutMessageStatus.PUT_OK or not (
+                self._sync_flush or self._put_hooks):
+            put.deferred.callback(result)  # failed, or ASYNC_FLUSH without hooks: done once appended
             return
         wait = wants_wait(put.msgs[0])
         waits: list[Deferred[PutMessageStatus]] = []
