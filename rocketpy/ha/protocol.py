@@ -12,7 +12,7 @@ import struct
 from typing import Callable, Protocol as TypingProtocol
 
 from twisted.internet.interfaces import IDelayedCall, IPushProducer, IReactorTime
-from twisted.internet.protocol import Protocol
+from twisted.internet.protocol import Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.protocols.policies import TimeoutMixin
 from twisted.python.failure import Failure
@@ -123,7 +123,7 @@ class MasterProtocol(Protocol, TimeoutMixin):
     def _peer(self) -> str:
         return str(self.transport.getPeer()) if self.transport is not None else "?"
 
-    def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.setTimeout(None)
         if self.session is not None:
             self.session.lost()
@@ -207,7 +207,7 @@ class SlaveProtocol(Protocol, TimeoutMixin):
         self.log.warn("HA master silent for {s} s: link dropped", s=self._housekeeping)
         self.drop()
 
-    def connectionLost(self, reason: Failure = Failure(ConnectionError())) -> None:
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.connected_link = False
         self.setTimeout(None)
         if self._heartbeat_call is not None and self._heartbeat_call.active():
