@@ -266,18 +266,19 @@ class StoreService(Service):
 
     def _hop_done(self, results: _HopOutcome, puts: list[_Put]) -> None:
         touched: dict[tuple[str, int], None] = {}
+        for i, (put, result) in enumerate(zip(puts, results)):
+            if isinstance(result, Exception):
+                self.log.failure("put failed", _failure(result), level=LogLevel.error)
+                results[i] = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
+            elif result.status is PutMessageStatus.PUT_OK:
+                touched[(put.msgs[0].topic, put.msgs[0].queue_id)] = None
+        self._notify_arrivals(touched)  # the records are readable: wake long polls first
         self._delivering += 1
         try:
             for put, result in zip(puts, results):
-                if isinstance(result, Exception):
-                    self.log.failure("put failed", _failure(result), level=LogLevel.error)
-                    result = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
-                elif result.ok:
-                    touched[(put.msgs[0].topic, put.msgs[0].queue_id)] = None
-                self._complete(put, result)
+                self._complete(put, cast(PutMessageResult, result))
         finally:
             self._delivering -= 1
-        self._notify_arrivals(touched)
         self._maybe_flush()
         self._hop_finished()
 

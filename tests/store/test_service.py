@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from twisted.internet import reactor
@@ -10,7 +11,9 @@ from twisted.logger import capturedLogs
 from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from rocketpy.common.message import decode_record
 from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.service import StoreService, wants_wait
 from rocketpy.store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
 from tests.store.fakes import FakeMessageStore, InlinePool, ManualPool, make_service, message
@@ -89,6 +92,14 @@ class ArrivalTests(SynchronousTestCase):
         self.assertEqual(seen, [])
         pool.run_all()
         self.assertEqual(seen, [("T", 0, 3), ("T", 1, 1), ("U", 0, 2)])
+
+    def test_listeners_before_put_fires(self) -> None:
+        """Long polls are woken before the producer's Deferred fires."""
+        service, _, _, _ = make_service()
+        seen: list[tuple[str, int, int]] = []
+        service.add_arrival_listener(lambda *args: seen.append(args))
+        at_ack = self.successResultOf(service.put_message(message()).addCallback(lambda _: list(seen)))
+        self.assertEqual(at_ack, [("T", 0, 1)])
 
     def test_failing_listener_does_not_stop_others(self) -> None:
         """A listener that raises is logged; the put still succeeds and later listeners run."""
@@ -312,3 +323,39 @@ class RealThreadTests(TestCase):
         self.assertTrue(all(r.ok for r in results))
         self.assertLessEqual(pool.calls - loaded, 2)
         self.assertEqual([r.append.queue_offset for r in results if r.append], list(range(200)))
+
+
+class RealStoreTests(TestCase):
+    """StoreService over the real MessageStore on real threads, in both flush modes."""
+
+    async def put_read_stop(self, flush_disk_type: str) -> None:
+        root = os.path.abspath(self.mktemp())
+        config = MessageStoreConfig(store_path_root_dir=root, flush_disk_type=flush_disk_type,
+                                    mapped_file_size_commit_log=64 * 1024,
+                                    mapped_file_size_consume_queue=1000 * 20,
+                                    max_hash_slot_num=1000, max_index_num=4000)
+        service = StoreService(MessageStore(config), reactor)
+        await service.startService()
+        self.addCleanup(lambda: service.running and service.stopService())
+        seen: list[tuple[str, int, int]] = []
+        service.add_arrival_listener(lambda *args: seen.append(args))
+        bodies = [b"body-%d" % i * 50 for i in range(100)]
+        results = [await d for d in [service.put_message(message(body=b)) for b in bodies]]
+        self.assertTrue(all(r.ok for r in results))
+        if flush_disk_type == "SYNC_FLUSH":
+            flushed = service._store.flushed_offset
+            self.assertGreaterEqual(flushed, max(r.append.next_offset for r in results if r.append))
+        self.assertEqual(seen[-1], ("T", 0, 100))
+        self.assertEqual(service.get_max_offset_in_queue("T", 0), 100)
+        got = await service.get_message("g", "T", 0, 98, 32)
+        self.assertEqual([decode_record(r).body for r in got.records], bodies[98:])
+        await service.stopService()
+        self.assertFalse(os.path.exists(config.abort_path), "a clean stop removes the abort file")
+
+    def test_async_flush(self) -> Deferred[None]:
+        """ASYNC_FLUSH: puts are appended, readable, announced, and the stop is clean."""
+        return Deferred.fromCoroutine(self.put_read_stop("ASYNC_FLUSH"))
+
+    def test_sync_flush(self) -> Deferred[None]:
+        """SYNC_FLUSH: puts fire once flushed; readable; clean stop."""
+        return Deferred.fromCoroutine(self.put_read_stop("SYNC_FLUSH"))
