@@ -184,6 +184,16 @@ class MessageStore:
             return PutMessageResult(refusal)
         return self.commit_log.put_messages(msgs)
 
+    def put_many(self, puts: Sequence[Sequence[MessageExt]]) -> list[PutMessageResult]:
+        """Several independent puts (single messages or batches) in order, one result each, under
+        one lock with one write per file (:meth:`CommitLog.put_many`): the service's append hop."""
+        refusal = self._refusal()
+        if refusal is not None:
+            for _ in puts:
+                self.stats.record_failure(refusal.value)
+            return [PutMessageResult(refusal) for _ in puts]
+        return self.commit_log.put_many(puts)
+
     def flush(self, least_pages: int = 0) -> bool:
         """Make the commit log durable (``fdatasync``) when ``least_pages`` pages are dirty.
 

@@ -254,8 +254,18 @@ class StoreService(Service):
         d.addCallbacks(self._hop_done, self._hop_failed, (puts,), None, (puts,))
 
     def _append_blocking(self, puts: list[_Put]) -> _HopOutcome:
-        """Pool thread: append every queued put, in order; an exception stays with its put."""
+        """Pool thread: append every queued put, in order; an exception stays with its put.
+
+        A store with ``put_many`` takes the whole hop under one lock and one write per file
+        (it turns a put's own errors into its status); otherwise one call per put.
+        """
         store = self._store
+        put_many = getattr(store, "put_many", None)
+        if put_many is not None and len(puts) > 1:
+            try:
+                return cast(_HopOutcome, put_many([put.msgs for put in puts]))
+            except Exception as e:  # a store bug: no put of the hop can be trusted
+                return [e] * len(puts)
         results: list[PutMessageResult | Exception] = []
         for put in puts:
             try:

@@ -237,6 +237,47 @@ class BatchTests(CommitLogCase):
         self.assertEqual([m.queue_offset for m in msgs], [0, 0, 1])
         self.assertEqual(self.log.topic_queue_table, {"A-0": 2, "B-0": 1})
 
+    def test_put_many_independent_results(self) -> None:
+        """put_many appends several puts in order, each with its own result; a bad one fails alone."""
+        batch = [message(body=b"b%d" % i) for i in range(2)]
+        puts = [[message(body=b"one")], [message("t" * 128)], batch, [message("B")], []]
+        results = self.log.put_many(puts)
+        self.assertEqual([r.status for r in results], [PutMessageStatus.PUT_OK, PutMessageStatus.MESSAGE_ILLEGAL,
+                                                       PutMessageStatus.PUT_OK, PutMessageStatus.PUT_OK,
+                                                       PutMessageStatus.MESSAGE_ILLEGAL])
+        first, _, second, third, _ = [r.append for r in results]
+        assert first is not None and second is not None and third is not None
+        self.assertEqual((first.wrote_offset, first.queue_offset), (0, 0))
+        self.assertEqual((second.wrote_offset, second.msg_num, second.queue_offset), (first.next_offset, 2, 1))
+        self.assertEqual((third.wrote_offset, third.queue_offset), (second.next_offset, 0))
+        self.assertEqual(self.log.max_offset, third.next_offset)
+        self.assertEqual(self.log.topic_queue_table, {"TopicA-0": 3, "B-0": 1})
+        self.assertEqual([r.commit_log_offset for r in self.dispatcher.requests],
+                         [0, batch[0].commit_log_offset, batch[1].commit_log_offset, third.wrote_offset])
+        self.assertEqual((self.log.stats.puts, self.log.stats.records), (3, 4))
+        decoded = [self.log.look_message_by_offset(r.commit_log_offset) for r in self.dispatcher.requests]
+        self.assertEqual([d.body for d in decoded if d], [b"one", b"b0", b"b1", b"hello"])
+
+    def test_put_many_rolls_between_puts(self) -> None:
+        """Puts of one put_many that do not fit the file go to the next one, behind a blank filler,
+        byte for byte as the same puts made one by one."""
+        def fill(log: CommitLog) -> None:
+            while log.max_offset < SIZE - 3000:
+                put_ok(self, log, message(body=b"x" * 900))
+        fill(self.log)
+        puts = [[message(body=b"y" * 900)] for _ in range(5)]
+        results = self.log.put_many(puts)
+        self.assertTrue(all(r.ok for r in results))
+        rolled = [r.append.wrote_offset for r in results if r.append and r.append.wrote_offset >= SIZE]
+        self.assertEqual(rolled[0], SIZE)
+        many = [self.file_bytes(0), self.file_bytes(1)]
+        self.config = small_config(self.mktemp(), commit_log_write_path=self.write_path)
+        self.log = self.open_log()
+        fill(self.log)
+        for put in [[message(body=b"y" * 900)] for _ in range(5)]:
+            put_ok(self, self.log, put[0])
+        self.assertEqual([self.file_bytes(0), self.file_bytes(1)], many)
+
 
 class MmapBatchTests(BatchTests):
     """The batch rules hold for the mmap write path too."""
