@@ -73,6 +73,7 @@ class LoopbackCluster:
             store_path_root_dir=os.path.join(self.root, name), mapped_file_size_commit_log=4 * 1024 * 1024,
             mapped_file_size_consume_queue=6000, max_hash_slot_num=100, max_index_num=400,
         )
+        settings.setdefault("ha_listen", f"tcp:{free_port()}:interface=127.0.0.1")  # port + 1 may be taken
         for key, value in settings.items():
             target = config if hasattr(config, key) else store
             if not hasattr(target, key):
