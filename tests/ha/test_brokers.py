@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from twisted.internet import reactor
 from twisted.trial.unittest import TestCase
@@ -14,6 +15,8 @@ from rocketpy.client.process import ConsumeContext
 from rocketpy.client.results import ConsumeResult, SendStatus
 from rocketpy.namesrv.service import NamesrvService
 from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.messagestore import MessageStore
+from rocketpy.store.service import StoreService
 from tests.client.test_integration import free_port
 from tests.ha.test_replication import caught_up, until
 
@@ -21,7 +24,7 @@ from tests.ha.test_replication import caught_up, until
 class BrokerPairTests(TestCase):
     timeout = 120
 
-    async def pair(self, role: str) -> tuple[BrokerService, BrokerService]:
+    async def pair(self, role: str, **master_settings: Any) -> tuple[BrokerService, BrokerService]:
         """Name server, then the master (registered), then its slave, linked and copying config."""
         self.root = self.mktemp()
         self.namesrv = namesrv = NamesrvService(reactor, "tcp:0:interface=127.0.0.1", os.path.join(self.root, "ns"))
@@ -30,7 +33,8 @@ class BrokerPairTests(TestCase):
         port = namesrv.listening_port
         assert port is not None
         self.namesrv_addr = f"127.0.0.1:{port.getHost().port}"  # type: ignore[attr-defined]
-        master = await self.broker("master", role, 0, ha_listen=f"tcp:{free_port()}:interface=127.0.0.1")
+        master = await self.broker("master", role, 0, ha_listen=f"tcp:{free_port()}:interface=127.0.0.1",
+                                   **master_settings)
         await master.registration.register_all()
         slave = await self.broker("slave", "SLAVE", 1)
         assert slave.ha_client is not None and slave.slave_sync is not None
@@ -39,15 +43,18 @@ class BrokerPairTests(TestCase):
         self.assertEqual(slave.ha_client.master_address, master.config.ha_server_addr)
         return master, slave
 
-    async def broker(self, name: str, role: str, broker_id: int, ha_listen: str | None = None) -> BrokerService:
+    async def broker(self, name: str, role: str, broker_id: int, ha_listen: str | None = None,
+                     slave_read_enable: bool = False, memory: int | None = None) -> BrokerService:
+        """A broker on a free port; ``memory`` is the RAM its store's "lagging" rule assumes."""
         port = free_port()
         config = BrokerConfig(listen=f"tcp:{port}:interface=127.0.0.1", advertised_address=f"127.0.0.1:{port}",
                               namesrv_addr=[self.namesrv_addr], broker_role=role, broker_id=broker_id,
-                              ha_listen=ha_listen, default_topic_queue_nums=2)
+                              ha_listen=ha_listen, default_topic_queue_nums=2, slave_read_enable=slave_read_enable)
         store = MessageStoreConfig(
             store_path_root_dir=os.path.join(self.root, name), mapped_file_size_commit_log=256 * 1024,
             mapped_file_size_consume_queue=6000, max_hash_slot_num=100, max_index_num=400)
-        broker = BrokerService(reactor, config, store)
+        broker = BrokerService(reactor, config, store,
+                               make_store=lambda r, c: StoreService(MessageStore(c, total_memory=memory), r))
         broker.startService()
         self.addCleanup(broker.stopService)
         await broker.when_started()
@@ -120,3 +127,44 @@ class BrokerPairTests(TestCase):
         everything = sorted(b"m%d" % i for i in range(40))
         self.assertEqual((sorted(got), len(sent)), (everything, 40))
         self.assertEqual(sorted(pushed[:40]), everything)
+
+    async def test_lagging_pull_sent_to_the_slave(self) -> None:
+        """With slaveReadEnable, a pull lagging past 40 % of RAM is told to use broker 1 (the slave);
+        a caught-up one is told 0; a push consumer following the suggestions reads everything."""
+        master, slave = await self.pair("ASYNC_MASTER", slave_read_enable=True, memory=2000)
+        p = await self.producer()
+        for i in range(40):
+            await p.send(Message("HA", b"m%d" % i))
+        await until(lambda: caught_up(slave.store, master.store, "HA", 2))
+        assert slave.slave_sync is not None
+        await slave.slave_sync.sync_all()
+        consumer = PullConsumer("CG", self.namesrv_addr, reactor)
+        await consumer.start()
+        self.addCleanup(consumer.shutdown)
+        mq = (await consumer.fetch_subscribe_queues("HA"))[0]
+        behind = await consumer.pull(mq, "*", 0, 1)
+        latest = await consumer.pull(mq, "*", 19, 1)
+        self.assertEqual((behind.suggest_which_broker_id, latest.suggest_which_broker_id), (1, 0))
+        pushed: list[bytes] = []
+
+        def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
+            pushed.extend(m.body for m in msgs)
+            return ConsumeResult.CONSUME_SUCCESS
+
+        served: list[str] = []
+        read = slave.store.get_message
+
+        def counted(group: str, *args: Any) -> Any:
+            served.append(group)
+            return read(group, *args)
+
+        slave.store.get_message = counted
+        push = PushConsumer("CG2", self.namesrv_addr, reactor,
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        push.subscribe("HA", "*")
+        push.register_listener(listener)
+        await push.start()
+        self.addCleanup(push.shutdown)
+        await until(lambda: len(pushed) >= 40)
+        self.assertEqual(sorted(pushed), sorted(b"m%d" % i for i in range(40)))
+        self.assertIn("CG2", served)
