@@ -15,6 +15,8 @@ from typing import Any, Callable
 from twisted.internet.base import DelayedCall
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
 
 
 class _Waiter:
@@ -144,3 +146,48 @@ class OffsetWaiters:
         self._timer = None
         assert self._clock is not None
         self.expire(self._clock.seconds())
+
+
+class GroupCommit:
+    """Group commit over :class:`OffsetWaiters`: at most one flush in flight.
+
+    A flush covers every waiter added before it started; when it ends, waiters added
+    meanwhile start the next one. A flush that fails, or makes no progress, is not
+    retried here (the periodic flush loop retries; waiters time out meanwhile).
+
+    :param waiters: the waiters to serve.
+    :param flush: starts a flush up to the given offset off the reactor thread and
+        returns a Deferred of the offset then durable.
+    :param advance: called with that offset; it must call ``waiters.advance``.
+    :param idle: called whenever a flush ends.
+    """
+
+    log = Logger()
+
+    def __init__(self, waiters: OffsetWaiters, flush: Callable[[int], Deferred[int]],
+                 advance: Callable[[int], object], idle: Callable[[], object]) -> None:
+        self._waiters = waiters
+        self._flush = flush
+        self._advance = advance
+        self._idle = idle
+        self.running = False
+
+    def kick(self) -> None:
+        """Start a flush if a waiter is not covered and none runs."""
+        waiters = self._waiters
+        if self.running or not len(waiters) or waiters.max_offset <= waiters.position:
+            return
+        self.running = True
+        self._flush(waiters.max_offset).addCallbacks(self._done, self._failed, (waiters.position,))
+
+    def _done(self, offset: int, before: int) -> None:
+        self.running = False
+        self._advance(offset)
+        if offset > before:
+            self.kick()
+        self._idle()
+
+    def _failed(self, failure: Failure) -> None:
+        self.log.failure("group-commit flush failed", failure, level=LogLevel.error)
+        self.running = False
+        self._idle()

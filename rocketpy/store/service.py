@@ -25,7 +25,7 @@ from twisted.python.threadpool import ThreadPool
 
 from rocketpy.common.message import MessageConst, MessageExt
 from rocketpy.store.flush import FlushLoops, flush_commit_log
-from rocketpy.store.groupcommit import OffsetWaiters
+from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters
 from rocketpy.store.status import (
     GetMessageResult,
     PutMessageResult,
@@ -104,7 +104,6 @@ class StoreService(Service):
         self._queued_messages = 0
         self._queued_since = 0.0
         self._hop_started: float | None = None
-        self._flushing = False
         self._delivering = 0  # > 0 while firing put Deferreds: their new puts wait for one hop
         self._drained: list[Deferred[None]] = []
         self._ready = False
@@ -113,6 +112,8 @@ class StoreService(Service):
         self._arrival_listeners: list[ArrivalListener] = []
         self._put_hooks: list[PutHook] = []
         self._flush_waiters = OffsetWaiters(reactor)
+        flush_to = partial(self._in_flush_pool, flush_commit_log, message_store, 0)
+        self._group_commit = GroupCommit(self._flush_waiters, flush_to, self._advance_flushed, self._check_drained)
         self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool, self._in_flush_pool,
                                  self._advance_flushed, self._sync_flush)
 
@@ -189,7 +190,7 @@ class StoreService(Service):
         return flushed
 
     def _idle(self) -> bool:
-        return self._hop_started is None and not self._queue and not self._flushing
+        return self._hop_started is None and not self._queue and not self._group_commit.running
 
     def _wait_drained(self) -> Deferred[None]:
         """Wait until no append hop or group-commit flush runs and nothing is queued."""
@@ -276,9 +277,12 @@ class StoreService(Service):
 
     def _hop_done(self, results: _HopOutcome, puts: list[_Put]) -> None:
         touched: dict[tuple[str, int], None] = {}
+        logged: set[int] = set()
         for i, (put, result) in enumerate(zip(puts, results)):
             if isinstance(result, Exception):
-                self.log.failure("put failed", _failure(result), level=LogLevel.error)
+                if id(result) not in logged:  # a failed put_many repeats one exception
+                    logged.add(id(result))
+                    self.log.failure("put failed", _failure(result), level=LogLevel.error)
                 results[i] = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
             elif result.status is PutMessageStatus.PUT_OK:
                 touched[(put.msgs[0].topic, put.msgs[0].queue_id)] = None
@@ -289,7 +293,7 @@ class StoreService(Service):
                 self._complete(put, cast(PutMessageResult, result))
         finally:
             self._delivering -= 1
-        self._maybe_flush()
+        self._group_commit.kick()
         self._hop_finished()
 
     def _hop_failed(self, failure: Failure, puts: list[_Put]) -> None:
@@ -310,15 +314,6 @@ class StoreService(Service):
             for d in drained:
                 d.callback(None)
 
-    def _maybe_flush(self) -> None:
-        """Group commit: flush for every waiter not yet covered, unless a flush runs."""
-        waiters = self._flush_waiters
-        if self._flushing or not len(waiters) or waiters.max_offset <= waiters.position:
-            return
-        self._flushing = True
-        d = self._in_flush_pool(flush_commit_log, self._store, 0, waiters.max_offset)
-        d.addCallbacks(self._flushed, self._flush_failed, (waiters.position,))
-
     def _advance_flushed(self, offset: int) -> None:
         """The commit log is durable up to ``offset``: fire the waiters, then hop once for their new puts."""
         self._delivering += 1
@@ -327,18 +322,6 @@ class StoreService(Service):
         finally:
             self._delivering -= 1
         self._maybe_hop()
-
-    def _flushed(self, offset: int, before: int) -> None:
-        self._flushing = False
-        self._advance_flushed(offset)
-        if offset > before:  # no progress: leave the retry to the flush loop
-            self._maybe_flush()
-        self._check_drained()
-
-    def _flush_failed(self, failure: Failure) -> None:
-        self.log.failure("group-commit flush failed", failure, level=LogLevel.error)
-        self._flushing = False  # the flush loop retries; waiters time out meanwhile
-        self._check_drained()
 
     def _complete(self, put: _Put, result: PutMessageResult) -> None:
         """Fire the put's Deferred now, or once its flush and put hooks are done."""

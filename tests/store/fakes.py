@@ -168,8 +168,8 @@ def message(topic: str = "T", queue_id: int = 0, body: bytes = b"x" * 100, wait:
 
 
 def make_service(flush_disk_type: str = "ASYNC_FLUSH", pool: InlinePool | None = None,
-                 **service_args: Any) -> tuple[StoreService, FakeMessageStore, ThreadlessClock, InlinePool]:
-    """A started-ready :class:`StoreService` over a fake store, an inline (or given) pool and a clock.
+                 **service_args: Any) -> tuple[StoreService, FakeMessageStore, ThreadlessClock, Any]:
+    """A started :class:`StoreService` over a fake store, an inline (or given) pool and a clock.
 
     With a :class:`ManualPool` the load hop is left queued for the test to run.
     """
@@ -179,4 +179,13 @@ def make_service(flush_disk_type: str = "ASYNC_FLUSH", pool: InlinePool | None =
     pool = pool if pool is not None else InlinePool()
     service = StoreService(store, clock, pool, **service_args)
     service.startService()
+    return service, store, clock, pool
+
+
+def make_stepped_service(flush_disk_type: str = "ASYNC_FLUSH", **service_args: Any
+                         ) -> tuple[StoreService, FakeMessageStore, ThreadlessClock, ManualPool]:
+    """:func:`make_service` on a :class:`ManualPool`, with the store already loaded."""
+    pool = ManualPool()
+    service, store, clock, _ = make_service(flush_disk_type, pool=pool, **service_args)
+    pool.run_one()
     return service, store, clock, pool

@@ -7,7 +7,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.store.groupcommit import OffsetWaiters
 from rocketpy.store.status import PutMessageStatus
-from tests.store.fakes import PAGE, RECORD_OVERHEAD, ManualPool, make_service, message
+from tests.store.fakes import PAGE, RECORD_OVERHEAD, ManualPool, make_service, make_stepped_service, message
 
 
 def _body(pages: int) -> bytes:
@@ -149,9 +149,7 @@ class GroupCommitTests(SynchronousTestCase):
 
     def test_waiter_fires_after_covering_flush(self) -> None:
         """A put fires only after a flush covered it; one appended after that flush started waits for the next."""
-        pool = ManualPool()
-        service, store, _, _ = make_service("SYNC_FLUSH", pool=pool)
-        pool.run_one()
+        service, store, _, pool = make_stepped_service("SYNC_FLUSH")
         first = service.put_message(message())
         pool.run_one()  # append the first put: its flush is queued
         self.assertNoResult(first)

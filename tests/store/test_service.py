@@ -16,7 +16,15 @@ from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.service import StoreService, wants_wait
 from rocketpy.store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
-from tests.store.fakes import FakeMessageStore, InlinePool, ManualPool, make_service, message
+from tests.store.fakes import (
+    FakeMessageStore,
+    InlinePool,
+    ManualPool,
+    ThreadlessClock,
+    make_service,
+    make_stepped_service,
+    message,
+)
 
 
 class BatchingTests(SynchronousTestCase):
@@ -24,9 +32,7 @@ class BatchingTests(SynchronousTestCase):
 
     def test_one_hop_carries_everything_queued(self) -> None:
         """Puts queued while a hop runs all travel in the next single hop."""
-        pool = ManualPool()
-        service, store, _, _ = make_service(pool=pool)
-        pool.run_one()  # load + start
+        service, store, _, pool = make_stepped_service()
         first = service.put_message(message())
         self.assertEqual(pool.calls, 2)
         rest = [service.put_message(message()) for _ in range(9)]
@@ -59,6 +65,23 @@ class BatchingTests(SynchronousTestCase):
         result = self.successResultOf(service.put_messages([message(), message(), message()]))
         self.assertEqual((result.status, result.append.msg_num), (PutMessageStatus.PUT_OK, 3))  # type: ignore[union-attr]
         self.assertEqual(store.events.count("put"), 1)
+
+    def test_put_many_takes_the_hop(self) -> None:
+        """A store with put_many gets the whole hop in one call, one result per put."""
+        calls: list[int] = []
+
+        class ManyStore(FakeMessageStore):
+            def put_many(self, puts: list[list[Any]]) -> list[PutMessageResult]:
+                calls.append(len(puts))
+                return [self.put_messages(msgs) for msgs in puts]
+
+        pool = ManualPool()
+        service = StoreService(ManyStore(), ThreadlessClock(), pool)
+        service.startService()
+        ds = [service.put_message(message()), service.put_messages([message(), message()])]
+        pool.run_all()
+        offsets = [self.successResultOf(d).append.queue_offset for d in ds]  # type: ignore[union-attr]
+        self.assertEqual((calls, offsets), ([2], [0, 1]))
 
     def test_store_exception_is_unknown_error(self) -> None:
         """A put the store raises on answers UNKNOWN_ERROR, is logged, and the next put works."""
@@ -121,9 +144,7 @@ class FlowControlTests(SynchronousTestCase):
 
     def test_too_many_queued_messages(self) -> None:
         """Beyond max_queued_messages waiting for a hop, puts get OS_PAGECACHE_BUSY."""
-        pool = ManualPool()
-        service, _, _, _ = make_service(pool=pool, max_queued_messages=3)
-        pool.run_one()
+        service, _, _, pool = make_stepped_service(max_queued_messages=3)
         service.put_message(message())  # in the running hop
         service.put_messages([message(), message()])
         self.assertFalse(service.is_busy())
@@ -136,9 +157,7 @@ class FlowControlTests(SynchronousTestCase):
 
     def test_oldest_queued_too_old(self) -> None:
         """Once the oldest queued put waited longer than max_queue_wait, the service is busy."""
-        pool = ManualPool()
-        service, _, clock, _ = make_service(pool=pool)
-        pool.run_one()
+        service, _, clock, pool = make_stepped_service()
         service.put_message(message())
         clock.advance(0.1)
         service.put_message(message())
@@ -149,9 +168,7 @@ class FlowControlTests(SynchronousTestCase):
 
     def test_long_running_hop(self) -> None:
         """A hop running longer than os_page_cache_busy_timeout makes the service busy."""
-        pool = ManualPool()
-        service, _, clock, _ = make_service(pool=pool)
-        pool.run_one()
+        service, _, clock, pool = make_stepped_service()
         service.put_message(message())
         clock.advance(0.9)
         self.assertFalse(service.is_busy())
@@ -185,10 +202,8 @@ class LifecycleTests(SynchronousTestCase):
 
     def test_stop_order(self) -> None:
         """Stop waits for the running hop, appends what is queued, flushes, shuts down, then stops the pool."""
-        pool = ManualPool()
-        service, store, clock, _ = make_service(pool=pool)
+        service, store, clock, pool = make_stepped_service()
         pool.stop = lambda: store.events.append("pool.stop")  # type: ignore[method-assign]
-        pool.run_one()
         running = service.put_message(message())
         queued = service.put_message(message())
         stopped = service.stopService()
@@ -207,9 +222,7 @@ class LifecycleTests(SynchronousTestCase):
 
     def test_stop_waits_for_running_flush(self) -> None:
         """A periodic flush running in the pool ends before the final flush and shutdown."""
-        pool = ManualPool()
-        service, store, clock, _ = make_service(pool=pool)
-        pool.run_one()
+        service, store, clock, pool = make_stepped_service()
         service.put_messages([message(body=b"x" * 5000) for _ in range(4)])
         pool.run_one()
         clock.advance(0.5)  # the loop hands a flush to the pool
