@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.store.groupcommit import OffsetWaiters
+from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters
 from rocketpy.store.status import PutMessageStatus
 from tests.store.fakes import PAGE, RECORD_OVERHEAD, ManualPool, make_service, make_stepped_service, message
 
@@ -219,3 +220,47 @@ class GroupCommitTests(SynchronousTestCase):
         self.assertEqual(store.flushed_offset, store.max_physical_offset)
         self.flushLoggedErrors(OSError)
         self.assertEqual(clock.getDelayedCalls().__len__(), 3, "only the three loops remain")
+
+
+class GroupCommitUnitTests(SynchronousTestCase):
+    """GroupCommit on its own: one flush in flight, no retry after a failure."""
+
+    def setUp(self) -> None:
+        self.waiters = OffsetWaiters()
+        self.flushes: list[tuple[int, Deferred[int]]] = []
+        self.idle = 0
+
+        def flush(target: int) -> Deferred[int]:
+            d: Deferred[int] = Deferred()
+            self.flushes.append((target, d))
+            return d
+
+        def idle() -> None:
+            self.idle += 1
+
+        self.group = GroupCommit(self.waiters, flush, self.waiters.advance, idle)
+
+    def test_one_flush_then_the_next(self) -> None:
+        """Waiters added during a flush start the next flush when it ends."""
+        first = self.waiters.add(10, 99.0)
+        self.group.kick()
+        later = self.waiters.add(20, 99.0)
+        self.group.kick()
+        self.assertEqual([t for t, _ in self.flushes], [10])
+        self.flushes[0][1].callback(12)
+        self.assertTrue(self.successResultOf(first))
+        self.assertNoResult(later)
+        self.assertEqual([t for t, _ in self.flushes], [10, 20])
+        self.flushes[1][1].callback(20)
+        self.assertTrue(self.successResultOf(later))
+        self.assertEqual((self.group.running, self.idle), (False, 2))
+
+    def test_failure_is_logged_not_retried(self) -> None:
+        """A failed flush is logged; the next kick starts a new one."""
+        self.waiters.add(10, 99.0)
+        self.group.kick()
+        self.flushes[0][1].errback(OSError("EIO"))
+        self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
+        self.assertEqual((len(self.flushes), self.group.running), (1, False))
+        self.group.kick()
+        self.assertEqual(len(self.flushes), 2)
