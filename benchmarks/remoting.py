@@ -167,12 +167,19 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         for run in runs.values():  # warm up
             await run(0.3)
         results: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
+        cpu: dict[tuple[str, int], list[tuple[float, float]]] = {key: [] for key in runs}
         for round_number in range(options.rounds):
             for key, run in runs.items():
-                results[key].append(await run(options.seconds))
+                before, wall = process_cpu(child.pid), time.perf_counter()
+                rate = await run(options.seconds)
+                count = rate * (time.perf_counter() - wall)
+                after = process_cpu(child.pid)
+                results[key].append(rate)
+                cpu[key].append(((after[0] - before[0]) / count * 1e6, (after[1] - before[1]) / count * 1e6))
             print(f"round {round_number + 1}: " + ", ".join(
                 f"{name}/{n}={results[name, n][-1]:,.0f}" for name, n in runs), flush=True)
         report(results, options)
+        report_loopback_cpu(cpu)
         bare.transport.loseConnection()
         raw.transport.loseConnection()
         await client.close()
@@ -180,6 +187,29 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         assert child.stdin is not None
         child.stdin.close()
         child.wait(10)
+
+
+def process_cpu(child_pid: int) -> tuple[float, float]:
+    """CPU seconds used so far by this process and by the server process (Linux ``/proc``)."""
+    with open(f"/proc/{child_pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return time.process_time(), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def report_loopback_cpu(cpu: dict[tuple[str, int], list[tuple[float, float]]]) -> None:
+    """Median CPU microseconds per request of each process during the loopback runs, syscalls included.
+
+    Unlike the rates, these hardly move with the machine's load.
+    """
+    print("CPU per request on loopback, client process / server process (medians):")
+    for in_flight, label in ((1, "ping-pong (1)"), (PIPELINE, f"pipelined ({PIPELINE})")):
+        cells = []
+        for name, title in (("bare", "bare echo"), ("remoting", "remoting"), ("server", "server-only")):
+            samples = cpu[name, in_flight]
+            client = statistics.median(c for c, _ in samples)
+            server = statistics.median(s for _, s in samples)
+            cells.append(f"{title} {client:.1f} / {server:.1f} us")
+        print(f"  {label:<18}" + ", ".join(cells))
 
 
 def _best_cpu(once: Callable[[], None], count: int, per_call: int = 1) -> float:
