@@ -15,6 +15,7 @@ asked with CHECK_TRANSACTION_STATE (39); after ``check_max`` checks it goes to
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import GetMessageStatus, PutMessageStatus
 
 TRANS_GROUP = "CID_SYS_RMQ_TRANS"
+MAX_REMEMBERED = 100_000
 OP_TAG = "d"
 _MASK = MessageSysFlag.TRANSACTION_MASK
 _DROPPED = (MessageConst.TRANSACTION_PREPARED, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID,
@@ -123,6 +125,8 @@ class TransactionStore:
 
     :param store: the ``StoreService``.
     :param store_host: written into op records.
+    :ivar decided: first half offsets of the transactions ended since start (the newest
+        ``MAX_REMEMBERED``): a second END_TRANSACTION for one of them re-puts nothing.
     """
 
     log = Logger()
@@ -130,6 +134,12 @@ class TransactionStore:
     def __init__(self, store: Any, store_host: tuple[str, int]) -> None:
         self.store = store
         self.store_host = store_host
+        self.decided: OrderedDict[int, None] = OrderedDict()
+
+    def remember(self, first_offset: int) -> None:
+        self.decided[first_offset] = None
+        if len(self.decided) > MAX_REMEMBERED:
+            self.decided.popitem(last=False)
 
     async def put(self, msg: MessageExt) -> PutMessageStatus:
         return (await self.store.put_message(msg)).status  # type: ignore[no-any-return]
@@ -191,10 +201,14 @@ class EndTransactionProcessor:
             if kind not in (MessageSysFlag.TRANSACTION_COMMIT_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE):
                 raise Rejected(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {kind} is neither commit nor rollback")
             half = await self._half(header)
-            if kind == MessageSysFlag.TRANSACTION_COMMIT_TYPE:
+            first = _first_offset(half)
+            if first in self._tx.decided:  # a late or repeated answer: the transaction already ended
+                self.log.info("END_TRANSACTION {msg_id}: already ended", msg_id=header.msg_id)
+            elif kind == MessageSysFlag.TRANSACTION_COMMIT_TYPE:
                 status = await self._tx.put(committed_message(half, header.commit_log_offset))
                 if status not in STORED:
                     raise Rejected(ResponseCode.SYSTEM_ERROR, f"commit of {header.msg_id} failed: {status.name}")
+            self._tx.remember(first)
             await self._tx.mark_done(half.queue_offset)
         except HeaderError as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))

@@ -110,6 +110,13 @@ class HalfAndEndTests(TransactionTestCase):
         self.assertEqual(self.end_code(sent, ROLLBACK), ResponseCode.SUCCESS)
         self.assertEqual((self.real(), self.ops()), ([], [b"1"]))
 
+    def test_repeated_end_commits_once(self) -> None:
+        """A second END_TRANSACTION (a late check answer, a retry) re-puts nothing, nor does one for a copy."""
+        sent = self.send_half()
+        self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
+        self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
+        self.assertEqual(len(self.real()), 1)
+
     def test_unknown_state_is_no_op(self) -> None:
         """commitOrRollback 0 (UNKNOW) answers nothing and writes nothing."""
         self.assertIsNone(self.end_tx(self.send_half(), 0))
@@ -175,11 +182,13 @@ class CheckBackTests(TransactionTestCase):
         self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_OP_HALF_TOPIC, 0), 1)
 
     def test_late_answer_to_the_original_ends_the_checks(self) -> None:
-        """A commit of the first copy arriving after a put-back stops the checks of the later copy."""
+        """A commit of the first copy after a put-back stops the checks; the copy's answer re-puts nothing."""
         sent = self.send_half()
         self.checker()
         self.clock.advance(60)
         self.end_tx(sent, COMMIT)
+        [check] = self.checks()
+        self.assertEqual(self.end_code(check.ext_fields, COMMIT, check=True), ResponseCode.SUCCESS)
         self.clock.pump([60] * 3)
         self.assertEqual((len(self.checks()), len(self.real())), (1, 1))
         [_, copy] = read_queue(self, self.store, TRANS_HALF_TOPIC)
