@@ -17,6 +17,7 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from rocketpy.ha.config import ha_listen_endpoint
+from rocketpy.store.config import DEFAULT_DELAY_LEVELS
 
 ROLES = ("all", "namesrv", "broker")
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
@@ -37,6 +38,7 @@ DEFAULTS: dict[str, str] = {
     "auto-create-topic-enable": "true",
     "default-topic-queue-nums": "8",
     "slave-read-enable": "false",
+    "message-delay-level": DEFAULT_DELAY_LEVELS,
 }
 #: RocketMQ ``broker.conf`` names accepted in ``--config`` files, besides the option names.
 JAVA_KEYS = {
@@ -53,6 +55,7 @@ JAVA_KEYS = {
     "defaultTopicQueueNums": "default-topic-queue-nums",
     "haMasterAddress": "ha-master-address",
     "slaveReadEnable": "slave-read-enable",
+    "messageDelayLevel": "message-delay-level",
 }
 _BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable")
 _INT_OPTIONS = ("commit-log-file-size", "consume-queue-file-size", "broker-id", "default-topic-queue-nums")
@@ -115,6 +118,7 @@ class Options(usage.Options):
         ["ha-listen", None, None, "a master's HA endpoint for its slaves [default: tcp:<listen port + 1>]"],
         ["ha-master-address", None, None, "a slave's master HA ip:port [default: from the name server]"],
         ["slave-read-enable", None, None, "a master lagging in memory sends consumers to its slave [default: false]"],
+        ["message-delay-level", None, None, 'delay of each DELAY level, units s m h d [default: "1s 5s 10s … 2h"]'],
         ["config", "c", None, "key=value file (option names or RocketMQ broker.conf names)"],
     ]
 
@@ -154,6 +158,9 @@ class Options(usage.Options):
             if value not in ("true", "false"):
                 raise usage.UsageError(f"--{name} must be true or false, not {value!r}")
             self[name] = value == "true"
+        levels = self["message-delay-level"]
+        if not re.fullmatch(r"\s*(\d+[smhd]\s*)+", levels):
+            raise usage.UsageError(f"--message-delay-level must be like '1s 5s 1m 2h', not {levels!r}")
         if self["broker-role"] == "SLAVE" and self["broker-id"] <= 0:
             raise usage.UsageError("a SLAVE needs --broker-id 1 or more")
         if self["broker-role"] != "SLAVE":
@@ -251,6 +258,7 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
             mapped_file_size_commit_log=options["commit-log-file-size"],
             mapped_file_size_consume_queue=options["consume-queue-file-size"],
             broker_role=options["broker-role"],
+            message_delay_level=options["message-delay-level"],
         )
         BrokerService(reactor, config, store_config).setServiceParent(top)
     for key in options.get("ignored-config-keys", []):

@@ -97,6 +97,17 @@ class OptionsTests(SynchronousTestCase):
             e = self.assertRaises(usage.UsageError, _parse, *argv)
             self.assertIn(text, str(e))
 
+    def test_message_delay_level(self) -> None:
+        """--message-delay-level (messageDelayLevel in a config file) sets the delay levels; bad units are refused."""
+        self.assertEqual(_parse()["message-delay-level"], "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h")
+        self.assertEqual(_parse("--message-delay-level", "1s 2s 1d")["message-delay-level"], "1s 2s 1d")
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("messageDelayLevel=3s 4m\n")
+        self.assertEqual(_parse("--config", path)["message-delay-level"], "3s 4m")
+        e = self.assertRaises(usage.UsageError, _parse, "--message-delay-level", "1s 5x")
+        self.assertIn("--message-delay-level", str(e))
+
     def test_endpoint_port(self) -> None:
         """Ports are read from both tcp endpoint forms."""
         self.assertEqual(endpoint_port("tcp:10911:interface=127.0.0.1"), 10911)
