@@ -62,13 +62,15 @@ class FlushLoops:
     :param on_flushed: called on the reactor with the flushed offset after each commit-log flush.
     :param sync_flush: SYNC_FLUSH: flush any dirty byte each tick (WAIT=false puts and
         waiters left over by a failed group commit), not only 4 pages.
+    :param busy: true while someone else flushes the commit log: the tick is skipped, so
+        two flushes never run at once.
     """
 
     log = Logger()
 
     def __init__(self, store: FlushableStore, config: MessageStoreConfig, clock: IReactorTime,
                  in_pool: InPool, in_flush_pool: InPool, on_flushed: Callable[[int], None],
-                 sync_flush: bool = False) -> None:
+                 sync_flush: bool = False, busy: Callable[[], bool] = lambda: False) -> None:
         self._store = store
         self._config = config
         self._clock = clock
@@ -76,6 +78,9 @@ class FlushLoops:
         self._in_flush_pool = in_flush_pool
         self._on_flushed = on_flushed
         self._sync_flush = sync_flush
+        self._busy = busy
+        #: a commit-log flush tick is running in the flush pool
+        self.flushing_commit_log = False
         self._last_thorough_log = self._last_thorough_cq = 0.0
         self._running: list[tuple[LoopingCall, Deferred[Any]]] = []
 
@@ -121,9 +126,13 @@ class FlushLoops:
         if self._due(self._last_thorough_log, cfg.flush_commit_log_thorough_interval):
             self._last_thorough_log = self._clock.seconds()
             least = 0
-        if store.max_physical_offset <= store.flushed_offset:
-            return  # nothing dirty: skip the hop
-        flushed = await self._in_flush_pool(flush_commit_log, store, least)
+        if store.max_physical_offset <= store.flushed_offset or self._busy():
+            return  # nothing dirty, or a flush runs already: skip the hop
+        self.flushing_commit_log = True
+        try:
+            flushed = await self._in_flush_pool(flush_commit_log, store, least)
+        finally:
+            self.flushing_commit_log = False
         self._on_flushed(flushed)
 
     async def flush_consume_queues(self) -> None:

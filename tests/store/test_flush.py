@@ -149,35 +149,46 @@ class GroupCommitTests(SynchronousTestCase):
     """SYNC_FLUSH: waiters fire after the flush covering them, or time out once."""
 
     def test_waiter_fires_after_covering_flush(self) -> None:
-        """A put fires only after a flush covered it; one appended after that flush started waits for the next."""
+        """A put fires only after a flush covered it; one arriving while that flush runs waits for the next."""
         service, store, _, pool = make_stepped_service("SYNC_FLUSH")
         first = service.put_message(message())
-        pool.run_one()  # append the first put: its flush is queued
         self.assertNoResult(first)
-        second = service.put_message(message())  # queued behind that flush
-        pool.run_one()  # the flush
+        second = service.put_message(message())  # arrives while the first hop appends and flushes
+        pool.run_one()  # append + flush in one hop: no flush runs elsewhere
         result = self.successResultOf(first)
         self.assertEqual(result.status, PutMessageStatus.PUT_OK)
         self.assertEqual(store.flushed_offset, result.append.next_offset)  # type: ignore[union-attr]
         self.assertNoResult(second)
-        pool.run_one()  # append the second put
-        self.assertNoResult(second)
-        pool.run_one()  # the next flush
+        pool.run_one()
         self.assertTrue(self.successResultOf(second).ok)
         self.assertEqual(store.events[2:], ["put", ("flush", 0), "put", ("flush", 0)])
+        self.assertEqual(pool.calls, 3, "load, then one hop per put")
 
     def test_appends_overlap_running_flush(self) -> None:
-        """With a flush pool of its own, appends go on while a flush runs; one flush is in flight at a time."""
+        """While a flush runs in the flush pool, appends go on; their waiters get one group flush."""
         flush_pool = ManualPool()
-        service, store, _, pool = make_service("SYNC_FLUSH", flush_pool=flush_pool)
+        service, store, clock, _ = make_service("SYNC_FLUSH", flush_pool=flush_pool)
+        service.put_message(message(wait=False))
+        clock.advance(0.5)  # the loop's flush now runs in the flush pool
         first = service.put_message(message())
         second = service.put_message(message())
-        self.assertEqual(store.events.count("put"), 2, "both appended while the first flush waits")
-        self.assertEqual(len(flush_pool.pending), 1)
-        flush_pool.run_one()  # flushes both: they were appended before it ran
+        self.assertEqual(store.events.count("put"), 3, "appended while the flush runs")
+        self.assertNotIn(("flush", 0), store.events)
+        self.assertEqual(len(flush_pool.pending), 2, "the running flush, then one group flush")
+        flush_pool.run_all()
         self.assertTrue(self.successResultOf(first).ok)
         self.assertTrue(self.successResultOf(second).ok)
-        self.assertEqual(len(flush_pool.pending), 0)
+        self.assertEqual(store.flushed_offset, store.max_physical_offset)
+
+    def test_loop_skips_while_group_commit_flushes(self) -> None:
+        """A loop tick during a hop that flushes hands no second flush to a pool."""
+        service, store, clock, pool = make_stepped_service("SYNC_FLUSH")
+        store.max_physical_offset = 100  # dirty bytes for the loop to see
+        put = service.put_message(message())
+        clock.advance(0.5)
+        self.assertEqual(len(pool.pending), 1, "only the append + flush hop")
+        pool.run_all()
+        self.assertTrue(self.successResultOf(put).ok)
 
     def test_one_flush_serves_all_waiters(self) -> None:
         """Every waiter of one hop is served by a single flush."""

@@ -237,12 +237,14 @@ class LifecycleTests(SynchronousTestCase):
     def test_stop_waits_for_group_commit(self) -> None:
         """A group-commit flush in flight ends, and fires its waiter, before shutdown."""
         flush_pool = ManualPool()
-        service, store, _, _ = make_service("SYNC_FLUSH", flush_pool=flush_pool)
+        service, store, clock, _ = make_service("SYNC_FLUSH", flush_pool=flush_pool)
+        service.put_message(message(wait=False))
+        clock.advance(0.5)  # a loop flush runs in the flush pool: the next put's flush queues behind it
         put = service.put_message(message())
         stopped = service.stopService()
         self.assertNoResult(stopped)
         self.assertNotIn("shutdown", store.events)
-        flush_pool.run_one()
+        flush_pool.run_all()
         self.assertTrue(self.successResultOf(put).ok)
         self.successResultOf(stopped)
         self.assertEqual(store.events[-1], "shutdown")
