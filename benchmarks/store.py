@@ -239,8 +239,8 @@ def restart_time(root_dir: str, gib: float, size: int = 1024) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "rocketpy-bench-store"),
-                        help="scratch directory on the disk to measure (not tmpfs); removed afterwards")
+    parser.add_argument("--dir", default=tempfile.gettempdir(),
+                        help="where to make the scratch directory: on the disk to measure, not tmpfs")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="100,1024,4096")
     parser.add_argument("--paths", default="mmap,pwrite")
@@ -249,6 +249,8 @@ def main() -> None:
     parser.add_argument("--restart-only", action="store_true", help="only the clean-restart measurement")
     parser.add_argument("--profile", metavar="MODE:PATH:SIZE", help="cProfile one round and print the top")
     args = parser.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    args.dir = tempfile.mkdtemp(prefix="rocketpy-bench-store-", dir=args.dir)  # only this is removed
     if args.profile:
         mode, path, size = args.profile.split(":")
         profiler = cProfile.Profile()
