@@ -12,9 +12,8 @@ import heapq
 from itertools import count
 from typing import Any, Callable
 
-from twisted.internet.base import DelayedCall
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
@@ -43,7 +42,7 @@ class OffsetWaiters:
         self._seq = count()
         self._by_offset: list[tuple[int, int, _Waiter]] = []
         self._by_deadline: list[tuple[float, int, _Waiter]] = []
-        self._timer: DelayedCall | None = None
+        self._timer: IDelayedCall | None = None
         self._pending = 0
         #: the highest position reported to :meth:`advance`
         self.position = 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import partial
-from typing import Any, Callable, cast
+from typing import Any, Callable, TypeVar, cast
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, gatherResults, succeed
@@ -33,6 +33,7 @@ from rocketpy.store.status import (
     QueryMessageResult,
 )
 
+T = TypeVar("T")
 ArrivalListener = Callable[[str, int, int], None]
 #: called on the reactor with each appended put; may return a Deferred status (HA replication)
 PutHook = Callable[[PutMessageResult], "Deferred[PutMessageStatus] | None"]
@@ -42,6 +43,19 @@ def wants_wait(msg: MessageExt) -> bool:
     """RocketMQ's ``isWaitStoreMsgOK``: the WAIT property is absent or ``true`` (any case)."""
     value = msg.properties.get(MessageConst.WAIT_STORE_MSG_OK)
     return value is None or value.lower() == "true"
+
+
+class _PoolCaller:
+    """``deferToThreadPool`` bound to one reactor and pool."""
+
+    __slots__ = ("_reactor", "_pool")
+
+    def __init__(self, reactor: IReactorFromThreads, pool: ThreadPool) -> None:
+        self._reactor = reactor
+        self._pool = pool
+
+    def __call__(self, f: Callable[..., T], *args: Any) -> Deferred[T]:
+        return deferToThreadPool(self._reactor, self._pool, f, *args)
 
 
 class _Put:
@@ -96,9 +110,9 @@ class StoreService(Service):
         self._read_pool = pool if read_pool is None else read_pool
         self._flush_pool = pool if flush_pool is None else flush_pool
         threads = cast(IReactorFromThreads, reactor)
-        self._in_pool = partial(deferToThreadPool, threads, self._pool)
-        self._in_read_pool = partial(deferToThreadPool, threads, self._read_pool)
-        self._in_flush_pool = partial(deferToThreadPool, threads, self._flush_pool)
+        self._in_pool = _PoolCaller(threads, self._pool)
+        self._in_read_pool = _PoolCaller(threads, self._read_pool)
+        self._in_flush_pool = _PoolCaller(threads, self._flush_pool)
         self._sync_flush = self._config.flush_disk_type == "SYNC_FLUSH"
         self._max_queued = max_queued_messages
         self._max_queue_wait = max_queue_wait
@@ -260,7 +274,8 @@ class StoreService(Service):
             flush_target = self._flush_waiters.max_offset if len(self._flush_waiters) else 0
         d = self._in_pool(self._append_blocking, puts, flush_target)
         flushing = flush_target is not None
-        d.addCallbacks(self._hop_done, self._hop_failed, (puts, flushing), None, (puts, flushing))
+        d.addCallbacks(self._hop_done, self._hop_failed, callbackArgs=(puts, flushing),
+                       errbackArgs=(puts, flushing))
 
     def _append_blocking(self, puts: list[_Put], flush_target: int | None) -> _HopOutcome:
         """Pool thread: append every queued put, in order; an exception stays with its put.

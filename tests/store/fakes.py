@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
 
 from rocketpy.common.message import MessageExt, offset_msg_id
 from rocketpy.store.config import MessageStoreConfig
@@ -152,6 +153,11 @@ class ManualPool(InlinePool):
             self.run_one()
 
 
+def as_thread_pool(pool: InlinePool) -> ThreadPool:
+    """Type a test pool as the ``ThreadPool`` it stands in for (it has the methods used)."""
+    return cast(ThreadPool, pool)
+
+
 class ThreadlessClock(Clock):
     """A :class:`Clock` whose ``callFromThread`` calls through (for the inline pools)."""
 
@@ -177,7 +183,7 @@ def make_service(flush_disk_type: str = "ASYNC_FLUSH", pool: InlinePool | None =
     store = FakeMessageStore(config)
     clock = ThreadlessClock()
     pool = pool if pool is not None else InlinePool()
-    service = StoreService(store, clock, pool, **service_args)
+    service = StoreService(store, clock, as_thread_pool(pool), **service_args)
     service.startService()
     return service, store, clock, pool
 

@@ -23,8 +23,12 @@ class OffsetWaitersTests(SynchronousTestCase):
         """advance(p) fires exactly the waiters at offsets <= p, each once, with True."""
         waiters = OffsetWaiters()
         fired: list[tuple[int, bool]] = []
+
+        def record(ok: bool, offset: int) -> None:
+            fired.append((offset, ok))
+
         for offset in (30, 10, 20):
-            waiters.add(offset, 100.0).addCallback(lambda ok, o=offset: fired.append((o, ok)))
+            waiters.add(offset, 100.0).addCallback(record, offset)
         self.assertEqual(waiters.advance(20), 2)
         self.assertEqual(fired, [(10, True), (20, True)])
         self.assertEqual(waiters.advance(20), 0)

@@ -21,6 +21,7 @@ from tests.store.fakes import (
     InlinePool,
     ManualPool,
     ThreadlessClock,
+    as_thread_pool,
     make_service,
     make_stepped_service,
     message,
@@ -76,7 +77,7 @@ class BatchingTests(SynchronousTestCase):
                 return [self.put_messages(msgs) for msgs in puts]
 
         pool = ManualPool()
-        service = StoreService(ManyStore(), ThreadlessClock(), pool)
+        service = StoreService(ManyStore(), ThreadlessClock(), as_thread_pool(pool))
         service.startService()
         ds = [service.put_message(message()), service.put_messages([message(), message()])]
         pool.run_all()
@@ -182,7 +183,7 @@ class LifecycleTests(SynchronousTestCase):
     def test_not_running_refuses(self) -> None:
         """Before startService a put answers SERVICE_NOT_AVAILABLE."""
         store = FakeMessageStore()
-        service = StoreService(store, reactor, InlinePool())
+        service = StoreService(store, reactor, as_thread_pool(InlinePool()))
         result = self.successResultOf(service.put_message(message()))
         self.assertEqual(result.status, PutMessageStatus.SERVICE_NOT_AVAILABLE)
 
