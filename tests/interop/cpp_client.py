@@ -101,12 +101,12 @@ def consume(args: argparse.Namespace) -> None:
             reconsume_times=msg.reconsume_times, msg_id=msg.id, props=props,
             born_timestamp=msg.born_timestamp, store_timestamp=msg.store_timestamp,
         )
-        if msg.reconsume_times < args.fail_times:
-            return 1  # RECONSUME_LATER: the client sends the message back (CONSUMER_SEND_MSG_BACK)
         with count_lock:
             received += 1
             if received >= args.expect:
                 enough.set()
+        if msg.reconsume_times < args.fail_times:
+            return 1  # RECONSUME_LATER: the client sends the message back (CONSUMER_SEND_MSG_BACK)
         return 0  # CONSUME_SUCCESS
 
     consumer = PushConsumer(args.group, orderly=args.orderly)

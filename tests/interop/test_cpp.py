@@ -65,9 +65,10 @@ def query(port: int, request: RemotingCommand, timeout: float = 3.0) -> Remoting
 class Rocketpy:
     """A ``rocketpy`` name server + broker process on fixed free ports and one store directory."""
 
-    def __init__(self, workdir: str, flush: str = "ASYNC_FLUSH") -> None:
+    def __init__(self, workdir: str, flush: str = "ASYNC_FLUSH", extra: tuple[str, ...] = ()) -> None:
         self.workdir = workdir
         self.flush = flush
+        self.extra = extra  # more ``twist rocketpy`` options
         self.namesrv_port, self.broker_port = free_port(), free_port()
         self.ha_port = free_port()  # not listen port + 1, which another test may hold
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
@@ -83,7 +84,7 @@ class Rocketpy:
             "--store-dir", os.path.join(self.workdir, "store"),
             "--namesrv-config-dir", os.path.join(self.workdir, "namesrv"),
             "--commit-log-file-size", str(16 * 1024 * 1024),
-            "--flush-disk-type", self.flush,
+            "--flush-disk-type", self.flush, *self.extra,
         ]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
         with open(self.log_path, "ab") as log:
@@ -137,9 +138,9 @@ class CppHarness(SynchronousTestCase):
         self.home = os.path.join(self.workdir, "home")  # the C++ client logs under ~/logs/rocketmq-cpp
         os.makedirs(self.home)
 
-    def start(self, flush: str = "ASYNC_FLUSH") -> None:
-        """Start rocketpy (stopped at cleanup)."""
-        self.rocketpy = Rocketpy(self.workdir, flush)
+    def start(self, flush: str = "ASYNC_FLUSH", extra: tuple[str, ...] = ()) -> None:
+        """Start rocketpy (stopped at cleanup) with ``extra`` options."""
+        self.rocketpy = Rocketpy(self.workdir, flush, extra)
         self.addCleanup(self.rocketpy.stop)
         self.rocketpy.start()
 
