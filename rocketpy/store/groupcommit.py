@@ -4,18 +4,33 @@ A waiter asks "tell me when the log is durable (or replicated) up to ``offset``,
 give up at ``deadline``". One :meth:`OffsetWaiters.advance` serves every waiter up to
 the new offset; a single timer expires the overdue ones. Each Deferred fires exactly
 once: ``True`` when covered, ``False`` when its deadline passed first.
+:class:`GroupCommit` drives the flushes; :class:`PutCompletion` turns a put's flush and
+put-hook waits into its final :class:`PutMessageResult`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from itertools import count
 from typing import Any, Callable
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
+
+from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.store.status import PutMessageResult, PutMessageStatus
+
+#: called on the reactor with each appended put; may return a Deferred status (HA replication)
+PutHook = Callable[[PutMessageResult], "Deferred[PutMessageStatus] | None"]
+
+
+def wants_wait(msg: MessageExt) -> bool:
+    """RocketMQ's ``isWaitStoreMsgOK``: the WAIT property is absent or ``true`` (any case)."""
+    value = msg.properties.get(MessageConst.WAIT_STORE_MSG_OK)
+    return value is None or value.lower() == "true"
 
 
 class _Waiter:
@@ -190,3 +205,70 @@ class GroupCommit:
         self.log.failure("group-commit flush failed", failure, level=LogLevel.error)
         self.running = False
         self._idle()
+
+
+class PutCompletion:
+    """Fires a put's Deferred once it is appended, flushed (SYNC_FLUSH, WAIT) and accepted
+    by every put hook (HA replication): RocketMQ's flush and replica futures.
+
+    :param waiters: the flush waiters (advanced by whoever flushes).
+    :param clock: gives the deadlines.
+    :param sync_flush: wait for the flush (SYNC_FLUSH), or not.
+    :param timeout: ``sync_flush_timeout``: then the status is FLUSH_DISK_TIMEOUT.
+    """
+
+    log = Logger()
+
+    def __init__(self, waiters: OffsetWaiters, clock: IReactorTime, sync_flush: bool, timeout: float) -> None:
+        self._waiters = waiters
+        self._clock = clock
+        self._sync_flush = sync_flush
+        self._timeout = timeout
+        self.hooks: list[PutHook] = []
+
+    def complete(self, d: Deferred[PutMessageResult], msg: MessageExt, result: PutMessageResult) -> None:
+        """Fire ``d`` with ``result`` now, or once its flush and put hooks are done."""
+        append = result.append
+        if append is None or result.status is not PutMessageStatus.PUT_OK or not (self._sync_flush or self.hooks):
+            d.callback(result)  # failed, or ASYNC_FLUSH without hooks: done once appended
+            return
+        wait = wants_wait(msg)
+        waits: list[Deferred[PutMessageStatus]] = []
+        if self._sync_flush and wait and append.next_offset > self._waiters.position:
+            deadline = self._clock.seconds() + self._timeout
+            if not self.hooks:  # the common case: no Deferred chain, no gatherResults
+                self._waiters.add_callback(append.next_offset, deadline, _fire_flushed, d, result)
+                return
+            waits.append(self._waiters.add(append.next_offset, deadline).addCallback(_flush_status))
+        for hook in self.hooks if wait else ():
+            status = hook(result)
+            if status is not None:
+                waits.append(status)
+        if not waits:
+            d.callback(result)
+        else:
+            gathered = gatherResults(waits, consumeErrors=True).addCallback(_combine, result)
+            gathered.addErrback(self._hook_failed).chainDeferred(d)
+
+    def _hook_failed(self, failure: Failure) -> PutMessageResult:
+        self.log.failure("put hook failed", failure, level=LogLevel.error)
+        return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
+
+
+def _fire_flushed(covered: bool, d: Deferred[PutMessageResult], result: PutMessageResult) -> None:
+    d.callback(result if covered else dataclasses.replace(result, status=PutMessageStatus.FLUSH_DISK_TIMEOUT))
+
+
+def _flush_status(covered: bool) -> PutMessageStatus:
+    return PutMessageStatus.PUT_OK if covered else PutMessageStatus.FLUSH_DISK_TIMEOUT
+
+
+def _combine(statuses: list[PutMessageStatus], result: PutMessageResult) -> PutMessageResult:
+    """The last non-OK status wins: flush first, then each hook (replica over flush)."""
+    status = PutMessageStatus.PUT_OK
+    for each in statuses:
+        if each is not PutMessageStatus.PUT_OK:
+            status = each
+    if status is PutMessageStatus.PUT_OK:
+        return result
+    return dataclasses.replace(result, status=status)

@@ -11,21 +11,20 @@ waiters appended while it runs are served by the next one.
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 from typing import Any, Callable, TypeVar, cast
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, gatherResults, succeed
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.common.message import MessageExt
 from rocketpy.store.flush import FlushLoops, flush_commit_log
-from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters
+from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters, PutCompletion, PutHook, wants_wait
 from rocketpy.store.status import (
     GetMessageResult,
     PutMessageResult,
@@ -35,14 +34,6 @@ from rocketpy.store.status import (
 
 T = TypeVar("T")
 ArrivalListener = Callable[[str, int, int], None]
-#: called on the reactor with each appended put; may return a Deferred status (HA replication)
-PutHook = Callable[[PutMessageResult], "Deferred[PutMessageStatus] | None"]
-
-
-def wants_wait(msg: MessageExt) -> bool:
-    """RocketMQ's ``isWaitStoreMsgOK``: the WAIT property is absent or ``true`` (any case)."""
-    value = msg.properties.get(MessageConst.WAIT_STORE_MSG_OK)
-    return value is None or value.lower() == "true"
 
 
 class _PoolCaller:
@@ -126,8 +117,9 @@ class StoreService(Service):
         self._started: Deferred[None] | None = None
         self._accepting = False  # running, and the store not known to have failed loading
         self._arrival_listeners: list[ArrivalListener] = []
-        self._put_hooks: list[PutHook] = []
         self._flush_waiters = OffsetWaiters(reactor)
+        self._completion = PutCompletion(self._flush_waiters, reactor, self._sync_flush,
+                                         self._config.sync_flush_timeout)
         flush_to = partial(self._in_flush_pool, flush_commit_log, message_store, 0)
         self._group_commit = GroupCommit(self._flush_waiters, flush_to, self._advance_flushed, self._check_drained)
         self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool, self._in_flush_pool,
@@ -339,7 +331,7 @@ class StoreService(Service):
         self._delivering += 1
         try:
             for put, result in zip(puts, results):
-                self._complete(put, cast(PutMessageResult, result))
+                self._completion.complete(put.deferred, put.msgs[0], cast(PutMessageResult, result))
         finally:
             self._delivering -= 1
         self._group_commit.kick()
@@ -374,35 +366,6 @@ class StoreService(Service):
             self._delivering -= 1
         self._maybe_hop()
 
-    def _complete(self, put: _Put, result: PutMessageResult) -> None:
-        """Fire the put's Deferred now, or once its flush and put hooks are done."""
-        append = result.append
-        if append is None or result.status is not PutMessageStatus.PUT_OK or not (
-                self._sync_flush or self._put_hooks):
-            put.deferred.callback(result)  # failed, or ASYNC_FLUSH without hooks: done once appended
-            return
-        wait = wants_wait(put.msgs[0])
-        waits: list[Deferred[PutMessageStatus]] = []
-        if self._sync_flush and wait and append.next_offset > self._flush_waiters.position:
-            deadline = self._reactor.seconds() + self._config.sync_flush_timeout
-            if not self._put_hooks:  # the common case: no Deferred chain, no gatherResults
-                self._flush_waiters.add_callback(append.next_offset, deadline, _fire_flushed, put.deferred, result)
-                return
-            waits.append(self._flush_waiters.add(append.next_offset, deadline).addCallback(_flush_status))
-        for hook in self._put_hooks if wait else ():
-            status = hook(result)
-            if status is not None:
-                waits.append(status)
-        if not waits:
-            put.deferred.callback(result)
-        else:
-            gathered = gatherResults(waits, consumeErrors=True).addCallback(_combine, result)
-            gathered.addErrback(self._hook_failed).chainDeferred(put.deferred)
-
-    def _hook_failed(self, failure: Failure) -> PutMessageResult:
-        self.log.failure("put hook failed", failure, level=LogLevel.error)
-        return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
-
     def _notify_arrivals(self, touched: dict[tuple[str, int], None]) -> None:
         for topic, queue_id in touched:
             max_offset = self._store.get_max_offset_in_queue(topic, queue_id)
@@ -423,7 +386,7 @@ class StoreService(Service):
         The hook may return a Deferred status; the put's Deferred then waits for it too,
         and a non-OK status replaces the flush status (RocketMQ: replica over flush).
         """
-        self._put_hooks.append(hook)
+        self._completion.hooks.append(hook)
 
     def append_to_commit_log(self, offset: int, data: bytes) -> Deferred[bool]:
         """HA slave: append bytes replicated from the master, in the writer pool."""
@@ -468,25 +431,6 @@ class StoreService(Service):
     def get_commit_log_data(self, offset: int, size: int = -1) -> Deferred[bytes | None]:
         """HA master: ``size`` bytes of commit log at ``offset`` (-1: to the end of its file)."""
         return self._in_read_pool(self._store.get_commit_log_data, offset, size)
-
-
-def _fire_flushed(covered: bool, d: Deferred[PutMessageResult], result: PutMessageResult) -> None:
-    d.callback(result if covered else dataclasses.replace(result, status=PutMessageStatus.FLUSH_DISK_TIMEOUT))
-
-
-def _flush_status(covered: bool) -> PutMessageStatus:
-    return PutMessageStatus.PUT_OK if covered else PutMessageStatus.FLUSH_DISK_TIMEOUT
-
-
-def _combine(statuses: list[PutMessageStatus], result: PutMessageResult) -> PutMessageResult:
-    """The last non-OK status wins: flush first, then each hook (replica over flush)."""
-    status = PutMessageStatus.PUT_OK
-    for each in statuses:
-        if each is not PutMessageStatus.PUT_OK:
-            status = each
-    if status is PutMessageStatus.PUT_OK:
-        return result
-    return dataclasses.replace(result, status=status)
 
 
 def _failure(error: Exception) -> Failure:

@@ -14,7 +14,8 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from rocketpy.common.message import decode_record
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.messagestore import MessageStore
-from rocketpy.store.service import StoreService, wants_wait
+from rocketpy.store.groupcommit import wants_wait
+from rocketpy.store.service import StoreService
 from rocketpy.store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
 from tests.store.fakes import (
     FakeMessageStore,
