@@ -340,6 +340,11 @@ class ConsumerManager:
     def get_consumer_group_info(self, group_name: str) -> ConsumerGroupInfo | None:
         return self._groups.get(group_name)
 
+    def find_channel(self, group_name: str, client_id: str) -> ClientChannelInfo | None:
+        """The connection of ``client_id`` in ``group_name``, or None when it is not online."""
+        group = self._groups.get(group_name)
+        return None if group is None else group.find_channel(client_id)
+
     def find_subscription_data(self, group_name: str, topic: str) -> SubscriptionData | None:
         """The subscription the group's latest heartbeat gave for ``topic`` (pull without subscription)."""
         group = self._groups.get(group_name)

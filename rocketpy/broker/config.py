@@ -9,6 +9,7 @@ from typing import Any
 
 from twisted.logger import Logger, LogLevel
 
+from rocketpy.common.fastjson import dump_json
 from rocketpy.ha.config import endpoint_tcp_port
 from rocketpy.util.fileio import read_if_exists, write_atomically
 
@@ -118,11 +119,6 @@ def _camel(name: str) -> str:
 
 class ConfigFileError(Exception):
     """A broker config file (``topics.json`` …) exists but cannot be read."""
-
-
-def dump_json(obj: Any) -> bytes:
-    """Compact JSON with sorted keys (fastjson's order)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 class JsonConfigFile(ABC):

@@ -8,12 +8,13 @@ SYSTEM_ERROR); all response ext values are strings.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.interfaces import IReactorTime
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rocketpy.broker.clients import (
@@ -35,10 +36,12 @@ from rocketpy.broker.topicconfig import (
     retry_topic,
     topic_problem,
 )
+from rocketpy.common.fastjson import object_key_map
 from rocketpy.common.headers import HeaderError, get_bool, get_int, get_str
 from rocketpy.interfaces import IChannel, IRequestProcessor
-from rocketpy.remoting.codes import ROCKETPY_VERSION, RequestCode, ResponseCode
+from rocketpy.remoting.codes import ROCKETPY_VERSION, LanguageCode, RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.errors import RemotingTimeoutError
 
 Handler = Callable[[IChannel, RemotingCommand], "RemotingCommand | Deferred[RemotingCommand]"]
 VERSION_DESC = "V4_9_4"
@@ -50,6 +53,8 @@ _ZERO_RUNTIME_KEYS = (
     "pullThreadPoolQueueHeadWaitTimeMills", "pageCacheLockTimeMills", "dispatchBehindBytes",
 )
 NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
+#: Seconds the broker waits for a consumer's answer to a request it forwards (GET_CONSUMER_RUNNING_INFO).
+CALL_CONSUMER_TIMEOUT = 5.0
 
 
 class Rejected(Exception):
@@ -271,9 +276,20 @@ def _lock_body(request: RemotingCommand) -> tuple[str, str, list[MessageQueue]]:
         raise Rejected(ResponseCode.SYSTEM_ERROR, f"bad lock request body: {e!r}") from None
 
 
-def _object_key_map(entries: Iterable[tuple[dict[str, Any], dict[str, Any]]]) -> str:
-    """A fastjson map with object keys (``{{"brokerName":…}:{…}}``), as Java admin tools parse it."""
-    return "{" + ",".join(dump_json(k).decode() + ":" + dump_json(v).decode() for k, v in entries) + "}"
+def _relayed(answer: RemotingCommand, request: RemotingCommand) -> RemotingCommand:
+    """A consumer's answer as the response to the admin ``request``."""
+    ext = {k: str(v) for k, v in answer.ext_fields.items()}
+    return request.make_response(answer.code, answer.remark, ext, answer.body)
+
+
+def _consumer_call_failed(failure: Failure, request: RemotingCommand, group: str, client_id: str) -> RemotingCommand:
+    """The response when a forwarded request got no answer: timeout (207) or any other failure (1)."""
+    error = failure.value
+    if isinstance(error, RemotingTimeoutError):
+        remark = f"consumer <{group}> <{client_id}> Timeout: {error}"
+        return request.make_response(ResponseCode.CONSUME_MSG_TIMEOUT, remark)
+    remark = f"invoke consumer <{group}> <{client_id}> Exception: {type(error).__name__}: {error}"
+    return request.make_response(ResponseCode.SYSTEM_ERROR, remark)
 
 
 class AdminBrokerProcessor(_TableProcessor):
@@ -294,6 +310,7 @@ class AdminBrokerProcessor(_TableProcessor):
             RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
             RequestCode.GET_CONSUME_STATS: self.consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by_who,
         }
@@ -394,7 +411,7 @@ class AdminBrokerProcessor(_TableProcessor):
             )
             for qid in range(config.write_queue_nums)
         ]
-        return _ok(request, ('{"offsetTable":' + _object_key_map(entries) + "}").encode("utf-8"))
+        return _ok(request, ('{"offsetTable":' + object_key_map(entries) + "}").encode("utf-8"))
 
     def consume_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         group = get_str(request.ext_fields, "consumerGroup")
@@ -413,7 +430,7 @@ class AdminBrokerProcessor(_TableProcessor):
                     "lastTimestamp": 0,
                 }
                 entries.append((self._mq(name, qid), stats))
-        body = '{"consumeTps":0.0,"offsetTable":' + _object_key_map(entries) + "}"
+        body = '{"consumeTps":0.0,"offsetTable":' + object_key_map(entries) + "}"
         return _ok(request, body.encode("utf-8"))
 
     def consumer_connections(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
@@ -422,6 +439,33 @@ class AdminBrokerProcessor(_TableProcessor):
         if info is None:
             raise Rejected(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         return _ok(request, dump_json(info.to_json()))
+
+    def consumer_running_info(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
+        """Ask one consumer (ext ``consumerGroup``, ``clientId``) for its ConsumerRunningInfo.
+
+        The consumer's answer (code, remark, body) is the response; see :meth:`call_consumer`.
+        """
+        group = get_str(request.ext_fields, "consumerGroup")
+        client_id = get_str(request.ext_fields, "clientId")
+        return self.call_consumer(request, group, client_id)
+
+    def call_consumer(self, request: RemotingCommand, group: str, client_id: str) -> Deferred[RemotingCommand]:
+        """Forward ``request`` (code, ext fields, body) to a consumer over its connection.
+
+        :raises Rejected: SYSTEM_ERROR when ``client_id`` has no connection in ``group``.
+        :return: fires with the consumer's answer; with CONSUME_MSG_TIMEOUT when none comes within
+            :data:`CALL_CONSUMER_TIMEOUT`, SYSTEM_ERROR when the call fails otherwise (as Java's broker).
+        """
+        info = self._t.consumers.find_channel(group, client_id)
+        if info is None:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> not online")
+        forward = RemotingCommand.request(
+            request.code, dict(request.ext_fields), request.body, language=LanguageCode.JAVA.name
+        )
+        d: Deferred[RemotingCommand] = maybeDeferred(info.channel.invoke_sync, forward, CALL_CONSUMER_TIMEOUT)
+        return d.addCallbacks(
+            _relayed, _consumer_call_failed, callbackArgs=(request,), errbackArgs=(request, group, client_id)
+        )
 
     def producer_connections(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         group = get_str(request.ext_fields, "producerGroup")

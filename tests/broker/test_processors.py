@@ -24,6 +24,7 @@ from rocketpy.broker.topicconfig import TopicConfig, TopicConfigManager
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.errors import RemotingConnectionLost, RemotingTimeoutError
 from tests.broker.test_clients import CPP_HEARTBEAT, CPP_PRODUCER_HEARTBEAT, ONS_HEARTBEAT, FakeChannel
 
 
@@ -311,3 +312,90 @@ class AdminTests(ProcessorTestBase):
         self.t.offsets.commit_offset("p", "OLD", "ExploreTopic", 0, 1)
         who = json.loads(self.call(self.admin, _request(300, topic="ExploreTopic")).body)
         self.assertEqual(who, {"groupList": ["CID_TAG", "OLD"]})
+
+
+class ConsumerChannel(FakeChannel):
+    """A consumer's connection: GET_CONSUMER_RUNNING_INFO sent to it waits on :attr:`answer`."""
+
+    def __init__(self, remote_address: str) -> None:
+        super().__init__(remote_address)
+        self.calls: list[tuple[RemotingCommand, float]] = []
+        self.answer: Deferred[RemotingCommand] = Deferred()
+
+    def invoke_sync(self, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
+        self.calls.append((request, timeout))
+        return self.answer
+
+
+class ConsumerRunningInfoTests(ProcessorTestBase):
+    """GET_CONSUMER_RUNNING_INFO (307): forwarded to the consumer's connection, its answer relayed."""
+
+    CLIENT = "17142-127.0.0.1@DEFAULT"
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.consumer_channel = ConsumerChannel("10.0.0.7:5000")
+        joined = self.client.process_request(self.consumer_channel, _request(RequestCode.HEART_BEAT, CPP_HEARTBEAT))
+        assert isinstance(joined, RemotingCommand)
+        self.assertCode(joined, 0)
+
+    def ask(self, **ext: object) -> Deferred[RemotingCommand]:
+        """Send 307 from the admin's channel; the response Deferred (the consumer has not answered yet)."""
+        request = _request(RequestCode.GET_CONSUMER_RUNNING_INFO, b"", **ext)
+        request.opaque = 77
+        result = self.admin.process_request(self.channel, request)
+        assert isinstance(result, Deferred)
+        return result
+
+    def test_forwarded_and_relayed(self) -> None:
+        """The request goes to the consumer's channel (5 s timeout) and its answer comes back to the admin."""
+        d = self.ask(consumerGroup="CID_TAG", clientId=self.CLIENT, jstackEnable="false")
+        self.assertNoResult(d)
+        [(forwarded, timeout)] = self.consumer_channel.calls
+        self.assertEqual(forwarded.code, RequestCode.GET_CONSUMER_RUNNING_INFO)
+        self.assertEqual(
+            forwarded.ext_fields, {"consumerGroup": "CID_TAG", "clientId": self.CLIENT, "jstackEnable": "false"}
+        )
+        self.assertEqual(forwarded.language, "JAVA")
+        self.assertEqual(timeout, 5.0)
+        body = b'{"mqTable":{},"properties":{"PROP_CONSUME_TYPE":"CONSUME_PASSIVELY"}}'
+        self.consumer_channel.answer.callback(forwarded.make_response(ResponseCode.SUCCESS, None, None, body))
+        response = self.successResultOf(d)
+        self.assertCode(response, 0)
+        self.assertEqual((response.body, response.opaque), (body, 77))
+
+    def test_consumer_error_relayed(self) -> None:
+        """A consumer's error answer reaches the admin with its code and remark."""
+        d = self.ask(consumerGroup="CID_TAG", clientId=self.CLIENT)
+        [(forwarded, _)] = self.consumer_channel.calls
+        remark = "The Consumer Group <CID_TAG> not exist in this consumer"
+        self.consumer_channel.answer.callback(forwarded.make_response(ResponseCode.SYSTEM_ERROR, remark))
+        self.assertCode(self.successResultOf(d), 1, remark)
+
+    def test_not_online(self) -> None:
+        """An unknown client id or group is SYSTEM_ERROR naming the client; nothing is sent."""
+        for group, client_id in (("CID_TAG", "10.0.0.1@other"), ("NOGROUP", self.CLIENT)):
+            response = self.call(self.admin, _request(307, consumerGroup=group, clientId=client_id))
+            self.assertCode(response, 1, f"The Consumer <{client_id}> not online")
+        self.assertCode(self.call(self.admin, _request(307, consumerGroup="CID_TAG")), 1, "clientId")
+        self.assertEqual(self.consumer_channel.calls, [])
+
+    def test_closed_connection_is_not_online(self) -> None:
+        """Once the consumer's connection closed, the broker no longer knows the client."""
+        self.t.consumers.do_channel_close_event(self.consumer_channel)
+        response = self.call(self.admin, _request(307, consumerGroup="CID_TAG", clientId=self.CLIENT))
+        self.assertCode(response, 1, "not online")
+
+    def test_timeout(self) -> None:
+        """No answer in time: CONSUME_MSG_TIMEOUT (207) naming group and client, as Java's broker."""
+        d = self.ask(consumerGroup="CID_TAG", clientId=self.CLIENT)
+        self.consumer_channel.answer.errback(RemotingTimeoutError("no response from 10.0.0.7:5000 in 5 s"))
+        self.assertCode(self.successResultOf(d), ResponseCode.CONSUME_MSG_TIMEOUT,
+                        f"consumer <CID_TAG> <{self.CLIENT}> Timeout")
+
+    def test_connection_lost(self) -> None:
+        """Any other failure of the call is SYSTEM_ERROR with the error in the remark."""
+        d = self.ask(consumerGroup="CID_TAG", clientId=self.CLIENT)
+        self.consumer_channel.answer.errback(RemotingConnectionLost("10.0.0.7:5000", "closed"))
+        response = self.successResultOf(d)
+        self.assertCode(response, 1, f"invoke consumer <CID_TAG> <{self.CLIENT}> Exception: RemotingConnectionLost")
