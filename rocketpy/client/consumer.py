@@ -21,6 +21,7 @@ from rocketpy.client.instance import ClientInstance, JoiningMember, shared_or_ne
 from rocketpy.client.message import MessageQueue
 from rocketpy.client.results import PullResult, PullStatus
 from rocketpy.client.route import subscribe_queues
+from rocketpy.client.runninginfo import PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP, ConsumerRunningInfo
 from rocketpy.client.subscription import DecompressionError, SubscriptionData, build_subscription, inflate_body, prepare_pulled
 from rocketpy.common.headers import to_fields
 from rocketpy.common.message import MessageSysFlag
@@ -81,6 +82,8 @@ class ConsumerBase:
         self.subscriptions: dict[str, SubscriptionData] = {}
         self.subscribe_info: dict[str, list[MessageQueue]] = {}
         self.running = False
+        #: When the consumer was last started (seconds on the clock; 0 = never).
+        self.start_timestamp = 0.0
 
     # ClientInstance member
 
@@ -104,6 +107,17 @@ class ConsumerBase:
 
     def unregister_groups(self) -> tuple[str | None, str | None]:
         return None, self.group
+
+    def running_info(self) -> ConsumerRunningInfo:
+        """Settings and subscriptions for GET_CONSUMER_RUNNING_INFO (Java property names)."""
+        properties = {
+            "consumerGroup": self.group,
+            "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from_where.value,
+            PROP_CONSUME_TYPE: self.consume_type,
+            PROP_CONSUMER_START_TIMESTAMP: str(int(self.start_timestamp * 1000)),
+        }
+        return ConsumerRunningInfo(properties, list(self.subscriptions.values()))
 
     # shared calls
 
@@ -218,6 +232,12 @@ class ConsumerBase:
 
 class PullConsumer(ConsumerBase, JoiningMember):
     """Pulls from queues the caller picks, at offsets the caller keeps."""
+
+    def start(self) -> Deferred[None]:
+        """Join the client instance (route refresh and heartbeat every 30 s)."""
+        if not self.running:
+            self.start_timestamp = self.clock.seconds()
+        return JoiningMember.start(self)
 
     def fetch_subscribe_queues(self, topic: str) -> Deferred[list[MessageQueue]]:
         """The readable queues of ``topic``, sorted, from a fresh route."""

@@ -23,6 +23,14 @@ from rocketpy.client.api import IRemotingClient, MQClientAPI
 from rocketpy.client.errors import MQBrokerError, MQError, NoNameServerError, RemotingError
 from rocketpy.client.message import AUTO_CREATE_TOPIC_KEY, local_ip
 from rocketpy.client.route import with_default_queue_nums
+from rocketpy.client.runninginfo import (
+    CLIENT_VERSION_DESC,
+    PROP_CLIENT_VERSION,
+    PROP_NAMESERVER_ADDR,
+    ConsumerRunningInfo,
+    RunningInfoProcessor,
+    RunningInfoSource,
+)
 from rocketpy.common.headers import get_str
 from rocketpy.interfaces import IRequestProcessor, IRPCHook
 from rocketpy.namesrv.routeinfo import MASTER_ID, TopicRouteData
@@ -182,6 +190,9 @@ class ClientInstance:
         self.members.append(member)
         if not self._processor_registered:
             self.remoting.register_processor(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, _NotifyProcessor(self))
+            self.remoting.register_processor(
+                RequestCode.GET_CONSUMER_RUNNING_INFO, RunningInfoProcessor(self.consumer_running_info)
+            )
             self._processor_registered = True
         if not self._route_loop.running:
             self._loops = [
@@ -213,6 +224,17 @@ class ClientInstance:
         self._loops = []
         if self._owns_remoting:
             await self.remoting.close()
+
+    def consumer_running_info(self, group: str) -> ConsumerRunningInfo | None:
+        """The running info of this client's consumer of ``group`` (None if it has none),
+        with the name servers and the client version added (Java ``MQClientInstance``)."""
+        for member in self.members:
+            if isinstance(member, RunningInfoSource) and member.group == group:
+                info = member.running_info()
+                info.properties[PROP_NAMESERVER_ADDR] = "".join(addr + ";" for addr in self.namesrv_addrs)
+                info.properties[PROP_CLIENT_VERSION] = CLIENT_VERSION_DESC
+                return info
+        return None
 
     # name server and routes
 

@@ -60,6 +60,9 @@ class ProcessQueue:
         self.locked = False
         self.last_lock = 0.0
         self.consuming = False
+        #: When the last pull of this queue started / the last listener call on it began (seconds).
+        self.last_pull = 0.0
+        self.last_consume = 0.0
 
     def __len__(self) -> int:
         return len(self.messages)
@@ -92,7 +95,16 @@ class _ConsumeService:
     def __init__(self, consumer: PushConsumer) -> None:
         self.consumer = consumer
 
-    async def call_listener(self, msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
+    async def call_listener(self, msgs: list[MessageExt], context: ConsumeContext, pq: ProcessQueue) -> ConsumeResult:
+        """Run the listener on ``msgs``; its time goes to the consumer's statistics."""
+        c = self.consumer
+        started = pq.last_consume = c.clock.seconds()
+        try:
+            return await self._listen(msgs, context)
+        finally:
+            c.stats.consume_time(context.queue.topic, (c.clock.seconds() - started) * 1000)
+
+    async def _listen(self, msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
         c = self.consumer
         assert c.listener is not None  # start() refuses to run without one
         now_ms = str(int(c.clock.seconds() * 1000))
@@ -135,13 +147,14 @@ class ConcurrentConsumeService(_ConsumeService):
             await self._semaphore.acquire()
         try:
             context = ConsumeContext(mq, ack_index=len(msgs) - 1)
-            status = await self.call_listener(msgs, context)
+            status = await self.call_listener(msgs, context, pq)
         finally:
             self._semaphore.release()
         if pq.dropped:
             return
         c = self.consumer
         ack = min(context.ack_index, len(msgs) - 1) if status is ConsumeResult.CONSUME_SUCCESS else -1
+        c.stats.consumed(mq.topic, ack + 1, len(msgs) - ack - 1)
         retry_later = []
         for m in msgs[ack + 1 :]:
             if c.message_model is MessageModel.BROADCASTING:
@@ -175,7 +188,9 @@ class OrderlyConsumeService(_ConsumeService):
                         continue
                 msgs = pq.head(c.consume_batch_max_size)
                 context = ConsumeContext(mq)
-                status = await self.call_listener(msgs, context)
+                status = await self.call_listener(msgs, context, pq)
+                ok = status is ConsumeResult.CONSUME_SUCCESS
+                c.stats.consumed(mq.topic, len(msgs) if ok else 0, 0 if ok else len(msgs))
                 if pq.dropped:
                     return
                 if status is not ConsumeResult.CONSUME_SUCCESS and not await self._give_up(mq, msgs):

@@ -10,6 +10,7 @@ queue relocking (every 20 s) run on LoopingCalls of the injected clock.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -27,6 +28,13 @@ from rocketpy.client.process import ConcurrentConsumeService, Listener, OrderlyC
 from rocketpy.client.producer import Producer
 from rocketpy.client.rebalance import Rebalancer
 from rocketpy.client.results import PullStatus
+from rocketpy.client.runninginfo import (
+    PROP_CONSUME_ORDERLY,
+    PROP_THREADPOOL_CORE_SIZE,
+    ConsumerRunningInfo,
+    process_queue_info,
+)
+from rocketpy.client.stats import ConsumerStats
 from rocketpy.client.subscription import build_subscription, client_msg_id
 from rocketpy.common.message import Message, MessageConst, MessageExt
 
@@ -85,7 +93,9 @@ class PushConsumer(ConsumerBase):
         self.max_reconsume_times = max_reconsume_times if max_reconsume_times >= 0 or orderly else 16
         self.suspend, self.pull_timeout = suspend, pull_timeout
         self.allocate = allocate
+        self.concurrency = concurrency
         self.listener: Listener | None = None
+        self.stats = ConsumerStats(self.clock)
         self.offset_store = OffsetStore(self, remote=self.message_model is MessageModel.CLUSTERING)
         self.rebalancer = Rebalancer(self)
         self.consume_service = OrderlyConsumeService(self) if orderly else ConcurrentConsumeService(self, concurrency)
@@ -124,6 +134,7 @@ class PushConsumer(ConsumerBase):
         if self.message_model is MessageModel.CLUSTERING:
             self.subscribe(RETRY_GROUP_TOPIC_PREFIX + self.group)
         self.running = True
+        self.start_timestamp = self.clock.seconds()
         self.instance.register(self)
         self._inner_producer.start()
         for topic in list(self.subscriptions):
@@ -162,6 +173,32 @@ class PushConsumer(ConsumerBase):
     def on_consumer_ids_changed(self, group: str) -> None:
         if group == self.group and self.running:
             self.spawn(self.rebalancer.rebalance())
+
+    def running_info(self) -> ConsumerRunningInfo:
+        """Settings, subscriptions, held queues and per-topic statistics (GET_CONSUMER_RUNNING_INFO).
+
+        ``PROP_THREADPOOL_CORE_SIZE`` is the most listener calls at once: ``concurrency``, or for
+        an orderly consumer the number of held queues (one consuming loop each).
+        """
+        info = super().running_info()
+        queues = self.rebalancer.process_queues
+        info.properties.update(
+            consumeTimestamp=time.strftime("%Y%m%d%H%M%S", time.localtime(self.consume_timestamp)),
+            pullBatchSize=str(self.pull_batch_size),
+            consumeMessageBatchMaxSize=str(self.consume_batch_max_size),
+            pullThresholdForQueue=str(self.pull_threshold_for_queue),
+            pullThresholdSizeForQueue=str(self.pull_threshold_size_for_queue // (1024 * 1024)),
+            maxReconsumeTimes=str(self.max_reconsume_times),
+            consumeThreadMin=str(self.concurrency),
+            consumeThreadMax=str(self.concurrency),
+        )
+        info.properties[PROP_CONSUME_ORDERLY] = str(self.orderly).lower()
+        info.properties[PROP_THREADPOOL_CORE_SIZE] = str(len(queues) if self.orderly else self.concurrency)
+        for mq, pq in sorted(queues.items()):
+            info.mq_table[mq] = process_queue_info(pq, self.offset_store.read(mq))
+        for topic in self.subscriptions:
+            info.status_table[topic] = self.stats.status(topic)
+        return info
 
     # helpers for the rebalancer and consume services
 
@@ -247,6 +284,7 @@ class PushConsumer(ConsumerBase):
                 continue
             commit = self.offset_store.read(mq) if self.message_model is MessageModel.CLUSTERING else -1
             flags = PULL_SUSPEND | PULL_SUBSCRIPTION | (PULL_COMMIT_OFFSET if commit > 0 else 0)
+            started = pq.last_pull = self.clock.seconds()
             try:
                 result = await self.pull_once(
                     mq, sub, offset, self.pull_batch_size, sys_flag=flags, commit_offset=max(commit, 0),
@@ -258,6 +296,7 @@ class PushConsumer(ConsumerBase):
                 continue
             if pq.dropped:
                 return
+            self.stats.pulled(mq.topic, len(result.messages), (self.clock.seconds() - started) * 1000)
             broker_id = result.suggest_which_broker_id
             if result.status is PullStatus.OFFSET_ILLEGAL:
                 self.log.warn("offset {offset} of {mq} is illegal; restarting at {next}",
