@@ -1,4 +1,5 @@
-"""Retry after RECONSUME_LATER, delayed sends and orderly consumption with the official C++ client.
+"""Retry after RECONSUME_LATER, delayed sends, orderly consumption and GET_CONSUMER_RUNNING_INFO
+with the official C++ client.
 
 Uses the harness of :mod:`tests.interop.test_cpp` (a rocketpy process, C++ children). The C++
 1.2 client sends CONSUMER_SEND_MSG_BACK with only offset/group/delayLevel 0, so the broker
@@ -13,6 +14,7 @@ from typing import Any
 
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
+from tests.common.fastjson import fastjson_loads
 from tests.interop.test_cpp import CppHarness, query
 
 
@@ -65,3 +67,28 @@ class CppFeatureTests(CppHarness):
         self.assertEqual([m["keys"] for m in got], [f"o-{i}" for i in range(5)])
         self.assertEqual([m["queue_offset"] for m in got], [e["offset"] for e in sent])
         self.assertEqual(json.loads(lock.body), {"lockOKMQSet": []})
+
+    def test_consumer_running_info_through_the_broker(self) -> None:
+        """An admin's GET_CONSUMER_RUNNING_INFO reaches a live C++ consumer and its answer comes back."""
+        self.start()
+        topic, group = "InteropStatus", "CID_INTEROP_STATUS"
+        self.produce(topic, "sync", 1)
+        consumer = self.spawn("consume", "--topic", topic, "--group", group, "--expect", "1",
+                              "--linger", "3", "--timeout", "40")
+        assert consumer.stdout is not None
+        while True:  # the consumer holds its queues once it has consumed
+            line = consumer.stdout.readline()
+            if not line or json.loads(line)["event"] == "message":
+                break
+        port = self.rocketpy.broker_port
+        connections = query(port, RemotingCommand.request(RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                                          {"consumerGroup": group}))
+        [client_id] = [c["clientId"] for c in json.loads(connections.body)["connectionSet"]]
+        ext = {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}
+        response = query(port, RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, ext), timeout=10)
+        self.finish(consumer)
+        self.assertEqual(response.code, 0, response.remark)
+        info = fastjson_loads(response.body)  # the C++ client writes queue objects as keys too
+        self.assertEqual(info["properties"]["PROP_CONSUME_TYPE"], "CONSUME_PASSIVELY")
+        self.assertEqual(sorted(s["topic"] for s in info["subscriptionSet"]), [f"%RETRY%{group}", topic])
+        self.assertEqual(sorted(dict(k)["queueId"] for k in info["mqTable"] if dict(k)["topic"] == topic), [0, 1, 2, 3])

@@ -5,6 +5,7 @@ broker restarts in the middle of a delay and of a pending transaction.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from twisted.internet import reactor
@@ -17,6 +18,7 @@ from rocketpy.common.message import MessageConst, decode_offset_msg_id, decode_r
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from tests.client.test_integration import IntegrationTestCase, LoopbackCluster, pause
+from tests.common.fastjson import fastjson_loads
 
 #: Short transaction timings so a check-back comes within a second.
 FAST_CHECKS: dict[str, Any] = {"transaction_check_interval": 0.3, "transaction_timeout": 0.2}
@@ -203,3 +205,69 @@ class QueryTests(FeatureTestCase):
         self.assertEqual(len(decode_records(by_uniq.body)), 1)
         [viewed] = decode_records((await call(RequestCode.VIEW_MESSAGE_BY_ID, offset=str(offset))).body)
         self.assertEqual((viewed.body, viewed.msg_id), (b"needle", result.offset_msg_id))
+
+
+class AdminTests(FeatureTestCase):
+    async def test_consumer_running_info_and_progress(self) -> None:
+        """An admin finds a push consumer by connection list, gets its running info through the broker
+        (subscriptions, held queues, offsets), and its progress from GET_CONSUME_STATS."""
+        cluster = await self.cluster()
+        p = await self.producer(cluster)
+        for i in range(3):
+            await p.send(new_message("Watched", b"w%d" % i, tags="TagA"))
+        await cluster.wait_for_route("Watched")
+        got: list[bytes] = []
+
+        def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
+            got.extend(m.body for m in msgs)
+            return ConsumeResult.CONSUME_SUCCESS
+
+        c = PushConsumer("CG", cluster.namesrv_addr, reactor,
+                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        c.subscribe("Watched", "TagA || TagB")
+        c.register_listener(listener)
+        await c.start()
+        self.addCleanup(c.shutdown)
+        await until(lambda: len(got) == 3, "3 messages consumed")
+        addr = cluster.brokers["broker-a"].config.advertised_address
+
+        async def call(code: int, **fields: str) -> RemotingCommand:
+            return await cluster.admin.invoke_sync(addr, RemotingCommand.request(code, fields), 10)
+
+        connections = json.loads((await call(RequestCode.GET_CONSUMER_CONNECTION_LIST, consumerGroup="CG")).body)
+        [client_id] = [conn["clientId"] for conn in connections["connectionSet"]]
+        self.assertEqual(client_id, c.instance.client_id)
+        response = await call(RequestCode.GET_CONSUMER_RUNNING_INFO, consumerGroup="CG", clientId=client_id,
+                              jstackEnable="false")
+        self.assertEqual(response.code, ResponseCode.SUCCESS, response.remark)
+        info = fastjson_loads(response.body)
+        self.assertEqual(info["properties"]["PROP_CONSUME_TYPE"], "CONSUME_PASSIVELY")
+        self.assertEqual(info["properties"]["PROP_NAMESERVER_ADDR"], cluster.namesrv_addr + ";")
+        self.assertEqual({s["topic"]: s["subString"] for s in info["subscriptionSet"]},
+                         {"Watched": "TagA || TagB", "%RETRY%CG": "*"})
+        watched = {k: v for k, v in info["mqTable"].items() if dict(k)["topic"] == "Watched"}
+        self.assertEqual(sorted(dict(k)["queueId"] for k in watched), [0, 1, 2, 3])
+        self.assertEqual({dict(k)["brokerName"] for k in watched}, {"broker-a"})
+        self.assertEqual(sum(max(v["commitOffset"], 0) for v in watched.values()), 3)
+        self.assertEqual(sum(v["cachedMsgCount"] for v in watched.values()), 0)
+        self.assertEqual(info["statusTable"]["Watched"]["consumeOKTPS"], 3 / 60)
+
+        offline = await call(RequestCode.GET_CONSUMER_RUNNING_INFO, consumerGroup="CG", clientId="10.9.9.9@1")
+        self.assertEqual((offline.code, offline.remark),
+                         (ResponseCode.SYSTEM_ERROR, "The Consumer <10.9.9.9@1> not online"))
+
+        await c.shutdown()  # persists the offsets (oneway)
+
+        async def progress() -> dict[Any, Any]:
+            response = await call(RequestCode.GET_CONSUME_STATS, consumerGroup="CG", topic="Watched")
+            stats = fastjson_loads(response.body)
+            return stats["offsetTable"]  # type: ignore[no-any-return]
+
+        for _ in range(100):
+            table = await progress()
+            if sum(v["consumerOffset"] for v in table.values()) == 3:
+                break
+            await pause()
+        self.assertEqual(sum(v["brokerOffset"] for v in table.values()), 3)
+        self.assertEqual({dict(k)["topic"] for k in table}, {"Watched"})
+        self.assertEqual(sum(v["consumerOffset"] for v in table.values()), 3)
