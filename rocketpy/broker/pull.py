@@ -39,9 +39,14 @@ SLAVE_ID_WHEN_SLOW = 1
 class Subscription(Protocol):
     """What the pull path needs of a subscription registered by HEART_BEAT."""
 
-    sub_string: str
-    sub_version: int
-    expression_type: str | None
+    @property
+    def sub_string(self) -> str: ...
+
+    @property
+    def sub_version(self) -> int: ...
+
+    @property
+    def expression_type(self) -> str | None: ...
 
 
 #: ``(group, topic) -> registered subscription or None``.
