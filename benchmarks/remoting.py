@@ -285,8 +285,9 @@ def report(results: dict[tuple[str, int], list[float]], options: argparse.Namesp
         line = f"{label:<20}{bare:>17,.0f}"
         for name, width in (("remoting", 16), ("server", 19)):
             rates = results[name, in_flight]
+            rate = statistics.median(rates)
             ratio = statistics.median([r / b for r, b in zip(rates, results["bare", in_flight])])
-            line += f"{statistics.median(rates):>{width},.0f}{f'{statistics.median(rates) / bare:.0%} ({ratio:.0%})':>14}"
+            line += f"{rate:>{width},.0f}" + f"{rate / bare:.0%} ({ratio:.0%})".rjust(14)
         print(line)
     cpu = cpu_per_request(SerializeType[options.serialize.upper()])
     print(f"CPU per request, both ends in one process: bare echo {cpu['bare']:.1f} us, "
