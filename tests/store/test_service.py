@@ -273,6 +273,32 @@ class ReadAndHookTests(SynchronousTestCase):
         self.assertEqual(pool.calls, 1)
         self.assertEqual(service.get_max_offset_in_queue("T", 0), 0)
 
+    def test_every_read_reaches_the_store(self) -> None:
+        """Each read wrapper calls the facade method of the same name with the same arguments, in the read pool."""
+        calls: list[tuple[str, tuple[Any, ...]]] = []
+
+        class Recording(FakeMessageStore):
+            def __getattr__(self, name: str) -> Any:
+                return lambda *args: calls.append((name, args)) or name
+
+        reads = ManualPool()
+        service = StoreService(Recording(), ThreadlessClock(), as_thread_pool(InlinePool()),
+                               read_pool=as_thread_pool(reads))
+        wanted = [
+            ("get_offset_in_queue_by_time", ("T", 1, 5)),
+            ("get_earliest_message_time", ("T", 1)),
+            ("get_commit_log_offset_in_queue", ("T", 1, 7)),
+            ("look_message_by_offset", (9,)),
+            ("select_one_message_by_offset", (9,)),
+            ("query_message", ("T", "k", 3, 1, 2)),
+            ("get_commit_log_data", (9, 100)),
+        ]
+        ds = [getattr(service, name)(*args) for name, args in wanted]
+        self.assertEqual(calls, [])
+        reads.run_all()
+        self.assertEqual(calls, wanted)
+        self.assertEqual([self.successResultOf(d) for d in ds], [name for name, _ in wanted])
+
     def test_put_hook_overrides_status(self) -> None:
         """A hook's Deferred delays the put; its non-OK status replaces PUT_OK."""
         service, _, _, _ = make_service()
