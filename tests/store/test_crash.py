@@ -66,7 +66,10 @@ class WriterProtocol(ProcessProtocol):
 
 
 def last_file_end(commit_log_dir: str) -> tuple[str, int, int]:
-    """Walk the newest commit-log file; return its path, the end of its last valid record, and that record's start."""
+    """Walk the newest commit-log file.
+
+    :returns: its path, the end of its last valid record, and that record's start.
+    """
     name = max(os.listdir(commit_log_dir))
     path = os.path.join(commit_log_dir, name)
     with open(path, "rb") as f:

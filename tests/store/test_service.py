@@ -58,14 +58,16 @@ class BatchingTests(SynchronousTestCase):
         self.assertEqual(pool.calls, 1)
         pool.run_all()
         self.assertEqual(pool.calls, 2)
-        self.assertEqual([self.successResultOf(d).append.queue_offset for d in ds], [0, 1, 2])  # type: ignore[union-attr]
+        appends = [self.successResultOf(d).append for d in ds]
+        self.assertEqual([a.queue_offset for a in appends if a], [0, 1, 2])
         self.assertEqual(store.events, ["load", "start", "put", "put", "put"])
 
     def test_batch_is_one_store_call(self) -> None:
         """put_messages hands the whole batch to the store's put_messages at once."""
         service, store, _, _ = make_service()
         result = self.successResultOf(service.put_messages([message(), message(), message()]))
-        self.assertEqual((result.status, result.append.msg_num), (PutMessageStatus.PUT_OK, 3))  # type: ignore[union-attr]
+        self.assertEqual(result.status, PutMessageStatus.PUT_OK)
+        self.assertEqual(result.append.msg_num if result.append else 0, 3)
         self.assertEqual(store.events.count("put"), 1)
 
     def test_put_many_takes_the_hop(self) -> None:
