@@ -31,6 +31,8 @@ DEFAULTS: dict[str, str] = {
     "flush-disk-type": "ASYNC_FLUSH",
     "commit-log-file-size": str(1024 * 1024 * 1024),
     "consume-queue-file-size": str(300_000 * 20),
+    "max-hash-slot-num": str(5_000_000),
+    "max-index-num": str(20_000_000),
     "broker-name": "broker-a",
     "cluster-name": "DefaultCluster",
     "broker-id": "0",
@@ -51,6 +53,8 @@ JAVA_KEYS = {
     "flushDiskType": "flush-disk-type",
     "mappedFileSizeCommitLog": "commit-log-file-size",
     "mappedFileSizeConsumeQueue": "consume-queue-file-size",
+    "maxHashSlotNum": "max-hash-slot-num",
+    "maxIndexNum": "max-index-num",
     "autoCreateTopicEnable": "auto-create-topic-enable",
     "defaultTopicQueueNums": "default-topic-queue-nums",
     "haMasterAddress": "ha-master-address",
@@ -58,7 +62,10 @@ JAVA_KEYS = {
     "messageDelayLevel": "message-delay-level",
 }
 _BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable")
-_INT_OPTIONS = ("commit-log-file-size", "consume-queue-file-size", "broker-id", "default-topic-queue-nums")
+_INT_OPTIONS = (
+    "commit-log-file-size", "consume-queue-file-size", "max-hash-slot-num", "max-index-num",
+    "broker-id", "default-topic-queue-nums",
+)
 _KEY_VALUE = re.compile(r"([^=:\s]+)\s*[=:]\s*(.*)$")
 _ENDPOINT_PORT = re.compile(r"^(?:tcp|tcp6):(?:port=)?(\d+)(?::|$)")
 
@@ -109,6 +116,8 @@ class Options(usage.Options):
         ["flush-disk-type", None, None, "ASYNC_FLUSH | SYNC_FLUSH [default: ASYNC_FLUSH]"],
         ["commit-log-file-size", None, None, "bytes per commit log file [default: 1073741824]"],
         ["consume-queue-file-size", None, None, "bytes per consume queue file [default: 6000000]"],
+        ["max-hash-slot-num", None, None, "hash slots per index file [default: 5000000]"],
+        ["max-index-num", None, None, "entries per index file (40 + 4 x slots + 20 x entries bytes) [default: 20000000]"],
         ["broker-name", None, None, "[default: broker-a]"],
         ["cluster-name", None, None, "[default: DefaultCluster]"],
         ["broker-id", None, None, "0 = master [default: 0]"],
@@ -257,6 +266,8 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
             flush_disk_type=options["flush-disk-type"],
             mapped_file_size_commit_log=options["commit-log-file-size"],
             mapped_file_size_consume_queue=options["consume-queue-file-size"],
+            max_hash_slot_num=options["max-hash-slot-num"],
+            max_index_num=options["max-index-num"],
             broker_role=options["broker-role"],
             message_delay_level=options["message-delay-level"],
         )

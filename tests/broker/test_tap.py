@@ -67,12 +67,14 @@ class OptionsTests(SynchronousTestCase):
             f.write("# a RocketMQ broker.conf\n\nbrokerClusterName = C1\nbrokerName=b9\nbrokerId=0\n"
                     "namesrvAddr=10.0.0.1:9876;10.0.0.2:9876\nstorePathRootDir=/data/store\n"
                     "flushDiskType=SYNC_FLUSH\nlistenPort=30911\nbrokerIP1=192.0.2.7\n"
-                    "deleteWhen=04\ncommit-log-file-size: 4096\nbroker_role=SYNC_MASTER\n")
+                    "deleteWhen=04\ncommit-log-file-size: 4096\nbroker_role=SYNC_MASTER\n"
+                    "maxHashSlotNum=1000\nmaxIndexNum=4000\n")
         o = _parse("--config", path, "--broker-name", "cli")
         self.assertEqual((o["cluster-name"], o["broker-name"], o["broker-role"]), ("C1", "cli", "SYNC_MASTER"))
         self.assertEqual(o["namesrv-addr-list"], ["10.0.0.1:9876", "10.0.0.2:9876"])
         self.assertEqual((o["store-dir"], o["flush-disk-type"], o["commit-log-file-size"]),
                          ("/data/store", "SYNC_FLUSH", 4096))
+        self.assertEqual((o["max-hash-slot-num"], o["max-index-num"]), (1000, 4000))
         self.assertEqual(o["listen"], "tcp:30911:interface=127.0.0.1")
         self.assertEqual(o["advertised-address"], "192.0.2.7:30911")
         self.assertEqual(o["ignored-config-keys"], ["deleteWhen"])

@@ -84,6 +84,8 @@ class Rocketpy:
             "--store-dir", os.path.join(self.workdir, "store"),
             "--namesrv-config-dir", os.path.join(self.workdir, "namesrv"),
             "--commit-log-file-size", str(16 * 1024 * 1024),
+            "--consume-queue-file-size", str(20 * 10_000),
+            "--max-hash-slot-num", "10000", "--max-index-num", "40000",
             "--flush-disk-type", self.flush, *self.extra,
         ]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
