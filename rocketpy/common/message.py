@@ -213,14 +213,14 @@ def encode_record(msg: MessageExt) -> bytearray:
     ``msg``; a store patches them under its lock with :func:`patch_record`.
     Raises ``ValueError`` for a topic over 127 bytes or properties over 32767 bytes.
     """
-    topic = msg.topic.encode()
+    topic = _TOPIC_FIELDS.get(msg.topic)
+    if topic is None:
+        topic = _topic_field(msg.topic)
     props = properties_to_string(msg.properties).encode()
-    if len(topic) > MAX_TOPIC_LENGTH:
-        raise ValueError(f"topic longer than {MAX_TOPIC_LENGTH} bytes")
     if len(props) > MAX_PROPERTIES_LENGTH:
         raise ValueError(f"properties longer than {MAX_PROPERTIES_LENGTH} bytes")
     body = msg.body
-    size = RECORD_FIXED_SIZE + len(body) + len(topic) + len(props)
+    size = RECORD_FIXED_SIZE - 1 + len(body) + len(topic) + len(props)
     sys_flag = msg.sys_flag & ~(MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6)
     born_ip, born_port = _pack_host_cached(msg.born_host)
     store_ip, store_port = _pack_host_cached(msg.store_host)
@@ -230,8 +230,23 @@ def encode_record(msg: MessageExt) -> bytearray:
         msg.reconsume_times, msg.prepared_transaction_offset, len(body),
     )
     # One allocation: bytearray.join sizes the result once.
-    buf = bytearray().join((head, body, _TOPIC_LEN[len(topic)], topic, _H16.pack(len(props)), props))
+    buf = bytearray().join((head, body, topic, _H16.pack(len(props)), props))
     return buf
+
+
+#: topic → its record field (length byte + UTF-8 bytes); topics repeat on every put.
+_TOPIC_FIELDS: dict[str, bytes] = {}
+
+
+def _topic_field(topic: str) -> bytes:
+    data = topic.encode()
+    if len(data) > MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic longer than {MAX_TOPIC_LENGTH} bytes")
+    encoded = _TOPIC_LEN[len(data)] + data
+    if len(_TOPIC_FIELDS) >= 4096:
+        _TOPIC_FIELDS.clear()
+    _TOPIC_FIELDS[topic] = encoded
+    return encoded
 
 
 def patch_record(buf: bytearray, queue_offset: int, commit_log_offset: int, store_timestamp: int) -> None:

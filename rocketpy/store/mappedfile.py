@@ -71,6 +71,23 @@ _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_ZERO_RANGE = 0x10
 _libc_fallocate = _load_fallocate()
 
+#: Bytes of an mmap-written segment faulted in ahead of the write position at a time.
+POPULATE_WINDOW = 1 << 20
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+
+
+
+def _load_madvise() -> Any:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+_libc_madvise = _load_madvise()
+
 
 class MappedFile:
     """One segment file, mapped whole.
@@ -102,6 +119,8 @@ class MappedFile:
                 os.unlink(path)
             raise
         self.closed = False
+        self._populated = 0  # the mmap write path has pre-faulted the pages below this
+        self._address = 0
 
     @staticmethod
     def _create(path: str, file_size: int) -> int:
@@ -141,7 +160,34 @@ class MappedFile:
                 view = view[written:]
                 position += written
         else:
-            self.data[position : position + len(data)] = data
+            end = position + len(data)
+            if end > self._populated - POPULATE_WINDOW // 2:
+                self._populate(position, end)
+            self.data[position:end] = data
+
+    def _populate(self, start: int, end: int) -> None:
+        """Fault in the pages of ``[start, end)`` not yet faulted in, and a window beyond, with
+        ``madvise(MADV_POPULATE_WRITE)``.
+
+        A first write to a page of a fresh segment costs a page fault (≈ 2 µs per 1 KiB record
+        on the development VM, 10× the copy), taken while the writer holds the GIL. Through
+        ctypes the GIL is released, so the reactor thread runs while the kernel allocates the
+        pages; the copies that follow hit mapped pages. The contents do not change. Unsupported
+        kernels (EINVAL) turn it off.
+        """
+        global _libc_madvise
+        if _libc_madvise is None or self.closed:
+            self._populated = self.file_size
+            return
+        if not self._address:
+            self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.data))  # export dropped at once
+        start = max(self._populated, start - start % OS_PAGE_SIZE)  # page-aligned, as madvise wants
+        stop = end + POPULATE_WINDOW
+        length = min(stop - stop % OS_PAGE_SIZE, self.file_size) - start
+        self._populated = start + length
+        if length > 0 and _libc_madvise(self._address + start, length, _MADV_POPULATE_WRITE) != 0:
+            if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS):
+                _libc_madvise = None
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the wrote position and advance it; returns the file-relative start."""
@@ -167,6 +213,8 @@ class MappedFile:
                     self.write_at(pos + written, memoryview(b"".join(chunk))[written:])
                 pos += size
         else:
+            if start + total > self._populated - POPULATE_WINDOW // 2:
+                self._populate(start, start + total)
             data = self.data
             for buf in buffers:
                 end = pos + len(buf)

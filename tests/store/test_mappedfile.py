@@ -55,6 +55,36 @@ class MappedFileTests(SynchronousTestCase):
             self.assertEqual(mf.select(0, 6), b"xabcde")
             self.assertEqual(read_file(mf.path)[:6], b"xabcde")
 
+    def test_mmap_writes_populate_ahead(self) -> None:
+        """The mmap path faults pages in ahead of its writes (madvise), never changing contents;
+        where madvise is missing it just writes."""
+        self.patch(mappedfile, "POPULATE_WINDOW", 4 * OS_PAGE_SIZE)
+        calls: list[tuple[int, int, int]] = []
+        real = mappedfile._libc_madvise
+
+        def madvise(address: int, length: int, advice: int) -> int:
+            calls.append((address, length, advice))
+            return real(address, length, advice) if real is not None else 0
+
+        self.patch(mappedfile, "_libc_madvise", madvise)
+        mf = self.create(0, "mmap")
+        record = b"r" * 1000
+        for _ in range(40):
+            mf.append(record)
+        mf.append_many([record] * 20, 20 * len(record))
+        self.assertEqual(read_file(mf.path)[: 60 * len(record)], record * 60)
+        self.assertEqual(mf.select(0, 60 * len(record)), record * 60)
+        covered = [(address - calls[0][0], length) for address, length, _ in calls]
+        self.assertEqual(covered[0][0], 0)
+        for (start, length), (after, _) in zip(covered, covered[1:]):
+            self.assertEqual(start + length, after)  # contiguous windows, each page once
+        self.assertGreaterEqual(covered[-1][0] + covered[-1][1], 60 * len(record))
+        self.assertEqual({advice for _, _, advice in calls}, {mappedfile._MADV_POPULATE_WRITE})
+        self.patch(mappedfile, "_libc_madvise", None)
+        other = self.create(SIZE, "mmap")
+        other.append(record)
+        self.assertEqual(other.select(0), record)
+
     def test_select_bounds(self) -> None:
         """Only written bytes are readable; a closed file reads as missing."""
         mf = self.create()
