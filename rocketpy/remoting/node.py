@@ -240,7 +240,7 @@ class RemotingNode:
                 self._respond(channel, request, self._system_error(request, failure.value))
 
     @staticmethod
-    def _system_error(request: RemotingCommand, error: BaseException) -> RemotingCommand:
+    def _system_error(request: RemotingCommand, error: BaseException | None) -> RemotingCommand:
         return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(error).__name__}: {error}")
 
     def _notify(self, method: str, channel: RemotingProtocol) -> None:
