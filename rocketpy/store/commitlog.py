@@ -167,6 +167,13 @@ class CommitLog:
                     stats.record_failure(result.status.value)
         return results  # type: ignore[return-value]  # every slot is filled by now
 
+    def can_append_inline(self, size: int) -> bool:
+        """True when ``size`` bytes fit the current file, in pages already faulted in: such an
+        append creates no file and takes no page fault (no blocking I/O)."""
+        mf = self.queue.last()
+        return (mf is not None and size + BLANK_SIZE <= mf.remaining
+                and mf.is_populated(mf.wrote_position + size))
+
     def _encode(self, msgs: Sequence[MessageExt]) -> tuple[list[bytearray], PutMessageStatus | None]:
         host = self.config.store_host
         max_body = self.config.max_message_size

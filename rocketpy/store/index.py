@@ -313,6 +313,11 @@ class IndexService:
 
     # -- building (the dispatch thread) --
 
+    def can_append_inline(self, keys: int) -> bool:
+        """True when the newest file has room for ``keys`` more keys: indexing creates no file."""
+        files = self.files
+        return bool(files) and files[-1].index_count + keys < files[-1].max_entries
+
     def dispatch(self, request: DispatchRequest) -> None:
         """Index ``request``'s UNIQ_KEY and each of its KEYS; rollback records are skipped."""
         f = self._writable_file()

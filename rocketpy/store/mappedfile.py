@@ -161,7 +161,7 @@ class MappedFile:
                 position += written
         else:
             end = position + len(data)
-            if end > self._populated - POPULATE_WINDOW // 2:
+            if end > self._populated - POPULATE_WINDOW // 2 and self._populated < self.file_size:
                 self._populate(position, end)
             self.data[position:end] = data
 
@@ -189,6 +189,12 @@ class MappedFile:
             if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS):
                 _libc_madvise = None
 
+    def is_populated(self, end: int) -> bool:
+        """True when mmap writes up to ``end`` touch only faulted-in pages and start no
+        :meth:`_populate` (the pwrite path: always)."""
+        populated = self._populated
+        return self.use_pwrite or end <= populated - POPULATE_WINDOW // 2 or end <= populated == self.file_size
+
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the wrote position and advance it; returns the file-relative start."""
         start = self.wrote_position
@@ -213,7 +219,7 @@ class MappedFile:
                     self.write_at(pos + written, memoryview(b"".join(chunk))[written:])
                 pos += size
         else:
-            if start + total > self._populated - POPULATE_WINDOW // 2:
+            if start + total > self._populated - POPULATE_WINDOW // 2 and self._populated < self.file_size:
                 self._populate(start, start + total)
             data = self.data
             for buf in buffers:

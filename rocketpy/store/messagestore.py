@@ -12,7 +12,7 @@ import logging
 import os
 from typing import Callable, Sequence
 
-from rocketpy.common.message import MessageExt
+from rocketpy.common.message import MessageConst, MessageExt
 from rocketpy.store.checkpoint import StoreCheckpoint
 from rocketpy.store.commitlog import CommitLog, wall_clock_ms
 from rocketpy.store.config import MessageStoreConfig
@@ -25,6 +25,11 @@ from rocketpy.store.stats import StoreStats
 from rocketpy.store.status import GetMessageResult, PutMessageResult, PutMessageStatus, QueryMessageResult
 
 _log = logging.getLogger(__name__)
+
+#: :meth:`MessageStore.can_append_inline`: largest body, and room beyond it for the record's
+#: other fields (topic ≤ 127 B, properties, header; a larger record only fails the room check).
+INLINE_MAX_BODY = 8 * 1024
+INLINE_RECORD_SLACK = 40 * 1024
 
 
 class StoreLockedError(RuntimeError):
@@ -183,6 +188,27 @@ class MessageStore:
             self.stats.record_failure(refusal.value)
             return PutMessageResult(refusal)
         return self.commit_log.put_messages(msgs)
+
+    def can_append_inline(self, msg: MessageExt) -> bool:
+        """True when putting ``msg`` now does no blocking I/O, so the store service may append
+        it on the reactor thread while its writer is idle (doc/store.md, "The put path").
+
+        That needs a small body on the mmap write path (a memory copy of ≤ 8 KiB into pages
+        already faulted in by :meth:`MappedFile._populate`), no file to create for the commit
+        log, the message's consume queue or the index, and no delay level (which would move
+        the message to another queue).
+        """
+        body = len(msg.body)
+        if body > INLINE_MAX_BODY or self.config.write_path != "mmap" or not self.running:
+            return False
+        props = msg.properties
+        if MessageConst.DELAY_TIME_LEVEL in props:
+            return False
+        keys = props.get(MessageConst.KEYS)
+        return (self.commit_log.can_append_inline(body + INLINE_RECORD_SLACK)
+                and self.consume_queues.can_append_inline(msg.topic, msg.queue_id)
+                and (not self.config.message_index_enable
+                     or self.index.can_append_inline(2 + (keys.count(" ") if keys else 0))))
 
     def put_many(self, puts: Sequence[Sequence[MessageExt]]) -> list[PutMessageResult]:
         """Several independent puts (single messages or batches) in order, one result each, under

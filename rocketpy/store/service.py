@@ -3,7 +3,9 @@
 The service owns the store's thread pools (STYLE.md §3). Puts are queued on the reactor
 and handed to the writer pool in *one* hop for everything queued since the previous hop
 (a hop costs ~70 µs of CPU, spec/performance-notes.md); only one append hop runs at a
-time. Commit-log flushes run on a flush thread of their own, as RocketMQ's flush
+time (under ASYNC_FLUSH a small put that finds the writer idle is appended on the reactor
+thread instead, when the store vouches that it blocks on nothing: see ``_append_inline``).
+Commit-log flushes run on a flush thread of their own, as RocketMQ's flush
 services do, so an ``fdatasync`` (which releases the GIL) overlaps the next appends.
 SYNC_FLUSH group commit: one flush covers every waiter appended before it started;
 waiters appended while it runs are served by the next one.
@@ -37,16 +39,23 @@ ArrivalListener = Callable[[str, int, int], None]
 
 
 class _PoolCaller:
-    """``deferToThreadPool`` bound to one reactor and pool."""
+    """``deferToThreadPool`` bound to one reactor and pool; ``running`` counts its calls not
+    yet answered (0: the pool runs nothing of ours)."""
 
-    __slots__ = ("_reactor", "_pool")
+    __slots__ = ("_reactor", "_pool", "running")
 
     def __init__(self, reactor: IReactorFromThreads, pool: ThreadPool) -> None:
         self._reactor = reactor
         self._pool = pool
+        self.running = 0
 
     def __call__(self, f: Callable[..., T], *args: Any) -> Deferred[T]:
-        return deferToThreadPool(self._reactor, self._pool, f, *args)
+        self.running += 1
+        return deferToThreadPool(self._reactor, self._pool, f, *args).addBoth(self._answered)
+
+    def _answered(self, result: T) -> T:
+        self.running -= 1
+        return result
 
 
 class _Put:
@@ -105,6 +114,9 @@ class StoreService(Service):
         self._in_read_pool = _PoolCaller(threads, self._read_pool)
         self._in_flush_pool = _PoolCaller(threads, self._flush_pool)
         self._sync_flush = self._config.flush_disk_type == "SYNC_FLUSH"
+        # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH: a SYNC_FLUSH
+        # put waits for a flush hop anyway, and its append hop flushes too).
+        self._inline = not self._sync_flush and hasattr(message_store, "can_append_inline")
         self._max_queued = max_queued_messages
         self._max_queue_wait = max_queue_wait
         self._queue: list[_Put] = []
@@ -244,6 +256,11 @@ class StoreService(Service):
         if (self._hop_started is not None or self._queue) and self.is_busy():
             return succeed(PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY))
         put = _Put(msgs, batch)
+        if (self._inline and not batch and self._hop_started is None and not self._queue
+                and not self._delivering and self._ready and not self._in_pool.running
+                and self._store.can_append_inline(msgs[0])):
+            self._append_inline(put)
+            return put.deferred
         if not self._queue:
             self._queued_since = self._reactor.seconds()
         self._queue.append(put)
@@ -251,6 +268,17 @@ class StoreService(Service):
         if not self._delivering:
             self._maybe_hop()
         return put.deferred
+
+    def _append_inline(self, put: _Put) -> None:
+        """ASYNC_FLUSH, writer idle: append one small put on the reactor thread, without a hop.
+
+        A lone producer otherwise pays two thread wake-ups per send (to the pool and back
+        through the reactor's waker), which cost more than the append itself. The store's
+        ``can_append_inline`` vouches that nothing blocks: a memory copy into mmap pages
+        already faulted in, no file created (doc/store.md, "The put path").
+        """
+        self._hop_started = self._reactor.seconds()  # the writer's state is ours meanwhile
+        self._hop_done((self._put_all([put]), None, None), [put], False)
 
     def _maybe_hop(self) -> None:
         """Hand everything queued to the pool, unless a hop runs or the store is not loaded."""

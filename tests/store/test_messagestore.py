@@ -17,6 +17,35 @@ from rocketpy.store.status import GetMessageStatus, PutMessageStatus
 from tests.store.test_commitlog import SIZE, T0, FakeClock, RecordingDispatcher, message, put_ok, small_config
 
 
+class InlineCheckTests(SynchronousTestCase):
+    """MessageStore.can_append_inline: only appends that create no file and fault no page."""
+
+    def test_rules(self) -> None:
+        clock = FakeClock()
+        store = MessageStore(small_config(self.mktemp(), commit_log_write_path="mmap"), clock, total_memory=1 << 30)
+        self.addCleanup(store.shutdown)
+        self.assertTrue(store.load())
+        store.start()
+        msg = message("T", b"x" * 100, KEYS="a b")
+        self.assertFalse(store.can_append_inline(msg), "no commit-log file yet")
+        put_ok(self, store, message("T", b"x" * 100))
+        self.assertTrue(store.can_append_inline(msg), "file, queue and index exist, pages faulted in")
+        self.assertFalse(store.can_append_inline(message("T", b"x" * 100, queue_id=1)), "no such queue yet")
+        self.assertFalse(store.can_append_inline(message("T", b"x" * 9000)), "body over 8 KiB")
+        self.assertFalse(store.can_append_inline(message("T", b"x", DELAY="3")), "a delay moves it")
+        store.commit_log.queue.last().wrote_position = SIZE - 1000  # type: ignore[union-attr]
+        self.assertFalse(store.can_append_inline(msg), "no room: the next file would be created")
+
+    def test_pwrite_path_never(self) -> None:
+        store = MessageStore(small_config(self.mktemp(), commit_log_write_path="pwrite"), FakeClock(),
+                             total_memory=1 << 30)
+        self.addCleanup(store.shutdown)
+        self.assertTrue(store.load())
+        store.start()
+        put_ok(self, store, message("T", b"x"))
+        self.assertFalse(store.can_append_inline(message("T", b"x")))
+
+
 class StoreCase(SynchronousTestCase):
     """A started store with 64 KiB commit-log files and a fake clock."""
 

@@ -104,6 +104,49 @@ class BatchingTests(SynchronousTestCase):
         self.assertTrue(self.successResultOf(service.put_message(message())).ok)
 
 
+class InlineAppendTests(SynchronousTestCase):
+    """ASYNC_FLUSH: a small put while the writer is idle is appended on the reactor thread,
+    when the store vouches that nothing blocks."""
+
+    def stepped(self, flush_disk_type: str = "ASYNC_FLUSH", inline_ok: bool = True) -> tuple[Any, Any, Any]:
+        service, store, _, pool = make_stepped_service(flush_disk_type)
+        store.can_append_inline = lambda msg: inline_ok  # type: ignore[attr-defined]
+        service._inline = service._inline or (flush_disk_type == "ASYNC_FLUSH")  # the fake had no method at start
+        return service, store, pool
+
+    def test_idle_writer_appends_inline(self) -> None:
+        """No hop, no pool call: the Deferred has its result at once and arrivals are announced."""
+        service, store, pool = self.stepped()
+        arrivals: list[tuple[str, int, int]] = []
+        service.add_arrival_listener(lambda t, q, o: arrivals.append((t, q, o)))
+        calls = pool.calls
+        result = self.successResultOf(service.put_message(message()))
+        self.assertTrue(result.ok)
+        self.assertEqual((pool.calls, store.events.count("put")), (calls, 1))
+        self.assertEqual(arrivals, [("T", 0, 1)])
+        self.successResultOf(service.put_message(message()))
+        self.assertEqual(pool.calls, calls)
+
+    def test_hop_when_not_idle_or_not_vouched(self) -> None:
+        """A running hop, a batch, SYNC_FLUSH, or the store's refusal keep the pool path."""
+        service, store, pool = self.stepped(inline_ok=False)
+        self.assertNoResult(service.put_message(message()))
+        service, store, pool = self.stepped()
+        self.assertNoResult(service.put_messages([message(), message()]))  # a batch hops
+        self.assertNoResult(service.put_message(message()))  # and a hop runs
+        pool.run_all()
+        service, store, pool = self.stepped("SYNC_FLUSH")
+        self.assertNoResult(service.put_message(message()))
+
+    def test_writer_pool_busy_keeps_the_pool_path(self) -> None:
+        """Another writer-pool job (here a consume-queue flush) keeps appends off the reactor."""
+        service, store, pool = self.stepped()
+        service._in_pool(lambda: None)
+        self.assertNoResult(service.put_message(message()))
+        pool.run_all()
+        self.successResultOf(service.put_message(message()))
+
+
 class ArrivalTests(SynchronousTestCase):
     """Arrival listeners wake long polls after appends."""
 
