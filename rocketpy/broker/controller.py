@@ -51,6 +51,7 @@ from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.server import RemotingServer
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.util.fileio import write_atomically
+from rocketpy.util.startup import StartupOutcome
 
 SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 
@@ -131,7 +132,7 @@ class BrokerService(Service):
         self._port: IListeningPort | None = None
         self._fast_port: IListeningPort | None = None
         self._started: Deferred[None] | None = None
-        self._start_error: Failure | None = None
+        self._startup = StartupOutcome("broker")
 
     def _features(self, store_config: MessageStoreConfig) -> None:
         """Delayed delivery and transaction checks (masters only), and their processors."""
@@ -226,26 +227,14 @@ class BrokerService(Service):
 
         It fails when start-up failed (the failure is logged as well).
         """
-        d: Deferred[None] = Deferred()
-        if self._started is None:
-            d.errback(RuntimeError("the broker was not started"))
-            return d
-
-        def fire(result: object) -> object:
-            if self._start_error is not None:
-                d.errback(self._start_error)
-            else:
-                d.callback(None)
-            return result
-
-        self._started.addBoth(fire)
-        return d
+        return self._startup.when_done()
 
     # -- start ------------------------------------------------------------------
 
     def startService(self) -> None:
         super().startService()
         self._pool.start()
+        self._startup.begin()
         self._started = Deferred.fromCoroutine(self._start())
 
     async def _start(self) -> None:
@@ -267,7 +256,7 @@ class BrokerService(Service):
             if self.ha is not None:
                 await self.ha.startService()
         except Exception:
-            self._start_error = Failure()
+            self._startup.failed(Failure())
             self.log.failure("broker {name} failed to start", level=LogLevel.critical, name=self.config.broker_name)
             return
         self.log.info(
@@ -280,6 +269,7 @@ class BrokerService(Service):
             self.slave_sync.start(self.ha_client.config.sync_interval)
         for loop, interval in self._loops:
             self._loop_results.append(loop.start(interval, now=False))
+        self._startup.succeeded()
 
     # -- periodic work ------------------------------------------------------------
 

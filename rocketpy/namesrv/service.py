@@ -19,6 +19,7 @@ from rocketpy.interfaces import IChannelEventListener
 from rocketpy.namesrv.kvconfig import KVConfigManager
 from rocketpy.namesrv.processor import NamesrvProcessor
 from rocketpy.namesrv.routeinfo import BROKER_EXPIRY_SECONDS, RouteInfoManager
+from rocketpy.util.startup import StartupOutcome
 
 DEFAULT_LISTEN = "tcp:9876:interface=127.0.0.1"
 DEFAULT_CONFIG_DIR = os.path.join("~", ".rocketpy", "namesrv")
@@ -77,7 +78,7 @@ class NamesrvService(Service):
         self._first_scan: IDelayedCall | None = None
         self._server: Any = None
         self._listening: Deferred[IListeningPort | None] | None = None
-        self._start_error: Failure | None = None
+        self._startup = StartupOutcome("name server")
         self._port: IListeningPort | None = None
 
     @property
@@ -93,34 +94,23 @@ class NamesrvService(Service):
         self._server = self._make_server(self._reactor, [self])
         for code in self.processor.codes:
             self._server.register_processor(code, self.processor)
+        self._startup.begin()
         listening = serverFromString(self._reactor, self._listen).listen(self._server.factory())
         self._listening = listening.addCallbacks(self._listened, self._listen_failed)
 
     def _listened(self, port: IListeningPort) -> IListeningPort:
         self._port = port
+        self._startup.succeeded()
         self.log.info("name server listening on {address}", address=port.getHost())
         return port
 
     def _listen_failed(self, failure: Failure) -> None:
-        self._start_error = failure
+        self._startup.failed(failure)
         self.log.failure("name server cannot listen on {listen}", failure, listen=self._listen)
 
     def when_started(self) -> Deferred[None]:
         """A new Deferred: fires once listening, fails if the port could not be opened."""
-        d: Deferred[None] = Deferred()
-        if self._listening is None:
-            d.errback(RuntimeError("the name server was not started"))
-            return d
-
-        def fire(result: object) -> object:
-            if self._start_error is not None:
-                d.errback(self._start_error)
-            else:
-                d.callback(None)
-            return result
-
-        self._listening.addBoth(fire)
-        return d
+        return self._startup.when_done()
 
     def _start_scanner(self) -> None:
         self._first_scan = None
