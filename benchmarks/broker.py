@@ -9,7 +9,8 @@ loopback ports, a temporary store) in another process, and measures with 1 KiB b
 SEND_MESSAGE_V2 with 1 and with 1000 requests in flight, SEND_BATCH_MESSAGE of 32
 messages (100 batches in flight), and PULL_MESSAGE of 32 (one pull in flight per queue)
 over what was sent. The bare ``Int32StringReceiver`` echo of ``benchmarks/remoting.py``
-(1 and 1000 in flight) is measured in the same run. Prints per-round figures and medians.
+(1 and 1000 in flight) is measured in the same run. Prints per-round figures and medians, and
+for each broker run the broker process's CPU per message (all threads, from ``/proc``).
 """
 
 from __future__ import annotations
@@ -82,6 +83,16 @@ def start_rocketpy(workdir: str, flush: str) -> tuple[subprocess.Popen[bytes], i
             time.sleep(0.2)
     process.kill()
     raise SystemExit("rocketpy did not start listening in 30 s")
+
+
+def process_cpu(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (Linux ``/proc``; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def send_header(queue_id: int, batch: bool) -> dict[str, str]:
@@ -189,9 +200,16 @@ async def bench_mode(reactor: Any, flush: str, options: argparse.Namespace, bare
         for round_number in range(options.rounds):
             figures = []
             for name, run in runs.items():
+                cpu, began = process_cpu(process.pid), time.perf_counter()
                 rate = await run(options.seconds)
                 results.setdefault(name, []).append(rate)
                 figures.append(f"{name}={rate:,.0f}")
+                if cpu is not None and not name.startswith("echo"):
+                    # the broker process's CPU (all threads, user + system) per message
+                    used = (process_cpu(process.pid) or cpu) - cpu
+                    per_message = used / max(1.0, rate * (time.perf_counter() - began)) * 1e6
+                    results.setdefault(f"{name} broker CPU µs/msg", []).append(per_message)
+                    figures[-1] += f" ({per_message:.1f} µs)"
             print(f"{flush} round {round_number + 1}: " + ", ".join(figures), flush=True)
         if errors.count:
             print(f"{flush}: {errors.count} responses with codes {sorted(errors.codes)}", flush=True)
@@ -225,6 +243,9 @@ def report(results: dict[str, list[float]], options: argparse.Namespace) -> None
     echo_1 = statistics.median(results["echo/1"])
     for name, rates in results.items():
         median = statistics.median(rates)
+        if name.endswith("µs/msg"):
+            print(f"{name:<40}{median:>8,.1f}")
+            continue
         ratio = f"  ({median / echo_1:.0%} of echo/1)" if name.endswith("send/1") else ""
         print(f"{name:<26}{median:>12,.0f} /s{ratio}")
 
