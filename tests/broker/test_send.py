@@ -272,6 +272,23 @@ class SendMessageProcessorTests(SynchronousTestCase):
         self.assertIn("queueId", response.remark or "")
         self.assertEqual(self.send(RequestCode.SEND_MESSAGE_V2, {}).code, ResponseCode.SYSTEM_ERROR)
 
+    def test_numbers_parsed_as_java_does(self) -> None:
+        """Signs are accepted; spaces, underscores and non-ASCII digits are not (Java's parseLong)."""
+        self.assertEqual(self.send(RequestCode.SEND_MESSAGE_V2, dict(ALI_V2, e="+1")).code, ResponseCode.SUCCESS)
+        self.assertEqual(self.store.puts[-1][1][0].queue_id, 1)
+        for bad in (" 1", "1_0", "\uff11", "\u00b2"):
+            response = self.send(RequestCode.SEND_MESSAGE_V2, dict(ALI_V2, e=bad))
+            self.assertEqual(response.code, ResponseCode.SYSTEM_ERROR, bad)
+            self.assertIn("'queueId' is not a number", response.remark or "")
+
+    def test_v2_header_with_long_names(self) -> None:
+        """A SEND_MESSAGE_V2 header may carry long names too: each field is read by either name."""
+        fields = {k: v for k, v in ALI_V2.items() if k not in ("b", "e")}
+        fields.update(topic="AliTopic", queueId="1")
+        response = self.send(RequestCode.SEND_MESSAGE_V2, fields)
+        self.assertEqual((response.code, response.ext_fields["queueId"]), (ResponseCode.SUCCESS, "1"))
+        self.assertEqual(self.store.puts[-1][1][0].topic, "AliTopic")
+
     def test_status_mapping(self) -> None:
         """Every PutMessageStatus maps to the spec's code; stored ones carry msgId/queueId/queueOffset."""
         expected = {
