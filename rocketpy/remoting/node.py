@@ -27,17 +27,23 @@ from rocketpy.remoting.protocol import RemotingProtocol
 #: Default bound of requests queued on (or running in) one registration's thread pool.
 DEFAULT_MAX_QUEUE = 10_000
 BUSY_REMARK = "system busy, start flow control for a while"
+TIMEOUT_CLEAN_QUEUE_REMARK = (
+    "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: {waited}ms, size of queue: {size}"
+)
 
 
 class _Registration:
     """A processor, where it runs, and how many of its requests are in the pool."""
 
-    __slots__ = ("processor", "executor", "max_queue", "queued")
+    __slots__ = ("processor", "executor", "max_queue", "max_wait", "queued")
 
-    def __init__(self, processor: IRequestProcessor, executor: ThreadPool | None, max_queue: int) -> None:
+    def __init__(
+        self, processor: IRequestProcessor, executor: ThreadPool | None, max_queue: int, max_wait: float | None = None
+    ) -> None:
         self.processor = processor
         self.executor = executor
         self.max_queue = max_queue
+        self.max_wait = max_wait
         self.queued = 0
 
 
@@ -84,6 +90,7 @@ class RemotingNode:
         processor: IRequestProcessor,
         executor: ThreadPool | None = None,
         max_queue: int = DEFAULT_MAX_QUEUE,
+        max_wait: float | None = None,
     ) -> None:
         """Route requests with *code* to *processor*.
 
@@ -93,14 +100,22 @@ class RemotingNode:
             touch no Twisted object).
         :param max_queue: with a pool: requests beyond this many queued or running
             get SYSTEM_BUSY.
+        :param max_wait: with a pool: seconds a request may wait in the pool's queue;
+            one that waited at least this long when a pool thread picks it up is
+            answered SYSTEM_BUSY ``[TIMEOUT_CLEAN_QUEUE]`` without being processed
+            (Java's BrokerFastFailure). None: no bound.
         """
-        self._processors[int(code)] = _Registration(processor, executor, max_queue)
+        self._processors[int(code)] = _Registration(processor, executor, max_queue, max_wait)
 
     def register_default_processor(
-        self, processor: IRequestProcessor, executor: ThreadPool | None = None, max_queue: int = DEFAULT_MAX_QUEUE
+        self,
+        processor: IRequestProcessor,
+        executor: ThreadPool | None = None,
+        max_queue: int = DEFAULT_MAX_QUEUE,
+        max_wait: float | None = None,
     ) -> None:
         """Route requests of every code without its own processor to *processor*."""
-        self._default = _Registration(processor, executor, max_queue)
+        self._default = _Registration(processor, executor, max_queue, max_wait)
 
     @property
     def channels(self) -> tuple[RemotingProtocol, ...]:
@@ -186,15 +201,40 @@ class RemotingNode:
             self._respond(channel, request, busy)
             return
         registration.queued += 1
-        d = deferToThreadPool(
-            self._reactor,  # type: ignore[arg-type]
-            registration.executor,  # type: ignore[arg-type]
-            registration.processor.process_request,
-            channel,
-            request,
-        )
+        if registration.max_wait is None:
+            d = deferToThreadPool(
+                self._reactor,  # type: ignore[arg-type]
+                registration.executor,  # type: ignore[arg-type]
+                registration.processor.process_request,
+                channel,
+                request,
+            )
+        else:
+            d = deferToThreadPool(
+                self._reactor,  # type: ignore[arg-type]
+                registration.executor,  # type: ignore[arg-type]
+                self._process_unless_stale,
+                registration,
+                channel,
+                request,
+                self._reactor.seconds(),
+            )
         d.addBoth(self._dequeued, registration)
         self._reply_when_done(d, channel, request)
+
+    def _process_unless_stale(
+        self, registration: _Registration, channel: RemotingProtocol, request: RemotingCommand, enqueued: float
+    ) -> Any:
+        """In a pool thread: SYSTEM_BUSY if *request* waited ``max_wait`` or more, else process it.
+
+        Reads only the clock's ``seconds()`` and the registration's counter.
+        """
+        waited = self._reactor.seconds() - enqueued
+        if waited >= registration.max_wait:  # type: ignore[operator]  # set: this runs only with a bound
+            # the size Java reports is its queue's after removal: the others still queued or running
+            remark = TIMEOUT_CLEAN_QUEUE_REMARK.format(waited=round(waited * 1000), size=registration.queued - 1)
+            return request.make_response(ResponseCode.SYSTEM_BUSY, remark)
+        return registration.processor.process_request(channel, request)
 
     @staticmethod
     def _dequeued(result: Any, registration: _Registration) -> Any:

@@ -204,7 +204,8 @@ class DispatchTests(SynchronousTestCase):
 class ThreadPoolExecutorTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.pair = Pair()
-        self.pair.server = RemotingServer(ThreadlessClock())
+        self.server_clock = ThreadlessClock()
+        self.pair.server = RemotingServer(self.server_clock)
         self.pool = ManualPool()
         self.processor = RecordingProcessor()
         pool: Any = self.pool
@@ -237,3 +238,75 @@ class ThreadPoolExecutorTests(SynchronousTestCase):
         self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
         self.pair.call(10)
         self.assertEqual(len(self.pool.queue), 1)
+
+
+class QueueWaitTests(ThreadPoolExecutorTests):
+    """Requests that waited in a pool's queue at least ``max_wait`` are answered SYSTEM_BUSY unprocessed."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        pool: Any = self.pool
+        self.pair.server.register_processor(11, self.processor, executor=pool, max_queue=2, max_wait=0.2)
+
+    def test_stale_request_is_timeout_clean_queue(self) -> None:
+        """Picked up 200 ms after it was queued: SYSTEM_BUSY with Java's remark; a fresher one runs."""
+        stale = self.pair.call(11)
+        self.server_clock.advance(0.15)
+        fresh = self.pair.call(11)
+        self.server_clock.advance(0.05)
+        self.pool.run_one()
+        self.pair.endpoint.flush()
+        busy = self.successResultOf(stale)
+        self.assertEqual(busy.code, ResponseCode.SYSTEM_BUSY)
+        self.assertEqual(busy.remark, "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, "
+                                      "period in queue: 200ms, size of queue: 1")
+        self.assertEqual(self.processor.requests, [])
+        self.assertNoResult(fresh)
+        self.pool.run_one()
+        self.pair.endpoint.flush()
+        response = self.successResultOf(fresh)
+        self.assertEqual(response.code, ResponseCode.SUCCESS)
+        (_, request), = self.processor.requests
+        self.assertEqual(request.opaque, response.opaque)
+
+    def test_just_under_the_bound_is_processed(self) -> None:
+        """A request picked up before max_wait has passed is processed."""
+        d = self.pair.call(11)
+        self.server_clock.advance(0.199)
+        self.pool.run_one()
+        self.pair.endpoint.flush()
+        self.assertEqual(self.successResultOf(d).code, ResponseCode.SUCCESS)
+
+    def test_stale_request_frees_its_queue_slot(self) -> None:
+        """A request dropped as stale no longer counts against max_queue."""
+        first, second = self.pair.call(11), self.pair.call(11)
+        self.assertTrue(str(self.successResultOf(self.pair.call(11)).remark).startswith("[OVERLOAD]"))
+        self.server_clock.advance(1.0)
+        self.pool.run_one()
+        self.pool.run_one()
+        self.pair.endpoint.flush()
+        self.assertEqual([self.successResultOf(d).code for d in (first, second)], [ResponseCode.SYSTEM_BUSY] * 2)
+        third = self.pair.call(11)
+        self.pool.run_one()
+        self.pair.endpoint.flush()
+        self.assertEqual(self.successResultOf(third).code, ResponseCode.SUCCESS)
+
+    def test_stale_oneway_gets_no_reply(self) -> None:
+        """A stale oneway request is neither processed nor answered."""
+        self.pair.client.invoke_oneway(ADDRESS, RemotingCommand.request(11), 3.0)
+        (pump,) = self.pair.endpoint.pumps
+        pump.pump()
+        self.server_clock.advance(0.2)
+        self.pool.run_one()
+        pump.pump()
+        self.assertIsNone(pump.serverIO.getOutBuffer())
+        self.assertEqual(self.processor.requests, [])
+
+    def test_no_bound_by_default(self) -> None:
+        """Without max_wait (code 10 here) a request is processed however long it waited."""
+        d = self.pair.call(10)
+        self.server_clock.advance(100)  # under the 120 s idle timeout the server clock also drives
+        self.pool.run_one()
+        self.pair.endpoint.flush()
+        self.assertEqual(self.successResultOf(d).code, ResponseCode.SUCCESS)
+        self.assertEqual(len(self.processor.requests), 1)
