@@ -69,6 +69,7 @@ class RemotingClient(RemotingNode):
         language: str = LanguageCode.PYTHON.name,
         endpoint_factory: EndpointFactory | None = None,
         scan_interval: float = 1.0,
+        close_channel_on_timeout: bool = True,
     ) -> None:
         """
         :param reactor: clock and TCP connector.
@@ -78,6 +79,8 @@ class RemotingClient(RemotingNode):
         :param serialize_type: header encoding of every request sent.
         :param language: the ``language`` every request announces.
         :param endpoint_factory: ``"host:port"`` -> client endpoint; TCP by default.
+        :param close_channel_on_timeout: close the channel an :meth:`invoke_sync`
+            timed out on, so the next call reconnects (Java's ``clientCloseSocketIfTimeout``).
 
         The other keywords are :class:`RemotingNode`'s.
         """
@@ -95,15 +98,18 @@ class RemotingClient(RemotingNode):
         self._connecting: dict[str, list[Deferred[RemotingProtocol]]] = {}
         self._attempts: dict[str, Deferred[Any]] = {}
         self._closed = False
+        self._close_on_timeout = close_channel_on_timeout
 
     def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
         """Send *request* to *address*; fires with the response.
 
         Fails with :class:`RemotingConnectError`, :class:`RemotingConnectionLost`,
         :class:`RemotingSendRequestError` or :class:`RemotingTimeoutError`.
-        The timeout counts from this call, connecting included.
+        The timeout counts from this call, connecting included. On a timeout the
+        channel is closed (unless ``close_channel_on_timeout`` is false): its other
+        pending requests fail with :class:`RemotingConnectionLost`.
         """
-        return self._invoke(address, request, timeout, None)
+        return self._invoke(address, request, timeout, None, self._close_on_timeout)
 
     def invoke_async(
         self,
@@ -120,7 +126,7 @@ class RemotingClient(RemotingNode):
         """
         if not self._async_permits.try_acquire():
             return fail(RemotingTooMuchRequestError(f"{self._async_permits.available} async permits left"))
-        d: Deferred[Any] = self._invoke(address, request, timeout, self._async_permits.release)
+        d: Deferred[Any] = self._invoke(address, request, timeout, self._async_permits.release, False)
         if callback is not None:
             d.addBoth(callback)
         return d
@@ -157,25 +163,48 @@ class RemotingClient(RemotingNode):
         request.language = self._language
 
     def _invoke(
-        self, address: str, request: RemotingCommand, timeout: float, release: Release | None
+        self, address: str, request: RemotingCommand, timeout: float, release: Release | None, close_on_timeout: bool
     ) -> Deferred[RemotingCommand]:
         request.serialize_type = self._serialize_type
         request.language = self._language
         channel = self._by_address.get(address)
         if channel is not None and not channel.closing:  # the hot path: no coroutine
-            return channel.invoke_sync(request, timeout, release)
-        return Deferred.fromCoroutine(self._invoke_when_connected(address, request, timeout, release))
+            d = channel.invoke_sync(request, timeout, release)
+            if close_on_timeout:
+                d.addErrback(self._close_timed_out, address, channel, timeout)
+            return d
+        return Deferred.fromCoroutine(
+            self._invoke_when_connected(address, request, timeout, release, close_on_timeout)
+        )
 
     async def _invoke_when_connected(
-        self, address: str, request: RemotingCommand, timeout: float, release: Release | None
+        self, address: str, request: RemotingCommand, timeout: float, release: Release | None, close_on_timeout: bool
     ) -> RemotingCommand:
+        start = self._reactor.seconds()
         try:
-            channel, remaining = await self._connect_within(address, timeout)
+            channel = await self._channel(address)
+            remaining = timeout - (self._reactor.seconds() - start)
+            if remaining <= 0:
+                error = RemotingTimeoutError(f"connecting to {address} used up the {timeout} s timeout")
+                if close_on_timeout:  # as Java, whose timeout check comes after getting the channel
+                    self._close_timed_out(Failure(error), address, channel, timeout)
+                raise error
         except BaseException:
             if release is not None:
                 release()
             raise
-        return await channel.invoke_sync(request, remaining, release)
+        d = channel.invoke_sync(request, remaining, release)
+        if close_on_timeout:
+            d.addErrback(self._close_timed_out, address, channel, timeout)
+        return await d
+
+    def _close_timed_out(self, failure: Failure, address: str, channel: RemotingProtocol, timeout: float) -> Failure:
+        """Close *channel* if *failure* is a timeout; pass the failure on."""
+        if failure.check(RemotingTimeoutError) and not channel.closing:
+            self.log.warn("closing channel to {address}: a request timed out after {timeout} s",
+                          address=address, timeout=timeout)
+            channel.close()
+        return failure
 
     async def _oneway_when_connected(self, address: str, request: RemotingCommand, timeout: float) -> None:
         channel, _ = await self._connect_within(address, timeout)

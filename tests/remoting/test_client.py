@@ -165,18 +165,74 @@ class ConnectionTests(ClientTestCase):
 class TimeoutTests(ClientTestCase):
     def test_timeout_then_late_response_is_harmless(self) -> None:
         """A request without answer fails with RemotingTimeoutError; its late answer is dropped."""
+        pair = self.new_pair(close_channel_on_timeout=False)
         stalled = self.stall()
-        d = self.pair.call(10, timeout=2.0)
-        self.pair.clock.advance(1.0)
+        d = pair.call(10, timeout=2.0)
+        pair.clock.advance(1.0)
         self.assertNoResult(d)
-        self.pair.clock.advance(1.0)
+        pair.clock.advance(1.0)
         self.failureResultOf(d, RemotingTimeoutError)
         with capturedLogs() as events:
             stalled[0].callback(None)
-            self.pair.endpoint.flush()
+            pair.endpoint.flush()
         self.assertEqual([e["log_level"] for e in events], [LogLevel.debug])
         self.processor.respond = lambda channel, request: request.make_response(0)
+        self.assertEqual(self.successResultOf(pair.call(10)).code, 0)
+        self.assertEqual(pair.endpoint.attempts, 1)
+
+    def test_sync_timeout_closes_the_channel(self) -> None:
+        """An invoke_sync timeout closes its channel: the others pending on it fail with
+        RemotingConnectionLost, and the next call reconnects."""
+        self.stall()
+        timed_out = self.pair.call(10, timeout=1.0)
+        other_sync = self.pair.call(10, timeout=30.0)
+        other_async = self.pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), 30.0)
+        self.pair.endpoint.flush()
+        channel = self.pair.client_channel()
+        with capturedLogs() as events:
+            self.pair.clock.advance(1.0)
+        self.failureResultOf(timed_out, RemotingTimeoutError)
+        self.assertEqual([e["log_level"] for e in events], [LogLevel.warn])
+        self.assertTrue(channel.closing)
+        self.pair.endpoint.flush()
+        lost = {id(self.failureResultOf(d, RemotingConnectionLost).value) for d in (other_sync, other_async)}
+        self.assertEqual(len(lost), 1)
+        self.assertEqual(self.pair.client.channels, ())
+        self.processor.respond = lambda channel, request: request.make_response(0)
         self.assertEqual(self.successResultOf(self.pair.call(10)).code, 0)
+        self.assertEqual(self.pair.endpoint.attempts, 2)
+        self.assertEqual(len(self.pair.client.channels), 1)
+
+    def test_sync_timeout_on_a_new_connection_closes_it(self) -> None:
+        """A call whose connect used up its timeout closes the channel it got (Java does too)."""
+        self.pair.endpoint.hold = True
+        d = self.pair.client.invoke_sync(ADDRESS, RemotingCommand.request(10), 1.0)
+        self.pair.clock.advance(1.5)
+        self.pair.endpoint.complete()
+        self.failureResultOf(d, RemotingTimeoutError)
+        self.assertTrue(self.pair.client_channel().closing)
+
+    def test_async_timeout_keeps_the_channel(self) -> None:
+        """invoke_async timeouts (long-poll pulls among them) leave the channel open, as Java's invokeAsync."""
+        self.stall()
+        timed_out = self.pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), 1.0)
+        pending = self.pair.call(10, timeout=30.0)
+        self.pair.clock.advance(1.0)
+        self.failureResultOf(timed_out, RemotingTimeoutError)
+        self.pair.endpoint.flush()
+        self.assertFalse(self.pair.client_channel().closing)
+        self.assertNoResult(pending)
+
+    def test_close_channel_on_timeout_off(self) -> None:
+        """With close_channel_on_timeout=False a sync timeout leaves the channel and its other requests alone."""
+        pair = self.new_pair(close_channel_on_timeout=False)
+        self.stall()
+        timed_out, pending = pair.call(10, timeout=1.0), pair.call(10, timeout=30.0)
+        pair.clock.advance(1.0)
+        self.failureResultOf(timed_out, RemotingTimeoutError)
+        pair.endpoint.flush()
+        self.assertFalse(pair.client_channel().closing)
+        self.assertNoResult(pending)
 
     def test_scan_expires_within_one_interval(self) -> None:
         """The 1 s scan fails a 0.5 s request at the first scan after its deadline."""
