@@ -169,10 +169,7 @@ class RemotingClient(RemotingNode):
         request.language = self._language
         channel = self._by_address.get(address)
         if channel is not None and not channel.closing:  # the hot path: no coroutine
-            d = channel.invoke_sync(request, timeout, release)
-            if close_on_timeout:
-                d.addErrback(self._close_timed_out, address, channel, timeout)
-            return d
+            return channel.invoke_sync(request, timeout, release, close_on_timeout)
         return Deferred.fromCoroutine(
             self._invoke_when_connected(address, request, timeout, release, close_on_timeout)
         )
@@ -186,25 +183,15 @@ class RemotingClient(RemotingNode):
             remaining = timeout - (self._reactor.seconds() - start)
             if remaining <= 0:
                 error = RemotingTimeoutError(f"connecting to {address} used up the {timeout} s timeout")
-                if close_on_timeout:  # as Java, whose timeout check comes after getting the channel
-                    self._close_timed_out(Failure(error), address, channel, timeout)
+                if close_on_timeout and not channel.closing:  # as Java: its check comes after getting the channel
+                    self.log.warn("closing channel {peer}: connecting used up a request's timeout", peer=address)
+                    channel.close()
                 raise error
         except BaseException:
             if release is not None:
                 release()
             raise
-        d = channel.invoke_sync(request, remaining, release)
-        if close_on_timeout:
-            d.addErrback(self._close_timed_out, address, channel, timeout)
-        return await d
-
-    def _close_timed_out(self, failure: Failure, address: str, channel: RemotingProtocol, timeout: float) -> Failure:
-        """Close *channel* if *failure* is a timeout; pass the failure on."""
-        if failure.check(RemotingTimeoutError) and not channel.closing:
-            self.log.warn("closing channel to {address}: a request timed out after {timeout} s",
-                          address=address, timeout=timeout)
-            channel.close()
-        return failure
+        return await channel.invoke_sync(request, remaining, release, close_on_timeout)
 
     async def _oneway_when_connected(self, address: str, request: RemotingCommand, timeout: float) -> None:
         channel, _ = await self._connect_within(address, timeout)

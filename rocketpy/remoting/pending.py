@@ -18,6 +18,8 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 #: Called exactly once when a pending request completes in any way (frees a permit).
 Release = Callable[[], object]
+#: A pending request: its Deferred, deadline, release, and whether its timeout should close the channel.
+_Entry = tuple[Deferred[RemotingCommand], float, Release | None, bool]
 
 
 class ResponseTable:
@@ -30,8 +32,7 @@ class ResponseTable:
     def __init__(self, first_opaque: int = 0) -> None:
         """:param first_opaque: the first opaque handed out (tests start near the wrap)."""
         self._next = first_opaque
-        # opaque -> (deferred, deadline, release or None)
-        self._pending: dict[int, tuple[Deferred[RemotingCommand], float, Release | None]] = {}
+        self._pending: dict[int, _Entry] = {}
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -48,15 +49,18 @@ class ResponseTable:
         self._next = opaque + 1 if opaque < _INT32_MAX else _INT32_MIN
         return opaque
 
-    def add(self, opaque: int, deadline: float, release: Release | None = None) -> Deferred[RemotingCommand]:
+    def add(
+        self, opaque: int, deadline: float, release: Release | None = None, close_on_timeout: bool = False
+    ) -> Deferred[RemotingCommand]:
         """Register a request; the Deferred fires with its response.
 
         Cancelling the Deferred removes the entry (and calls *release*).
 
         :param deadline: the clock time after which :meth:`expire` fails it.
+        :param close_on_timeout: :meth:`expire` reports its timeout as a reason to close the channel.
         """
         d: Deferred[RemotingCommand] = Deferred(lambda _: self._discard(opaque))
-        self._pending[opaque] = (d, deadline, release)
+        self._pending[opaque] = (d, deadline, release, close_on_timeout)
         return d
 
     def resolve(self, response: RemotingCommand) -> bool:
@@ -64,7 +68,7 @@ class ResponseTable:
         entry = self._pending.pop(response.opaque, None)
         if entry is None:
             return False
-        d, _, release = entry
+        d, _, release, _ = entry
         if release is not None:
             release()
         d.callback(response)
@@ -76,12 +80,15 @@ class ResponseTable:
         if entry is not None:
             self._complete_with_error(entry, error)
 
-    def expire(self, now: float) -> int:
-        """Fail every request whose deadline is at or before *now*; return how many."""
-        expired = [opaque for opaque, (_, deadline, _) in self._pending.items() if deadline <= now]
-        for opaque in expired:
+    def expire(self, now: float) -> tuple[int, bool]:
+        """Fail every request whose deadline is at or before *now*.
+
+        :return: how many, and whether one of them was added with ``close_on_timeout``.
+        """
+        expired = [(opaque, entry[3]) for opaque, entry in self._pending.items() if entry[1] <= now]
+        for opaque, _ in expired:
             self.fail(opaque, RemotingTimeoutError(f"no response to request {opaque} in time"))
-        return len(expired)
+        return len(expired), any(close for _, close in expired)
 
     def fail_all(self, error: Exception) -> None:
         """Fail every pending request with *error* (the connection is gone)."""
@@ -95,10 +102,8 @@ class ResponseTable:
             entry[2]()
 
     @staticmethod
-    def _complete_with_error(
-        entry: tuple[Deferred[RemotingCommand], float, Release | None], error: Exception
-    ) -> None:
-        d, _, release = entry
+    def _complete_with_error(entry: _Entry, error: Exception) -> None:
+        d, _, release, _ = entry
         if release is not None:
             release()
         d.errback(error)

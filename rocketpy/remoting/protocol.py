@@ -198,7 +198,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
     # IChannel
 
     def invoke_sync(
-        self, request: RemotingCommand, timeout: float, release: Release | None = None
+        self, request: RemotingCommand, timeout: float, release: Release | None = None, close_on_timeout: bool = False
     ) -> Deferred[RemotingCommand]:
         """Send *request* (its ``opaque`` is assigned here); fires with the response.
 
@@ -207,6 +207,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         the connection closes first.
 
         :param release: called exactly once when the request completes in any way.
+        :param close_on_timeout: if it times out, close this channel (after failing it).
         """
         try:
             data = self._prepare(request)
@@ -214,7 +215,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
             if release is not None:
                 release()
             return fail()
-        d = self._table.add(request.opaque, self._seconds() + timeout, release)
+        d = self._table.add(request.opaque, self._seconds() + timeout, release, close_on_timeout)
         self._write(data)
         if self._owner.rpc_hooks:
             d.addCallback(self._owner.run_after_hooks, self.remote_address, request)
@@ -262,8 +263,15 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
             self._write(data)
 
     def expire_requests(self, now: float) -> int:
-        """Fail the requests whose deadline passed; return how many."""
-        return self._table.expire(now)
+        """Fail the requests whose deadline passed; return how many.
+
+        Closes the channel if one of them was sent with ``close_on_timeout``.
+        """
+        expired, close = self._table.expire(now)
+        if close and not self.closing:
+            self.log.warn("closing channel {peer}: a request timed out", peer=self.remote_address)
+            self.close()
+        return expired
 
     # internals
 

@@ -56,11 +56,21 @@ class ResponseTableTests(SynchronousTestCase):
         table, release = ResponseTable(), Releases()
         overdue = table.add(1, 5.0, release)
         fresh = table.add(2, 9.0, release)
-        self.assertEqual(table.expire(5.0), 1)
+        self.assertEqual(table.expire(5.0), (1, False))
         self.failureResultOf(overdue, RemotingTimeoutError)
         self.assertNoResult(fresh)
         self.assertEqual((release.count, 2 in table, 1 in table), (1, True, False))
         self.assertFalse(table.resolve(response(1)))
+
+    def test_expire_reports_close_on_timeout(self) -> None:
+        """expire says whether an entry added with close_on_timeout was among the expired."""
+        table = ResponseTable()
+        keep, close = table.add(1, 5.0), table.add(2, 7.0, close_on_timeout=True)
+        self.assertEqual(table.expire(6.0), (1, False))
+        self.assertEqual(table.expire(7.0), (1, True))
+        self.assertEqual(table.expire(8.0), (0, False))
+        for d in (keep, close):
+            self.failureResultOf(d, RemotingTimeoutError)
 
     def test_fail_all_at_once(self) -> None:
         """fail_all fails every entry with the one error; an errback may register a new request."""
