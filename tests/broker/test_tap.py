@@ -26,6 +26,7 @@ from rocketpy.store.config import MessageStoreConfig
 from rocketpy.tap import Options, OrderedServices, endpoint_port, makeService
 from tests.broker.test_clients import CPP_HEARTBEAT, FakeChannel
 from tests.broker.test_processors import FakeStore
+from tests.ports import free_port
 
 
 def _parse(*argv: str) -> Options:
@@ -205,11 +206,6 @@ class MakeServiceTests(SynchronousTestCase):
         self.assertFalse(reactor.hasStopped)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 class LoopbackTests(TestCase):
     """Name server and broker in-process on loopback, driven through the real RemotingClient."""
@@ -227,7 +223,7 @@ class LoopbackTests(TestCase):
         ns_port = namesrv.listening_port
         assert ns_port is not None
         ns_addr = f"127.0.0.1:{ns_port.getHost().port}"  # type: ignore[attr-defined]
-        port = _free_port()
+        port = free_port()
         config = BrokerConfig(listen=f"tcp:{port}:interface=127.0.0.1", advertised_address=f"127.0.0.1:{port}",
                               namesrv_addr=[ns_addr])
         store_config = MessageStoreConfig(

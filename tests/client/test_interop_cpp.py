@@ -7,7 +7,6 @@ the blocking facade, so the test itself needs no reactor.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from rocketpy.blocking import Producer, PushConsumer
 from rocketpy.client import new_message
 from rocketpy.client.subscription import client_msg_id
 from tests.interop.cpp_client import body_of
-from tests.interop.test_cpp import _SKIP, CHILD_TIMEOUT, HARNESS, Rocketpy
+from tests.interop.test_cpp import _SKIP, CHILD_TIMEOUT, HARNESS, Rocketpy, child_events
 
 
 class CppInteropTests(SynchronousTestCase):
@@ -39,8 +38,8 @@ class CppInteropTests(SynchronousTestCase):
             [sys.executable, HARNESS, *args, "--namesrv", self.rocketpy.namesrv], capture_output=True, text=True,
             env=dict(os.environ, HOME=self.home), timeout=CHILD_TIMEOUT,
         )
-        events = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
-        if child.returncode != 0 or not events or events[-1]["event"] != "done":
+        events = child_events(child.returncode, child.stdout, child.stderr)
+        if events is None:
             self.fail(f"C++ {args[0]} failed:\n{child.stderr[-2000:]}\n--- rocketpy ---\n{self.rocketpy.log_tail()}")
         return events
 

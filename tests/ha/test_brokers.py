@@ -17,7 +17,7 @@ from rocketpy.namesrv.service import NamesrvService
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.service import StoreService
-from tests.client.test_integration import free_port
+from tests.ports import free_port
 from tests.ha.test_replication import caught_up, until
 
 

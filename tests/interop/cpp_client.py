@@ -76,9 +76,10 @@ def produce(args: argparse.Namespace) -> None:
             result = producer.send_batch(batch)
             emit(event="sent", i=0, status=int(result.status), msg_id=result.msg_id, offset=result.offset)
         time.sleep(args.linger)  # oneway frames are written by the client's own threads
+        emit(event="done")
     finally:
         producer.shutdown()
-    emit(event="done")
+    emit(event="stopped")
 
 
 def consume(args: argparse.Namespace) -> None:
@@ -122,10 +123,11 @@ def consume(args: argparse.Namespace) -> None:
     try:
         enough.wait(args.timeout)
         time.sleep(args.linger)
+        emit(event="done", count=received)
     finally:
         consumer.shutdown()
     del callback  # only now may ctypes free the trampoline
-    emit(event="done", count=received)
+    emit(event="stopped")
 
 
 def _ffi_check() -> Any:
