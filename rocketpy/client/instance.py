@@ -64,12 +64,15 @@ def shared_or_new(
     instance: ClientInstance | None,
     **kwargs: Any,
 ) -> tuple[IReactorTime, ClientInstance]:
-    """The reactor (the global one if None) and ``instance``, or a new instance with ``kwargs``."""
-    if reactor is None:
-        from twisted.internet import reactor as global_reactor
+    """The reactor and ``instance``, or a new instance with ``kwargs``.
 
-        reactor = global_reactor
-    assert reactor is not None
+    The reactor is injected, never the global one: pass it, or an ``instance`` (whose
+    reactor is then used). Code without a reactor uses :mod:`rocketpy.blocking`.
+    """
+    if reactor is None:
+        if instance is None:
+            raise TypeError("pass the reactor (or a ClientInstance); without a reactor use rocketpy.blocking")
+        reactor = instance.reactor
     return reactor, instance or ClientInstance(reactor, namesrv_addrs, remoting, **kwargs)
 
 

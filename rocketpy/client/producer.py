@@ -111,7 +111,7 @@ class Producer(JoiningMember):
     ) -> None:
         """
         :param namesrv_addrs: ``"host:port;host:port"`` or a list.
-        :param reactor: clock and network; the global reactor if None.
+        :param reactor: clock and network (required unless ``instance`` is given).
         :param remoting_client: a :class:`~rocketpy.remoting.client.RemotingClient`
             to share; one is made (with ``rpc_hooks``, ``serialize_type``) if None.
         :param instance: a :class:`ClientInstance` to share with other producers

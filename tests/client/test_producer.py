@@ -388,3 +388,18 @@ class RemotingSetupTests(SynchronousTestCase):
         request = RemotingCommand.request(RequestCode.HEART_BEAT)
         remoting._stamp(request)  # type: ignore[attr-defined]
         self.assertEqual(request.serialize_type, SerializeType.MSGPACK)
+
+
+class ReactorInjectionTests(SynchronousTestCase):
+    def test_reactor_is_required(self) -> None:
+        """The Deferred client never falls back to the global reactor: no reactor and no instance is an error."""
+        e = self.assertRaises(TypeError, Producer, "PG", NAMESRV)
+        self.assertIn("rocketpy.blocking", str(e))
+
+    def test_instance_supplies_the_reactor(self) -> None:
+        """A member built on a shared ClientInstance takes that instance's reactor."""
+        clock = Clock()
+        first = Producer("PG", NAMESRV, clock, FakeCluster(clock).remoting)
+        second = Producer("PG2", instance=first.instance)
+        self.assertIs(second.instance, first.instance)
+        self.assertIs(second.instance.reactor, clock)
