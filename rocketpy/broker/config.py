@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
+from collections.abc import Callable
 from typing import Any
 
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.logger import Logger, LogLevel
 
 from rocketpy.common.fastjson import dump_json
@@ -124,15 +126,17 @@ class ConfigFileError(Exception):
 class JsonConfigFile(ABC):
     """A table kept in one JSON file under ``<store>/config`` (Java ``ConfigManager``).
 
-    Subclasses give :meth:`to_json` and :meth:`apply_json`; :meth:`persist`
-    is blocking but small, and :meth:`encode` lets a caller write elsewhere
-    (e.g. from a thread pool) with a snapshot taken on the reactor thread.
+    Subclasses give :meth:`to_json` and :meth:`apply_json`. :meth:`persist` snapshots
+    the table (on the caller's thread) and hands the bytes to :attr:`writer`: a blocking
+    atomic write by default, the broker's config thread pool once the controller sets it.
 
     :ivar path: the file; None keeps the table in memory only.
+    :ivar writer: ``(path, data)`` → None or a Deferred; the broker keeps file I/O off the reactor.
     """
 
     log = Logger()
     path: str | None = None
+    writer: Callable[[str, bytes], Any] = staticmethod(write_atomically)
 
     @abstractmethod
     def to_json(self) -> dict[str, Any]:
@@ -149,14 +153,14 @@ class JsonConfigFile(ABC):
         """:meth:`to_json` as bytes."""
         return dump_json(self.to_json())
 
-    def persist(self) -> None:
-        """Write the file now; a failure is logged, not raised."""
+    def persist(self) -> Deferred[None]:
+        """Write a snapshot of the table; fires once written. A failure is logged, not raised."""
         if self.path is None:
-            return
-        try:
-            write_atomically(self.path, self.encode())
-        except OSError:
-            self.log.failure("cannot write {path}", level=LogLevel.error, path=self.path)
+            return succeed(None)
+        path = self.path
+        d: Deferred[None] = maybeDeferred(self.writer, path, self.encode())
+        d.addErrback(lambda f: self.log.failure("cannot write {path}", f, level=LogLevel.error, path=path))
+        return d
 
     def load(self) -> None:
         """Merge the file's content into the table; a missing or empty file is no change.

@@ -71,7 +71,7 @@ class BrokerService(Service):
     :param config: the broker settings; ``advertised_address`` becomes the store host.
     :param store_config: the store settings; its ``config_dir`` holds the JSON config files.
     :param make_store: ``(reactor, store_config) -> StoreService`` (tests pass a fake).
-    :param config_pool: writes ``consumerOffset.json`` off the reactor thread; default a
+    :param config_pool: writes the config files (topics, groups, offsets, delay offsets) off the reactor thread; default a
         one-thread pool started and stopped by this service.
     """
 
@@ -124,11 +124,13 @@ class BrokerService(Service):
         self.registration = NameServerRegistration(reactor, self.client, config, self.topics)
         self._replication(store_config)
         self._loops = [
-            self._loop(self._persist_offsets_in_pool, config.flush_consumer_offset_interval),
+            self._loop(self.offsets.persist, config.flush_consumer_offset_interval),
             self._loop(self._scan_channels, config.scan_channel_interval),
         ]
         self._loop_results: list[Deferred[Any]] = []
         self._pool = config_pool if config_pool is not None else ThreadPool(1, 1, "rocketpy-broker-config")
+        for table in (self.topics, self.subscriptions, self.offsets, self.delay_offsets):
+            table.writer = self._write_in_pool
         self._port: IListeningPort | None = None
         self._fast_port: IListeningPort | None = None
         self._started: Deferred[None] | None = None
@@ -168,7 +170,7 @@ class BrokerService(Service):
         self.ha_client = HAClient(self._reactor, self.store, ha, config.ha_master_address)
         self.slave_sync = SlaveSynchronize(
             self._reactor, self.client, self.topics, self.offsets, self.subscriptions, self.delay_offsets,
-            lambda f, *args: deferToThreadPool(self._reactor, self._pool, f, *args))
+        )
         self.registration.add_master_listener(self._master_learnt)
 
     def _master_learnt(self, master_addr: str | None, ha_addr: str | None) -> None:
@@ -273,15 +275,9 @@ class BrokerService(Service):
 
     # -- periodic work ------------------------------------------------------------
 
-    async def _persist_offsets_in_pool(self) -> None:
-        path = self.offsets.path
-        if path is None:
-            return
-        data = self.offsets.encode()  # snapshot on the reactor thread
-        try:
-            await deferToThreadPool(self._reactor, self._pool, write_atomically, path, data)
-        except Exception:  # an escaping exception would end the LoopingCall
-            self.log.failure("cannot persist consumer offsets to {path}", level=LogLevel.error, path=path)
+    def _write_in_pool(self, path: str, data: bytes) -> Deferred[None]:
+        """The config tables' writer: one atomic file write in the config pool, in call order."""
+        return deferToThreadPool(self._reactor, self._pool, write_atomically, path, data)
 
     def _scan_channels(self) -> None:
         try:
@@ -314,7 +310,7 @@ class BrokerService(Service):
         for result in self._loop_results:
             await result
         self._loop_results = []
-        await self._step("persist offsets", self._persist_offsets_in_pool)
+        await self._step("persist offsets", self.offsets.persist)
         self._pool.stop()
         for port in (self._port, self._fast_port):
             if port is not None:

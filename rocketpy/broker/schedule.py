@@ -127,7 +127,7 @@ class ScheduleMessageService(Service):
         if self._persisting is not None:
             await self._persisting
             self._persisting = None
-        self.offsets.persist()
+        await self.offsets.persist()
 
     def _schedule(self, level: int, delay: float) -> None:
         if self.running:

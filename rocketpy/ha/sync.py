@@ -4,13 +4,13 @@ Every ``sync_interval`` seconds the slave asks its master (remoting, not the HA 
 GET_ALL_TOPIC_CONFIG (21), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG
 (201) and GET_ALL_DELAY_OFFSET (45), and merges the answers into its own tables. Topics and
 groups are taken only when their data version changed. The topic, group and delay-offset
-files are then written in the given pool; the broker's own timer writes consumer offsets.
+files are then written through each table's writer (the broker's config pool); the broker's own timer writes consumer offsets.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -21,10 +21,8 @@ from rocketpy.broker.config import JsonConfigFile
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingError
-from rocketpy.util.fileio import write_atomically
 
 #: ``(f, *args) -> Deferred``: runs a blocking call off the reactor thread.
-InPool = Callable[..., "Deferred[Any]"]
 
 
 class Invoker(Protocol):
@@ -40,7 +38,6 @@ class SlaveSynchronize:
     :param offsets: the slave's ``ConsumerOffsetManager`` (the broker writes its file).
     :param groups: the slave's ``SubscriptionGroupManager``.
     :param delay_offsets: the slave's ``DelayOffsetTable``.
-    :param in_pool: writes the topic and group files off the reactor thread.
     :param timeout: seconds per request.
     :ivar master_address: the master's remoting ``host:port``; nothing is asked while None.
     """
@@ -48,7 +45,7 @@ class SlaveSynchronize:
     log = Logger()
 
     def __init__(self, clock: IReactorTime, client: Invoker, topics: Any, offsets: JsonConfigFile,
-                 groups: Any, delay_offsets: JsonConfigFile, in_pool: InPool, timeout: float = 3.0) -> None:
+                 groups: Any, delay_offsets: JsonConfigFile, timeout: float = 3.0) -> None:
         self._client = client
         self._rounds = (
             ("topics", RequestCode.GET_ALL_TOPIC_CONFIG, topics, True),
@@ -56,7 +53,6 @@ class SlaveSynchronize:
             ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, groups, True),
             ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, delay_offsets, True),
         )
-        self._in_pool = in_pool
         self._timeout = timeout
         self.master_address: str | None = None
         self._loop = LoopingCall(self.sync_all)
@@ -102,5 +98,5 @@ class SlaveSynchronize:
         if version is not None and obj.get("dataVersion") == version.to_json():
             return  # unchanged since the last copy
         table.apply_json(obj)
-        if write and table.path is not None:
-            await self._in_pool(write_atomically, table.path, table.encode())
+        if write:
+            await table.persist()

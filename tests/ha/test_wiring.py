@@ -20,6 +20,7 @@ from rocketpy.broker.topicconfig import TopicConfig, TopicConfigManager
 from rocketpy.ha.sync import SlaveSynchronize
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.util.fileio import write_atomically
 from tests.broker.test_tap import _parse as parse
 
 
@@ -109,12 +110,14 @@ class SlaveSynchronizeTests(SynchronousTestCase):
             RequestCode.GET_ALL_DELAY_OFFSET: (ResponseCode.SUCCESS, {"offsetTable": {"3": 12}}),
         })
         self.writes: list[str] = []
-        self.sync = SlaveSynchronize(self.clock, self.client, self.topics, self.offsets, self.groups, self.delays,
-                                     self.in_pool)
+        for table in (self.topics, self.offsets, self.groups, self.delays):
+            table.writer = self.write
+        self.sync = SlaveSynchronize(self.clock, self.client, self.topics, self.offsets, self.groups, self.delays)
 
-    def in_pool(self, f: Any, *args: Any) -> Deferred[Any]:
-        self.writes.append(os.path.basename(args[0]))
-        return succeed(f(*args))
+    def write(self, path: str, data: bytes) -> Deferred[None]:
+        self.writes.append(os.path.basename(path))
+        write_atomically(path, data)
+        return succeed(None)
 
     def test_nothing_without_master(self) -> None:
         """No master address: nothing is asked."""
