@@ -66,6 +66,23 @@ class BrokerPairTests(TestCase):
         self.addCleanup(p.shutdown)
         return p
 
+    async def push_all(self, group: str, count: int) -> list[bytes]:
+        """Bodies a new push consumer of ``group`` receives from topic HA, once it has ``count``."""
+        pushed: list[bytes] = []
+
+        def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
+            pushed.extend(m.body for m in msgs)
+            return ConsumeResult.CONSUME_SUCCESS
+
+        push = PushConsumer(group, self.namesrv_addr, reactor,
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        push.subscribe("HA", "*")
+        push.register_listener(listener)
+        await push.start()
+        self.addCleanup(push.shutdown)
+        await until(lambda: len(pushed) >= count)
+        return pushed
+
     async def test_sync_master_through_the_client(self) -> None:
         """SYNC_MASTER sends are SEND_OK with the slave up (and it has them); with it down, SLAVE_NOT_AVAILABLE."""
         master, slave = await self.pair("SYNC_MASTER")
@@ -103,19 +120,7 @@ class BrokerPairTests(TestCase):
             self.assertEqual(rest.status, PullStatus.FOUND)
             got += [m.body for m in rest.messages]
 
-        pushed: list[bytes] = []
-
-        def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
-            pushed.extend(m.body for m in msgs)
-            return ConsumeResult.CONSUME_SUCCESS
-
-        push = PushConsumer("CG2", self.namesrv_addr, reactor,
-                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-        push.subscribe("HA", "*")
-        push.register_listener(listener)
-        await push.start()
-        self.addCleanup(push.shutdown)
-        await until(lambda: len(pushed) >= 40)
+        pushed = await self.push_all("CG2", 40)
 
         # As after a kill: the client still knows the master and no name server answers.
         await self.namesrv.stopService()
@@ -145,12 +150,6 @@ class BrokerPairTests(TestCase):
         behind = await consumer.pull(mq, "*", 0, 1)
         latest = await consumer.pull(mq, "*", 19, 1)
         self.assertEqual((behind.suggest_which_broker_id, latest.suggest_which_broker_id), (1, 0))
-        pushed: list[bytes] = []
-
-        def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
-            pushed.extend(m.body for m in msgs)
-            return ConsumeResult.CONSUME_SUCCESS
-
         served: list[str] = []
         read = slave.store.get_message
 
@@ -159,12 +158,6 @@ class BrokerPairTests(TestCase):
             return read(group, *args)
 
         slave.store.get_message = counted
-        push = PushConsumer("CG2", self.namesrv_addr, reactor,
-                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-        push.subscribe("HA", "*")
-        push.register_listener(listener)
-        await push.start()
-        self.addCleanup(push.shutdown)
-        await until(lambda: len(pushed) >= 40)
+        pushed = await self.push_all("CG2", 40)
         self.assertEqual(sorted(pushed), sorted(b"m%d" % i for i in range(40)))
         self.assertIn("CG2", served)
