@@ -11,7 +11,7 @@ import random
 from typing import Any
 
 from rocketpy.client.message import MessageQueue
-from rocketpy.namesrv.bodies import BodyError, loads_tolerant
+from rocketpy.namesrv.bodies import BodyError, as_int, loads_tolerant
 from rocketpy.namesrv.routeinfo import MASTER_ID, PERM_READ, PERM_WRITE, BrokerData, QueueData, TopicRouteData
 
 __all__ = [
@@ -25,13 +25,7 @@ __all__ = [
 
 
 def _int(obj: dict[str, Any], key: str, default: int = 0) -> int:
-    value = obj.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise BodyError(f"route field {key} is not an integer: {value!r}")
-    try:
-        return int(value)
-    except ValueError:
-        raise BodyError(f"route field {key} is not an integer: {value!r}") from None
+    return as_int(obj.get(key, default), f"route field {key}")
 
 
 def decode_topic_route(body: bytes) -> TopicRouteData:

@@ -119,7 +119,8 @@ def encode_data_version(version: DataVersion) -> bytes:
 # -- incoming bodies -------------------------------------------------------
 
 
-def _as_int(value: Any, what: str) -> int:
+def as_int(value: Any, what: str) -> int:
+    """A JSON integer or decimal string; :class:`BodyError` naming ``what`` otherwise."""
     # bool is an int subclass; JSON true is never a valid count.
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise BodyError(f"{what} is not an integer: {value!r}")
@@ -145,8 +146,8 @@ def data_version_from_json(value: Any) -> DataVersion:
     """A DataVersion from its parsed JSON (missing fields are 0)."""
     obj = _as_object(value, "dataVersion")
     return DataVersion(
-        _as_int(obj.get("counter", 0), "dataVersion.counter"),
-        _as_int(obj.get("timestamp", 0), "dataVersion.timestamp"),
+        as_int(obj.get("counter", 0), "dataVersion.counter"),
+        as_int(obj.get("timestamp", 0), "dataVersion.timestamp"),
     )
 
 
@@ -160,10 +161,10 @@ def _topic_config_from_json(name: str, value: Any) -> TopicConfig:
     defaults = TopicConfig(name)
     return TopicConfig(
         str(obj.get("topicName", name)),
-        _as_int(obj.get("readQueueNums", defaults.read_queue_nums), "readQueueNums"),
-        _as_int(obj.get("writeQueueNums", defaults.write_queue_nums), "writeQueueNums"),
-        _as_int(obj.get("perm", defaults.perm), "perm"),
-        _as_int(obj.get("topicSysFlag", defaults.topic_sys_flag), "topicSysFlag"),
+        as_int(obj.get("readQueueNums", defaults.read_queue_nums), "readQueueNums"),
+        as_int(obj.get("writeQueueNums", defaults.write_queue_nums), "writeQueueNums"),
+        as_int(obj.get("perm", defaults.perm), "perm"),
+        as_int(obj.get("topicSysFlag", defaults.topic_sys_flag), "topicSysFlag"),
     )
 
 
@@ -225,9 +226,9 @@ def _decode_compressed(body: bytes) -> RegisterBrokerBody:
         name = fields[0]
         topics[name] = TopicConfig(
             name,
-            _as_int(fields[1], "readQueueNums"),
-            _as_int(fields[2], "writeQueueNums"),
-            _as_int(fields[3], "perm"),
+            as_int(fields[1], "readQueueNums"),
+            as_int(fields[2], "writeQueueNums"),
+            as_int(fields[3], "perm"),
         )
     filters = _string_list(loads_tolerant(parts.chunk()), "filterServerList")
     return RegisterBrokerBody(version, topics, filters)
