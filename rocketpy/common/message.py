@@ -61,8 +61,18 @@ class MessageConst:
     TRACE_SWITCH = "TRACE_ON"
 
 
-_POW31 = [pow(31, i, 1 << 32) for i in range(1 << 15)]
+_POW31 = [pow(31, i, 1 << 32) for i in range(256)]  # grown on demand by _powers
 _UTF16 = "utf-16-le" if sys.byteorder == "little" else "utf-16-be"
+
+
+def _powers(n: int) -> list[int]:
+    """The power table with at least ``n`` entries; a new list is bound, so threads never see it half-built."""
+    global _POW31
+    table = _POW31
+    if n > len(table):
+        table = table + [pow(31, i, 1 << 32) for i in range(len(table), n)]
+        _POW31 = table
+    return table
 
 
 def java_hash(text: str) -> int:
@@ -71,9 +81,8 @@ def java_hash(text: str) -> int:
         units: bytes | memoryview = text.encode()
     else:
         units = memoryview(text.encode(_UTF16)).cast("H")
-    if len(units) > len(_POW31):
-        _POW31.extend(pow(31, i, 1 << 32) for i in range(len(_POW31), len(units)))
-    h = sum(map(operator.mul, reversed(units), _POW31)) & 0xFFFFFFFF
+    powers = _POW31 if len(units) <= len(_POW31) else _powers(len(units))
+    h = sum(map(operator.mul, reversed(units), powers)) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 
