@@ -56,6 +56,17 @@ class JSONCodecTests(SynchronousTestCase):
         self.assertEqual(encode(command), struct.pack(">iI", 4 + len(SPEC_V2_HEADER) + 7, len(SPEC_V2_HEADER))
                          + SPEC_V2_HEADER + b"payload")
 
+    def test_headers_the_fast_parser_refuses_still_decode(self) -> None:
+        """Raw control characters, a lone surrogate and jsoncpp's trailing newline are accepted."""
+        raw = b'{"code":310,"extFields":{"i":"KEYS\x01k\x02","r":"\\ud800x"},"opaque":3}\n'
+        command = decode(frame(raw))
+        self.assertEqual(command.ext_fields, {"i": "KEYS\x01k\x02", "r": "\ud800x"})
+        self.assertEqual((command.code, command.opaque), (310, 3))
+        with self.assertRaises(ProtocolError):
+            decode(frame(b'{"code":310} x'))
+        with self.assertRaises(ProtocolError):
+            decode(frame(b'{"code":310,"remark":"\xff"}'))
+
     def test_response_header_is_the_recommended_shape(self) -> None:
         """A response header is Java's: sorted keys, string extFields, remark only when set."""
         request = decode(frame(SPEC_V2_HEADER))
