@@ -287,11 +287,16 @@ class SendMessageProcessor:
                 f"the message body size {len(body)} is over the limit {self._max_size}",
             )
 
-    def _stored_properties(self, props: dict[str, str]) -> dict[str, str]:
-        """Add CLUSTER, drop WAIT (the store still learns a WAIT=false), check the size."""
+    def _stored_properties(self, props: dict[str, str], raw_length: int | None = None) -> dict[str, str]:
+        """Add CLUSTER, drop WAIT (the store still learns a WAIT=false), check the size.
+
+        ``raw_length``: the length of the string ``props`` was parsed from, which bounds theirs.
+        """
         wait = props.pop(MessageConst.WAIT_STORE_MSG_OK, None)
         props[MessageConst.CLUSTER] = self._cluster
-        if len(props) * 2 + sum(map(len, props)) + sum(map(len, props.values())) > self._short_properties and len(
+        if (raw_length is None or raw_length > self._short_properties) and len(props) * 2 + sum(
+            map(len, props)
+        ) + sum(map(len, props.values())) > self._short_properties and len(
             properties_to_string(props).encode()
         ) > MAX_PROPERTIES_LENGTH:
             raise Rejected(
@@ -335,7 +340,8 @@ class SendMessageProcessor:
     ) -> MessageExt:
         if len(body) > self._max_size:
             self._check_body(body)
-        props = self._stored_properties(string_to_properties(header.properties))
+        raw = header.properties
+        props = self._stored_properties(string_to_properties(raw), len(raw))
         topic = header.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             group_limit = self._group_max_reconsume_times(topic[len(RETRY_GROUP_TOPIC_PREFIX):])

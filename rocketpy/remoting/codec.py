@@ -61,6 +61,15 @@ def _make_json_encoder() -> Callable[[object], str]:
 _json_encode = _make_json_encoder()
 _quote = json.encoder.encode_basestring  # the C string escaper when available
 _QUOTED_LANGUAGES = {name: _quote(name) for name in _LANGUAGE_CODES}
+_QUOTED_KEYS: dict[str, str] = {}  # extFields names repeat: each is escaped once
+
+
+def _quote_key(key: str) -> str:
+    quoted = _quote(key)
+    if len(_QUOTED_KEYS) < 1024:
+        _QUOTED_KEYS[key] = quoted
+    return quoted
+
 # strict=False: accept raw control characters (U+0001/U+0002 in properties) as well as escaped ones.
 _json_decoder = json.JSONDecoder(strict=False)
 _json_scan = json.scanner.make_scanner(_json_decoder)  # type: ignore[arg-type]
@@ -201,7 +210,9 @@ def _json_header(cmd: RemotingCommand) -> str:
     language = _QUOTED_LANGUAGES.get(language) or _quote(language)
     ext = ""
     if cmd.ext_fields:
-        pairs = ",".join([f"{_quote(k)}:{_quote(v)}" for k, v in string_fields(cmd.ext_fields).items()])
+        quoted = _QUOTED_KEYS
+        pairs = ",".join([f"{quoted.get(k) or _quote_key(k)}:{_quote(v)}"
+                          for k, v in string_fields(cmd.ext_fields).items()])
         ext = f',"extFields":{{{pairs}}}'
     if remark is None:
         return (f'{{"code":{code}{ext},"flag":{flag},"language":{language},"opaque":{opaque}'

@@ -359,7 +359,7 @@ class StoreService(Service):
         self._delivering += 1
         try:
             for put, result in zip(puts, results):
-                self._completion.complete(put.deferred, put.msgs[0], cast(PutMessageResult, result))
+                self._completion.complete(put.deferred, put.msgs[0], result)  # type: ignore[arg-type]
         finally:
             self._delivering -= 1
         self._group_commit.kick()
