@@ -116,15 +116,18 @@ class JSONCodecTests(SynchronousTestCase):
         self.assertEqual((command.opaque, command.flag, command.remark, command.ext_fields), (0, 0, None, {}))
 
     def test_direct_header_equals_generic_encoder(self) -> None:
-        """The hand-formatted JSON header is byte-identical to the json module's output."""
+        """The JSON header (orjson) is byte-identical to the json module's compact output."""
         commands = [
             RemotingCommand(code=0),
             RemotingCommand(code=310, opaque=-1, flag=3, remark='q"uo\\te\x01', language="CPP",
                             ext_fields={"k\u00e9y": "v\n\x02", "n": 5, "b": False}),  # type: ignore[dict-item]
-            RemotingCommand(code=ResponseCode.SUCCESS, remark=""),  # an IntEnum takes the generic path
+            RemotingCommand(code=ResponseCode.SUCCESS, remark=""),  # an IntEnum
+            RemotingCommand(code=1, remark="\x7f\u2028\x00\x1f\t\b\f\r", ext_fields={"e": "\U0001f600"}),
         ]
         for command in commands:
-            self.assertEqual(_json_header(command), _json_encode(_header_map(command, "JSON")))
+            self.assertEqual(_json_header(command), _json_encode(_header_map(command, "JSON")).encode("utf-8"))
+        with self.assertRaises(ProtocolError):  # a lone surrogate has no UTF-8 form
+            encode(RemotingCommand(code=1, remark="\ud800"))
 
     def test_negative_opaque_and_unicode_round_trip(self) -> None:
         """Negative opaques (Java's counter wraps) and non-ASCII text survive JSON."""
