@@ -10,7 +10,8 @@ SEND_MESSAGE_V2 with 1 and with 1000 requests in flight, SEND_BATCH_MESSAGE of 3
 messages (100 batches in flight), and PULL_MESSAGE of 32 (one pull in flight per queue)
 over what was sent. The bare ``Int32StringReceiver`` echo of ``benchmarks/remoting.py``
 (1 and 1000 in flight) is measured in the same run. Prints per-round figures and medians, and
-for each broker run the broker process's CPU per message (all threads, from ``/proc``).
+for each run the server process's CPU per message (all threads, from ``/proc``): the broker's,
+and the echo server's for the echo runs.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def measure_pulls(client: RemotingClient, address: str, seconds: float, errors: 
     return done
 
 
-async def bench_mode(reactor: Any, flush: str, options: argparse.Namespace, bare: Any,
+async def bench_mode(reactor: Any, flush: str, options: argparse.Namespace, bare: Any, echo_pid: int,
                      results: dict[str, list[float]]) -> None:
     workdir = tempfile.mkdtemp(prefix="rocketpy-bench-")
     process, port = start_rocketpy(workdir, flush)
@@ -200,15 +201,17 @@ async def bench_mode(reactor: Any, flush: str, options: argparse.Namespace, bare
         for round_number in range(options.rounds):
             figures = []
             for name, run in runs.items():
-                cpu, began = process_cpu(process.pid), time.perf_counter()
+                server = echo_pid if name.startswith("echo") else process.pid
+                cpu, began = process_cpu(server), time.perf_counter()
                 rate = await run(options.seconds)
                 results.setdefault(name, []).append(rate)
                 figures.append(f"{name}={rate:,.0f}")
-                if cpu is not None and not name.startswith("echo"):
-                    # the broker process's CPU (all threads, user + system) per message
-                    used = (process_cpu(process.pid) or cpu) - cpu
+                if cpu is not None:
+                    # the server process's CPU (all threads, user + system) per message: the
+                    # broker's, or the echo server's for the echo runs
+                    used = (process_cpu(server) or cpu) - cpu
                     per_message = used / max(1.0, rate * (time.perf_counter() - began)) * 1e6
-                    results.setdefault(f"{name} broker CPU µs/msg", []).append(per_message)
+                    results.setdefault(f"{name} server CPU µs/msg", []).append(per_message)
                     figures[-1] += f" ({per_message:.1f} µs)"
             print(f"{flush} round {round_number + 1}: " + ", ".join(figures), flush=True)
         if errors.count:
@@ -229,7 +232,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         bare = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), echo_bench.BareClient())
         results: dict[str, list[float]] = {}
         for flush in options.flush.split(","):
-            await bench_mode(reactor, f"{flush.upper()}_FLUSH", options, bare, results)
+            await bench_mode(reactor, f"{flush.upper()}_FLUSH", options, bare, echo.pid, results)
         bare.transport.loseConnection()
         report(results, options)
     finally:
