@@ -1,12 +1,17 @@
 """The name server's KV config: namespace -> key -> value, persisted as JSON.
 
 The file has Java's ``kvConfig.json`` shape, ``{"configTable":{ns:{key:value}}}``,
-and is rewritten atomically on every change.
+and is rewritten atomically on every change, by :attr:`KVConfigManager.writer` (the name
+server points it at a thread pool: no file I/O on the reactor thread).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
 from rocketpy.namesrv.bodies import BodyError, dumps, loads_tolerant
 from rocketpy.util.fileio import read_if_exists, write_atomically
@@ -19,11 +24,14 @@ class KVConfigManager:
     """In-memory KV tables backed by one JSON file.
 
     :param path: the JSON file; it need not exist yet.
+    :ivar writer: ``(path, data)`` → None or a Deferred: writes the file (a blocking atomic write
+        by default; the name server sets a thread-pool writer).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = path
         self._table: dict[str, dict[str, str]] = {}
+        self.writer: Callable[[str | os.PathLike[str], bytes], Any] = write_atomically
 
     def load(self) -> None:
         """Read the file, replacing the in-memory tables; a missing file means empty.
@@ -40,34 +48,31 @@ class KVConfigManager:
             table = {ns: {str(k): str(v) for k, v in kv.items()} for ns, kv in config.items()}
         self._table = table
 
-    def put(self, namespace: str, key: str, value: str) -> None:
-        """Set one value and persist.
-
-        :raises OSError: when persisting fails (the value stays set in memory).
-        """
+    def put(self, namespace: str, key: str, value: str) -> Deferred[None]:
+        """Set one value and persist; fires once written, fails (``OSError``) when the write
+        failed (the value stays set in memory)."""
         self._table.setdefault(namespace, {})[key] = value
-        self._persist()
+        return self._persist()
 
     def get(self, namespace: str, key: str) -> str | None:
         """One value, or None."""
         return self._table.get(namespace, {}).get(key)
 
-    def delete(self, namespace: str, key: str) -> None:
-        """Remove one value (and an emptied namespace) and persist if anything changed.
-
-        :raises OSError: when persisting fails.
-        """
+    def delete(self, namespace: str, key: str) -> Deferred[None]:
+        """Remove one value (and an emptied namespace) and persist if anything changed; fires
+        once written, fails (``OSError``) when the write failed."""
         kv = self._table.get(namespace)
         if kv is None or kv.pop(key, None) is None:
-            return
+            return succeed(None)
         if not kv:
             del self._table[namespace]
-        self._persist()
+        return self._persist()
 
     def namespace(self, namespace: str) -> dict[str, str] | None:
         """A copy of every key/value of ``namespace``, or None when it is empty."""
         kv = self._table.get(namespace)
         return dict(kv) if kv else None
 
-    def _persist(self) -> None:
-        write_atomically(self._path, dumps({"configTable": self._table}))
+    def _persist(self) -> Deferred[None]:
+        # The snapshot is taken now, on the caller's thread; only the write goes to the writer.
+        return maybeDeferred(self.writer, self._path, dumps({"configTable": self._table}))

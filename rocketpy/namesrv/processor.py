@@ -1,7 +1,8 @@
 """The name server's request processor: one handler per request code (spec §3.1, §6).
 
-Handlers are synchronous and return the response. Header and body errors
-become SYSTEM_ERROR responses whose remark names the field.
+Handlers return the response at once, except the KV writes, which answer once the KV file
+is written (off the reactor thread). Header and body errors become SYSTEM_ERROR responses
+whose remark names the field.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Mapping
 
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rocketpy.common.headers import HeaderError, get_bool, get_int, get_str, to_fields
@@ -24,7 +27,7 @@ from rocketpy.remoting.command import RemotingCommand
 #: Name server settings that UPDATE_NAMESRV_CONFIG may not change (as Java 4.9.7).
 CONFIG_BLACKLIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath"})
 
-_Handler = Callable[[object, RemotingCommand], RemotingCommand]
+_Handler = Callable[[object, RemotingCommand], "RemotingCommand | Deferred[RemotingCommand]"]
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -96,7 +99,9 @@ class NamesrvProcessor:
         """The request codes this processor handles (register each with the server)."""
         return list(self._handlers)
 
-    def process_request(self, channel: object, request: RemotingCommand) -> RemotingCommand:
+    def process_request(
+        self, channel: object, request: RemotingCommand
+    ) -> RemotingCommand | Deferred[RemotingCommand]:
         """Answer one request; unknown codes get REQUEST_CODE_NOT_SUPPORTED."""
         handler = self._handlers.get(request.code)
         if handler is None:
@@ -107,9 +112,6 @@ class NamesrvProcessor:
             return handler(channel, request)
         except (HeaderError, bodies.BodyError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        except OSError as e:
-            self.log.failure("name server request {code} failed", level=LogLevel.error, code=request.code)
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"I/O error: {e}")
 
     def reject_request(self) -> bool:
         """Never busy: every handler is a few dictionary operations."""
@@ -117,11 +119,10 @@ class NamesrvProcessor:
 
     # -- KV config -------------------------------------------------------
 
-    def _put_kv_config(self, channel: object, request: RemotingCommand) -> RemotingCommand:
+    def _put_kv_config(self, channel: object, request: RemotingCommand) -> Deferred[RemotingCommand]:
         ext = request.ext_fields
         namespace, key = get_str(ext, "namespace"), get_str(ext, "key")
-        self._kv.put(namespace, key, get_str(ext, "value"))
-        return request.make_response(ResponseCode.SUCCESS)
+        return self._once_written(self._kv.put(namespace, key, get_str(ext, "value")), request)
 
     def _get_kv_config(self, channel: object, request: RemotingCommand) -> RemotingCommand:
         namespace, key = get_str(request.ext_fields, "namespace"), get_str(request.ext_fields, "key")
@@ -131,9 +132,19 @@ class NamesrvProcessor:
             return request.make_response(ResponseCode.QUERY_NOT_FOUND, remark)
         return request.make_response(ResponseCode.SUCCESS, ext_fields={"value": value})
 
-    def _delete_kv_config(self, channel: object, request: RemotingCommand) -> RemotingCommand:
-        self._kv.delete(get_str(request.ext_fields, "namespace"), get_str(request.ext_fields, "key"))
-        return request.make_response(ResponseCode.SUCCESS)
+    def _delete_kv_config(self, channel: object, request: RemotingCommand) -> Deferred[RemotingCommand]:
+        written = self._kv.delete(get_str(request.ext_fields, "namespace"), get_str(request.ext_fields, "key"))
+        return self._once_written(written, request)
+
+    def _once_written(self, written: Deferred[None], request: RemotingCommand) -> Deferred[RemotingCommand]:
+        """SUCCESS once the KV file is written; SYSTEM_ERROR (logged) when writing failed."""
+
+        def failed(failure: Failure) -> RemotingCommand:
+            failure.trap(OSError)
+            self.log.failure("name server request {code} failed", failure, level=LogLevel.error, code=request.code)
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"I/O error: {failure.value}")
+
+        return written.addCallbacks(lambda _: request.make_response(ResponseCode.SUCCESS), failed)
 
     def _get_kv_list(self, channel: object, request: RemotingCommand) -> RemotingCommand:
         namespace = get_str(request.ext_fields, "namespace")

@@ -11,14 +11,17 @@ from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTime
 from twisted.internet.task import LoopingCall
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from rocketpy.interfaces import IChannelEventListener
 from rocketpy.namesrv.kvconfig import KVConfigManager
 from rocketpy.namesrv.processor import NamesrvProcessor
 from rocketpy.namesrv.routeinfo import BROKER_EXPIRY_SECONDS, RouteInfoManager
+from rocketpy.util.fileio import write_atomically
 from rocketpy.util.startup import StartupOutcome
 
 DEFAULT_LISTEN = "tcp:9876:interface=127.0.0.1"
@@ -52,6 +55,8 @@ class NamesrvService(Service):
     :param listen: a server endpoint string; ``tcp:0`` picks a free port.
     :param config_dir: where ``kvConfig.json`` lives (``~`` is expanded).
     :param make_server: builds the remoting server (tests pass a fake).
+    :param config_pool: writes ``kvConfig.json`` off the reactor thread; default a one-thread
+        pool started and stopped by this service.
     """
 
     log = Logger()
@@ -63,6 +68,7 @@ class NamesrvService(Service):
         config_dir: str = DEFAULT_CONFIG_DIR,
         broker_expiry: float = BROKER_EXPIRY_SECONDS,
         make_server: ServerMaker = _remoting_server,
+        config_pool: ThreadPool | None = None,
     ) -> None:
         self._reactor = reactor
         self._listen = listen
@@ -71,6 +77,8 @@ class NamesrvService(Service):
         kv_path = os.path.join(os.path.expanduser(config_dir), "kvConfig.json")
         self.route_info = RouteInfoManager()
         self.kv_config = KVConfigManager(kv_path)
+        self._pool = config_pool if config_pool is not None else ThreadPool(1, 1, "rocketpy-namesrv-config")
+        self.kv_config.writer = self._write_in_pool
         config = {"kvConfigPath": kv_path, "listen": listen, "productEnvName": "center", "clusterTest": "false"}
         self.processor = NamesrvProcessor(self.route_info, self.kv_config, reactor, config)
         self._scanner = LoopingCall(self.scan_not_active_brokers)
@@ -89,6 +97,7 @@ class NamesrvService(Service):
     def startService(self) -> None:
         self.kv_config.load()
         super().startService()
+        self._pool.start()
         clock: IReactorTime = self._reactor
         self._first_scan = clock.callLater(FIRST_SCAN_DELAY, self._start_scanner)
         self._server = self._make_server(self._reactor, [self])
@@ -111,6 +120,10 @@ class NamesrvService(Service):
     def when_started(self) -> Deferred[None]:
         """A new Deferred: fires once listening, fails if the port could not be opened."""
         return self._startup.when_done()
+
+    def _write_in_pool(self, path: str | os.PathLike[str], data: bytes) -> Deferred[None]:
+        """The KV config's writer: one atomic file write in the config pool, in call order."""
+        return deferToThreadPool(self._reactor, self._pool, write_atomically, path, data)
 
     def _start_scanner(self) -> None:
         self._first_scan = None
@@ -142,8 +155,12 @@ class NamesrvService(Service):
             pending.append(self._server.close())
             self._server = None
         if not pending:
+            self._pool.stop()  # after the KV writes already queued
             return succeed(None)
-        return gatherResults(pending).addCallback(lambda _: None)
+        return gatherResults(pending).addCallback(self._stop_pool)
+
+    def _stop_pool(self, _: object) -> None:
+        self._pool.stop()
 
     def _stop_listening(self, port: IListeningPort | None) -> Any:
         self._port = None

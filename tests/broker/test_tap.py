@@ -27,6 +27,7 @@ from rocketpy.tap import Options, OrderedServices, endpoint_port, makeService
 from tests.broker.test_clients import CPP_HEARTBEAT, FakeChannel
 from tests.broker.test_processors import FakeStore
 from tests.ports import free_port
+from tests.store.fakes import ThreadlessReactor
 
 
 def _parse(*argv: str) -> Options:
@@ -263,13 +264,6 @@ class LoopbackTests(TestCase):
         await broker.stopService()
         self.assertFalse(os.path.exists(store_config.abort_path))
         self.assertTrue(os.path.exists(os.path.join(store_config.config_dir, "topics.json")))
-
-
-class ThreadlessReactor(MemoryReactorClock):
-    """A memory reactor whose callFromThread runs the call at once (for an inline pool)."""
-
-    def callFromThread(self, f, *args, **kwargs):  # type: ignore[no-untyped-def]
-        f(*args, **kwargs)
 
 
 class InlinePool:

@@ -6,6 +6,7 @@ import json
 import os
 import zlib
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
@@ -37,7 +38,9 @@ class ProcessorTestsMixin:
     def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
         request = RemotingCommand.request(code, ext, body)
         request.opaque = 42
-        response = self.processor.process_request(self.channel, request)
+        result = self.processor.process_request(self.channel, request)
+        # the KV writes answer once written
+        response = self.successResultOf(result) if isinstance(result, Deferred) else result  # type: ignore[attr-defined]
         assert response.is_response and response.opaque == 42
         assert all(isinstance(v, str) for v in response.ext_fields.values())
         return response
@@ -47,7 +50,7 @@ class ProcessorTestsMixin:
 
     def register(self, request: RemotingCommand | None = None) -> RemotingCommand:
         response = self.processor.process_request(self.channel, request or register_request())
-        assert response.is_response
+        assert isinstance(response, RemotingCommand) and response.is_response
         return response
 
 
@@ -223,8 +226,10 @@ class KVAndConfigTests(ProcessorTestsMixin, SynchronousTestCase):
             pass
         processor = NamesrvProcessor(self.routes, KVConfigManager(os.path.join(blocker, "kv.json")), self.clock)
         request = RemotingCommand.request(C.PUT_KV_CONFIG, {"namespace": "n", "key": "k", "value": "v"})
-        response = processor.process_request(self.channel, request)
-        self.assertEqual(response.code, R.SYSTEM_ERROR)
+        result = processor.process_request(self.channel, request)
+        assert isinstance(result, Deferred)
+        response = self.successResultOf(result)
+        self.assertEqual((response.code, (response.remark or "")[:10]), (R.SYSTEM_ERROR, "I/O error:"))
         self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
 
     def test_namesrv_config(self) -> None:

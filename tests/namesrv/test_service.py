@@ -8,7 +8,6 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.protocol import ServerFactory
-from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
@@ -19,6 +18,7 @@ from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.util.fileio import write_atomically
 from tests.namesrv.fakes import FakeChannel, register_request
+from tests.store.fakes import InlinePool, ThreadlessReactor
 
 
 class FakeServer:
@@ -43,7 +43,8 @@ class FakeServer:
 
 class NamesrvServiceTests(SynchronousTestCase):
     def setUp(self) -> None:
-        self.reactor = MemoryReactorClock()
+        self.reactor = ThreadlessReactor()
+        self.pool = InlinePool()
         self.config_dir = self.mktemp()
         self.servers: list[FakeServer] = []
 
@@ -53,7 +54,8 @@ class NamesrvServiceTests(SynchronousTestCase):
             return self.servers[-1]
 
         return NamesrvService(
-            self.reactor, "tcp:0:interface=127.0.0.1", self.config_dir, make_server=make_server, **kwargs
+            self.reactor, "tcp:0:interface=127.0.0.1", self.config_dir, make_server=make_server,
+            config_pool=self.pool, **kwargs  # type: ignore[arg-type]
         )
 
     def start(self, **kwargs: Any) -> NamesrvService:
@@ -65,6 +67,8 @@ class NamesrvServiceTests(SynchronousTestCase):
     def call(self, service: NamesrvService, request: RemotingCommand, channel: object = None) -> RemotingCommand:
         server = self.servers[-1]
         response = server.processors[request.code].process_request(channel or FakeChannel(), request)
+        if isinstance(response, Deferred):
+            response = self.successResultOf(response)
         assert isinstance(response, RemotingCommand)
         return response
 
@@ -161,6 +165,22 @@ class NamesrvServiceTests(SynchronousTestCase):
         service = self.start()
         self.successResultOf(service.stopService())
         self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_kv_writes_go_through_the_config_pool(self) -> None:
+        """PUT/DELETE_KV_CONFIG write kvConfig.json in the config pool (not on the reactor thread)
+        and answer once written; stopping the service stops the pool."""
+        service = self.start()
+        self.assertTrue(self.pool.started)
+        put = {"namespace": "ns", "key": "k", "value": "v"}
+        self.assertEqual(self.call(service, RemotingCommand.request(RequestCode.PUT_KV_CONFIG, put)).code,
+                         ResponseCode.SUCCESS)
+        self.assertEqual(self.pool.calls, 1)
+        self.assertTrue(os.path.exists(os.path.join(self.config_dir, "kvConfig.json")))
+        delete = RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, {"namespace": "ns", "key": "k"})
+        self.assertEqual(self.call(service, delete).code, ResponseCode.SUCCESS)
+        self.assertEqual(self.pool.calls, 2)
+        self.successResultOf(service.stopService())
+        self.assertFalse(self.pool.started)
 
     def test_restart_keeps_kv(self) -> None:
         """A KV value put before a stop is there after a new service starts on the same directory."""

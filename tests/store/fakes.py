@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable, cast
 
+from twisted.internet.testing import MemoryReactorClock
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
@@ -100,6 +101,13 @@ class FakeMessageStore:
                     tag_filter: Callable[[int], bool] | None = None) -> GetMessageResult:
         self.events.append("get")
         return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE)
+
+
+class ThreadlessReactor(MemoryReactorClock):
+    """A memory reactor whose callFromThread runs the call at once (for an :class:`InlinePool`)."""
+
+    def callFromThread(self, f, *args, **kwargs):  # type: ignore[no-untyped-def]
+        f(*args, **kwargs)
 
 
 class InlinePool:
