@@ -1,0 +1,132 @@
+"""The broker's send path without sockets: what a SEND_MESSAGE_V2 costs in Python alone.
+
+Usage::
+
+    python benchmarks/broker_inprocess.py [--messages 20000] [--rounds 3] [--profile]
+
+Starts a real ``BrokerService`` (real ``StoreService`` and ``MessageStore`` in a temporary
+directory, ASYNC_FLUSH, small files) on the reactor, connects one broker protocol to a
+``StringTransport`` and feeds it the frames the Java client sends (1 KiB bodies, queues 0–7 in
+turn), one at a time, each after the previous response was written. Prints µs per send (wall
+time of the whole loop: decode, processor, store append and dispatch, completion, response
+encode) per round and the median. ``--profile`` runs one more round under ``cProfile`` and
+prints the Python-level calls per send and the functions called most.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from twisted.internet import task  # noqa: E402
+from twisted.internet.address import IPv4Address  # noqa: E402
+from twisted.internet.defer import Deferred  # noqa: E402
+from twisted.internet.error import ConnectionDone  # noqa: E402
+from twisted.internet.testing import StringTransport  # noqa: E402
+from twisted.python.failure import Failure  # noqa: E402
+
+from broker import BODY, send_header  # noqa: E402
+from rocketpy.broker.config import BrokerConfig  # noqa: E402
+from rocketpy.broker.controller import BrokerService  # noqa: E402
+from rocketpy.remoting.codec import encode  # noqa: E402
+from rocketpy.remoting.codes import RequestCode  # noqa: E402
+from rocketpy.remoting.command import RemotingCommand  # noqa: E402
+from rocketpy.store.config import MessageStoreConfig  # noqa: E402
+
+
+class Responses(StringTransport):
+    """Counts response frames; a waiter fires (on the next reactor turn) when one arrives."""
+
+    def __init__(self, reactor: Any) -> None:
+        super().__init__()
+        self._reactor = reactor
+        self.count = 0
+        self.waiter: Deferred[None] | None = None
+
+    def write(self, data: bytes) -> None:
+        self.writeSequence([data])
+
+    def writeSequence(self, seq: Any) -> None:
+        self.count += len(seq)  # the protocol writes whole frames
+        self.clear()
+        if self.waiter is not None:
+            waiter, self.waiter = self.waiter, None
+            # not from inside the store's completion: the next send must find it finished
+            self._reactor.callLater(0, waiter.callback, None)
+
+
+async def feed(reactor: Any, protocol: Any, transport: Responses, frames: list[bytes]) -> float:
+    """Seconds to send ``frames`` one after the other, each once the previous one was answered."""
+    began = time.perf_counter()
+    for frame in frames:
+        expected = transport.count + 1
+        protocol.dataReceived(frame)
+        if transport.count < expected:
+            transport.waiter = Deferred()
+            await transport.waiter
+    return time.perf_counter() - began
+
+
+async def bench(reactor: Any, options: argparse.Namespace) -> None:
+    workdir = tempfile.mkdtemp(prefix="rocketpy-bench-")
+    store = MessageStoreConfig(
+        store_path_root_dir=os.path.join(workdir, "store"), mapped_file_size_commit_log=256 * 1024 * 1024,
+        mapped_file_size_consume_queue=300_000 * 20, max_hash_slot_num=100_000, max_index_num=400_000,
+    )
+    broker = BrokerService(reactor, BrokerConfig(listen="tcp:0:interface=127.0.0.1"), store)
+    broker.startService()
+    try:
+        await broker.when_started()
+        protocol = broker.server.factory().buildProtocol(IPv4Address("TCP", "127.0.0.1", 40000))
+        assert protocol is not None
+        transport = Responses(reactor)
+        protocol.makeConnection(transport)
+        n = options.messages
+        frames = [encode(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(i % 8, False), BODY))
+                  for i in range(n)]
+        await feed(reactor, protocol, transport, frames[: min(n, 2000)])  # warm up, auto-create the topic
+        rounds = []
+        for number in range(options.rounds):
+            per_send = await feed(reactor, protocol, transport, frames) / n * 1e6
+            rounds.append(per_send)
+            print(f"round {number + 1}: {per_send:.1f} µs per send", flush=True)
+        print(f"median of {options.rounds} rounds x {n:,} sends: {statistics.median(rounds):.1f} µs per send "
+              f"(python {sys.version.split()[0]})")
+        if options.profile:
+            profile = cProfile.Profile()
+            profile.enable()
+            await feed(reactor, protocol, transport, frames)
+            profile.disable()
+            stats = pstats.Stats(profile)
+            calls: int = stats.total_calls  # type: ignore[attr-defined]
+            print(f"\nunder cProfile (reactor thread only): {calls / n:.0f} Python-level calls per send")
+            stats.sort_stats("ncalls").print_stats(25)
+        protocol.connectionLost(Failure(ConnectionDone()))  # a StringTransport never reports it
+    finally:
+        await broker.stopService()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
+    options = parser.parse_args()
+    task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, options)))
+
+
+if __name__ == "__main__":
+    main()
