@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -19,6 +18,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from rocketpy.broker.processors import Rejected
+from rocketpy.broker.sendheader import SendHeader
 from rocketpy.broker.sendback import DEFAULT_MAX_RECONSUME_TIMES, dead_letter_topic, max_reconsume_times
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import (
@@ -31,7 +31,7 @@ from rocketpy.broker.topicconfig import (
     send_topic_problem,
 )
 from rocketpy.broker.transaction import half_message
-from rocketpy.common.headers import HeaderError, expand_send_v2, get_bool, get_int, get_str
+from rocketpy.common.headers import HeaderError
 from rocketpy.common.message import (
     MAX_PROPERTIES_LENGTH,
     Message,
@@ -50,7 +50,6 @@ from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
 DEFAULT_REGION = "DefaultRegion"
-_REQUIRED: Any = object()
 
 #: PutMessageStatus → (response code, remark, whether the message was stored).
 _PUT_RESPONSES: dict[PutMessageStatus, tuple[int, str | None, bool]] = {
@@ -74,89 +73,6 @@ _PUT_RESPONSES: dict[PutMessageStatus, tuple[int, str | None, bool]] = {
     PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR", False),
 }
 
-
-
-@dataclass(slots=True)
-class SendHeader:
-    """A send request header, whichever of the three codes and name shapes carried it."""
-
-    producer_group: str
-    topic: str
-    default_topic: str
-    default_topic_queue_nums: int
-    queue_id: int
-    sys_flag: int
-    born_timestamp: int
-    flag: int
-    properties: str
-    reconsume_times: int
-    max_reconsume_times: int | None
-    batch: bool
-
-    @classmethod
-    def parse(cls, request: RemotingCommand) -> SendHeader:
-        """Read the header; V2 one-letter keys are read first, then the long names.
-
-        :raises HeaderError: naming the missing or unparsable field.
-        """
-        f = request.ext_fields
-        get = f.get
-        # One lookup per field instead of a long-name copy of the dict and twelve generic
-        # getters: this runs once per message (about 1.5 µs instead of 4).
-        group, topic, default_topic, properties = get("a"), get("b"), get("c"), get("i")
-        if group is None:
-            group = get("producerGroup")
-        if topic is None:
-            topic = get("topic")
-        if default_topic is None:
-            default_topic = get("defaultTopic")
-        if properties is None:
-            properties = get("properties", "")
-        if group is None:
-            raise HeaderError("producerGroup", "is missing")
-        if topic is None:
-            raise HeaderError("topic", "is missing")
-        if default_topic is None:
-            raise HeaderError("defaultTopic", "is missing")
-        return cls(
-            group,
-            topic,
-            default_topic,
-            _int(f, "d", "defaultTopicQueueNums"),
-            _int(f, "e", "queueId"),
-            _int(f, "f", "sysFlag"),
-            _int(f, "g", "bornTimestamp"),
-            _int(f, "h", "flag"),
-            properties,
-            _int(f, "j", "reconsumeTimes", 0),
-            _int(f, "l", "maxReconsumeTimes", None),
-            _bool(f, "m", "batch"),
-        )
-
-
-def _raw(fields: dict[str, str], short: str, name: str) -> str | None:
-    value = fields.get(short)
-    return fields.get(name) if value is None else value
-
-
-def _int(fields: dict[str, str], short: str, name: str, default: Any = _REQUIRED) -> Any:
-    """An integer header field under its one-letter or long name (the rules of :func:`get_int`)."""
-    value = fields.get(short)
-    if value is None:
-        value = fields.get(name)
-    if not value:
-        if default is _REQUIRED:
-            raise HeaderError(name, "is missing")
-        return default
-    if value.isdigit() and value.isascii():  # the common case: no sign, no stray characters
-        return int(value)
-    return get_int({name: value}, name)
-
-
-def _bool(fields: dict[str, str], short: str, name: str) -> bool:
-    """``true`` in any case or ``1`` (the rules of :func:`get_bool`)."""
-    value = _raw(fields, short, name)
-    return value is not None and value.lower() in ("true", "1")
 
 
 @implementer(IRequestProcessor)
