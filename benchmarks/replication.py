@@ -35,7 +35,7 @@ sys.path.insert(0, HERE)
 from twisted.internet import task  # noqa: E402
 from twisted.internet.defer import Deferred  # noqa: E402
 
-from broker import BODY, QUEUES, TIMEOUT, TOPIC, Errors, free_port, send_header  # noqa: E402
+from broker import BODY, QUEUES, TIMEOUT, Errors, free_port, send_header  # noqa: E402
 from rocketpy.remoting.client import RemotingClient  # noqa: E402
 from rocketpy.remoting.codes import RequestCode  # noqa: E402
 from rocketpy.remoting.command import RemotingCommand  # noqa: E402

@@ -6,7 +6,6 @@ import os
 from typing import Any
 
 from twisted.internet import reactor
-from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
