@@ -28,8 +28,8 @@ from rocketpy.broker.config import BrokerConfig
 from rocketpy.broker.longpoll import PullRequestHoldService
 from rocketpy.broker.offsets import ConsumerOffsetManager, RebalanceLockManager
 from rocketpy.broker.outer import NameServerRegistration
+from rocketpy.broker.admin import AdminBrokerProcessor
 from rocketpy.broker.processors import (
-    AdminBrokerProcessor,
     BrokerTables,
     ClientManageProcessor,
     ConsumerManageProcessor,

@@ -13,8 +13,8 @@ from zope.interface.verify import verifyObject
 from rocketpy.broker.clients import ConsumerManager, ProducerManager
 from rocketpy.broker.config import BrokerConfig
 from rocketpy.broker.offsets import ConsumerOffsetManager, RebalanceLockManager
+from rocketpy.broker.admin import AdminBrokerProcessor
 from rocketpy.broker.processors import (
-    AdminBrokerProcessor,
     BrokerTables,
     ClientManageProcessor,
     ConsumerManageProcessor,
