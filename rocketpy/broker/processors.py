@@ -18,14 +18,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from zope.interface import implementer
 
-from rocketpy.broker.clients import (
-    ClientChannelInfo,
-    ConsumerManager,
-    HeartbeatError,
-    MessageModel,
-    ProducerManager,
-    parse_heartbeat,
-)
+from rocketpy.broker.clients import ClientChannelInfo, ConsumerManager, ProducerManager
+from rocketpy.broker.heartbeat import HeartbeatError, MessageModel, parse_heartbeat
 from rocketpy.broker.config import BrokerConfig, dump_json
 from rocketpy.broker.offsets import ConsumerOffsetManager, MessageQueue, RebalanceLockManager
 from rocketpy.broker.subscription import SubscriptionGroupManager

@@ -1,4 +1,4 @@
-"""Tests for :mod:`rocketpy.broker.clients`: heartbeat bodies, group membership, expiry, notifications."""
+"""Tests for :mod:`rocketpy.broker.heartbeat` and :mod:`rocketpy.broker.clients`: heartbeat bodies, group membership, expiry, notifications."""
 
 from __future__ import annotations
 
@@ -11,15 +11,12 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
-from rocketpy.broker.clients import (
-    ClientChannelInfo,
-    ClientChannelListener,
+from rocketpy.broker.clients import ClientChannelInfo, ClientChannelListener, ConsumerManager, ProducerManager
+from rocketpy.broker.heartbeat import (
     ConsumeFromWhere,
-    ConsumerManager,
     ConsumeType,
     HeartbeatError,
     MessageModel,
-    ProducerManager,
     SubscriptionData,
     parse_heartbeat,
 )

@@ -15,7 +15,8 @@ from twisted.logger import capturedLogs
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from rocketpy.broker.clients import ClientChannelInfo, parse_heartbeat
+from rocketpy.broker.clients import ClientChannelInfo
+from rocketpy.broker.heartbeat import parse_heartbeat
 from rocketpy.broker.config import BrokerConfig
 from rocketpy.broker.controller import BrokerService
 from rocketpy.namesrv.service import NamesrvService
