@@ -1,4 +1,5 @@
-"""Tests for :mod:`rocketpy.broker.heartbeat` and :mod:`rocketpy.broker.clients`: heartbeat bodies, group membership, expiry, notifications."""
+"""Tests for :mod:`rocketpy.broker.heartbeat` and :mod:`rocketpy.broker.clients`: heartbeat bodies,
+group membership, expiry, notifications."""
 
 from __future__ import annotations
 
