@@ -28,7 +28,7 @@ from rocketpy.tap import Options, OrderedServices, endpoint_port, makeService
 from tests.broker.test_clients import CPP_HEARTBEAT, FakeChannel
 from tests.broker.test_processors import FakeStore
 from tests.ports import free_port
-from tests.store.fakes import ThreadlessReactor
+from tests.store.fakes import InlinePool, ThreadlessReactor
 
 
 def _parse(*argv: str) -> Options:
@@ -265,27 +265,6 @@ class LoopbackTests(TestCase):
         await broker.stopService()
         self.assertFalse(os.path.exists(store_config.abort_path))
         self.assertTrue(os.path.exists(os.path.join(store_config.config_dir, "topics.json")))
-
-
-class InlinePool:
-    """A ThreadPool stand-in that runs work immediately on the calling thread."""
-
-    def __init__(self) -> None:
-        self.started = self.stopped = False
-
-    def start(self) -> None:
-        self.started = True
-
-    def stop(self) -> None:
-        self.stopped = True
-
-    def callInThreadWithCallback(self, on_result, f, *args, **kwargs):  # type: ignore[no-untyped-def]
-        try:
-            result = f(*args, **kwargs)
-        except Exception as e:
-            on_result(False, e)
-        else:
-            on_result(True, result)
 
 
 class RecordingStore(FakeStore):

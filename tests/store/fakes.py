@@ -114,7 +114,7 @@ class InlinePool:
     """A thread pool that runs work at once on the calling thread (twisted's ``NonThreadPool``)."""
 
     def __init__(self) -> None:
-        self.started = False
+        self.started = self.stopped = False
         self.calls = 0
 
     def start(self) -> None:
@@ -122,6 +122,7 @@ class InlinePool:
 
     def stop(self) -> None:
         self.started = False
+        self.stopped = True
 
     def callInThreadWithCallback(self, on_result: Callable[[bool, Any], None],
                                  f: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
