@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from itertools import count
-from typing import Any, Callable
+from functools import partial
+from typing import Any, Callable, Sequence
 
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -226,18 +227,19 @@ class PutCompletion:
         self._timeout = timeout
         self.hooks: list[PutHook] = []
 
-    def complete(self, d: Deferred[PutMessageResult], msg: MessageExt, result: PutMessageResult) -> None:
-        """Fire ``d`` with ``result`` now, or once its flush and put hooks are done."""
+    def complete(self, done: Callable[[PutMessageResult], object], msg: MessageExt,
+                 result: PutMessageResult) -> None:
+        """Call ``done(result)`` now, or once the put's flush and put hooks are done."""
         append = result.append
         if append is None or result.status is not PutMessageStatus.PUT_OK or not (self._sync_flush or self.hooks):
-            d.callback(result)  # failed, or ASYNC_FLUSH without hooks: done once appended
+            done(result)  # failed, or ASYNC_FLUSH without hooks: done once appended
             return
         wait = wants_wait(msg)
         waits: list[Deferred[PutMessageStatus]] = []
         if self._sync_flush and wait and append.next_offset > self._waiters.position:
             deadline = self._clock.seconds() + self._timeout
             if not self.hooks:  # the common case: no Deferred chain, no gatherResults
-                self._waiters.add_callback(append.next_offset, deadline, _fire_flushed, d, result)
+                self._waiters.add_callback(append.next_offset, deadline, _fire_flushed, done, result)
                 return
             waits.append(self._waiters.add(append.next_offset, deadline).addCallback(_flush_status))
         for hook in self.hooks if wait else ():
@@ -245,18 +247,47 @@ class PutCompletion:
             if status is not None:
                 waits.append(status)
         if not waits:
-            d.callback(result)
+            done(result)
         else:
             gathered = gatherResults(waits, consumeErrors=True).addCallback(_combine, result)
-            gathered.addErrback(self._hook_failed).chainDeferred(d)
+            gathered.addErrback(self._hook_failed).addCallback(done)
+
+    def complete_many(self, d: Deferred[list[PutMessageResult]], puts: Sequence[Sequence[MessageExt]],
+                      results: list[PutMessageResult]) -> None:
+        """Fire ``d`` with the final results of ``puts`` once each is complete (as :meth:`complete`)."""
+        if not (self._sync_flush or self.hooks):
+            d.callback(results)
+            return
+        gather = _Gather(d, results)
+        for i, (msgs, result) in enumerate(zip(puts, results)):
+            self.complete(partial(gather.done, i), msgs[0], result)
+        gather.done(-1, None)  # the last completion fires d, even when all completed above
 
     def _hook_failed(self, failure: Failure) -> PutMessageResult:
         self.log.failure("put hook failed", failure, level=LogLevel.error)
         return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
 
 
-def _fire_flushed(covered: bool, d: Deferred[PutMessageResult], result: PutMessageResult) -> None:
-    d.callback(result if covered else dataclasses.replace(result, status=PutMessageStatus.FLUSH_DISK_TIMEOUT))
+class _Gather:
+    """Collects the results of :meth:`PutCompletion.complete_many`; fires once all are in."""
+
+    __slots__ = ("_d", "_results", "_left")
+
+    def __init__(self, d: Deferred[list[PutMessageResult]], results: list[PutMessageResult]) -> None:
+        self._d = d
+        self._results = list(results)
+        self._left = len(results) + 1  # + the caller's own call after registering every put
+
+    def done(self, index: int, result: PutMessageResult | None) -> None:
+        if index >= 0:
+            self._results[index] = result  # type: ignore[assignment]
+        self._left -= 1
+        if not self._left:
+            self._d.callback(self._results)
+
+
+def _fire_flushed(covered: bool, done: Callable[[PutMessageResult], object], result: PutMessageResult) -> None:
+    done(result if covered else dataclasses.replace(result, status=PutMessageStatus.FLUSH_DISK_TIMEOUT))
 
 
 def _flush_status(covered: bool) -> PutMessageStatus:

@@ -14,7 +14,7 @@ waiters appended while it runs are served by the next one.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, TypeVar, cast
+from typing import Any, Callable, Sequence, TypeVar, cast
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, succeed
@@ -59,18 +59,24 @@ class _PoolCaller:
 
 
 class _Put:
-    """One queued put: a single message or a batch, and the Deferred its caller holds."""
+    """What one caller queued: independent puts (each one message or a batch) and the Deferred
+    it holds, which fires with one result (``single``) or a list of them, in order."""
 
-    __slots__ = ("msgs", "batch", "deferred")
+    __slots__ = ("puts", "single", "messages", "deferred")
 
-    def __init__(self, msgs: list[MessageExt], batch: bool) -> None:
-        self.msgs = msgs
-        self.batch = batch
-        self.deferred: Deferred[PutMessageResult] = Deferred()
+    def __init__(self, puts: Sequence[Sequence[MessageExt]], single: bool, messages: int) -> None:
+        self.puts = puts
+        self.single = single
+        self.messages = messages
+        self.deferred: Deferred[Any] = Deferred()
+
+    def refuse(self, status: PutMessageStatus) -> None:
+        result = PutMessageResult(status)
+        self.deferred.callback(result if self.single else [result] * len(self.puts))
 
 
-# What an append hop returns: per put a result or the exception it raised; the flushed
-# offset when the hop flushed (else None); the flush's exception, if any.
+# What an append hop returns: per put (each of every _Put's) a result or the exception it
+# raised; the flushed offset when the hop flushed (else None); the flush's exception, if any.
 _Results = list["PutMessageResult | Exception"]
 _HopOutcome = tuple[_Results, "int | None", "Exception | None"]
 
@@ -160,7 +166,7 @@ class StoreService(Service):
             queue, self._queue = self._queue, []
             self._queued_messages = 0
             for put in queue:
-                put.deferred.callback(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE))
+                put.refuse(PutMessageStatus.SERVICE_NOT_AVAILABLE)
             return
         self._flush_waiters.advance(self._store.flushed_offset)
         self._ready = True
@@ -229,11 +235,21 @@ class StoreService(Service):
         stopped, ``OS_PAGECACHE_BUSY`` when :meth:`is_busy`, ``FLUSH_DISK_TIMEOUT`` after
         ``sync_flush_timeout``, ``UNKNOWN_ERROR`` when the store raised).
         """
-        return self._enqueue([msg], batch=False)
+        return self._enqueue(_Put(((msg,),), True, 1))
 
     def put_messages(self, msgs: list[MessageExt]) -> Deferred[PutMessageResult]:
         """Append a batch under one store lock, with one result (as :meth:`put_message`)."""
-        return self._enqueue(msgs, batch=True)
+        return self._enqueue(_Put((msgs,), True, len(msgs)))
+
+    def put_many(self, puts: Sequence[Sequence[MessageExt]]) -> Deferred[list[PutMessageResult]]:
+        """Several independent puts (a sequence of one message, or a batch), one result each
+        in order, with one Deferred: what a broker read of many send requests puts.
+
+        Each result is what :meth:`put_message` (or :meth:`put_messages`) would give it.
+        """
+        if not puts:
+            return succeed([])
+        return self._enqueue(_Put(puts, False, sum(map(len, puts))))
 
     def is_busy(self) -> bool:
         """True when puts should be refused (the broker answers SYSTEM_BUSY).
@@ -250,27 +266,26 @@ class StoreService(Service):
         started = self._hop_started
         return started is not None and now - started > self._config.os_page_cache_busy_timeout
 
-    def _enqueue(self, msgs: list[MessageExt], batch: bool) -> Deferred[PutMessageResult]:
+    def _enqueue(self, put: _Put) -> Deferred[Any]:
         if not self._accepting:
-            return succeed(PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE))
-        if (self._hop_started is not None or self._queue) and self.is_busy():
-            return succeed(PutMessageResult(PutMessageStatus.OS_PAGECACHE_BUSY))
-        put = _Put(msgs, batch)
-        if (self._inline and not batch and self._hop_started is None and not self._queue
+            put.refuse(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        elif (self._hop_started is not None or self._queue) and self.is_busy():
+            put.refuse(PutMessageStatus.OS_PAGECACHE_BUSY)
+        elif (self._inline and put.messages == 1 and self._hop_started is None and not self._queue
                 and not self._delivering and self._ready and not self._in_pool.running
-                and self._store.can_append_inline(msgs[0])):
+                and self._store.can_append_inline(put.puts[0][0])):
             self._append_inline(put)
-            return put.deferred
-        if not self._queue:
-            self._queued_since = self._reactor.seconds()
-        self._queue.append(put)
-        self._queued_messages += len(msgs)
-        if not self._delivering:
-            self._maybe_hop()
+        else:
+            if not self._queue:
+                self._queued_since = self._reactor.seconds()
+            self._queue.append(put)
+            self._queued_messages += put.messages
+            if not self._delivering:
+                self._maybe_hop()
         return put.deferred
 
     def _append_inline(self, put: _Put) -> None:
-        """ASYNC_FLUSH, writer idle: append one small put on the reactor thread, without a hop.
+        """ASYNC_FLUSH, writer idle: append one small message on the reactor thread, without a hop.
 
         A lone producer otherwise pays two thread wake-ups per send (to the pool and back
         through the reactor's waker), which cost more than the append itself. The store's
@@ -306,9 +321,9 @@ class StoreService(Service):
         results = self._put_all(puts)
         if flush_target is None:
             return results, None, None
-        for put, result in zip(puts, results):
+        for msgs, result in zip(_each_put(puts), results):
             if not isinstance(result, Exception) and result.append is not None and result.ok \
-                    and wants_wait(put.msgs[0]):
+                    and wants_wait(msgs[0]):
                 flush_target = max(flush_target, result.append.next_offset)
         store = self._store
         try:
@@ -319,20 +334,22 @@ class StoreService(Service):
             return results, None, e
 
     def _put_all(self, puts: list[_Put]) -> _Results:
-        """A store with ``put_many`` takes the whole hop under one lock and one write per file
-        (it turns a put's own errors into its status); otherwise one call per put.
+        """One result per put of every ``_Put``, in order. A store with ``put_many`` takes the
+        whole hop under one lock and one write per file (it turns a put's own errors into its
+        status); otherwise one call per put.
         """
         store = self._store
+        each = puts[0].puts if len(puts) == 1 else _each_put(puts)
         put_many = getattr(store, "put_many", None)
-        if put_many is not None and len(puts) > 1:
+        if put_many is not None and len(each) > 1:
             try:
-                return cast(_Results, put_many([put.msgs for put in puts]))
+                return cast(_Results, put_many(each))
             except Exception as e:  # a store bug: no put of the hop can be trusted
-                return [e] * len(puts)
+                return [e] * len(each)
         results: _Results = []
-        for put in puts:
+        for msgs in each:
             try:
-                results.append(store.put_messages(put.msgs) if put.batch else store.put_message(put.msgs[0]))
+                results.append(store.put_message(msgs[0]) if len(msgs) == 1 else store.put_messages(msgs))
             except Exception as e:
                 results.append(e)
         return results
@@ -345,21 +362,31 @@ class StoreService(Service):
             self.log.failure("group-commit flush failed", _failure(flush_error), level=LogLevel.error)
         touched: dict[tuple[str, int], None] = {}
         logged: set[int] = set()
-        for i, (put, result) in enumerate(zip(puts, results)):
-            if isinstance(result, Exception):
+        ok = PutMessageStatus.PUT_OK
+        for i, (msgs, result) in enumerate(zip(_each_put(puts), results)):
+            if type(result) is PutMessageResult:
+                if result.status is ok:
+                    first = msgs[0]
+                    touched[(first.topic, first.queue_id)] = None
+            else:
                 if id(result) not in logged:  # a failed put_many repeats one exception
                     logged.add(id(result))
                     self.log.failure("put failed", _failure(result), level=LogLevel.error)
                 results[i] = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
-            elif result.status is PutMessageStatus.PUT_OK:
-                touched[(put.msgs[0].topic, put.msgs[0].queue_id)] = None
         self._notify_arrivals(touched)  # the records are readable: wake long polls first
         if flushed is not None:
             self._advance_flushed(flushed)  # before completing: covered puts fire at once
         self._delivering += 1
         try:
-            for put, result in zip(puts, results):
-                self._completion.complete(put.deferred, put.msgs[0], result)  # type: ignore[arg-type]
+            complete = self._completion.complete
+            start = 0
+            for put in puts:
+                count = len(put.puts)
+                if put.single:
+                    complete(put.deferred.callback, put.puts[0][0], results[start])  # type: ignore[arg-type]
+                else:
+                    self._completion.complete_many(put.deferred, put.puts, results[start:start + count])  # type: ignore[arg-type]
+                start += count
         finally:
             self._delivering -= 1
         self._group_commit.kick()
@@ -371,7 +398,7 @@ class StoreService(Service):
             self._group_commit.running = False
         for put in puts:
             if not put.deferred.called:
-                put.deferred.callback(PutMessageResult(PutMessageStatus.UNKNOWN_ERROR))
+                put.refuse(PutMessageStatus.UNKNOWN_ERROR)
         self._hop_finished()
 
     def _hop_finished(self) -> None:
@@ -459,6 +486,11 @@ class StoreService(Service):
     def get_commit_log_data(self, offset: int, size: int = -1) -> Deferred[bytes | None]:
         """HA master: ``size`` bytes of commit log at ``offset`` (-1: to the end of its file)."""
         return self._in_read_pool(self._store.get_commit_log_data, offset, size)
+
+
+def _each_put(puts: list[_Put]) -> list[Sequence[MessageExt]]:
+    """The puts of every ``_Put``, flattened in order."""
+    return [msgs for put in puts for msgs in put.puts]
 
 
 def _failure(error: Exception) -> Failure:

@@ -87,6 +87,47 @@ class BatchingTests(SynchronousTestCase):
         offsets = [self.successResultOf(d).append.queue_offset for d in ds]  # type: ignore[union-attr]
         self.assertEqual((calls, offsets), ([2], [0, 1]))
 
+    def test_put_many_one_result_per_put(self) -> None:
+        """put_many: independent puts (single messages and a batch) in one hop, one Deferred
+        firing with one result per put, in order."""
+        service, store, _, pool = make_stepped_service()
+        d = service.put_many([(message(),), [message(), message()], (message(queue_id=1),)])
+        self.assertNoResult(d)
+        self.assertEqual(pool.calls, 2, "one hop")
+        pool.run_one()
+        results = self.successResultOf(d)
+        self.assertEqual([r.status for r in results], [PutMessageStatus.PUT_OK] * 3)
+        self.assertEqual([(r.append.queue_offset, r.append.msg_num) for r in results if r.append],
+                         [(0, 1), (1, 2), (0, 1)])
+        self.assertEqual(store.events.count("put"), 3)
+        self.assertEqual(self.successResultOf(service.put_many([])), [])
+
+    def test_put_many_failures_stay_with_their_put(self) -> None:
+        """A put the store raises on is UNKNOWN_ERROR; the others of the call are stored."""
+        service, store, _, _ = make_service()
+
+        def explode(msg: Any) -> None:
+            if msg.queue_id == 1:
+                raise OSError("bad sector")
+
+        store.on_put = explode
+        results = self.successResultOf(service.put_many([(message(),), (message(queue_id=1),), (message(),)]))
+        self.assertEqual([r.status for r in results],
+                         [PutMessageStatus.PUT_OK, PutMessageStatus.UNKNOWN_ERROR, PutMessageStatus.PUT_OK])
+        self.flushLoggedErrors(OSError)
+
+    def test_put_many_refused_as_a_whole(self) -> None:
+        """Stopped or busy: every put of the call gets the refusal."""
+        service = StoreService(FakeMessageStore(), reactor, as_thread_pool(InlinePool()))
+        results = self.successResultOf(service.put_many([(message(),), (message(),)]))
+        self.assertEqual([r.status for r in results], [PutMessageStatus.SERVICE_NOT_AVAILABLE] * 2)
+        service, _, _, pool = make_stepped_service(max_queued_messages=2)
+        service.put_message(message())  # the running hop
+        service.put_many([(message(),), (message(),)])
+        results = self.successResultOf(service.put_many([(message(),)]))
+        self.assertEqual([r.status for r in results], [PutMessageStatus.OS_PAGECACHE_BUSY])
+        pool.run_all()
+
     def test_store_exception_is_unknown_error(self) -> None:
         """A put the store raises on answers UNKNOWN_ERROR, is logged, and the next put works."""
         service, store, _, _ = make_service()
@@ -362,6 +403,19 @@ class ReadAndHookTests(SynchronousTestCase):
         self.assertEqual(result.status, PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
         self.assertEqual(result.append, seen[0].append)
 
+    def test_put_many_waits_for_each_hook(self) -> None:
+        """put_many with a put hook fires once every put's hook answered, each status its own."""
+        service, _, _, _ = make_service()
+        replicas: list[Deferred[PutMessageStatus]] = []
+        service.add_put_hook(lambda result: replicas.append(Deferred()) or replicas[-1])
+        d = service.put_many([(message(),), (message(wait=False),), (message(),)])
+        self.assertEqual(len(replicas), 2, "a put with WAIT=false does not wait")
+        replicas[1].callback(PutMessageStatus.PUT_OK)
+        self.assertNoResult(d)
+        replicas[0].callback(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        self.assertEqual([r.status for r in self.successResultOf(d)],
+                         [PutMessageStatus.FLUSH_SLAVE_TIMEOUT, PutMessageStatus.PUT_OK, PutMessageStatus.PUT_OK])
+
     def test_failing_hook_is_unknown_error(self) -> None:
         """A hook whose Deferred fails gives UNKNOWN_ERROR, not a failed put Deferred."""
         service, _, _, _ = make_service()
@@ -439,6 +493,20 @@ class RealStoreTests(TestCase):
         self.assertEqual([decode_record(r).body for r in got.records], bodies[98:])
         await service.stopService()
         self.assertFalse(os.path.exists(config.abort_path), "a clean stop removes the abort file")
+
+    async def test_put_many_sync_flush(self) -> None:
+        """SYNC_FLUSH: put_many fires once every put that waits is durable."""
+        root = os.path.abspath(self.mktemp())
+        config = MessageStoreConfig(store_path_root_dir=root, flush_disk_type="SYNC_FLUSH",
+                                    mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=1000 * 20,
+                                    max_hash_slot_num=1000, max_index_num=4000)
+        service = StoreService(MessageStore(config), reactor)
+        await service.startService()
+        self.addCleanup(lambda: service.running and service.stopService())
+        results = await service.put_many([(message(body=b"%d" % i * 100),) for i in range(50)])
+        self.assertEqual([r.append.queue_offset for r in results if r.ok and r.append], list(range(50)))
+        self.assertGreaterEqual(service._store.flushed_offset, results[-1].append.next_offset)  # type: ignore[union-attr]
+        await service.stopService()
 
     def test_async_flush(self) -> Deferred[None]:
         """ASYNC_FLUSH: puts are appended, readable, announced, and the stop is clean."""
