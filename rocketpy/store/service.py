@@ -364,15 +364,14 @@ class StoreService(Service):
         logged: set[int] = set()
         ok = PutMessageStatus.PUT_OK
         for i, (msgs, result) in enumerate(zip(_each_put(puts), results)):
-            if type(result) is PutMessageResult:
-                if result.status is ok:
-                    first = msgs[0]
-                    touched[(first.topic, first.queue_id)] = None
-            else:
+            if isinstance(result, Exception):
                 if id(result) not in logged:  # a failed put_many repeats one exception
                     logged.add(id(result))
                     self.log.failure("put failed", _failure(result), level=LogLevel.error)
                 results[i] = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
+            elif result.status is ok:
+                first = msgs[0]
+                touched[(first.topic, first.queue_id)] = None
         self._notify_arrivals(touched)  # the records are readable: wake long polls first
         if flushed is not None:
             self._advance_flushed(flushed)  # before completing: covered puts fire at once
