@@ -33,6 +33,18 @@ class IRequestProcessor(Interface):
         """True when the processor is overloaded: the server answers SYSTEM_BUSY."""
 
 
+class IBatchRequestProcessor(IRequestProcessor):
+    """A reactor-thread processor that also takes the run of requests for it that arrived
+    together (one read of a connection) in one call: per-request work paid once per run."""
+
+    def process_requests(channel, requests):  # type: ignore[no-untyped-def]
+        """Return one result per request, in order (a response RemotingCommand, or None for
+        no reply), or a Deferred of that list.
+
+        An exception (or failed Deferred) becomes a SYSTEM_ERROR response to each request.
+        """
+
+
 class IRPCHook(Interface):
     """Called around every request, on client and server (ACL signing and checking)."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from typing import Any
+from typing import Any, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
@@ -44,7 +44,7 @@ from rocketpy.common.message import (
     properties_to_string,
     string_to_properties,
 )
-from rocketpy.interfaces import IRequestProcessor
+from rocketpy.interfaces import IBatchRequestProcessor
 from rocketpy.remoting.codes import ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
@@ -75,11 +75,12 @@ _PUT_RESPONSES: dict[PutMessageStatus, tuple[int, str | None, bool]] = {
 
 
 
-@implementer(IRequestProcessor)
+@implementer(IBatchRequestProcessor)
 class SendMessageProcessor:
     """Stores what producers send.
 
-    :param store: the ``StoreService`` (``put_message``/``put_messages`` → Deferred[PutMessageResult]).
+    :param store: the ``StoreService`` (``put_message``/``put_messages`` → Deferred[PutMessageResult],
+        ``put_many``).
     :param topics: the broker's topic table, for lookup and auto-creation.
     :param store_host: the broker's advertised ``(ip, port)``, written into every record.
     :param cluster_name: added to every message as the ``CLUSTER`` property.
@@ -132,25 +133,54 @@ class SendMessageProcessor:
 
     def process_request(self, channel: Any, request: RemotingCommand) -> Deferred[RemotingCommand] | RemotingCommand:
         """Check the request, build the message(s) and store them; never raises."""
+        prepared = self._prepare(request, channel)
+        if type(prepared) is RemotingCommand:
+            return prepared
+        msgs, queue_id, batch = prepared  # type: ignore[misc]
+        d = self._store.put_messages(msgs) if batch else self._store.put_message(msgs[0])
+        return d.addCallback(self._put_response, request, queue_id)
+
+    def process_requests(self, channel: Any, requests: list[RemotingCommand]) -> Deferred[list[RemotingCommand]]:
+        """The send requests of one read: every message stored with one ``put_many`` (one
+        store Deferred instead of one per request); one response per request, in order."""
+        responses: list[RemotingCommand] = []
+        puts: list[Sequence[MessageExt]] = []
+        stored: list[tuple[int, RemotingCommand, int]] = []  # response index, request, queue id
+        prepare = self._prepare
+        for request in requests:
+            prepared = prepare(request, channel)
+            if type(prepared) is not RemotingCommand:
+                msgs, queue_id, _batch = prepared  # type: ignore[misc]
+                puts.append(msgs)
+                stored.append((len(responses), request, queue_id))
+            responses.append(prepared)  # type: ignore[arg-type]  # replaced once stored
+        return self._store.put_many(puts).addCallback(self._put_responses, responses, stored)
+
+    def _put_responses(self, results: list[PutMessageResult], responses: list[RemotingCommand],
+                       stored: list[tuple[int, RemotingCommand, int]]) -> list[RemotingCommand]:
+        put_response = self._put_response
+        for (index, request, queue_id), result in zip(stored, results):
+            responses[index] = put_response(result, request, queue_id)
+        return responses
+
+    def _prepare(self, request: RemotingCommand,
+                 channel: Any) -> RemotingCommand | tuple[Sequence[MessageExt], int, bool]:
+        """The messages to store, their queue id and whether they are a batch; or the error response."""
         try:
             header = SendHeader.parse(request)
             config = self._check(header, channel)
             queue_id = header.queue_id
             if queue_id < 0:
                 queue_id = self._queue_id(header, config)
-            d: Deferred[PutMessageResult]
             if header.batch:
-                msgs = self._batch_messages(header, request.body, queue_id, channel)
-                d = self._store.put_messages(msgs)
-            else:
-                msg = self._single_message(header, request.body, queue_id, channel, request.version)
-                queue_id = msg.queue_id
-                d = self._store.put_message(half_message(msg))  # a PREPARED send waits on the half topic
+                return self._batch_messages(header, request.body, queue_id, channel), queue_id, True
+            msg = self._single_message(header, request.body, queue_id, channel, request.version)
+            queue_id = msg.queue_id  # what the producer is told, not the half topic's queue
+            return (half_message(msg),), queue_id, False  # a PREPARED send waits on the half topic
         except HeaderError as e:
             return self._response(request, ResponseCode.SYSTEM_ERROR, str(e))
         except Rejected as e:
             return self._response(request, e.code, e.remark)
-        return d.addCallback(self._put_response, request, queue_id)
 
     # -- checks -------------------------------------------------------------
 

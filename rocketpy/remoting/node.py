@@ -19,7 +19,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from rocketpy.interfaces import IChannelEventListener, IRequestProcessor, IRPCHook
+from rocketpy.interfaces import IBatchRequestProcessor, IChannelEventListener, IRequestProcessor, IRPCHook
 from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.protocol import RemotingProtocol
@@ -35,7 +35,7 @@ TIMEOUT_CLEAN_QUEUE_REMARK = (
 class _Registration:
     """A processor, where it runs, and how many of its requests are in the pool."""
 
-    __slots__ = ("processor", "executor", "max_queue", "max_wait", "queued")
+    __slots__ = ("processor", "executor", "max_queue", "max_wait", "queued", "batch")
 
     def __init__(
         self, processor: IRequestProcessor, executor: ThreadPool | None, max_queue: int, max_wait: float | None = None
@@ -45,6 +45,8 @@ class _Registration:
         self.max_queue = max_queue
         self.max_wait = max_wait
         self.queued = 0
+        #: runs of its requests go to ``process_requests`` together (reactor-thread processors only)
+        self.batch = executor is None and IBatchRequestProcessor.providedBy(processor)
 
 
 class RemotingNode:
@@ -159,6 +161,73 @@ class RemotingNode:
         for hook in self.rpc_hooks:
             hook.after_response(address, request, response)
         return response
+
+    def requests_received(self, channel: RemotingProtocol, requests: list[RemotingCommand]) -> None:
+        """Dispatch the requests of one read in order; consecutive requests for the same
+        batch processor (:class:`IBatchRequestProcessor`) go to it as one run."""
+        if len(requests) == 1:
+            self.request_received(channel, requests[0])
+            return
+        processors, default = self._processors, self._default
+        run: list[RemotingCommand] = []
+        owner: _Registration | None = None
+        for request in requests:
+            registration = processors.get(request.code, default)
+            if registration is not None and registration.batch:
+                if registration is not owner:
+                    if run:
+                        self._run_received(owner, channel, run)  # type: ignore[arg-type]
+                    run, owner = [], registration
+                run.append(request)
+                continue
+            if run:
+                self._run_received(owner, channel, run)  # type: ignore[arg-type]
+                run, owner = [], None
+            self.request_received(channel, request)
+        if run:
+            self._run_received(owner, channel, run)  # type: ignore[arg-type]
+
+    def _run_received(self, registration: _Registration, channel: RemotingProtocol,
+                      run: list[RemotingCommand]) -> None:
+        if len(run) == 1:
+            self.request_received(channel, run[0])
+            return
+        processor: Any = registration.processor  # an IBatchRequestProcessor
+        try:
+            if processor.reject_request():
+                for request in run:
+                    self._respond(channel, request,
+                                  request.make_response(ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]" + BUSY_REMARK))
+                return
+            if self.rpc_hooks:
+                for request in run:
+                    for hook in self.rpc_hooks:
+                        hook.before_request(channel.remote_address, request)
+            results = processor.process_requests(channel, run)
+        except Exception:
+            self._reply_run_failure(Failure(), channel, run)
+            return
+        if isinstance(results, Deferred):
+            args = (channel, run)
+            results.addCallbacks(self._reply_run, self._reply_run_failure, callbackArgs=args, errbackArgs=args)
+        else:
+            self._reply_run(results, channel, run)
+
+    def _reply_run(self, results: Any, channel: RemotingProtocol, run: list[RemotingCommand]) -> None:
+        if type(results) is not list or len(results) != len(run):
+            error = TypeError(f"process_requests gave {type(results).__name__}, not a list of {len(run)} results")
+            self._reply_run_failure(Failure(error), channel, run)
+            return
+        with channel.writes_together():
+            for request, result in zip(run, results):
+                self._reply(result, channel, request)
+
+    def _reply_run_failure(self, failure: Failure, channel: RemotingProtocol, run: list[RemotingCommand]) -> None:
+        self.log.failure("{count} requests {code} from {peer} failed", failure, level=LogLevel.error,
+                         count=len(run), code=run[0].code, peer=channel.remote_address)
+        with channel.writes_together():
+            for request in run:
+                self._respond(channel, request, self._system_error(request, failure.value))
 
     def request_received(self, channel: RemotingProtocol, request: RemotingCommand) -> None:
         """Dispatch *request* to its processor and send the outcome back."""

@@ -8,7 +8,8 @@ business (:class:`~rocketpy.remoting.node.RemotingNode`).
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
 
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -98,15 +99,17 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
 
     def dataReceived(self, data: bytes) -> None:
         # Int32StringReceiver's framing, inlined: frames are decoded in place (no slice per
-        # frame), the idle clock is noted once per read, and the responses the frames of
-        # this read produced leave in one writeSequence.
+        # frame), the idle clock is noted once per read, the requests of this read go to the
+        # owner together (a batch processor takes a run of them in one call) and the
+        # responses they produced leave in one writeSequence.
         if self._broken:
             return
         self._last_activity = self._seconds()
         if self._unprocessed:
             data = self._unprocessed + data
         size, position, limit = len(data), 0, self.MAX_LENGTH
-        resolve, request_received = self._table.resolve, self._owner.request_received
+        resolve = self._table.resolve
+        requests: list[RemotingCommand] = []
         self._reading = True
         try:
             while size - position >= 4 and not self.paused:  # paused: _PauseableMixin, as Twisted's loop
@@ -130,16 +133,17 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
                     if not resolve(command):
                         self._late(command)
                 else:
-                    request_received(self, command)
-                if self._broken:
-                    self._unprocessed = b""
-                    return
+                    requests.append(command)
             self._unprocessed = data[position:] if position else data
         finally:
-            self._reading = False
-            if self._out:
-                out, self._out = self._out, []
-                self.transport.writeSequence(out)
+            try:
+                if requests:  # also those before a bad frame: they arrived whole
+                    self._owner.requests_received(self, requests)
+            finally:
+                self._reading = False
+                if self._out:
+                    out, self._out = self._out, []
+                    self.transport.writeSequence(out)
 
     def stringReceived(self, frame: bytes) -> None:
         """One frame without its length prefix (``dataReceived`` does not call this)."""
@@ -261,6 +265,23 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
             self._out.append(data)
         else:
             self._write(data)
+
+    @contextmanager
+    def writes_together(self) -> Iterator[None]:
+        """Within this block what the channel writes leaves in one ``writeSequence`` at its end
+        (as the responses written while reading do): for many responses ready at once."""
+        if self._reading:
+            yield
+            return
+        self._reading = True
+        try:
+            yield
+        finally:
+            self._reading = False
+            if self._out:
+                out, self._out = self._out, []
+                self.transport.writeSequence(out)
+                self.resetTimeout()
 
     def expire_requests(self, now: float) -> int:
         """Fail the requests whose deadline passed; return how many.

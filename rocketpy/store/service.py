@@ -339,7 +339,7 @@ class StoreService(Service):
         status); otherwise one call per put.
         """
         store = self._store
-        each = puts[0].puts if len(puts) == 1 else _each_put(puts)
+        each = _each_put(puts)
         put_many = getattr(store, "put_many", None)
         if put_many is not None and len(each) > 1:
             try:
@@ -487,9 +487,9 @@ class StoreService(Service):
         return self._in_read_pool(self._store.get_commit_log_data, offset, size)
 
 
-def _each_put(puts: list[_Put]) -> list[Sequence[MessageExt]]:
+def _each_put(puts: list[_Put]) -> Sequence[Sequence[MessageExt]]:
     """The puts of every ``_Put``, flattened in order."""
-    return [msgs for put in puts for msgs in put.puts]
+    return puts[0].puts if len(puts) == 1 else [msgs for put in puts for msgs in put.puts]
 
 
 def _failure(error: Exception) -> Failure:

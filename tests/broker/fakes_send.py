@@ -54,6 +54,9 @@ class FakeStoreService:
     def put_messages(self, msgs: list[MessageExt]) -> Deferred[PutMessageResult]:
         return succeed(self._put(msgs, batch=True))
 
+    def put_many(self, puts: list[list[MessageExt]]) -> Deferred[list[PutMessageResult]]:
+        return succeed([self._put(list(msgs), batch=len(msgs) > 1) for msgs in puts])
+
     def _put(self, msgs: list[MessageExt], batch: bool) -> PutMessageResult:
         self.puts.append((batch, msgs))
         status = self.put_status
