@@ -164,7 +164,8 @@ class RemotingNode:
 
     def requests_received(self, channel: RemotingProtocol, requests: list[RemotingCommand]) -> None:
         """Dispatch the requests of one read in order; consecutive requests for the same
-        batch processor (:class:`IBatchRequestProcessor`) go to it as one run."""
+        batch processor (:class:`IBatchRequestProcessor`, whichever of its codes) go to it
+        as one run."""
         if len(requests) == 1:
             self.request_received(channel, requests[0])
             return
@@ -174,7 +175,7 @@ class RemotingNode:
         for request in requests:
             registration = processors.get(request.code, default)
             if registration is not None and registration.batch:
-                if registration is not owner:
+                if owner is None or registration.processor is not owner.processor:  # one processor, any code
                     if run:
                         self._run_received(owner, channel, run)  # type: ignore[arg-type]
                     run, owner = [], registration

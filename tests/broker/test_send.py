@@ -19,7 +19,7 @@ from rocketpy.common.message import (
     encode_batch,
     string_to_properties,
 )
-from rocketpy.interfaces import IRequestProcessor
+from rocketpy.interfaces import IBatchRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageStatus
@@ -91,8 +91,8 @@ class SendMessageProcessorTests(SynchronousTestCase):
         return response
 
     def test_provides_interface(self) -> None:
-        """The processor is an IRequestProcessor."""
-        self.assertTrue(verifyObject(IRequestProcessor, self.processor))
+        """The processor is an IBatchRequestProcessor."""
+        self.assertTrue(verifyObject(IBatchRequestProcessor, self.processor))
 
     def test_cpp_v1_header(self) -> None:
         """The C++ client's SEND_MESSAGE is stored with its body, flags, properties and hosts."""
@@ -175,6 +175,30 @@ class SendMessageProcessorTests(SynchronousTestCase):
         )
         self.assertEqual(response.ext_fields["msgId"], ",".join(m.msg_id for m in msgs))
         self.assertEqual(response.ext_fields["queueOffset"], "0")
+
+    def test_run_of_requests_is_one_store_call(self) -> None:
+        """process_requests: the requests of one read, good, bad and batches, in one put_many;
+        each response as process_request would give it, in order."""
+        body = encode_batch([Message("T", b"a"), Message("T", b"b")])
+        v2 = {"a": "P", "b": "T", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1", "h": "0"}
+        requests = [send_request(RequestCode.SEND_MESSAGE_V2, v2), send_request(RequestCode.SEND_MESSAGE_V2, {}),
+                    send_request(RequestCode.SEND_BATCH_MESSAGE, dict(v2, m="true"), body),
+                    send_request(RequestCode.SEND_MESSAGE_V2, dict(v2, e="9")),
+                    send_request(RequestCode.SEND_MESSAGE_V2, dict(v2, e="1"))]
+        for i, request in enumerate(requests):
+            request.opaque = i
+        calls: list[int] = []
+        put_many = self.store.put_many
+        self.store.put_many = lambda puts: calls.append(len(puts)) or put_many(puts)  # type: ignore[method-assign]
+        responses = self.successResultOf(self.processor.process_requests(self.channel, requests))
+        self.assertEqual(calls, [3])
+        self.assertEqual([(r.opaque, r.code) for r in responses],
+                         [(0, ResponseCode.SUCCESS), (1, ResponseCode.SYSTEM_ERROR), (2, ResponseCode.SUCCESS),
+                          (3, ResponseCode.SYSTEM_ERROR), (4, ResponseCode.SUCCESS)])
+        self.assertEqual([(r.ext_fields.get("queueId"), r.ext_fields.get("queueOffset")) for r in responses],
+                         [("0", "0"), (None, None), ("0", "1"), (None, None), ("1", "0")])
+        self.assertEqual(len(responses[2].ext_fields["msgId"].split(",")), 2)
+        self.assertEqual([(batch, len(msgs)) for batch, msgs in self.store.puts], [(False, 1), (True, 2), (False, 1)])
 
     def test_batch_decided_by_flag_not_code(self) -> None:
         """The flag decides: m=true or m=1 split the body (any code), m=false stores it as one message."""
