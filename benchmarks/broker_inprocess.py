@@ -2,21 +2,26 @@
 
 Usage::
 
-    python benchmarks/broker_inprocess.py [--messages 20000] [--rounds 3] [--profile]
+    python benchmarks/broker_inprocess.py [--messages 20000] [--rounds 3] [--in-flight 1]
+                                          [--chunk 60] [--gc-threshold 10000] [--profile]
 
 Starts a real ``BrokerService`` (real ``StoreService`` and ``MessageStore`` in a temporary
 directory, ASYNC_FLUSH, small files) on the reactor, connects one broker protocol to a
 ``StringTransport`` and feeds it the frames the Java client sends (1 KiB bodies, queues 0–7 in
-turn), one at a time, each after the previous response was written. Prints µs per send (wall
-time of the whole loop: decode, processor, store append and dispatch, completion, response
-encode) per round and the median. ``--profile`` runs one more round under ``cProfile`` and
-prints the Python-level calls per send and the functions called most.
+turn), one at a time, each after the previous response was written; with ``--in-flight N``
+in reads of ``--chunk`` frames (a 64 KiB socket read holds ~60), at most N unanswered, as a
+loaded broker sees them. Prints µs per send (wall time of the whole loop: decode, processor,
+store append and dispatch, completion, response encode), the process's CPU per send (all
+threads) and the garbage collector's time per send, per round and as medians.
+``--profile`` runs one more round under ``cProfile`` and prints the Python-level calls per
+send and the functions called most.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import os
 import pstats
 import shutil
@@ -44,6 +49,7 @@ from rocketpy.remoting.codec import encode  # noqa: E402
 from rocketpy.remoting.codes import RequestCode  # noqa: E402
 from rocketpy.remoting.command import RemotingCommand  # noqa: E402
 from rocketpy.store.config import MessageStoreConfig  # noqa: E402
+from rocketpy.util.gctuning import DEFAULT_GEN0_THRESHOLD, GCThresholdService  # noqa: E402
 
 
 class Responses(StringTransport):
@@ -65,6 +71,24 @@ class Responses(StringTransport):
             waiter, self.waiter = self.waiter, None
             # not from inside the store's completion: the next send must find it finished
             self._reactor.callLater(0, waiter.callback, None)
+
+
+class CollectorTime:
+    """Seconds spent in the cyclic garbage collector (all generations) since creation."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._began = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._began
+
+    def stop(self) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 async def feed(reactor: Any, protocol: Any, transport: Responses, frames: list[bytes]) -> float:
@@ -105,6 +129,8 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         mapped_file_size_consume_queue=300_000 * 20, max_hash_slot_num=100_000, max_index_num=400_000,
     )
     broker = BrokerService(reactor, BrokerConfig(listen="tcp:0:interface=127.0.0.1"), store)
+    gc_tuning = GCThresholdService(options.gc_threshold)  # as twistd rocketpy runs
+    gc_tuning.startService()
     broker.startService()
     try:
         await broker.when_started()
@@ -121,15 +147,20 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
                 return feed_pipelined(protocol, transport, frames, options.in_flight, options.chunk)
             return feed(reactor, protocol, transport, frames)
 
-        rounds, cpu = [], []
+        rounds, cpu, collecting = [], [], []
+        collector = CollectorTime()
         for number in range(options.rounds):
-            cpu_began = time.process_time()
+            cpu_began, gc_began = time.process_time(), collector.seconds
             per_send = await run() / n * 1e6
             cpu.append((time.process_time() - cpu_began) / n * 1e6)
+            collecting.append((collector.seconds - gc_began) / n * 1e6)
             rounds.append(per_send)
-            print(f"round {number + 1}: {per_send:.1f} µs per send, {cpu[-1]:.1f} µs CPU (all threads)", flush=True)
-        print(f"median of {options.rounds} rounds x {n:,} sends, {options.in_flight} in flight: "
-              f"{statistics.median(rounds):.1f} µs per send, {statistics.median(cpu):.1f} µs CPU "
+            print(f"round {number + 1}: {per_send:.1f} µs per send, {cpu[-1]:.1f} µs CPU (all threads), "
+                  f"{collecting[-1]:.2f} µs in the garbage collector", flush=True)
+        collector.stop()
+        print(f"median of {options.rounds} rounds x {n:,} sends, {options.in_flight} in flight, gc threshold "
+              f"{gc.get_threshold()[0]}: {statistics.median(rounds):.1f} µs per send, "
+              f"{statistics.median(cpu):.1f} µs CPU, {statistics.median(collecting):.2f} µs gc "
               f"(python {sys.version.split()[0]})")
         if options.profile:
             profile = cProfile.Profile()
@@ -143,6 +174,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         protocol.connectionLost(Failure(ConnectionDone()))  # a StringTransport never reports it
     finally:
         await broker.stopService()
+        gc_tuning.stopService()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -153,6 +185,8 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=1,
                         help="more than 1: reads of --chunk frames, at most this many unanswered")
     parser.add_argument("--chunk", type=int, default=60, help="frames per read when pipelined (~64 KiB)")
+    parser.add_argument("--gc-threshold", type=int, default=DEFAULT_GEN0_THRESHOLD,
+                        help="the collector's first-generation threshold, as twistd rocketpy's option (0: Python's)")
     parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
     options = parser.parse_args()
     task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, options)))

@@ -18,6 +18,7 @@ from twisted.python import usage
 
 from rocketpy.ha.config import ha_listen_endpoint
 from rocketpy.store.config import DEFAULT_DELAY_LEVELS
+from rocketpy.util.gctuning import DEFAULT_GEN0_THRESHOLD, GCThresholdService
 
 ROLES = ("all", "namesrv", "broker")
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
@@ -41,6 +42,7 @@ DEFAULTS: dict[str, str] = {
     "default-topic-queue-nums": "8",
     "slave-read-enable": "false",
     "message-delay-level": DEFAULT_DELAY_LEVELS,
+    "gc-threshold": str(DEFAULT_GEN0_THRESHOLD),
 }
 #: RocketMQ ``broker.conf`` names accepted in ``--config`` files, besides the option names.
 JAVA_KEYS = {
@@ -64,7 +66,7 @@ JAVA_KEYS = {
 _BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable")
 _INT_OPTIONS = (
     "commit-log-file-size", "consume-queue-file-size", "max-hash-slot-num", "max-index-num",
-    "broker-id", "default-topic-queue-nums",
+    "broker-id", "default-topic-queue-nums", "gc-threshold",
 )
 _KEY_VALUE = re.compile(r"([^=:\s]+)\s*[=:]\s*(.*)$")
 _ENDPOINT_PORT = re.compile(r"^(?:tcp|tcp6):(?:port=)?(\d+)(?::|$)")
@@ -128,6 +130,8 @@ class Options(usage.Options):
         ["ha-master-address", None, None, "a slave's master HA ip:port [default: from the name server]"],
         ["slave-read-enable", None, None, "a master lagging in memory sends consumers to its slave [default: false]"],
         ["message-delay-level", None, None, 'delay of each DELAY level, units s m h d [default: "1s 5s 10s … 2h"]'],
+        ["gc-threshold", None, None,
+         f"the garbage collector's first-generation threshold; 0 keeps Python's [default: {DEFAULT_GEN0_THRESHOLD}]"],
         ["config", "c", None, "key=value file (option names or RocketMQ broker.conf names)"],
     ]
 
@@ -237,6 +241,7 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
         from twisted.internet import reactor  # the global reactor only at the edge
     log = Logger(namespace="rocketpy.tap")
     top = OrderedServices(reactor)
+    GCThresholdService(options["gc-threshold"]).setServiceParent(top)
     if options["role"] in ("all", "namesrv"):
         from rocketpy.namesrv.service import NamesrvService
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -25,6 +26,7 @@ from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.tap import Options, OrderedServices, endpoint_port, makeService
+from rocketpy.util.gctuning import GCThresholdService
 from tests.broker.test_clients import CPP_HEARTBEAT, FakeChannel
 from tests.broker.test_processors import FakeStore
 from tests.ports import free_port
@@ -128,7 +130,9 @@ class MakeServiceTests(SynchronousTestCase):
         reactor = MemoryReactorClock()
         top = makeService(_parse("--store-dir", os.path.join(root, "store"),
                                  "--namesrv-config-dir", os.path.join(root, "ns")), reactor)
-        services = list(top)
+        gc_tuning, *services = list(top)
+        self.assertIsInstance(gc_tuning, GCThresholdService)
+        self.assertEqual(gc_tuning.gen0, 10_000)
         self.assertIsInstance(services[0], NamesrvService)
         self.assertIsInstance(services[1], BrokerService)
         self.assertFalse(os.path.exists(root))
@@ -141,9 +145,26 @@ class MakeServiceTests(SynchronousTestCase):
     def test_single_roles(self) -> None:
         """--role namesrv and --role broker build only that service."""
         reactor = MemoryReactorClock()
-        self.assertEqual([type(s) for s in makeService(_parse("--role", "namesrv"), reactor)], [NamesrvService])
+        self.assertEqual([type(s) for s in makeService(_parse("--role", "namesrv"), reactor)],
+                         [GCThresholdService, NamesrvService])
         self.assertEqual([type(s) for s in makeService(_parse("--role", "broker", "--store-dir", self.mktemp()),
-                                                       reactor)], [BrokerService])
+                                                       reactor)], [GCThresholdService, BrokerService])
+
+    def test_gc_threshold(self) -> None:
+        """The first-generation threshold is raised while running and restored on stop; 0 keeps it."""
+        saved = gc.get_threshold()
+        self.addCleanup(gc.set_threshold, *saved)
+        gc.set_threshold(700, 10, 10)
+        service = makeService(_parse("--role", "namesrv", "--gc-threshold", "25000"), MemoryReactorClock())
+        tuning = list(service)[0]
+        tuning.startService()
+        self.assertEqual(gc.get_threshold(), (25000, 10, 10))
+        tuning.stopService()
+        self.assertEqual(gc.get_threshold(), (700, 10, 10))
+        untouched = GCThresholdService(0)
+        untouched.startService()
+        self.assertEqual(gc.get_threshold(), (700, 10, 10))
+        untouched.stopService()
 
     def test_ordered_stop(self) -> None:
         """Children stop one after another in reverse order, each after the previous finished."""
