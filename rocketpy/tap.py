@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from twisted.application.service import MultiService, Service
@@ -205,13 +206,18 @@ class OrderedServices(MultiService):
 
     The broker (added last) then unregisters from the name server before that
     stops, instead of racing it as ``MultiService``'s concurrent stop would.
+
+    :param exit_process: ends the process with a status, once the reactor has shut down after
+        a failed start (twistd's runners would exit 0); default :func:`os._exit`.
     """
 
     log = Logger()
 
-    def __init__(self, reactor: Any) -> None:
+    def __init__(self, reactor: Any, exit_process: Callable[[int], object] = os._exit) -> None:
         super().__init__()
         self._reactor = reactor
+        self._exit_process = exit_process
+        self._failed = False
 
     def startService(self) -> None:
         super().startService()
@@ -221,10 +227,21 @@ class OrderedServices(MultiService):
                 when_started().addErrback(self._start_failed)
 
     def _start_failed(self, failure: Any) -> None:
-        """A part that cannot start (a port in use, a locked store) stops the whole process."""
+        """A part that cannot start (a port in use, a locked store) stops the whole process,
+        which then exits with status 1 (after every service stopped)."""
         self.log.critical("rocketpy cannot start ({error}): stopping", error=failure.getErrorMessage())
+        if self._failed:
+            return
+        self._failed = True
+        self._reactor.addSystemEventTrigger("after", "shutdown", self._exit_failed)
         # twistd starts services before reactor.run(): stop once it runs
         self._reactor.callWhenRunning(self._reactor.stop)
+
+    def _exit_failed(self) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+        self._exit_process(1)
 
     def stopService(self) -> Deferred[None]:
         Service.stopService(self)

@@ -6,6 +6,8 @@ import gc
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 
 from twisted.application.service import Service
@@ -206,13 +208,35 @@ class MakeServiceTests(SynchronousTestCase):
             def when_started(self) -> Deferred[None]:
                 return succeed(None)
 
-        top = OrderedServices(reactor)
+        exits: list[int] = []
+        top = OrderedServices(reactor, exits.append)
         Fine().setServiceParent(top)
         with capturedLogs() as events:
+            Failing().setServiceParent(top)
             Failing().setServiceParent(top)
             top.startService()
         self.assertTrue(reactor.hasStopped)
         self.assertTrue(any("address already in use" in str(e.get("error")) for e in events))
+        (trigger,) = reactor.triggers["after"]["shutdown"]  # once, however many parts failed
+        self.assertEqual(exits, [])
+        trigger[0]()
+        self.assertEqual(exits, [1])
+
+    def test_failed_start_exits_with_status_1(self) -> None:
+        """``python -m twisted rocketpy`` with its name server port taken exits 1, not 0."""
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        self.addCleanup(taken.close)
+        root = os.path.abspath(self.mktemp())
+        args = [sys.executable, "-m", "twisted", "rocketpy", "--namesrv-listen",
+                f"tcp:{taken.getsockname()[1]}:interface=127.0.0.1", "--listen", "tcp:0:interface=127.0.0.1",
+                "--advertised-address", "127.0.0.1:1", "--store-dir", os.path.join(root, "store"),
+                "--namesrv-config-dir", os.path.join(root, "ns")]
+        done = subprocess.run(args, capture_output=True, timeout=120, cwd=os.path.dirname(os.path.dirname(
+            os.path.dirname(os.path.abspath(__file__)))))
+        self.assertEqual(done.returncode, 1, done.stdout.decode(errors="replace")[-2000:])
+        self.assertIn(b"rocketpy cannot start", done.stdout + done.stderr)
 
     def test_clean_start_keeps_running(self) -> None:
         """When every part starts, the reactor is left running."""
