@@ -17,6 +17,7 @@ from rocketpy.broker.subscription import SubscriptionGroupConfig
 from rocketpy.broker.topicconfig import TopicConfig, topic_problem
 from rocketpy.common.fastjson import object_key_map
 from rocketpy.common.headers import get_bool, get_int, get_str
+from rocketpy.common.message import decode_offset_msg_id
 from rocketpy.interfaces import IChannel
 from rocketpy.remoting.codes import ROCKETPY_VERSION, LanguageCode, RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
@@ -30,7 +31,7 @@ _ZERO_RUNTIME_KEYS = (
     "sendThreadPoolQueueSize", "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueSize",
     "pullThreadPoolQueueHeadWaitTimeMills", "pageCacheLockTimeMills", "dispatchBehindBytes",
 )
-#: Seconds the broker waits for a consumer's answer to a request it forwards (GET_CONSUMER_RUNNING_INFO).
+#: Seconds the broker waits for a consumer's answer to a request it forwards (307, 309).
 CALL_CONSUMER_TIMEOUT = 5.0
 
 
@@ -69,6 +70,7 @@ class AdminBrokerProcessor(TableProcessor):
             RequestCode.GET_CONSUME_STATS: self.consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by_who,
         }
@@ -207,23 +209,54 @@ class AdminBrokerProcessor(TableProcessor):
         client_id = get_str(request.ext_fields, "clientId")
         return self.call_consumer(request, group, client_id)
 
-    def call_consumer(self, request: RemotingCommand, group: str, client_id: str) -> Deferred[RemotingCommand]:
-        """Forward ``request`` (code, ext fields, body) to a consumer over its connection.
+    def consume_message_directly(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
+        """Have one consumer (ext ``consumerGroup``, ``clientId``) consume the stored message of
+        ext ``msgId`` now (``mqadmin consumeMessage``): its record goes to the consumer as the body,
+        with ext ``brokerName`` added; the consumer's ConsumeMessageDirectlyResult is the response."""
+        ext = request.ext_fields
+        group, client_id, msg_id = get_str(ext, "consumerGroup"), get_str(ext, "clientId"), get_str(ext, "msgId")
+        try:
+            _host, offset = decode_offset_msg_id(msg_id)
+        except ValueError:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, f"msgId {msg_id!r} is not an offset message id") from None
+        self._consumer_channel(group, client_id)  # not online: answer before reading the store
+        d = self._t.store.select_one_message_by_offset(offset)
+        return d.addCallback(self._consume_record, request, group, client_id, msg_id)
+
+    def _consume_record(self, record: bytes | None, request: RemotingCommand, group: str, client_id: str,
+                        msg_id: str) -> RemotingCommand | Deferred[RemotingCommand]:
+        if record is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"no message {msg_id} in this broker")
+        ext = dict(request.ext_fields, brokerName=self._t.config.broker_name)
+        try:
+            return self.call_consumer(request, group, client_id, ext, record)
+        except Rejected as e:  # the consumer left while the store read
+            return request.make_response(e.code, e.remark)
+
+    def call_consumer(self, request: RemotingCommand, group: str, client_id: str, ext: dict[str, str] | None = None,
+                      body: bytes | None = None) -> Deferred[RemotingCommand]:
+        """Forward ``request`` (code, ext fields, body, or the ``ext`` and ``body`` given) to a
+        consumer over its connection.
 
         :raises Rejected: SYSTEM_ERROR when ``client_id`` has no connection in ``group``.
         :return: fires with the consumer's answer; with CONSUME_MSG_TIMEOUT when none comes within
             :data:`CALL_CONSUMER_TIMEOUT`, SYSTEM_ERROR when the call fails otherwise (as Java's broker).
         """
-        info = self._t.consumers.find_channel(group, client_id)
-        if info is None:
-            raise Rejected(ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> not online")
+        consumer = self._consumer_channel(group, client_id)
         forward = RemotingCommand.request(
-            request.code, dict(request.ext_fields), request.body, language=LanguageCode.JAVA.name
+            request.code, dict(request.ext_fields if ext is None else ext), request.body if body is None else body,
+            language=LanguageCode.JAVA.name,
         )
-        d: Deferred[RemotingCommand] = maybeDeferred(info.channel.invoke_sync, forward, CALL_CONSUMER_TIMEOUT)
+        d: Deferred[RemotingCommand] = maybeDeferred(consumer.invoke_sync, forward, CALL_CONSUMER_TIMEOUT)
         return d.addCallbacks(
             _relayed, _consumer_call_failed, callbackArgs=(request,), errbackArgs=(request, group, client_id)
         )
+
+    def _consumer_channel(self, group: str, client_id: str) -> IChannel:
+        info = self._t.consumers.find_channel(group, client_id)
+        if info is None:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> not online")
+        return info.channel  # type: ignore[no-any-return]
 
     def producer_connections(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         group = get_str(request.ext_fields, "producerGroup")

@@ -21,6 +21,7 @@ from rocketpy.broker.processors import (
 )
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfig, TopicConfigManager
+from rocketpy.common.message import offset_msg_id
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
@@ -35,6 +36,8 @@ class FakeStore:
         self.max: dict[tuple[str, int], int] = {}
         self.min: dict[tuple[str, int], int] = {}
         self.max_physical_offset = 1234
+        self.records: dict[int, bytes] = {}
+        self.selected: list[int] = []
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return self.max.get((topic, queue_id), 0)
@@ -47,6 +50,10 @@ class FakeStore:
 
     def get_earliest_message_time(self, topic: str, queue_id: int) -> Deferred[int]:
         return succeed(1700000000000)
+
+    def select_one_message_by_offset(self, offset: int) -> Deferred[bytes | None]:
+        self.selected.append(offset)
+        return succeed(self.records.get(offset))
 
 
 def _request(code: int, body: bytes = b"", **ext: object) -> RemotingCommand:
@@ -327,8 +334,8 @@ class ConsumerChannel(FakeChannel):
         return self.answer
 
 
-class ConsumerRunningInfoTests(ProcessorTestBase):
-    """GET_CONSUMER_RUNNING_INFO (307): forwarded to the consumer's connection, its answer relayed."""
+class ConsumerConnectedBase(ProcessorTestBase):
+    """A consumer of CID_TAG connected through :class:`ConsumerChannel`."""
 
     CLIENT = "17142-127.0.0.1@DEFAULT"
 
@@ -338,6 +345,10 @@ class ConsumerRunningInfoTests(ProcessorTestBase):
         joined = self.client.process_request(self.consumer_channel, _request(RequestCode.HEART_BEAT, CPP_HEARTBEAT))
         assert isinstance(joined, RemotingCommand)
         self.assertCode(joined, 0)
+
+
+class ConsumerRunningInfoTests(ConsumerConnectedBase):
+    """GET_CONSUMER_RUNNING_INFO (307): forwarded to the consumer's connection, its answer relayed."""
 
     def ask(self, **ext: object) -> Deferred[RemotingCommand]:
         """Send 307 from the admin's channel; the response Deferred (the consumer has not answered yet)."""
@@ -399,3 +410,39 @@ class ConsumerRunningInfoTests(ProcessorTestBase):
         self.consumer_channel.answer.errback(RemotingConnectionLost("10.0.0.7:5000", "closed"))
         response = self.successResultOf(d)
         self.assertCode(response, 1, f"invoke consumer <CID_TAG> <{self.CLIENT}> Exception: RemotingConnectionLost")
+
+
+class ConsumeMessageDirectlyTests(ConsumerConnectedBase):
+    """CONSUME_MESSAGE_DIRECTLY (309): the stored record of ``msgId`` goes to the consumer."""
+
+    def direct(self, msg_id: str) -> Deferred[RemotingCommand] | RemotingCommand:
+        request = _request(RequestCode.CONSUME_MESSAGE_DIRECTLY, consumerGroup="CID_TAG", clientId=self.CLIENT,
+                           msgId=msg_id)
+        return self.admin.process_request(self.channel, request)
+
+    def test_record_forwarded_and_result_relayed(self) -> None:
+        self.store.records[4096] = b"the record"
+        d = self.direct(offset_msg_id(("10.0.0.1", 10911), 4096))
+        assert isinstance(d, Deferred)
+        [(forwarded, timeout)] = self.consumer_channel.calls
+        self.assertEqual((forwarded.code, forwarded.body, timeout), (309, b"the record", 5.0))
+        self.assertEqual((forwarded.ext_fields["brokerName"], forwarded.ext_fields["consumerGroup"]),
+                         (self.t.config.broker_name, "CID_TAG"))
+        result = b'{"autoCommit":true,"consumeResult":"CR_SUCCESS","order":false,"spentTimeMills":3}'
+        self.consumer_channel.answer.callback(forwarded.make_response(ResponseCode.SUCCESS, None, None, result))
+        self.assertEqual(self.successResultOf(d).body, result)
+
+    def test_bad_or_unknown_message(self) -> None:
+        response = self.direct("not-hex")
+        assert isinstance(response, RemotingCommand)
+        self.assertCode(response, 1, "not an offset message id")
+        response = self.successResultOf(self.direct(offset_msg_id(("10.0.0.1", 10911), 8)))  # type: ignore[arg-type]
+        self.assertCode(response, 1, "no message")
+        self.assertEqual(self.consumer_channel.calls, [])
+
+    def test_offline_consumer_reads_nothing(self) -> None:
+        self.t.consumers.do_channel_close_event(self.consumer_channel)
+        response = self.direct(offset_msg_id(("10.0.0.1", 10911), 0))
+        assert isinstance(response, RemotingCommand)
+        self.assertCode(response, 1, "not online")
+        self.assertEqual(self.store.selected, [])
