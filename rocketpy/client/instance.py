@@ -20,6 +20,7 @@ from twisted.logger import Logger, LogLevel
 from zope.interface import implementer
 
 from rocketpy.client.api import IRemotingClient, MQClientAPI
+from rocketpy.client.direct import ConsumeDirectlyProcessor
 from rocketpy.client.errors import MQBrokerError, MQError, NoNameServerError, RemotingError
 from rocketpy.client.message import AUTO_CREATE_TOPIC_KEY, local_ip
 from rocketpy.client.route import with_default_queue_nums
@@ -32,6 +33,7 @@ from rocketpy.client.runninginfo import (
     RunningInfoSource,
 )
 from rocketpy.common.headers import get_str
+from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IRequestProcessor, IRPCHook
 from rocketpy.namesrv.routeinfo import MASTER_ID, TopicRouteData
 from rocketpy.remoting.codes import RequestCode, SerializeType
@@ -196,6 +198,9 @@ class ClientInstance:
             self.remoting.register_processor(
                 RequestCode.GET_CONSUMER_RUNNING_INFO, RunningInfoProcessor(self.consumer_running_info)
             )
+            self.remoting.register_processor(
+                RequestCode.CONSUME_MESSAGE_DIRECTLY, ConsumeDirectlyProcessor(self.consume_message_directly)
+            )
             self._processor_registered = True
         if not self._route_loop.running:
             self._loops = [
@@ -237,6 +242,14 @@ class ClientInstance:
                 info.properties[PROP_NAMESERVER_ADDR] = "".join(addr + ";" for addr in self.namesrv_addrs)
                 info.properties[PROP_CLIENT_VERSION] = CLIENT_VERSION_DESC
                 return info
+        return None
+
+    def consume_message_directly(self, group: str, msg: MessageExt, broker_name: str) -> Deferred[dict[str, Any]] | None:
+        """Have this client's push consumer of ``group`` consume ``msg`` now (None if it has none)."""
+        for member in self.members:
+            consume = getattr(member, "consume_directly", None)
+            if consume is not None and getattr(member, "group", None) == group:
+                return consume(msg, broker_name)  # type: ignore[no-any-return]
         return None
 
     # name server and routes

@@ -105,16 +105,8 @@ class _ConsumeService:
             c.stats.consume_time(context.queue.topic, (c.clock.seconds() - started) * 1000)
 
     async def _listen(self, msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
-        c = self.consumer
-        assert c.listener is not None  # start() refuses to run without one
-        now_ms = str(int(c.clock.seconds() * 1000))
-        for m in msgs:
-            restore_retry_topic(m, c.group)
-            m.properties[MessageConst.CONSUME_START_TIME] = now_ms
         try:
-            status = c.listener(msgs, context)
-            if isinstance(status, Deferred) or iscoroutine(status):
-                status = await status
+            status = await self._invoke(msgs, context)
         except CancelledError:
             raise
         except Exception:
@@ -124,6 +116,47 @@ class _ConsumeService:
             self.log.warn("listener returned {status!r}; treated as RECONSUME_LATER", status=status)
             return ConsumeResult.RECONSUME_LATER
         return status
+
+    async def _invoke(self, msgs: list[MessageExt], context: ConsumeContext) -> Any:
+        """What the listener answers for ``msgs`` (awaited); its exception propagates."""
+        c = self.consumer
+        assert c.listener is not None  # start() refuses to run without one
+        now_ms = str(int(c.clock.seconds() * 1000))
+        for m in msgs:
+            restore_retry_topic(m, c.group)
+            m.properties[MessageConst.CONSUME_START_TIME] = now_ms
+        status = c.listener(msgs, context)
+        if isinstance(status, Deferred) or iscoroutine(status):
+            status = await status
+        return status
+
+    async def consume_directly(self, msg: MessageExt, broker_name: str) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY (``mqadmin consumeMessage``): the listener on ``msg`` alone,
+        outside the queues (no offset, no retry, no statistics); Java's ConsumeMessageDirectlyResult."""
+        c = self.consumer
+        started = c.clock.seconds()
+        remark = None
+        try:
+            status = await self._invoke([msg], ConsumeContext(MessageQueue(msg.topic, broker_name, msg.queue_id)))
+        except CancelledError:
+            raise
+        except Exception as e:
+            outcome, remark = "CR_THROW_EXCEPTION", f"{type(e).__name__}: {e}"
+        else:
+            outcome = _DIRECT_OUTCOMES.get(status, "CR_RETURN_NULL") if isinstance(status, ConsumeResult) \
+                else "CR_RETURN_NULL"
+        result: dict[str, Any] = {"autoCommit": True, "consumeResult": outcome, "order": self.orderly}
+        if remark is not None:
+            result["remark"] = remark
+        result["spentTimeMills"] = int((c.clock.seconds() - started) * 1000)
+        return result
+
+    #: whether consumption is orderly (ConsumeMessageDirectlyResult's ``order``)
+    orderly = False
+
+
+#: a listener's answer → ConsumeMessageDirectlyResult's ``consumeResult`` (Java's CMResult)
+_DIRECT_OUTCOMES = {ConsumeResult.CONSUME_SUCCESS: "CR_SUCCESS", ConsumeResult.RECONSUME_LATER: "CR_LATER"}
 
 
 class ConcurrentConsumeService(_ConsumeService):
@@ -172,6 +205,8 @@ class ConcurrentConsumeService(_ConsumeService):
 
 class OrderlyConsumeService(_ConsumeService):
     """One batch at a time per queue, in offset order, while the queue is locked."""
+
+    orderly = True
 
     def submit(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if not pq.consuming:

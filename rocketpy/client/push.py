@@ -174,6 +174,10 @@ class PushConsumer(ConsumerBase):
         if group == self.group and self.running:
             self.spawn(self.rebalancer.rebalance())
 
+    def consume_directly(self, msg: MessageExt, broker_name: str) -> Deferred[dict[str, Any]]:
+        """CONSUME_MESSAGE_DIRECTLY: the listener on ``msg`` now; fires with the ConsumeMessageDirectlyResult."""
+        return Deferred.fromCoroutine(self.consume_service.consume_directly(msg, broker_name))
+
     def running_info(self) -> ConsumerRunningInfo:
         """Settings, subscriptions, held queues and per-topic statistics (GET_CONSUMER_RUNNING_INFO).
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -247,6 +248,45 @@ class PushConsumerTests(IntegrationTestCase):
                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
         await self.until(lambda: len(got) == 10)
         self.assertEqual(got, [b"%d" % i for i in range(10)])
+
+
+    async def test_consume_message_directly(self) -> None:
+        """CONSUME_MESSAGE_DIRECTLY (``mqadmin consumeMessage``): the broker hands a stored message to
+        the consumer, whose listener's outcome comes back as a ConsumeMessageDirectlyResult."""
+        cluster = await self.cluster()
+        p = await self.producer(cluster)
+        await p.send(Message("Push", b"pulled as usual"))
+        sent = [await p.send(Message("Direct", body)) for body in (b"direct", b"boom")]  # not subscribed
+        await cluster.wait_for_route("Push")
+        calls: list[tuple[bytes, str, str]] = []
+
+        def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
+            if msgs[0].topic != "Direct":
+                return ConsumeResult.CONSUME_SUCCESS
+            calls.append((msgs[0].body, msgs[0].msg_id, context.queue.broker_name))
+            if msgs[0].body == b"boom":
+                raise ValueError("cannot handle it")
+            return ConsumeResult.CONSUME_SUCCESS
+
+        c = await self.push(cluster, listener)
+        broker = cluster.brokers["broker-a"].config.advertised_address
+        results = []
+        for each in sent:
+            request = RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, {
+                "consumerGroup": "CG", "clientId": c.instance.client_id, "msgId": each.offset_msg_id})
+            response = await cluster.admin.invoke_sync(broker, request, 10)
+            self.assertEqual(response.code, ResponseCode.SUCCESS, response.remark)
+            results.append(json.loads(response.body))
+        self.assertEqual([(r["consumeResult"], r["order"], r["autoCommit"]) for r in results],
+                         [("CR_SUCCESS", False, True), ("CR_THROW_EXCEPTION", False, True)])
+        self.assertIn("cannot handle it", results[1]["remark"])
+        self.assertEqual(calls, [(b"direct", sent[0].offset_msg_id, "broker-a"),
+                                 (b"boom", sent[1].offset_msg_id, "broker-a")])
+        request = RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, {
+            "consumerGroup": "OTHER", "clientId": c.instance.client_id, "msgId": sent[0].offset_msg_id})
+        response = await cluster.admin.invoke_sync(broker, request, 10)
+        self.assertEqual((response.code, response.remark), (ResponseCode.SYSTEM_ERROR,
+                         f"The Consumer <{c.instance.client_id}> not online"))
 
 
 class BlockingTests(IntegrationTestCase):
