@@ -4,25 +4,28 @@ Per held queue a pull loop asks the broker for messages (the broker holds the
 request up to ``suspend`` seconds when there is nothing new), caches them in
 a :class:`ProcessQueue` (pausing above the flow-control thresholds) and hands
 them to the consume service. Rebalance (every 20 s and when a broker says the
-group changed), offset persistence (every 5 s) and, for orderly consumers,
+group changed), offset persistence (every 5 s: to the brokers, or for broadcasting to a
+local file) and, for orderly consumers,
 queue relocking (every 20 s) run on LoopingCalls of the injected clock.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from twisted.internet.defer import CancelledError, Deferred
+from twisted.internet.defer import CancelledError, Deferred, maybeDeferred
 from twisted.internet.task import LoopingCall, deferLater
+from twisted.internet.threads import deferToThreadPool
 from twisted.logger import LogLevel
 from twisted.python.failure import Failure
 
 from rocketpy.client.allocate import AllocateStrategy, allocate_averagely
 from rocketpy.client.consumer import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, ConsumerBase, MessageModel
 from rocketpy.client.errors import MQClientError, MQError, RemotingError
-from rocketpy.client.message import RETRY_GROUP_TOPIC_PREFIX, MessageQueue
+from rocketpy.client.message import RETRY_GROUP_TOPIC_PREFIX, MessageQueue, local_ip
 from rocketpy.client.offsets import OffsetStore
 from rocketpy.client.process import ConcurrentConsumeService, Listener, OrderlyConsumeService, ProcessQueue
 from rocketpy.client.producer import Producer
@@ -37,6 +40,9 @@ from rocketpy.client.runninginfo import (
 from rocketpy.client.stats import ConsumerStats
 from rocketpy.client.subscription import build_subscription, client_msg_id
 from rocketpy.common.message import Message, MessageConst, MessageExt
+
+#: where broadcasting consumers keep their offsets by default
+DEFAULT_LOCAL_OFFSET_DIR = os.path.join("~", ".rocketpy", "offsets")
 
 _CLIENT_ONLY_PROPERTIES = (MessageConst.MIN_OFFSET, MessageConst.MAX_OFFSET, MessageConst.CONSUME_START_TIME)
 
@@ -72,6 +78,7 @@ class PushConsumer(ConsumerBase):
         persist_interval: float = 5.0,
         lock_interval: float = 20.0,
         allocate: AllocateStrategy[MessageQueue] = allocate_averagely,
+        local_offset_dir: str | None = DEFAULT_LOCAL_OFFSET_DIR,
         **kwargs: Any,
     ) -> None:
         """
@@ -80,6 +87,9 @@ class PushConsumer(ConsumerBase):
         :param max_reconsume_times: deliveries before the dead-letter queue; -1 means
             16 (concurrent) or unlimited (orderly).
         :param concurrency: most listener calls running at once (concurrent mode).
+        :param local_offset_dir: broadcasting: offsets are kept in
+            ``<dir>/<client id>/<group>/offsets.json`` (client id: ``client_id`` if given, else
+            ``<ip>@DEFAULT`` as Java's); None keeps them in memory only.
 
         Other keywords are :class:`ConsumerBase`'s.
         """
@@ -96,7 +106,12 @@ class PushConsumer(ConsumerBase):
         self.concurrency = concurrency
         self.listener: Listener | None = None
         self.stats = ConsumerStats(self.clock)
-        self.offset_store = OffsetStore(self, remote=self.message_model is MessageModel.CLUSTERING)
+        remote = self.message_model is MessageModel.CLUSTERING
+        path = None
+        if not remote and local_offset_dir is not None:
+            owner = kwargs.get("client_id") or f"{local_ip()}@DEFAULT"
+            path = os.path.join(os.path.expanduser(local_offset_dir), owner, group, "offsets.json")
+        self.offset_store = OffsetStore(self, remote, path, self._run_blocking)
         self.rebalancer = Rebalancer(self)
         self.consume_service = OrderlyConsumeService(self) if orderly else ConcurrentConsumeService(self, concurrency)
         self._inner_producer = Producer("CLIENT_INNER_PRODUCER", reactor=self.clock, instance=self.instance)
@@ -107,6 +122,13 @@ class PushConsumer(ConsumerBase):
         if orderly:
             self._loops.append((LoopingCall(self.rebalancer.lock_all), lock_interval))
         self._cancellable: set[Deferred[Any]] = set()
+
+    def _run_blocking(self, f: Callable[..., Any], *args: Any) -> Deferred[Any]:
+        """File work off the reactor thread: the reactor's thread pool (a fake clock: in place)."""
+        get_pool = getattr(self.clock, "getThreadPool", None)
+        if get_pool is None:
+            return maybeDeferred(f, *args)
+        return deferToThreadPool(self.clock, get_pool(), f, *args)  # type: ignore[arg-type]
 
     # configuration
 

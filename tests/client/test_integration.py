@@ -18,6 +18,7 @@ from rocketpy.client import (
     ConsumeFromWhere,
     Message,
     MessageExt,
+    MessageModel,
     Producer,
     PullConsumer,
     PullStatus,
@@ -287,6 +288,33 @@ class PushConsumerTests(IntegrationTestCase):
         response = await cluster.admin.invoke_sync(broker, request, 10)
         self.assertEqual((response.code, response.remark), (ResponseCode.SYSTEM_ERROR,
                          f"The Consumer <{c.instance.client_id}> not online"))
+
+
+    async def test_broadcasting_resumes_from_its_local_offsets(self) -> None:
+        """A broadcasting consumer keeps its offsets in a local file (written in the reactor's
+        thread pool) and resumes from them after a restart."""
+        cluster = await self.cluster()
+        p = await self.producer(cluster)
+        await p.send(Message("Push", b"first"))
+        await cluster.wait_for_route("Push")
+        directory = os.path.abspath(self.mktemp())
+        got: list[bytes] = []
+
+        def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
+            got.extend(m.body for m in msgs)
+            return ConsumeResult.CONSUME_SUCCESS
+
+        options = dict(message_model=MessageModel.BROADCASTING, local_offset_dir=directory, client_id="10.9.9.9@app",
+                       consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        c = await self.push(cluster, listener, **options)
+        await self.until(lambda: got == [b"first"])
+        await c.shutdown()
+        self.assertTrue(os.path.exists(os.path.join(directory, "10.9.9.9@app", "CG", "offsets.json")))
+        await p.send(Message("Push", b"second"))
+        await self.push(cluster, listener, **options)
+        await self.until(lambda: len(got) >= 2)
+        await pause(0.2)
+        self.assertEqual(got, [b"first", b"second"])
 
 
 class BlockingTests(IntegrationTestCase):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -10,8 +11,9 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.client import errors
-from rocketpy.client.consumer import ConsumeFromWhere
+from rocketpy.client.consumer import ConsumeFromWhere, MessageModel
 from rocketpy.client.message import MessageQueue
+from rocketpy.client.offsets import decode_offsets, encode_offsets
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.push import PushConsumer
 from rocketpy.client.results import ConsumeResult
@@ -316,3 +318,49 @@ class ListenerResultTests(PushTestCase):
         self.clock.advance(0)
         self.assertEqual(self.received, [("T", b"co", 0)])
         self.assertEqual(self.cluster.sent_back, [])
+
+
+class BroadcastingTests(PushTestCase):
+    """Broadcasting: every queue, offsets this client's own, kept in a local file across restarts."""
+
+    def broadcast(self, directory: str | None, **kwargs: Any) -> PushConsumer:
+        return self.consumer(message_model=MessageModel.BROADCASTING, local_offset_dir=directory, **kwargs)
+
+    def test_offsets_survive_a_restart(self) -> None:
+        directory = self.mktemp()
+        path = os.path.join(directory, "me", "CG", "offsets.json")  # client_id "me"
+        c = self.broadcast(directory, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        self.cluster.publish("broker-a", "T", 0, b"one")
+        self.cluster.publish("broker-a", "T", 0, b"two")
+        self.clock.advance(5)
+        with open(path, "rb") as f:
+            written = decode_offsets(f.read())
+        self.assertEqual(written[MessageQueue("T", "broker-a", 0)], 2)
+        self.assertEqual(self.remoting.sent(RequestCode.UPDATE_CONSUMER_OFFSET, "oneway"), [])
+        self.stop(c)
+        self.cluster.publish("broker-a", "T", 0, b"three")
+        self.received.clear()
+        self.broadcast(directory, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        self.assertEqual(self.received, [("T", b"three", 2)])
+
+    def test_memory_only_or_unreadable_file(self) -> None:
+        """No directory: nothing is written; a damaged file: a warning, and consume-from-where rules."""
+        directory = self.mktemp()
+        self.cluster.publish("broker-a", "T", 0, b"old")
+        self.stop(self.broadcast(None, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET))
+        self.assertFalse(os.path.exists(directory))
+        os.makedirs(os.path.join(directory, "me", "CG"))
+        with open(os.path.join(directory, "me", "CG", "offsets.json"), "wb") as f:
+            f.write(b"{not json")
+        self.received.clear()
+        self.broadcast(directory, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        self.assertEqual(self.received, [("T", b"old", 0)])
+
+    def test_file_format(self) -> None:
+        offsets = {MessageQueue("T", "b", 1): 7, MessageQueue("A", "b", 0): 3}
+        data = encode_offsets(offsets)
+        self.assertEqual(json.loads(data)["offsetTable"][0], {"brokerName": "b", "offset": 3, "queueId": 0, "topic": "A"})
+        self.assertEqual(decode_offsets(data), offsets)
+        self.assertEqual(decode_offsets(None), {})
+        for bad in (b"[]", b'{"offsetTable":[{"topic":"T"}]}', b"\xff"):
+            self.assertRaises(ValueError, decode_offsets, bad)
