@@ -32,7 +32,8 @@ from rocketpy.common.message import (
 )
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest, SupportsDispatch
-from rocketpy.store.mappedfile import MappedFile, MappedFileQueue
+from rocketpy.store.mappedfile import MappedFile
+from rocketpy.store.mappedfilequeue import MappedFileQueue
 from rocketpy.store.stats import StoreStats
 from rocketpy.store.status import (
     AppendMessageResult,

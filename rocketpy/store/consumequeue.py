@@ -20,7 +20,8 @@ from zope.interface import implementer
 from rocketpy.common.message import MessageSysFlag
 from rocketpy.store.config import CQ_UNIT_SIZE, MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest, IDispatcher
-from rocketpy.store.mappedfile import MappedFile, MappedFileQueue
+from rocketpy.store.mappedfile import MappedFile
+from rocketpy.store.mappedfilequeue import MappedFileQueue
 
 PREFILL_SIZE = 0x7FFFFFFF  # size of the filler entries before a queue's first real entry
 _ENTRY = struct.Struct(">qiq")

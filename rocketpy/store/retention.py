@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from rocketpy.store.config import MessageStoreConfig
-from rocketpy.store.mappedfile import MappedFileQueue
+from rocketpy.store.mappedfilequeue import MappedFileQueue
 
 _log = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ import os
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.store import mappedfile
-from rocketpy.store.mappedfile import OS_PAGE_SIZE, MappedFile, MappedFileQueue, file_name
+from rocketpy.store.mappedfile import OS_PAGE_SIZE, MappedFile, file_name
+from rocketpy.store.mappedfilequeue import MappedFileQueue
 
 SIZE = 64 * 1024
 
