@@ -231,7 +231,7 @@ class ConsumeQueueStoreTests(SynchronousTestCase):
         os.makedirs(queue_dir)
         with open(os.path.join(queue_dir, "%020d" % 0), "wb") as f:
             f.write(bytes(FILE_SIZE + 20))
-        with self.assertLogs("rocketpy.store.mappedfile", "ERROR"):
+        with self.assertLogs("rocketpy.store.mappedfilequeue", "ERROR"):
             self.assertFalse(self.open().load())
 
     def test_empty_store(self) -> None:

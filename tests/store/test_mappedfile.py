@@ -235,7 +235,7 @@ class MappedFileQueueTests(SynchronousTestCase):
         with open(os.path.join(self.dir, file_name(SIZE)), "wb") as f:
             f.write(b"short")
         loaded = MappedFileQueue(self.dir, SIZE)
-        with self.assertLogs("rocketpy.store.mappedfile", "ERROR"):
+        with self.assertLogs("rocketpy.store.mappedfilequeue", "ERROR"):
             self.assertFalse(loaded.load())
         self.assertEqual(loaded.mapped_files, [])
 

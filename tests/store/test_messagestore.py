@@ -145,7 +145,7 @@ class LifecycleTests(StoreCase):
         self.config.mapped_file_size_commit_log = 2 * SIZE
         other = MessageStore(self.config, self.clock)
         self.addCleanup(other.shutdown)
-        with self.assertLogs("rocketpy.store.mappedfile", "ERROR"):
+        with self.assertLogs("rocketpy.store.mappedfilequeue", "ERROR"):
             self.assertFalse(other.load())
         self.config.mapped_file_size_commit_log = SIZE
         self.assertEqual(self.open_store().max_physical_offset, end)
