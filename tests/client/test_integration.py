@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from twisted.internet import reactor
+from twisted.internet.defer import gatherResults
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
@@ -151,6 +152,42 @@ class SendModesTests(IntegrationTestCase):
         self.assertEqual([m.body for m in tagged.messages], [b"sync"])
         empty = await c.pull(queue, "*", tagged.max_offset, 32)
         self.assertEqual(empty.status, PullStatus.NO_NEW_MSG)
+
+    async def test_pipelined_sends_both_flush_modes(self) -> None:
+        """300 sends in flight on one connection (the broker takes each read's sends as one run and
+        one store call): every one answered SEND_OK, each queue's offsets contiguous, all stored."""
+        cluster = await self.cluster("async-broker")
+        await cluster.add_broker("sync-broker", flush_disk_type="SYNC_FLUSH")
+        for broker in cluster.brokers.values():
+            fields = {"topic": "Piped", "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4",
+                      "perm": "6", "topicFilterType": "SINGLE_TAG", "order": "false"}
+            request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+            created = await cluster.admin.invoke_sync(broker.config.advertised_address, request, 5)
+            self.assertEqual(created.code, ResponseCode.SUCCESS)
+        await cluster.wait_for_route("Piped", brokers=2)
+        p = await self.producer(cluster)
+        results = await gatherResults([p.send_async(Message("Piped", b"m%d" % i)) for i in range(300)])
+        self.assertEqual({r.status for r in results}, {SendStatus.SEND_OK})
+        by_queue: dict[Any, list[int]] = {}
+        for r in results:
+            by_queue.setdefault(r.queue, []).append(r.queue_offset)
+        self.assertEqual({q.broker_name for q in by_queue}, {"async-broker", "sync-broker"})
+        c = PullConsumer("CG", cluster.namesrv_addr, reactor)
+        await c.start()
+        self.addCleanup(c.shutdown)
+        bodies: set[bytes] = set()
+        for mq, offsets in by_queue.items():
+            self.assertEqual(len(set(offsets)), len(offsets), mq)
+            got: dict[int, bytes] = {}
+            offset = min(offsets)
+            while offset <= max(offsets):  # a pull brings at most 32
+                pulled = await c.pull(mq, "*", offset, 32)
+                got.update((m.queue_offset, m.body) for m in pulled.messages)
+                self.assertGreater(pulled.next_begin_offset, offset, mq)
+                offset = pulled.next_begin_offset
+            self.assertTrue(set(offsets) <= set(got), mq)
+            bodies |= {got[o] for o in offsets}
+        self.assertEqual(bodies, {b"m%d" % i for i in range(300)})
 
     async def test_orderly_sends_keep_order(self) -> None:
         """send_orderly with one key puts every message on one queue, in order."""
