@@ -200,10 +200,14 @@ class RemotingNode:
                     self._respond(channel, request,
                                   request.make_response(ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]" + BUSY_REMARK))
                 return
-            if self.rpc_hooks:
-                for request in run:
-                    for hook in self.rpc_hooks:
-                        hook.before_request(channel.remote_address, request)
+        except Exception:
+            self._reply_run_failure(Failure(), channel, run)
+            return
+        if self.rpc_hooks:
+            run = [request for request in run if self._hooks_pass(channel, request)]
+            if not run:
+                return
+        try:
             results = processor.process_requests(channel, run)
         except Exception:
             self._reply_run_failure(Failure(), channel, run)
@@ -213,6 +217,16 @@ class RemotingNode:
             results.addCallbacks(self._reply_run, self._reply_run_failure, callbackArgs=args, errbackArgs=args)
         else:
             self._reply_run(results, channel, run)
+
+    def _hooks_pass(self, channel: RemotingProtocol, request: RemotingCommand) -> bool:
+        """Run the ``before_request`` hooks; one raising (an ACL refusal) answers SYSTEM_ERROR."""
+        try:
+            for hook in self.rpc_hooks:
+                hook.before_request(channel.remote_address, request)
+        except Exception:
+            self._reply_failure(Failure(), channel, request)
+            return False
+        return True
 
     def _reply_run(self, results: Any, channel: RemotingProtocol, run: list[RemotingCommand]) -> None:
         if type(results) is not list or len(results) != len(run):

@@ -135,3 +135,24 @@ class RunTests(SynchronousTestCase):
         self.assertEqual(self.runs.runs, [[1, 2]])
         self.assertTrue(self.transport.disconnected)
         self.assertEqual(self.transport.value(), b"")
+
+    def test_a_refusing_hook_answers_only_its_request(self) -> None:
+        """An RPC hook refusing one request of a run (an ACL check): SYSTEM_ERROR for that one,
+        the others are processed as a run."""
+
+        class DenyTwo(RecordingHook):
+            def before_request(self, remote_address: str, request: RemotingCommand) -> None:
+                if request.opaque == 2:
+                    raise PermissionError("denied")
+
+        server = RemotingServer(Clock(), rpc_hooks=[DenyTwo()])
+        server.register_processor(10, self.runs)
+        protocol = server.build_channel()
+        transport = WriteCounter(peerAddress=IPv4Address("TCP", "10.0.0.1", 4001))
+        protocol.makeConnection(transport)
+        self.addCleanup(protocol.connectionLost, Failure(ConnectionDone()))
+        protocol.dataReceived(frames((10, 1), (10, 2), (10, 3)))
+        self.assertEqual(self.runs.runs, [[1, 3]])
+        self.assertEqual([(c.opaque, c.code) for c in read_commands(transport)],
+                         [(2, ResponseCode.SYSTEM_ERROR), (1, ResponseCode.SUCCESS), (3, ResponseCode.SUCCESS)])
+        self.assertEqual(len(self.flushLoggedErrors(PermissionError)), 1)
