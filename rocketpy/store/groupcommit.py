@@ -227,14 +227,14 @@ class PutCompletion:
         self._timeout = timeout
         self.hooks: list[PutHook] = []
 
-    def complete(self, done: Callable[[PutMessageResult], object], msg: MessageExt,
+    def complete(self, done: Callable[[PutMessageResult], object], msgs: Sequence[MessageExt],
                  result: PutMessageResult) -> None:
         """Call ``done(result)`` now, or once the put's flush and put hooks are done."""
         append = result.append
         if append is None or result.status is not PutMessageStatus.PUT_OK or not (self._sync_flush or self.hooks):
             done(result)  # failed, or ASYNC_FLUSH without hooks: done once appended
             return
-        wait = wants_wait(msg)
+        wait = wants_wait(msgs[0])  # appended: not empty
         waits: list[Deferred[PutMessageStatus]] = []
         if self._sync_flush and wait and append.next_offset > self._waiters.position:
             deadline = self._clock.seconds() + self._timeout
@@ -260,7 +260,7 @@ class PutCompletion:
             return
         gather = _Gather(d, results)
         for i, (msgs, result) in enumerate(zip(puts, results)):
-            self.complete(partial(gather.done, i), msgs[0], result)
+            self.complete(partial(gather.done, i), msgs, result)
         gather.done(-1, None)  # the last completion fires d, even when all completed above
 
     def _hook_failed(self, failure: Failure) -> PutMessageResult:

@@ -382,7 +382,7 @@ class StoreService(Service):
             for put in puts:
                 count = len(put.puts)
                 if put.single:
-                    complete(put.deferred.callback, put.puts[0][0], results[start])  # type: ignore[arg-type]
+                    complete(put.deferred.callback, put.puts[0], results[start])  # type: ignore[arg-type]
                 else:
                     self._completion.complete_many(put.deferred, put.puts, results[start:start + count])  # type: ignore[arg-type]
                 start += count

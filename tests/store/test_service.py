@@ -506,6 +506,10 @@ class RealStoreTests(TestCase):
         results = await service.put_many([(message(body=b"%d" % i * 100),) for i in range(50)])
         self.assertEqual([r.append.queue_offset for r in results if r.ok and r.append], list(range(50)))
         self.assertGreaterEqual(service._store.flushed_offset, results[-1].append.next_offset)  # type: ignore[union-attr]
+        # an empty put is refused by the store, alone
+        self.assertEqual((await service.put_messages([])).status, PutMessageStatus.MESSAGE_ILLEGAL)
+        mixed = await service.put_many([[], (message(),)])
+        self.assertEqual([r.status for r in mixed], [PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PUT_OK])
         await service.stopService()
 
     def test_async_flush(self) -> Deferred[None]:
