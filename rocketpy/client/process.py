@@ -91,6 +91,8 @@ class ProcessQueue:
 
 class _ConsumeService:
     log = Logger()
+    #: whether consumption is orderly (ConsumeMessageDirectlyResult's ``order``)
+    orderly = False
 
     def __init__(self, consumer: PushConsumer) -> None:
         self.consumer = consumer
@@ -150,9 +152,6 @@ class _ConsumeService:
             result["remark"] = remark
         result["spentTimeMills"] = int((c.clock.seconds() - started) * 1000)
         return result
-
-    #: whether consumption is orderly (ConsumeMessageDirectlyResult's ``order``)
-    orderly = False
 
 
 #: a listener's answer → ConsumeMessageDirectlyResult's ``consumeResult`` (Java's CMResult)
