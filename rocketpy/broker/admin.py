@@ -13,6 +13,7 @@ from twisted.python.failure import Failure
 
 from rocketpy.broker.config import dump_json
 from rocketpy.broker.processors import BrokerTables, Rejected, TableProcessor, body_json, ok_response
+from rocketpy.broker.resetoffset import reset_group_offsets
 from rocketpy.broker.subscription import SubscriptionGroupConfig
 from rocketpy.broker.topicconfig import TopicConfig, topic_problem
 from rocketpy.common.fastjson import object_key_map
@@ -71,6 +72,7 @@ class AdminBrokerProcessor(TableProcessor):
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by_who,
         }
@@ -232,6 +234,19 @@ class AdminBrokerProcessor(TableProcessor):
             return self.call_consumer(request, group, client_id, ext, record)
         except Rejected as e:  # the consumer left while the store read
             return request.make_response(e.code, e.remark)
+
+    def reset_offset(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
+        """INVOKE_BROKER_TO_RESET_OFFSET (ext ``topic``, ``group``, ``timestamp`` ms or -1, ``isForce``,
+        ``isC``): see :mod:`rocketpy.broker.resetoffset`."""
+        ext = request.ext_fields
+        topic, group = get_str(ext, "topic"), get_str(ext, "group")
+        timestamp, force = get_int(ext, "timestamp"), get_bool(ext, "isForce")
+        config = self._t.topics.select_topic_config(topic)
+        if config is None:
+            raise Rejected(ResponseCode.SYSTEM_ERROR,
+                           f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
+        return Deferred.fromCoroutine(reset_group_offsets(
+            self._t, request, topic, group, timestamp, force, config.write_queue_nums, get_bool(ext, "isC", False)))
 
     def call_consumer(self, request: RemotingCommand, group: str, client_id: str, ext: dict[str, str] | None = None,
                       body: bytes | None = None) -> Deferred[RemotingCommand]:

@@ -161,21 +161,24 @@ class ConsumerManager:
 
     def notify_consumer_ids_changed(self, group_name: str) -> None:
         """Tell every member of the group to rebalance now."""
+        self.tell_group(group_name, RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group_name})
+
+    def tell_group(self, group_name: str, code: int, ext: dict[str, str], body: bytes = b"") -> int:
+        """Send a oneway request to every member of the group (failures are logged); how many."""
         group = self._groups.get(group_name)
         if group is None:
-            return
+            return 0
+        what = RequestCode(code).name
         for channel in list(group.channels):
-            request = RemotingCommand.request(
-                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group_name},
-                language=LanguageCode.JAVA.name,
-            )
+            request = RemotingCommand.request(code, dict(ext), body, language=LanguageCode.JAVA.name)
             request.mark_oneway()
             try:
                 d = channel.invoke_oneway(request)
             except Exception:
-                log_send_failure(Failure(), self.log, "NOTIFY_CONSUMER_IDS_CHANGED", channel.remote_address)
+                log_send_failure(Failure(), self.log, what, channel.remote_address)
                 continue
-            d.addErrback(log_send_failure, self.log, "NOTIFY_CONSUMER_IDS_CHANGED", channel.remote_address)
+            d.addErrback(log_send_failure, self.log, what, channel.remote_address)
+        return len(group.channels)
 
     def get_consumer_group_info(self, group_name: str) -> ConsumerGroupInfo | None:
         return self._groups.get(group_name)

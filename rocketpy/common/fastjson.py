@@ -3,7 +3,8 @@
 RocketMQ bodies keyed by a ``MessageQueue`` (GET_TOPIC_STATS_INFO, GET_CONSUME_STATS,
 ConsumerRunningInfo's ``mqTable``) are written by fastjson with the key *object* in
 key position, ``{{"brokerName":"b","queueId":0,"topic":"T"}:{…}}``: not standard JSON,
-but what the Java admin tools parse (spec ``remoting-protocol.md`` §3.7).
+but what the Java admin tools parse (spec ``remoting-protocol.md`` §3.7). :func:`loads` reads
+it back (RESET_CONSUMER_CLIENT_OFFSET's body).
 """
 
 from __future__ import annotations
@@ -26,3 +27,72 @@ def object_key_map(entries: Iterable[tuple[dict[str, Any], Any]]) -> str:
 def raw_object(fields: Mapping[str, str]) -> str:
     """A JSON object whose values are already encoded (e.g. by :func:`object_key_map`), keys sorted."""
     return "{" + ",".join(json.dumps(k) + ":" + fields[k] for k in sorted(fields)) + "}"
+
+
+_DECODER = json.JSONDecoder()
+_SPACE = " \t\r\n"
+
+
+def loads(text: str | bytes) -> Any:
+    """Parse fastjson output; an object used as a map key becomes a tuple of its sorted
+    ``(key, value)`` items (a MessageQueue key: ``(("brokerName", b), ("queueId", q), ("topic", t))``).
+
+    :raises ValueError: for text that is neither JSON nor fastjson's object-keyed form.
+    """
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    value, end = _value(text, 0)
+    if text[_skip(text, end):]:
+        raise ValueError(f"extra data at {end}")
+    return value
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _SPACE:
+        i += 1
+    return i
+
+
+def _expect(text: str, i: int, chars: str) -> int:
+    i = _skip(text, i)
+    if i >= len(text) or text[i] not in chars:
+        raise ValueError(f"expected one of {chars!r} at {i}")
+    return i
+
+
+def _value(text: str, i: int) -> tuple[Any, int]:
+    i = _skip(text, i)
+    if text.startswith("{", i):
+        return _object(text, i + 1)
+    if text.startswith("[", i):
+        return _array(text, i + 1)
+    return _DECODER.raw_decode(text, i)
+
+
+def _object(text: str, i: int) -> tuple[dict[Any, Any], int]:
+    result: dict[Any, Any] = {}
+    if text.startswith("}", _skip(text, i)):
+        return result, _skip(text, i) + 1
+    while True:
+        key, i = _value(text, i)
+        if isinstance(key, dict):
+            key = tuple(sorted(key.items()))
+        i = _expect(text, i, ":")
+        result[key], i = _value(text, i + 1)
+        i = _expect(text, i, ",}")
+        if text[i] == "}":
+            return result, i + 1
+        i += 1
+
+
+def _array(text: str, i: int) -> tuple[list[Any], int]:
+    result: list[Any] = []
+    if text.startswith("]", _skip(text, i)):
+        return result, _skip(text, i) + 1
+    while True:
+        item, i = _value(text, i)
+        result.append(item)
+        i = _expect(text, i, ",]")
+        if text[i] == "]":
+            return result, i + 1
+        i += 1

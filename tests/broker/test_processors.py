@@ -27,6 +27,7 @@ from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectionLost, RemotingTimeoutError
 from tests.broker.test_clients import CPP_HEARTBEAT, CPP_PRODUCER_HEARTBEAT, ONS_HEARTBEAT, FakeChannel
+from tests.common.fastjson import fastjson_loads, mq_key
 
 
 class FakeStore:
@@ -327,11 +328,16 @@ class ConsumerChannel(FakeChannel):
     def __init__(self, remote_address: str) -> None:
         super().__init__(remote_address)
         self.calls: list[tuple[RemotingCommand, float]] = []
+        self.oneway: list[RemotingCommand] = []
         self.answer: Deferred[RemotingCommand] = Deferred()
 
     def invoke_sync(self, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
         self.calls.append((request, timeout))
         return self.answer
+
+    def invoke_oneway(self, request: RemotingCommand) -> Deferred[None]:
+        self.oneway.append(request)
+        return succeed(None)
 
 
 class ConsumerConnectedBase(ProcessorTestBase):
@@ -446,3 +452,49 @@ class ConsumeMessageDirectlyTests(ConsumerConnectedBase):
         assert isinstance(response, RemotingCommand)
         self.assertCode(response, 1, "not online")
         self.assertEqual(self.store.selected, [])
+
+
+class ResetOffsetTests(ConsumerConnectedBase):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222): offsets by time, told to the group's clients (220)."""
+
+    def reset(self, **ext: object) -> RemotingCommand:
+        fields: dict[str, object] = {"topic": "T", "group": "CID_TAG", "timestamp": 50_000, "isForce": "false"}
+        fields.update(ext)
+        return self.call(self.admin, _request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, **fields))
+
+    def commit(self, *offsets: int) -> None:
+        for queue_id, offset in enumerate(offsets):
+            self.t.offsets.commit_offset("p", "CID_TAG", "T", queue_id, offset)
+
+    def test_offsets_by_time_told_to_the_clients(self) -> None:
+        """The time's offset where the group is past it; without force a group before it stays."""
+        self.commit(100, 100, 10, 100)  # the fake store finds offset timestamp // 1000 = 50
+        self.consumer_channel.oneway.clear()
+        response = self.reset()
+        self.assertCode(response, 0)
+        expected = {mq_key("T", self.t.config.broker_name, q): o for q, o in enumerate((50, 50, 10, 50))}
+        self.assertEqual(fastjson_loads(response.body)["offsetTable"], expected)
+        [notice] = self.consumer_channel.oneway
+        self.assertEqual((notice.code, notice.ext_fields), (RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                         {"topic": "T", "group": "CID_TAG", "timestamp": "50000"}))
+        self.assertEqual(fastjson_loads(notice.body)["offsetTable"], expected)
+        forced = fastjson_loads(self.reset(isForce="true").body)["offsetTable"]
+        self.assertEqual(forced[mq_key("T", self.t.config.broker_name, 2)], 50)
+
+    def test_to_the_end_and_for_cpp(self) -> None:
+        """Timestamp -1 is each queue's end; isC sends the C++ client's list body."""
+        self.commit(0, 0, 0, 0)
+        self.store.max[("T", 1)] = 7
+        self.consumer_channel.oneway.clear()
+        self.assertCode(self.reset(timestamp=-1, isForce="true", isC="true"), 0)
+        [notice] = self.consumer_channel.oneway
+        table = json.loads(notice.body)["offsetTable"]
+        self.assertEqual(table[1], {"brokerName": self.t.config.broker_name, "offset": 7, "queueId": 1, "topic": "T"})
+
+    def test_refusals(self) -> None:
+        """Unknown topic, a group without offsets (1 SYSTEM_ERROR), no client online (206)."""
+        self.assertCode(self.reset(topic="NOPE"), 1, "no topic in this broker")
+        self.assertCode(self.reset(), 1, "THe consumer group <CID_TAG> not exist")
+        self.commit(1, 1, 1, 1)
+        self.t.consumers.do_channel_close_event(self.consumer_channel)
+        self.assertCode(self.reset(), ResponseCode.CONSUMER_NOT_ONLINE, "Consumer not online")

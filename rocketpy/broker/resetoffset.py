@@ -1,0 +1,59 @@
+"""INVOKE_BROKER_TO_RESET_OFFSET (222, ``mqadmin resetOffsetByTime``): move a group's consumers
+on a topic to the offsets of a point in time (Java 4.9 ``Broker2Client.resetOffset``).
+
+For each queue the new offset is the first message stored at or after ``timestamp`` (-1: the
+queue's end), unless the group is already before it and ``isForce`` is false. The group's
+clients are told with RESET_CONSUMER_CLIENT_OFFSET (220, oneway); they drop the queue, take the
+offset and commit it. The broker's own committed offsets are left to them, as in Java.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rocketpy.common.fastjson import dump_json, object_key_map
+from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+
+
+async def reset_group_offsets(tables: Any, request: RemotingCommand, topic: str, group: str, timestamp: int,
+                              force: bool, queues: int, for_c: bool) -> RemotingCommand:
+    """The reset of ``group`` on the ``queues`` queues of ``topic``; the response to ``request``.
+
+    :param tables: the broker's ``BrokerTables`` (offsets, store, consumers, config).
+    :param for_c: the C++ client's body shape (a list) for the clients' notice.
+    """
+    targets: dict[int, int] = {}
+    for queue_id in range(queues):
+        committed = tables.offsets.query_offset(group, topic, queue_id)
+        if committed == -1:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
+        if timestamp == -1:
+            target = tables.store.get_max_offset_in_queue(topic, queue_id)
+        else:
+            target = max(0, await tables.store.get_offset_in_queue_by_time(topic, queue_id, timestamp))
+        targets[queue_id] = target if force or target < committed else committed
+    broker = tables.config.broker_name
+    body = offset_table_body(topic, broker, targets)
+    notice = _c_body(topic, broker, targets) if for_c else body
+    ext = {"topic": topic, "group": group, "timestamp": str(timestamp)}
+    if not tables.consumers.tell_group(group, RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext, notice):
+        remark = f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} Timestamp: {timestamp}"
+        return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, remark)
+    return request.make_response(ResponseCode.SUCCESS, None, None, body)
+
+
+def offset_table_body(topic: str, broker: str, offsets: dict[int, int]) -> bytes:
+    """Java's ResetOffsetBody: ``{"offsetTable":{{"brokerName":…,"queueId":…,"topic":…}:offset}}``."""
+    entries = ((_queue(topic, broker, queue_id), offset) for queue_id, offset in sorted(offsets.items()))
+    return ('{"offsetTable":' + object_key_map(entries) + "}").encode("utf-8")
+
+
+def _c_body(topic: str, broker: str, offsets: dict[int, int]) -> bytes:
+    """ResetOffsetBodyForC: the same table as a list of ``{brokerName, offset, queueId, topic}``."""
+    return dump_json({"offsetTable": [dict(_queue(topic, broker, queue_id), offset=offset)
+                                      for queue_id, offset in sorted(offsets.items())]})
+
+
+def _queue(topic: str, broker: str, queue_id: int) -> dict[str, Any]:
+    return {"brokerName": broker, "queueId": queue_id, "topic": topic}
