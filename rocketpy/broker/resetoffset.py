@@ -2,7 +2,9 @@
 on a topic to the offsets of a point in time (Java 4.9 ``Broker2Client.resetOffset``).
 
 For each queue the new offset is the first message stored at or after ``timestamp`` (-1: the
-queue's end), unless the group is already before it and ``isForce`` is false. The group's
+queue's end), unless the group is already before it and ``isForce`` is false. A group with no
+offset on the topic at all is refused; unlike Java's broker, a queue the group has not committed
+yet (a new group's empty queue) simply takes the new offset instead of failing the reset. The group's
 clients are told with RESET_CONSUMER_CLIENT_OFFSET (220, oneway); they drop the queue, take the
 offset and commit it. The broker's own committed offsets are left to them, as in Java.
 """
@@ -23,16 +25,17 @@ async def reset_group_offsets(tables: Any, request: RemotingCommand, topic: str,
     :param tables: the broker's ``BrokerTables`` (offsets, store, consumers, config).
     :param for_c: the C++ client's body shape (a list) for the clients' notice.
     """
+    committed = tables.offsets.query_offsets(group, topic)
+    if not committed:
+        return request.make_response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
     targets: dict[int, int] = {}
     for queue_id in range(queues):
-        committed = tables.offsets.query_offset(group, topic, queue_id)
-        if committed == -1:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
         if timestamp == -1:
             target = tables.store.get_max_offset_in_queue(topic, queue_id)
         else:
             target = max(0, await tables.store.get_offset_in_queue_by_time(topic, queue_id, timestamp))
-        targets[queue_id] = target if force or target < committed else committed
+        current = committed.get(queue_id)
+        targets[queue_id] = target if force or current is None or target < current else current
     broker = tables.config.broker_name
     body = offset_table_body(topic, broker, targets)
     notice = _c_body(topic, broker, targets) if for_c else body

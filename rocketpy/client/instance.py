@@ -22,7 +22,8 @@ from zope.interface import implementer
 from rocketpy.client.api import IRemotingClient, MQClientAPI
 from rocketpy.client.direct import ConsumeDirectlyProcessor
 from rocketpy.client.errors import MQBrokerError, MQError, NoNameServerError, RemotingError
-from rocketpy.client.message import AUTO_CREATE_TOPIC_KEY, local_ip
+from rocketpy.client.message import AUTO_CREATE_TOPIC_KEY, MessageQueue, local_ip
+from rocketpy.client.resetoffset import ResetOffsetProcessor
 from rocketpy.client.route import with_default_queue_nums
 from rocketpy.client.runninginfo import (
     CLIENT_VERSION_DESC,
@@ -201,6 +202,7 @@ class ClientInstance:
             self.remoting.register_processor(
                 RequestCode.CONSUME_MESSAGE_DIRECTLY, ConsumeDirectlyProcessor(self.consume_message_directly)
             )
+            self.remoting.register_processor(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ResetOffsetProcessor(self.reset_offset))
             self._processor_registered = True
         if not self._route_loop.running:
             self._loops = [
@@ -251,6 +253,15 @@ class ClientInstance:
             if consume is not None and getattr(member, "group", None) == group:
                 return consume(msg, broker_name)  # type: ignore[no-any-return]
         return None
+
+    def reset_offset(self, topic: str, group: str, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: move this client's push consumer of ``group`` on ``topic``."""
+        for member in self.members:
+            reset = getattr(member, "reset_offsets", None)
+            if reset is not None and getattr(member, "group", None) == group:
+                reset(topic, offsets)
+                return
+        self.log.info("[reset-offset] no consumer of group {group} here", group=group)
 
     # name server and routes
 

@@ -45,7 +45,8 @@ class OffsetStore:
         self._remote = remote
         self._path = None if remote else path
         self._run_blocking = run_blocking
-        self._stored: dict[MessageQueue, int] | None = None  # the local file's offsets, once read
+        self._file: dict[MessageQueue, int] | None = None  # the local file's offsets, once read or written
+        self._kept: dict[MessageQueue, int] = {}  # broadcasting: persisted one by one, read before the file
         self.table: dict[MessageQueue, int] = {}
 
     def update(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
@@ -77,9 +78,13 @@ class OffsetStore:
         return offset
 
     async def persist(self, mq: MessageQueue) -> None:
-        """Write ``mq``'s offset to its master (oneway); errors are logged."""
+        """Write ``mq``'s offset to its master (oneway); errors are logged. Broadcasting: it
+        becomes the offset the file holds for ``mq`` (the file is written by :meth:`persist_all`)."""
         offset = self.table.get(mq)
-        if offset is None or offset < 0 or not self._remote:
+        if offset is None or offset < 0:
+            return
+        if not self._remote:
+            self._kept[mq] = offset
             return
         try:
             await self._consumer.update_offset(mq, offset, oneway=True)
@@ -97,15 +102,15 @@ class OffsetStore:
     async def _read_local(self, mq: MessageQueue) -> int:
         if self._path is None:
             return self.read(mq)
-        if self._stored is None:
+        if self._file is None:
             assert self._run_blocking is not None
             try:
-                self._stored = decode_offsets(await self._run_blocking(read_if_exists, self._path))
+                self._file = decode_offsets(await self._run_blocking(read_if_exists, self._path))
             except (OSError, ValueError) as e:
                 self.log.warn("local offsets {path} unreadable ({error}): starting without them",
                               path=self._path, error=e)
-                self._stored = {}
-        offset = self._stored.get(mq, NO_OFFSET)
+                self._file = {}
+        offset = self._kept.get(mq, self._file.get(mq, NO_OFFSET))
         if offset >= 0:
             self.update(mq, offset, increase_only=False)
         return offset
@@ -116,14 +121,15 @@ class OffsetStore:
             return
         assert self._run_blocking is not None
         offsets = {mq: self.table[mq] for mq in mqs if self.table.get(mq, NO_OFFSET) >= 0}
-        if offsets == self._stored:
+        self._kept.update(offsets)
+        if offsets == self._file:
             return
         try:
             await self._run_blocking(write_atomically, self._path, encode_offsets(offsets))
         except OSError as e:
             self.log.warn("writing local offsets {path} failed: {error}", path=self._path, error=e)
             return
-        self._stored = offsets
+        self._file = offsets
 
 
 def encode_offsets(offsets: dict[MessageQueue, int]) -> bytes:

@@ -196,6 +196,12 @@ class PushConsumer(ConsumerBase):
         if group == self.group and self.running:
             self.spawn(self.rebalancer.rebalance())
 
+    def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: drop the held queues of ``topic`` named in ``offsets``, commit
+        their new offsets and take them again from there (see :meth:`Rebalancer.reset_offsets`)."""
+        if self.running:
+            self.spawn(self.rebalancer.reset_offsets(topic, offsets))
+
     def consume_directly(self, msg: MessageExt, broker_name: str) -> Deferred[dict[str, Any]]:
         """CONSUME_MESSAGE_DIRECTLY: the listener on ``msg`` now; fires with the ConsumeMessageDirectlyResult."""
         return Deferred.fromCoroutine(self.consume_service.consume_directly(msg, broker_name))

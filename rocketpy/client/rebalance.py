@@ -98,6 +98,16 @@ class Rebalancer:
             changed = True
         return changed
 
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Drop each held queue of ``topic`` named in ``offsets`` (in-flight pulls and consumption
+        are then ignored), commit its new offset, and rebalance to take it again from there."""
+        c = self.consumer
+        for mq in [mq for mq in self.process_queues if mq.topic == topic and mq in offsets]:
+            self.process_queues[mq].dropped = True
+            c.offset_store.update(mq, offsets[mq], increase_only=False)
+            await self._drop(mq)
+        await self.rebalance()
+
     async def _drop(self, mq: MessageQueue) -> bool:
         pq = self.process_queues.pop(mq)
         pq.dropped = True

@@ -495,6 +495,10 @@ class ResetOffsetTests(ConsumerConnectedBase):
         """Unknown topic, a group without offsets (1 SYSTEM_ERROR), no client online (206)."""
         self.assertCode(self.reset(topic="NOPE"), 1, "no topic in this broker")
         self.assertCode(self.reset(), 1, "THe consumer group <CID_TAG> not exist")
-        self.commit(1, 1, 1, 1)
+        self.commit(1)  # queues 1-3 without an offset take the time's
+        self.consumer_channel.oneway.clear()
+        self.assertCode(self.reset(), 0)
+        offsets = fastjson_loads(self.consumer_channel.oneway[0].body)["offsetTable"]
+        self.assertEqual(sorted(offsets.values()), [1, 50, 50, 50])
         self.t.consumers.do_channel_close_event(self.consumer_channel)
         self.assertCode(self.reset(), ResponseCode.CONSUMER_NOT_ONLINE, "Consumer not online")

@@ -327,6 +327,32 @@ class PushConsumerTests(IntegrationTestCase):
                          f"The Consumer <{c.instance.client_id}> not online"))
 
 
+    async def test_reset_offset_by_time(self) -> None:
+        """INVOKE_BROKER_TO_RESET_OFFSET (``mqadmin resetOffsetByTime``) to a time before every
+        message: the broker tells the consumer, which consumes the topic again from there."""
+        cluster = await self.cluster()
+        p = await self.producer(cluster)
+        for i in range(3):
+            await p.send(Message("Push", b"m%d" % i))
+        await cluster.wait_for_route("Push")
+        got: list[bytes] = []
+
+        def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
+            got.extend(m.body for m in msgs)
+            return ConsumeResult.CONSUME_SUCCESS
+
+        await self.push(cluster, listener, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                        persist_interval=0.2)
+        offsets = cluster.brokers["broker-a"].offsets
+        await self.until(lambda: sum(offsets.query_offsets("CG", "Push").values()) == 3)
+        broker = cluster.brokers["broker-a"].config.advertised_address
+        request = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {
+            "topic": "Push", "group": "CG", "timestamp": "1000", "isForce": "true"})
+        response = await cluster.admin.invoke_sync(broker, request, 10)
+        self.assertEqual(response.code, ResponseCode.SUCCESS, response.remark)
+        await self.until(lambda: len(got) == 6)
+        self.assertEqual(sorted(got), sorted([b"m0", b"m1", b"m2"] * 2))
+
     async def test_broadcasting_resumes_from_its_local_offsets(self) -> None:
         """A broadcasting consumer keeps its offsets in a local file (written in the reactor's
         thread pool) and resumes from them after a restart."""

@@ -364,3 +364,42 @@ class BroadcastingTests(PushTestCase):
         self.assertEqual(decode_offsets(None), {})
         for bad in (b"[]", b'{"offsetTable":[{"topic":"T"}]}', b"\xff"):
             self.assertRaises(ValueError, decode_offsets, bad)
+
+
+class ResetOffsetTests(PushTestCase):
+    """RESET_CONSUMER_CLIENT_OFFSET (220) from a broker: the queue is taken again from the new offset."""
+
+    def tell(self, c: PushConsumer, body: bytes, group: str = "CG") -> None:
+        processor = c.instance.remoting.processors[RequestCode.RESET_CONSUMER_CLIENT_OFFSET]
+        ext = {"topic": "T", "group": group, "timestamp": "0"}
+        request = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext, body, language="JAVA")
+        self.assertIsNone(processor.process_request(None, request))  # oneway: no reply
+        self.clock.advance(0)
+
+    def test_consumes_again_from_the_new_offset(self) -> None:
+        c = self.consumer(consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        for i in range(4):
+            self.cluster.publish("broker-a", "T", 0, b"m%d" % i)
+        self.clock.advance(0)
+        self.assertEqual([b for _, b, _ in self.received], [b"m0", b"m1", b"m2", b"m3"])
+        self.received.clear()
+        other = MessageQueue("T", "broker-a", 1)
+        pulls_of_other = len(self.pulls(1))
+        self.tell(c, b'{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"T"}:1}}')
+        self.assertEqual([b for _, b, _ in self.received], [b"m1", b"m2", b"m3"])
+        commits = [r.ext_fields for _, r in self.remoting.sent(RequestCode.UPDATE_CONSUMER_OFFSET, "oneway")]
+        self.assertIn({"consumerGroup": "CG", "topic": "T", "queueId": "0", "commitOffset": "1"}, commits)
+        self.assertIn(other, c.rebalancer.process_queues)
+        self.assertEqual(len(self.pulls(1)), pulls_of_other, "a queue not named keeps its pull")
+
+    def test_cpp_body_other_group_and_bad_body(self) -> None:
+        c = self.consumer(consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        self.cluster.publish("broker-a", "T", 1, b"x")
+        self.clock.advance(0)
+        self.received.clear()
+        cpp = b'{"offsetTable":[{"brokerName":"broker-a","offset":0,"queueId":1,"topic":"T"}]}'
+        self.tell(c, cpp, group="OTHER")
+        self.tell(c, b"{broken")
+        self.assertEqual(self.received, [])
+        self.tell(c, cpp)
+        self.assertEqual(self.received, [("T", b"x", 0)])
