@@ -65,6 +65,8 @@ class AdminBrokerProcessor(TableProcessor):
             RequestCode.GET_ALL_CONSUMER_OFFSET: lambda c, r: ok_response(r, tables.offsets.encode()),
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: lambda c, r: ok_response(r, tables.subscriptions.encode()),
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_subscription_group,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
+            RequestCode.TRIGGER_DELETE_FILES: self.trigger_delete_files,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             RequestCode.GET_BROKER_CONFIG: self.broker_config,
             RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
@@ -117,6 +119,21 @@ class AdminBrokerProcessor(TableProcessor):
         except (TypeError, ValueError) as e:
             raise Rejected(ResponseCode.SYSTEM_ERROR, f"bad subscription group body: {e}") from None
         self._t.subscriptions.update_subscription_group_config(config)
+        return ok_response(request)
+
+    def delete_subscription_group(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+        """DELETE_SUBSCRIPTIONGROUP (``mqadmin deleteSubGroup``): ext ``groupName``, and with
+        ``removeOffset`` true its committed offsets too."""
+        group = get_str(request.ext_fields, "groupName")
+        self._t.subscriptions.delete_subscription_group_config(group)
+        if get_bool(request.ext_fields, "removeOffset"):
+            self._t.offsets.remove_group(group)
+        return ok_response(request)
+
+    def trigger_delete_files(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+        """TRIGGER_DELETE_FILES: expired commit-log files go on the next clean passes, whatever
+        the store's ``delete_when`` hour says (Java's ``executeDeleteFilesManually``)."""
+        self._t.store.execute_delete_files_manually()
         return ok_response(request)
 
     def _total_messages(self) -> int:

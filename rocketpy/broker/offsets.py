@@ -78,6 +78,12 @@ class ConsumerOffsetManager(JsonConfigFile):
             if t == topic:
                 del self._table[offset_key(t, g)]
 
+    def remove_group(self, group: str) -> None:
+        """Forget every offset of ``group`` (DELETE_SUBSCRIPTIONGROUP with ``removeOffset``)."""
+        for t, g in list(self._keys()):
+            if g == group:
+                del self._table[offset_key(t, g)]
+
     def _keys(self) -> list[tuple[str, str]]:
         out = []
         for key in self._table:

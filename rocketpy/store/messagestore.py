@@ -326,6 +326,10 @@ class MessageStore:
             self.index.delete_expired(low)
         return deleted
 
+    def execute_delete_files_manually(self) -> None:
+        """TRIGGER_DELETE_FILES: the next clean passes delete expired files whatever the hour."""
+        self.retention.delete_manually()
+
     def disk_usage_ratio(self) -> float:
         """Used share (0–1) of the commit log's partition; -1 when unknown."""
         path = self.config.commit_log_dir

@@ -442,6 +442,10 @@ class StoreService(Service):
         """
         self._completion.hooks.append(hook)
 
+    def execute_delete_files_manually(self) -> None:
+        """TRIGGER_DELETE_FILES: the next clean passes (in the writer pool) ignore ``delete_when``."""
+        self._store.execute_delete_files_manually()
+
     def append_to_commit_log(self, offset: int, data: bytes) -> Deferred[bool]:
         """HA slave: append bytes replicated from the master, in the writer pool."""
         return self._in_pool(self._store.append_to_commit_log, offset, data)

@@ -38,6 +38,7 @@ class FakeStore:
         self.min: dict[tuple[str, int], int] = {}
         self.max_physical_offset = 1234
         self.records: dict[int, bytes] = {}
+        self.delete_requests = 0
         self.selected: list[int] = []
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
@@ -51,6 +52,9 @@ class FakeStore:
 
     def get_earliest_message_time(self, topic: str, queue_id: int) -> Deferred[int]:
         return succeed(1700000000000)
+
+    def execute_delete_files_manually(self) -> None:
+        self.delete_requests += 1
 
     def select_one_message_by_offset(self, offset: int) -> Deferred[bytes | None]:
         self.selected.append(offset)
@@ -502,3 +506,21 @@ class ResetOffsetTests(ConsumerConnectedBase):
         self.assertEqual(sorted(offsets.values()), [1, 50, 50, 50])
         self.t.consumers.do_channel_close_event(self.consumer_channel)
         self.assertCode(self.reset(), ResponseCode.CONSUMER_NOT_ONLINE, "Consumer not online")
+
+
+class GroupAndFileAdminTests(ProcessorTestBase):
+    def test_delete_subscription_group(self) -> None:
+        """DELETE_SUBSCRIPTIONGROUP removes the group; its offsets only with removeOffset=true."""
+        self.t.subscriptions.find_subscription_group_config("G1")  # auto-created
+        self.t.offsets.commit_offset("p", "G1", "T", 0, 5)
+        self.assertCode(self.call(self.admin, _request(RequestCode.DELETE_SUBSCRIPTIONGROUP, groupName="G1")), 0)
+        self.assertNotIn("G1", self.t.subscriptions.groups())
+        self.assertEqual(self.t.offsets.query_offset("G1", "T", 0), 5)
+        request = _request(RequestCode.DELETE_SUBSCRIPTIONGROUP, groupName="G1", removeOffset="true")
+        self.assertCode(self.call(self.admin, request), 0)
+        self.assertEqual(self.t.offsets.query_offset("G1", "T", 0), -1)
+        self.assertCode(self.call(self.admin, _request(RequestCode.DELETE_SUBSCRIPTIONGROUP)), 1, "groupName")
+
+    def test_trigger_delete_files(self) -> None:
+        self.assertCode(self.call(self.admin, _request(RequestCode.TRIGGER_DELETE_FILES)), 0)
+        self.assertEqual(self.store.delete_requests, 1)
