@@ -5,7 +5,7 @@ The heartbeat bodies themselves are parsed in :mod:`rocketpy.broker.heartbeat`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,13 +163,18 @@ class ConsumerManager:
         """Tell every member of the group to rebalance now."""
         self.tell_group(group_name, RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group_name})
 
-    def tell_group(self, group_name: str, code: int, ext: dict[str, str], body: bytes = b"") -> int:
-        """Send a oneway request to every member of the group (failures are logged); how many."""
+    def tell_group(self, group_name: str, code: int, ext: dict[str, str],
+                   body_for: Callable[[ClientChannelInfo], bytes] | None = None) -> int:
+        """Send a oneway request to every member of the group (failures are logged); how many.
+
+        :param body_for: the body for one member (its language, version), if any.
+        """
         group = self._groups.get(group_name)
         if group is None:
             return 0
         what = RequestCode(code).name
-        for channel in list(group.channels):
+        for channel, info in list(group.channels.items()):
+            body = b"" if body_for is None else body_for(info)
             request = RemotingCommand.request(code, dict(ext), body, language=LanguageCode.JAVA.name)
             request.mark_oneway()
             try:

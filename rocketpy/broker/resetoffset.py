@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rocketpy.broker.clients import ClientChannelInfo
 from rocketpy.common.fastjson import dump_json, object_key_map
-from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 
 
@@ -23,7 +24,8 @@ async def reset_group_offsets(tables: Any, request: RemotingCommand, topic: str,
     """The reset of ``group`` on the ``queues`` queues of ``topic``; the response to ``request``.
 
     :param tables: the broker's ``BrokerTables`` (offsets, store, consumers, config).
-    :param for_c: the C++ client's body shape (a list) for the clients' notice.
+    :param for_c: the C++ client's body shape (a list) for every client's notice; a client whose
+        heartbeat says CPP gets it anyway (Java leaves that to ``mqadmin -c``).
     """
     committed = tables.offsets.query_offsets(group, topic)
     if not committed:
@@ -38,9 +40,13 @@ async def reset_group_offsets(tables: Any, request: RemotingCommand, topic: str,
         targets[queue_id] = target if force or current is None or target < current else current
     broker = tables.config.broker_name
     body = offset_table_body(topic, broker, targets)
-    notice = _c_body(topic, broker, targets) if for_c else body
+    c_body = _c_body(topic, broker, targets)
+
+    def body_for(client: ClientChannelInfo) -> bytes:  # the C++ client reads only the list shape
+        return c_body if for_c or client.language == LanguageCode.CPP.name else body
+
     ext = {"topic": topic, "group": group, "timestamp": str(timestamp)}
-    if not tables.consumers.tell_group(group, RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext, notice):
+    if not tables.consumers.tell_group(group, RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext, body_for):
         remark = f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} Timestamp: {timestamp}"
         return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, remark)
     return request.make_response(ResponseCode.SUCCESS, None, None, body)

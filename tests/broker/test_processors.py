@@ -470,28 +470,43 @@ class ResetOffsetTests(ConsumerConnectedBase):
         for queue_id, offset in enumerate(offsets):
             self.t.offsets.commit_offset("p", "CID_TAG", "T", queue_id, offset)
 
+    def java_client(self) -> ConsumerChannel:
+        """A Java client joins CID_TAG beside the C++ one (the heartbeat's language decides)."""
+        channel = ConsumerChannel("10.0.0.8:6000")
+        body = json.loads(CPP_HEARTBEAT)
+        body["clientID"] = "10.0.0.8@java"
+        beat = RemotingCommand.request(RequestCode.HEART_BEAT, {}, json.dumps(body).encode(), language="JAVA")
+        self.assertCode(self.client.process_request(channel, beat), 0)  # type: ignore[arg-type]
+        return channel
+
     def test_offsets_by_time_told_to_the_clients(self) -> None:
-        """The time's offset where the group is past it; without force a group before it stays."""
+        """The time's offset where the group is past it; without force a group before it stays.
+        Each client gets the body shape of its language."""
+        java = self.java_client()
         self.commit(100, 100, 10, 100)  # the fake store finds offset timestamp // 1000 = 50
         self.consumer_channel.oneway.clear()
+        java.oneway.clear()
         response = self.reset()
         self.assertCode(response, 0)
         expected = {mq_key("T", self.t.config.broker_name, q): o for q, o in enumerate((50, 50, 10, 50))}
         self.assertEqual(fastjson_loads(response.body)["offsetTable"], expected)
-        [notice] = self.consumer_channel.oneway
+        [notice] = java.oneway
         self.assertEqual((notice.code, notice.ext_fields), (RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
                          {"topic": "T", "group": "CID_TAG", "timestamp": "50000"}))
         self.assertEqual(fastjson_loads(notice.body)["offsetTable"], expected)
+        [cpp_notice] = self.consumer_channel.oneway
+        self.assertEqual([e["offset"] for e in json.loads(cpp_notice.body)["offsetTable"]], [50, 50, 10, 50])
         forced = fastjson_loads(self.reset(isForce="true").body)["offsetTable"]
         self.assertEqual(forced[mq_key("T", self.t.config.broker_name, 2)], 50)
 
     def test_to_the_end_and_for_cpp(self) -> None:
-        """Timestamp -1 is each queue's end; isC sends the C++ client's list body."""
+        """Timestamp -1 is each queue's end; isC sends the C++ list body to every client."""
+        java = self.java_client()
         self.commit(0, 0, 0, 0)
         self.store.max[("T", 1)] = 7
-        self.consumer_channel.oneway.clear()
+        java.oneway.clear()
         self.assertCode(self.reset(timestamp=-1, isForce="true", isC="true"), 0)
-        [notice] = self.consumer_channel.oneway
+        [notice] = java.oneway
         table = json.loads(notice.body)["offsetTable"]
         self.assertEqual(table[1], {"brokerName": self.t.config.broker_name, "offset": 7, "queueId": 1, "topic": "T"})
 
@@ -502,8 +517,8 @@ class ResetOffsetTests(ConsumerConnectedBase):
         self.commit(1)  # queues 1-3 without an offset take the time's
         self.consumer_channel.oneway.clear()
         self.assertCode(self.reset(), 0)
-        offsets = fastjson_loads(self.consumer_channel.oneway[0].body)["offsetTable"]
-        self.assertEqual(sorted(offsets.values()), [1, 50, 50, 50])
+        offsets = json.loads(self.consumer_channel.oneway[0].body)["offsetTable"]
+        self.assertEqual(sorted(e["offset"] for e in offsets), [1, 50, 50, 50])
         self.t.consumers.do_channel_close_event(self.consumer_channel)
         self.assertCode(self.reset(), ResponseCode.CONSUMER_NOT_ONLINE, "Consumer not online")
 
