@@ -45,7 +45,8 @@ async def reset_group_offsets(tables: Any, request: RemotingCommand, topic: str,
     def body_for(client: ClientChannelInfo) -> bytes:  # the C++ client reads only the list shape
         return c_body if for_c or client.language == LanguageCode.CPP.name else body
 
-    ext = {"topic": topic, "group": group, "timestamp": str(timestamp)}
+    # every field of Java's ResetOffsetRequestHeader: the C++ client aborts on a missing one
+    ext = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "true" if force else "false"}
     if not tables.consumers.tell_group(group, RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext, body_for):
         remark = f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} Timestamp: {timestamp}"
         return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, remark)

@@ -492,7 +492,7 @@ class ResetOffsetTests(ConsumerConnectedBase):
         self.assertEqual(fastjson_loads(response.body)["offsetTable"], expected)
         [notice] = java.oneway
         self.assertEqual((notice.code, notice.ext_fields), (RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-                         {"topic": "T", "group": "CID_TAG", "timestamp": "50000"}))
+                         {"topic": "T", "group": "CID_TAG", "timestamp": "50000", "isForce": "false"}))
         self.assertEqual(fastjson_loads(notice.body)["offsetTable"], expected)
         [cpp_notice] = self.consumer_channel.oneway
         self.assertEqual([e["offset"] for e in json.loads(cpp_notice.body)["offsetTable"]], [50, 50, 10, 50])

@@ -299,6 +299,26 @@ class CppClientTests(CppHarness):
         self.assertLess(time.monotonic() - started, 12, "held pulls were not woken by the new messages")
 
 
+    def test_reset_offset_by_time(self) -> None:
+        """INVOKE_BROKER_TO_RESET_OFFSET (mqadmin resetOffsetByTime) to before every message: the
+        C++ consumer gets RESET_CONSUMER_CLIENT_OFFSET in its list shape and consumes them again."""
+        self.start()
+        topic, group = "InteropReset", "CID_INTEROP_RESET"
+        self.produce(topic, "sync", 3, "--keys", "m")
+        consumer = self.spawn("consume", "--topic", topic, "--group", group, "--expect", "6", "--linger", "1")
+        stats = RemotingCommand.request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
+        deadline = time.monotonic() + 30
+        while b'"consumerOffset":1' not in query(self.rocketpy.broker_port, stats).body:  # committed (every 5 s)
+            self.assertLess(time.monotonic(), deadline, "the C++ consumer committed nothing")
+            time.sleep(0.5)
+        reset = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, {
+            "topic": topic, "group": group, "timestamp": "1000", "isForce": "true"})
+        response = query(self.rocketpy.broker_port, reset)
+        self.assertEqual(response.code, 0, response.remark)
+        got = [e for e in self.finish(consumer) if e["event"] == "message"]
+        self.assertEqual(sorted(m["keys"] for m in got), sorted(["m-0", "m-1", "m-2"] * 2))
+
+
 class ChildEventsTests(SynchronousTestCase):
     def test_outcomes(self) -> None:
         """Only a clean run, or the C++ client's known abort inside its own shutdown, counts as success."""
