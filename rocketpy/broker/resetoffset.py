@@ -14,16 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 from rocketpy.broker.clients import ClientChannelInfo
+from rocketpy.broker.processors import BrokerTables
 from rocketpy.common.fastjson import dump_json, object_key_map
 from rocketpy.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 
 
-async def reset_group_offsets(tables: Any, request: RemotingCommand, topic: str, group: str, timestamp: int,
+async def reset_group_offsets(tables: BrokerTables, request: RemotingCommand, topic: str, group: str, timestamp: int,
                               force: bool, queues: int, for_c: bool) -> RemotingCommand:
     """The reset of ``group`` on the ``queues`` queues of ``topic``; the response to ``request``.
 
-    :param tables: the broker's ``BrokerTables`` (offsets, store, consumers, config).
+    :param tables: the broker's tables (offsets, store, consumers, config).
     :param for_c: the C++ client's body shape (a list) for every client's notice; a client whose
         heartbeat says CPP gets it anyway (Java leaves that to ``mqadmin -c``).
     """
