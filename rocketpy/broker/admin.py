@@ -67,6 +67,9 @@ class AdminBrokerProcessor(TableProcessor):
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_subscription_group,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_subscription_group,
             RequestCode.TRIGGER_DELETE_FILES: self.trigger_delete_files,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER:
+                lambda c, r: ok_response(r, dump_json({"topicList": sorted(tables.topics.system_topics)})),
+            RequestCode.CLONE_GROUP_OFFSET: self.clone_group_offset,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             RequestCode.GET_BROKER_CONFIG: self.broker_config,
             RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
@@ -134,6 +137,23 @@ class AdminBrokerProcessor(TableProcessor):
         """TRIGGER_DELETE_FILES: expired commit-log files go on the next clean passes, whatever
         the store's ``delete_when`` hour says (Java's ``executeDeleteFilesManually``)."""
         self._t.store.execute_delete_files_manually()
+        return ok_response(request)
+
+    def clone_group_offset(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+        """CLONE_GROUP_OFFSET (``mqadmin cloneGroupOffset``): ext ``srcGroup``, ``destGroup``, ``topic``
+        (blank: every topic srcGroup committed on), ``offline``. Topics this broker lacks are skipped,
+        and unless ``offline`` so are those an online srcGroup no longer subscribes to (as Java)."""
+        ext = request.ext_fields
+        src, dest = get_str(ext, "srcGroup"), get_str(ext, "destGroup")
+        topic = ext.get("topic", "")
+        offline = get_bool(ext, "offline")
+        online = self._t.consumers.get_consumer_group_info(src)
+        for name in [topic] if topic.strip() else sorted(self._t.offsets.topics_of_group(src)):
+            if self._t.topics.select_topic_config(name) is None:
+                continue
+            if not offline and online is not None and online.subscriptions and name not in online.subscriptions:
+                continue
+            self._t.offsets.clone_offset(src, dest, name)
         return ok_response(request)
 
     def _total_messages(self) -> int:

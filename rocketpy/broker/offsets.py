@@ -78,6 +78,12 @@ class ConsumerOffsetManager(JsonConfigFile):
             if t == topic:
                 del self._table[offset_key(t, g)]
 
+    def clone_offset(self, src_group: str, dest_group: str, topic: str) -> None:
+        """Give ``dest_group`` the offsets ``src_group`` committed on ``topic`` (CLONE_GROUP_OFFSET)."""
+        offsets = self._table.get(offset_key(topic, src_group))
+        if offsets is not None:
+            self._table[offset_key(topic, dest_group)] = dict(offsets)
+
     def remove_group(self, group: str) -> None:
         """Forget every offset of ``group`` (DELETE_SUBSCRIPTIONGROUP with ``removeOffset``)."""
         for t, g in list(self._keys()):

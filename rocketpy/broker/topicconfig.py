@@ -193,6 +193,8 @@ class TopicConfigManager(JsonConfigFile):
             broker_name, cluster_name, default_topic_queue_nums, cluster_topic_enable, broker_topic_enable
         ):
             self._table[config.topic_name] = config
+        #: the topics the broker creates itself (GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
+        self.system_topics = frozenset(self._table)
 
     def _system_topics(
         self, broker: str, cluster: str, default_nums: int, cluster_rw: bool, broker_rw: bool

@@ -539,3 +539,30 @@ class GroupAndFileAdminTests(ProcessorTestBase):
     def test_trigger_delete_files(self) -> None:
         self.assertCode(self.call(self.admin, _request(RequestCode.TRIGGER_DELETE_FILES)), 0)
         self.assertEqual(self.store.delete_requests, 1)
+
+    def test_system_topic_list(self) -> None:
+        response = self.call(self.admin, _request(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER))
+        topics = json.loads(response.body)["topicList"]
+        self.assertTrue({"TBW102", "SCHEDULE_TOPIC_XXXX", self.t.config.broker_name,
+                         self.t.config.cluster_name} <= set(topics), topics)
+        self.assertNotIn("T", topics)
+
+    def test_clone_group_offset(self) -> None:
+        """One topic, or every topic of srcGroup; an online srcGroup's unsubscribed topics only offline."""
+        self.t.topics.update_topic_config(TopicConfig("ExploreTopic", 4, 4))
+        for topic in ("T", "ExploreTopic", "Gone"):
+            self.t.offsets.commit_offset("p", "CID_TAG", topic, 0, 9)
+
+        def clone(dest: str, **ext: object) -> None:
+            request = _request(RequestCode.CLONE_GROUP_OFFSET, srcGroup="CID_TAG", destGroup=dest, **ext)
+            self.assertCode(self.call(self.admin, request), 0)
+
+        clone("ONE", topic="T")
+        self.assertEqual(sorted(self.t.offsets.topics_of_group("ONE")), ["T"])
+        clone("ALL", topic="")
+        self.assertEqual(sorted(self.t.offsets.topics_of_group("ALL")), ["ExploreTopic", "T"])  # no topic "Gone"
+        self.call(self.client, _request(RequestCode.HEART_BEAT, CPP_HEARTBEAT))  # CID_TAG online: ExploreTopic only
+        clone("ONLINE")
+        self.assertEqual(sorted(self.t.offsets.topics_of_group("ONLINE")), ["ExploreTopic"])
+        clone("OFFLINE", offline="true")
+        self.assertEqual(self.t.offsets.query_offsets("OFFLINE", "T"), {0: 9})
