@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from twisted.internet import reactor
+from twisted.internet.defer import gatherResults
 from twisted.trial.unittest import TestCase
 
 from rocketpy.broker.config import BrokerConfig
@@ -89,6 +90,10 @@ class BrokerPairTests(TestCase):
         p = await self.producer()
         results = [await p.send(Message("HA", b"m%d" % i)) for i in range(50)]
         self.assertEqual({r.status for r in results}, {SendStatus.SEND_OK})
+        self.assertEqual(slave.store.max_physical_offset, master.store.max_physical_offset)
+        # pipelined: the broker takes runs of them with one put_many; each waits for the slave
+        piped = await gatherResults([p.send_async(Message("HA", b"p%d" % i)) for i in range(200)])
+        self.assertEqual({r.status for r in piped}, {SendStatus.SEND_OK})
         self.assertEqual(slave.store.max_physical_offset, master.store.max_physical_offset)
         await slave.stopService()
         assert master.ha is not None
