@@ -12,6 +12,7 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.python.failure import Failure
 
 from rocketpy.broker.config import dump_json
+from rocketpy.broker.consumestats import broker_consume_stats, consume_stats
 from rocketpy.broker.processors import BrokerTables, Rejected, TableProcessor, body_json, ok_response
 from rocketpy.broker.resetoffset import reset_group_offsets
 from rocketpy.broker.subscription import SubscriptionGroupConfig
@@ -74,6 +75,7 @@ class AdminBrokerProcessor(TableProcessor):
             RequestCode.GET_BROKER_CONFIG: self.broker_config,
             RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
             RequestCode.GET_CONSUME_STATS: self.consume_stats,
+            RequestCode.GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
@@ -215,22 +217,12 @@ class AdminBrokerProcessor(TableProcessor):
     def consume_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         group = get_str(request.ext_fields, "consumerGroup")
         topic = request.ext_fields.get("topic")
-        topics = [topic] if topic else sorted(self._t.offsets.topics_of_group(group))
-        entries = []
-        for name in topics:
-            config = self._t.topics.select_topic_config(name)
-            if config is None:
-                continue
-            for qid in range(config.write_queue_nums):
-                committed = max(self._t.offsets.query_offset(group, name, qid), 0)
-                stats = {
-                    "brokerOffset": self._t.store.get_max_offset_in_queue(name, qid),
-                    "consumerOffset": committed,
-                    "lastTimestamp": 0,
-                }
-                entries.append((self._mq(name, qid), stats))
-        body = '{"consumeTps":0.0,"offsetTable":' + object_key_map(entries) + "}"
+        body, _diff = consume_stats(self._t, group, [topic] if topic else sorted(self._t.offsets.topics_of_group(group)))
         return ok_response(request, body.encode("utf-8"))
+
+    def broker_consume_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS (ext ``isOrder``): every group's progress on this broker."""
+        return ok_response(request, broker_consume_stats(self._t, get_bool(request.ext_fields, "isOrder")))
 
     def consumer_connections(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         group = get_str(request.ext_fields, "consumerGroup")

@@ -311,6 +311,24 @@ class AdminTests(ProcessorTestBase):
         self.assertIn('"queueId":3,"topic":"T"}:{"brokerOffset":0,"consumerOffset":0', body)
         self.assertCode(self.call(self.admin, _request(208)), 1, "consumerGroup")
 
+    def test_broker_consume_stats(self) -> None:
+        """GET_BROKER_CONSUME_STATS: every subscription group's ConsumeStats per topic, and the total lag."""
+        self.store.max[("T", 0)] = 10
+        self.store.max[("T", 1)] = 3
+        self.t.subscriptions.find_subscription_group_config("G")
+        self.t.subscriptions.find_subscription_group_config("IDLE")
+        self.t.offsets.commit_offset("p", "G", "T", 0, 6)
+        stats = fastjson_loads(self.call(self.admin, _request(RequestCode.GET_BROKER_CONSUME_STATS)).body)
+        self.assertEqual((stats["brokerAddr"], stats["totalDiff"]), (self.t.config.advertised_address, 7))
+        by_group = {name: value for entry in stats["consumeStatsList"] for name, value in entry.items()}
+        self.assertEqual(by_group["IDLE"], [])
+        [g_stats] = by_group["G"]
+        self.assertEqual(g_stats["offsetTable"][mq_key("T", self.t.config.broker_name, 0)],
+                         {"brokerOffset": 10, "consumerOffset": 6, "lastTimestamp": 0})
+        ordered = fastjson_loads(self.call(self.admin, _request(RequestCode.GET_BROKER_CONSUME_STATS,
+                                                                isOrder="true")).body)
+        self.assertEqual(ordered["totalDiff"], 0)  # T is not an orderly topic
+
     def test_connections_and_consumed_by(self) -> None:
         """Connection lists and QUERY_TOPIC_CONSUME_BY_WHO; offline groups are named in the error."""
         self.assertCode(self.call(self.admin, _request(203, consumerGroup="CID_TAG")), 206, "CID_TAG")

@@ -1,0 +1,52 @@
+"""Consume progress bodies: GET_CONSUME_STATS (208, one group) and GET_BROKER_CONSUME_STATS (317,
+every group: ``mqadmin brokerConsumeStats``), as Java's ConsumeStats / ConsumeStatsList."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rocketpy.broker.processors import BrokerTables
+from rocketpy.common.fastjson import dump_json, object_key_map
+
+
+def consume_stats(tables: BrokerTables, group: str, topics: Iterable[str]) -> tuple[str, int]:
+    """``group``'s ConsumeStats JSON over ``topics`` (those this broker lacks are skipped) and its
+    total lag (broker offset minus committed offset, summed over the queues)."""
+    entries = []
+    diff = 0
+    broker = tables.config.broker_name
+    for topic in topics:
+        config = tables.topics.select_topic_config(topic)
+        if config is None:
+            continue
+        for queue_id in range(config.write_queue_nums):
+            broker_offset = max(tables.store.get_max_offset_in_queue(topic, queue_id), 0)
+            committed = max(tables.offsets.query_offset(group, topic, queue_id), 0)
+            diff += broker_offset - committed
+            queue = {"brokerName": broker, "queueId": queue_id, "topic": topic}
+            entries.append((queue, {"brokerOffset": broker_offset, "consumerOffset": committed, "lastTimestamp": 0}))
+    return '{"consumeTps":0.0,"offsetTable":' + object_key_map(entries) + "}", diff
+
+
+def broker_consume_stats(tables: BrokerTables, order_only: bool) -> bytes:
+    """ConsumeStatsList: per subscription group, one ConsumeStats per topic it committed offsets on
+    (with ``order_only``, orderly topics only; a topic an online group no longer subscribes to is
+    left out, as Java), and the total lag."""
+    groups = []
+    total = 0
+    for group in sorted(tables.subscriptions.groups()):
+        online = tables.consumers.get_consumer_group_info(group)
+        stats = []
+        for topic in sorted(tables.offsets.topics_of_group(group)):
+            config = tables.topics.select_topic_config(topic)
+            if config is None or (order_only and not config.order):
+                continue
+            if online is not None and online.subscriptions and topic not in online.subscriptions:
+                continue
+            body, diff = consume_stats(tables, group, [topic])
+            stats.append(body)
+            total += diff
+        groups.append("{" + dump_json(group).decode() + ":[" + ",".join(stats) + "]}")
+    addr = dump_json(tables.config.advertised_address).decode()
+    return ('{"brokerAddr":' + addr + ',"consumeStatsList":[' + ",".join(groups) + '],"totalDiff":'
+            + str(total) + "}").encode("utf-8")
