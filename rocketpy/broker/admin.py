@@ -12,7 +12,7 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.python.failure import Failure
 
 from rocketpy.broker.config import dump_json
-from rocketpy.broker.consumestats import broker_consume_stats, consume_stats
+from rocketpy.broker.consumestats import broker_consume_stats, consume_queue_body, consume_stats
 from rocketpy.broker.processors import BrokerTables, Rejected, TableProcessor, body_json, ok_response
 from rocketpy.broker.resetoffset import reset_group_offsets
 from rocketpy.broker.subscription import SubscriptionGroupConfig
@@ -76,6 +76,7 @@ class AdminBrokerProcessor(TableProcessor):
             RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
             RequestCode.GET_CONSUME_STATS: self.consume_stats,
             RequestCode.GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
+            RequestCode.QUERY_CONSUME_QUEUE: self.query_consume_queue,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
@@ -223,6 +224,26 @@ class AdminBrokerProcessor(TableProcessor):
     def broker_consume_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         """GET_BROKER_CONSUME_STATS (ext ``isOrder``): every group's progress on this broker."""
         return ok_response(request, broker_consume_stats(self._t, get_bool(request.ext_fields, "isOrder")))
+
+    def query_consume_queue(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
+        """QUERY_CONSUME_QUEUE (ext ``topic``, ``queueId``, ``index``, ``count``, optional
+        ``consumerGroup``): ``count`` consume-queue entries from ``index``, the queue's bounds and
+        the group's subscription to the topic."""
+        ext = request.ext_fields
+        topic, queue_id = get_str(ext, "topic"), get_int(ext, "queueId")
+        index, count = get_int(ext, "index"), get_int(ext, "count")
+        group = ext.get("consumerGroup")
+        subscription = self._t.consumers.find_subscription_data(group, topic) if group else None
+        d = self._t.store.query_consume_queue(topic, queue_id, index, min(max(count, 0), 1000))
+
+        def answer(window: Any) -> RemotingCommand:
+            if window is None:
+                return request.make_response(ResponseCode.SYSTEM_ERROR, f"{queue_id}@{topic} is not exist!")
+            remark = None if window[2] is not None else f"Index {index} of {queue_id}@{topic} is not exist!"
+            body = consume_queue_body(window, None if subscription is None else subscription.to_json())
+            return request.make_response(ResponseCode.SUCCESS, remark, None, body)
+
+        return d.addCallback(answer)
 
     def consumer_connections(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         group = get_str(request.ext_fields, "consumerGroup")

@@ -1,9 +1,11 @@
-"""Consume progress bodies: GET_CONSUME_STATS (208, one group) and GET_BROKER_CONSUME_STATS (317,
-every group: ``mqadmin brokerConsumeStats``), as Java's ConsumeStats / ConsumeStatsList."""
+"""Consume progress bodies: GET_CONSUME_STATS (208, one group), GET_BROKER_CONSUME_STATS (317,
+every group: ``mqadmin brokerConsumeStats``) and QUERY_CONSUME_QUEUE (321, ``mqadmin queryCq``),
+as Java's ConsumeStats, ConsumeStatsList and QueryConsumeQueueResponseBody."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from rocketpy.broker.processors import BrokerTables
 from rocketpy.common.fastjson import dump_json, object_key_map
@@ -50,3 +52,15 @@ def broker_consume_stats(tables: BrokerTables, order_only: bool) -> bytes:
     addr = dump_json(tables.config.advertised_address).decode()
     return ('{"brokerAddr":' + addr + ',"consumeStatsList":[' + ",".join(groups) + '],"totalDiff":'
             + str(total) + "}").encode("utf-8")
+
+
+def consume_queue_body(window: tuple[int, int, list[tuple[int, int, int]] | None],
+                       subscription: dict[str, Any] | None) -> bytes:
+    """QueryConsumeQueueResponseBody as fastjson writes it (null fields left out)."""
+    low, high, entries = window
+    body: dict[str, Any] = {"maxQueueIndex": high, "minQueueIndex": low, "queueData": [
+        {"eval": False, "physicOffset": phy, "physicSize": size, "tagsCode": tags} for phy, size, tags in entries or ()
+    ]}
+    if subscription is not None:
+        body["subscriptionData"] = subscription
+    return dump_json(body)

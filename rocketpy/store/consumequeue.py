@@ -135,6 +135,13 @@ class ConsumeQueue:
         phy, size, tags = _ENTRY.unpack_from(data)
         return phy, size, tags
 
+    def get_entries(self, offset: int, count: int) -> list[tuple[int, int, int]] | None:
+        """Up to ``count`` entries from ``offset`` (within its file), or None if not readable."""
+        data = self.entries_from(offset, count * CQ_UNIT_SIZE)
+        if data is None:
+            return None
+        return list(_ENTRY.iter_unpack(data[: len(data) - len(data) % CQ_UNIT_SIZE]))
+
     def roll_next_file(self, offset: int) -> int:
         """The first consume-queue offset of the file after the one holding ``offset``."""
         per_file = self.file_size // CQ_UNIT_SIZE

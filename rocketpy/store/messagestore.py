@@ -283,6 +283,11 @@ class MessageStore:
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
         return self.reader.commit_log_offset_in_queue(topic, queue_id, cq_offset)
 
+    def query_consume_queue(self, topic: str, queue_id: int, index: int,
+                            count: int) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:
+        """See :meth:`MessageReader.consume_queue_entries`."""
+        return self.reader.consume_queue_entries(topic, queue_id, index, count)
+
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         """The decoded record at a commit-log offset, None if there is none."""
         return self.commit_log.look_message_by_offset(commit_log_offset)

@@ -177,5 +177,14 @@ class MessageReader:
         entry = self._queues.find(topic, queue_id).get_entry(cq_offset)
         return 0 if entry is None else entry[0]
 
+    def consume_queue_entries(self, topic: str, queue_id: int, index: int,
+                              count: int) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:
+        """QUERY_CONSUME_QUEUE: ``(min index, max index, up to count entries from index)``; the
+        entries are None when ``index`` is not readable; None when the queue does not exist."""
+        cq = self._queues.get(topic, queue_id)
+        if cq is None:
+            return None
+        return cq.min_offset, cq.max_offset, cq.get_entries(index, count)
+
     def _store_time(self, offset: int, size: int) -> int:
         return store_timestamp_of(self._log, offset, size)

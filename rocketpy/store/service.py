@@ -476,6 +476,10 @@ class StoreService(Service):
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> Deferred[int]:
         return self._in_read_pool(self._store.get_commit_log_offset_in_queue, topic, queue_id, cq_offset)
 
+    def query_consume_queue(self, topic: str, queue_id: int, index: int,
+                            count: int) -> Deferred[tuple[int, int, list[tuple[int, int, int]] | None] | None]:
+        return self._in_read_pool(self._store.query_consume_queue, topic, queue_id, index, count)
+
     def look_message_by_offset(self, offset: int) -> Deferred[MessageExt | None]:
         return self._in_read_pool(self._store.look_message_by_offset, offset)
 

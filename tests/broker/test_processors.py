@@ -53,6 +53,12 @@ class FakeStore:
     def get_earliest_message_time(self, topic: str, queue_id: int) -> Deferred[int]:
         return succeed(1700000000000)
 
+    def query_consume_queue(self, topic: str, queue_id: int, index: int, count: int) -> Deferred[Any]:
+        if topic not in ("T", "ExploreTopic"):
+            return succeed(None)
+        entries = [(100 * i, 10, 7) for i in range(index, min(index + count, 5))] if index < 5 else None
+        return succeed((0, 5, entries))
+
     def execute_delete_files_manually(self) -> None:
         self.delete_requests += 1
 
@@ -584,3 +590,25 @@ class GroupAndFileAdminTests(ProcessorTestBase):
         self.assertEqual(sorted(self.t.offsets.topics_of_group("ONLINE")), ["ExploreTopic"])
         clone("OFFLINE", offline="true")
         self.assertEqual(self.t.offsets.query_offsets("OFFLINE", "T"), {0: 9})
+
+    def test_query_consume_queue(self) -> None:
+        """QUERY_CONSUME_QUEUE: entries, bounds and the group's subscription; missing queue or index."""
+        self.call(self.client, _request(RequestCode.HEART_BEAT, CPP_HEARTBEAT))
+        self.t.topics.update_topic_config(TopicConfig("ExploreTopic", 4, 4))
+
+        def query(**ext: object) -> RemotingCommand:
+            fields: dict[str, object] = {"topic": "T", "queueId": 0, "index": 3, "count": 5}
+            fields.update(ext)
+            return self.call(self.admin, _request(RequestCode.QUERY_CONSUME_QUEUE, **fields))
+
+        body = json.loads(query().body)
+        self.assertEqual((body["minQueueIndex"], body["maxQueueIndex"]), (0, 5))
+        self.assertEqual(body["queueData"], [{"eval": False, "physicOffset": 300, "physicSize": 10, "tagsCode": 7},
+                                             {"eval": False, "physicOffset": 400, "physicSize": 10, "tagsCode": 7}])
+        self.assertNotIn("subscriptionData", body)
+        self.assertNotIn("subscriptionData", json.loads(query(consumerGroup="CID_TAG").body))  # not its topic
+        subscribed = json.loads(query(consumerGroup="CID_TAG", topic="ExploreTopic").body)["subscriptionData"]
+        self.assertEqual((subscribed["topic"], subscribed["subString"]), ("ExploreTopic", "TagA"))
+        self.assertCode(query(index=9), 0, "Index 9 of 0@T is not exist!")
+        self.assertCode(query(topic="NOPE"), 1, "0@NOPE is not exist!")
+        self.assertCode(query(count="x"), 1, "count")

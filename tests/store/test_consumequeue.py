@@ -63,6 +63,13 @@ class ConsumeQueueTests(SynchronousTestCase):
         self.assertEqual(self.cq.get_entry(11), (1100, SIZE, 18))
         self.assertIsNone(self.cq.get_entry(12))
 
+    def test_get_entries(self) -> None:
+        """Up to ``count`` entries from an offset, within its file (QUERY_CONSUME_QUEUE)."""
+        self.fill(self.cq, 12)  # 10 entries per file
+        self.assertEqual(self.cq.get_entries(8, 5), [(800, SIZE, 15), (900, SIZE, 16)])
+        self.assertEqual(self.cq.get_entries(10, 1), [(1000, SIZE, 17)])
+        self.assertIsNone(self.cq.get_entries(12, 3))
+
     def test_duplicates_ignored(self) -> None:
         """A record at or below the newest one, or an already written position, is not written again."""
         self.fill(self.cq, 3)
