@@ -185,6 +185,7 @@ class AdminBrokerProcessor(TableProcessor):
             sendThreadPoolQueueCapacity="10000",
             pullThreadPoolQueueCapacity="100000",
             brokerActive="true",
+            heldPullRequests=str(self._t.held_pulls()),  # rocketpy's own: long polls parked now
         )
         return ok_response(request, dump_json({"table": table}))
 

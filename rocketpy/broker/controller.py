@@ -112,7 +112,7 @@ class BrokerService(Service):
             self.hold = PullRequestHoldService(reactor, self.store.get_max_offset_in_queue)
         self.tables = BrokerTables(
             config, self.topics, self.subscriptions, self.offsets, self.consumers, self.producers, self.store,
-            reactor, RebalanceLockManager(reactor),
+            reactor, RebalanceLockManager(reactor), self._held_pulls,
         )
         self._features(store_config)
         listeners: list[Any] = [ClientChannelListener(self.consumers, self.producers)]
@@ -135,6 +135,9 @@ class BrokerService(Service):
         self._fast_port: IListeningPort | None = None
         self._started: Deferred[None] | None = None
         self._startup = StartupOutcome("broker")
+
+    def _held_pulls(self) -> int:
+        return 0 if self.hold is None else self.hold.parked_count()
 
     def _features(self, store_config: MessageStoreConfig) -> None:
         """Delayed delivery and transaction checks (masters only), and their processors."""

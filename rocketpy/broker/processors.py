@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -55,6 +55,8 @@ class BrokerTables:
     store: Any  # StoreService (doc/store-api.md)
     clock: IReactorTime
     locks: RebalanceLockManager
+    #: how many pull requests long polling holds now (GET_BROKER_RUNTIME_INFO)
+    held_pulls: Callable[[], int] = lambda: 0
 
     def queue(self, request: RemotingCommand) -> tuple[str, int]:
         """The request's ``topic`` and ``queueId``, checked against the topic table.

@@ -287,6 +287,9 @@ class AdminTests(ProcessorTestBase):
             self.assertIsInstance(table[key], str, key)
         self.assertEqual(table["msgPutTotalTodayNow"], "7")
         self.assertEqual(table["commitLogMaxOffset"], "1234")
+        self.assertEqual(table["heldPullRequests"], "0")
+        self.t.held_pulls = lambda: 3
+        self.assertEqual(json.loads(self.call(self.admin, _request(28)).body)["table"]["heldPullRequests"], "3")
 
     def test_broker_config(self) -> None:
         """GET_BROKER_CONFIG returns key=value lines with RocketMQ names and a version ext field."""

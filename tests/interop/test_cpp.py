@@ -194,6 +194,14 @@ class CppHarness(SynchronousTestCase):
         events = self.run_child("consume", "--topic", topic, "--group", group, "--expect", str(expect), *extra)
         return [e for e in events if e["event"] == "message"]
 
+    def wait_for_held_pulls(self, count: int, seconds: float = 30.0) -> None:
+        """Until the broker holds ``count`` long-polling pulls (GET_BROKER_RUNTIME_INFO's heldPullRequests)."""
+        request = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+        deadline = time.monotonic() + seconds
+        while int(json.loads(query(self.rocketpy.broker_port, request).body)["table"]["heldPullRequests"]) < count:
+            self.assertLess(time.monotonic(), deadline, f"fewer than {count} pulls held")
+            time.sleep(0.1)
+
     def cpp_log_tail(self, lines: int = 30) -> str:
         folder = os.path.join(self.home, "logs", "rocketmq-cpp")
         try:
@@ -290,7 +298,7 @@ class CppClientTests(CppHarness):
         self.rocketpy.start()
         consumer = self.spawn("consume", "--topic", topic, "--group", group, "--expect", "2", "--linger", "3")
         self.assertEqual(json.loads(consumer.stdout.readline())["event"], "started")  # type: ignore[union-attr]
-        time.sleep(3)  # rebalance done, pulls parked
+        self.wait_for_held_pulls(4)  # rebalance done, a pull parked on each of the topic's queues
         started = time.monotonic()
         self.produce(topic, "sync", 2, "--keys", "after")
         events = self.finish(consumer)
