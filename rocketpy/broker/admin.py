@@ -12,7 +12,7 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.python.failure import Failure
 
 from rocketpy.broker.config import dump_json
-from rocketpy.broker.consumestats import broker_consume_stats, consume_queue_body, consume_stats
+from rocketpy.broker.consumestats import broker_consume_stats, consume_queue_body, consume_stats, consume_time_span
 from rocketpy.broker.processors import BrokerTables, Rejected, TableProcessor, body_json, ok_response
 from rocketpy.broker.resetoffset import reset_group_offsets
 from rocketpy.broker.subscription import SubscriptionGroupConfig
@@ -77,6 +77,7 @@ class AdminBrokerProcessor(TableProcessor):
             RequestCode.GET_CONSUME_STATS: self.consume_stats,
             RequestCode.GET_BROKER_CONSUME_STATS: self.broker_consume_stats,
             RequestCode.QUERY_CONSUME_QUEUE: self.query_consume_queue,
+            RequestCode.QUERY_CONSUME_TIME_SPAN: self.query_consume_time_span,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             RequestCode.GET_CONSUMER_RUNNING_INFO: self.consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: self.consume_message_directly,
@@ -245,6 +246,16 @@ class AdminBrokerProcessor(TableProcessor):
             return request.make_response(ResponseCode.SUCCESS, remark, None, body)
 
         return d.addCallback(answer)
+
+    def query_consume_time_span(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
+        """QUERY_CONSUME_TIME_SPAN (ext ``topic``, ``group``): see :func:`consume_time_span`."""
+        topic, group = get_str(request.ext_fields, "topic"), get_str(request.ext_fields, "group")
+        config = self._t.topics.select_topic_config(topic)
+        if config is None:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] not exist")
+        now_ms = int(self._t.clock.seconds() * 1000)
+        span = consume_time_span(self._t, topic, group, config.write_queue_nums, now_ms)
+        return Deferred.fromCoroutine(span).addCallback(lambda body: ok_response(request, body))
 
     def consumer_connections(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         group = get_str(request.ext_fields, "consumerGroup")

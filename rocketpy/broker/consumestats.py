@@ -1,6 +1,7 @@
 """Consume progress bodies: GET_CONSUME_STATS (208, one group), GET_BROKER_CONSUME_STATS (317,
-every group: ``mqadmin brokerConsumeStats``) and QUERY_CONSUME_QUEUE (321, ``mqadmin queryCq``),
-as Java's ConsumeStats, ConsumeStatsList and QueryConsumeQueueResponseBody."""
+every group: ``mqadmin brokerConsumeStats``), QUERY_CONSUME_QUEUE (321, ``mqadmin queryCq``) and
+QUERY_CONSUME_TIME_SPAN (303), as Java's ConsumeStats, ConsumeStatsList, QueryConsumeQueueResponseBody
+and QueryConsumeTimeSpanBody."""
 
 from __future__ import annotations
 
@@ -64,3 +65,20 @@ def consume_queue_body(window: tuple[int, int, list[tuple[int, int, int]] | None
     if subscription is not None:
         body["subscriptionData"] = subscription
     return dump_json(body)
+
+
+async def consume_time_span(tables: BrokerTables, topic: str, group: str, queues: int, now_ms: int) -> bytes:
+    """QueryConsumeTimeSpanBody: per queue of ``topic`` the store times of its oldest, newest and
+    last consumed messages and how long the next one to consume has waited (0 at the end)."""
+    spans = []
+    for queue_id in range(queues):
+        oldest, newest, consumed, following = await tables.store.query_consume_time_span(
+            topic, queue_id, tables.offsets.query_offset(group, topic, queue_id))
+        spans.append({
+            "consumeTimeStamp": consumed,
+            "delayTime": now_ms - following if following >= 0 else 0,
+            "maxTimeStamp": newest,
+            "messageQueue": {"brokerName": tables.config.broker_name, "queueId": queue_id, "topic": topic},
+            "minTimeStamp": oldest,
+        })
+    return dump_json({"consumeTimeSpanSet": spans})

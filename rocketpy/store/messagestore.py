@@ -280,6 +280,10 @@ class MessageStore:
     def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
         return self.reader.earliest_message_time(topic, queue_id)
 
+    def query_consume_time_span(self, topic: str, queue_id: int, consumer_offset: int) -> tuple[int, int, int, int]:
+        """See :meth:`MessageReader.consume_time_span`."""
+        return self.reader.consume_time_span(topic, queue_id, consumer_offset)
+
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
         return self.reader.commit_log_offset_in_queue(topic, queue_id, cq_offset)
 

@@ -172,6 +172,22 @@ class MessageReader:
         entry = cq.get_entry(cq.min_offset)
         return -1 if entry is None else self._store_time(entry[0], entry[1])
 
+    def consume_time_span(self, topic: str, queue_id: int, consumer_offset: int) -> tuple[int, int, int, int]:
+        """QUERY_CONSUME_TIME_SPAN for one queue: the store times (ms, -1 when absent) of its oldest
+        and newest messages, of the last one consumed (the oldest's when none was) and of the next
+        one to consume (-1 when the group is at the end). A negative offset counts as the minimum."""
+        cq = self._queues.find(topic, queue_id)
+
+        def at(offset: int) -> int:
+            entry = cq.get_entry(offset)
+            return -1 if entry is None else self._store_time(entry[0], entry[1])
+
+        low, end = cq.min_offset, cq.max_offset
+        consumer_offset = max(consumer_offset, low)
+        oldest = at(low)
+        consumed = at(consumer_offset - 1) if consumer_offset > low else oldest
+        return oldest, at(end - 1), consumed, at(consumer_offset) if consumer_offset < end else -1
+
     def commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
         """The commit-log offset of a queue entry, 0 if absent (as RocketMQ)."""
         entry = self._queues.find(topic, queue_id).get_entry(cq_offset)

@@ -476,6 +476,10 @@ class StoreService(Service):
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> Deferred[int]:
         return self._in_read_pool(self._store.get_commit_log_offset_in_queue, topic, queue_id, cq_offset)
 
+    def query_consume_time_span(self, topic: str, queue_id: int,
+                                consumer_offset: int) -> Deferred[tuple[int, int, int, int]]:
+        return self._in_read_pool(self._store.query_consume_time_span, topic, queue_id, consumer_offset)
+
     def query_consume_queue(self, topic: str, queue_id: int, index: int,
                             count: int) -> Deferred[tuple[int, int, list[tuple[int, int, int]] | None] | None]:
         return self._in_read_pool(self._store.query_consume_queue, topic, queue_id, index, count)

@@ -59,6 +59,10 @@ class FakeStore:
         entries = [(100 * i, 10, 7) for i in range(index, min(index + count, 5))] if index < 5 else None
         return succeed((0, 5, entries))
 
+    def query_consume_time_span(self, topic: str, queue_id: int, consumer_offset: int) -> Deferred[Any]:
+        following = 1_000_000 + consumer_offset if queue_id == 0 else -1
+        return succeed((10, 20, 15, following))
+
     def execute_delete_files_manually(self) -> None:
         self.delete_requests += 1
 
@@ -615,3 +619,17 @@ class GroupAndFileAdminTests(ProcessorTestBase):
         self.assertCode(query(index=9), 0, "Index 9 of 0@T is not exist!")
         self.assertCode(query(topic="NOPE"), 1, "0@NOPE is not exist!")
         self.assertCode(query(count="x"), 1, "count")
+
+    def test_query_consume_time_span(self) -> None:
+        """QUERY_CONSUME_TIME_SPAN: per queue the store's times; delay = now - the next message's time."""
+        self.t.offsets.commit_offset("p", "G", "T", 0, 4)
+        request = _request(RequestCode.QUERY_CONSUME_TIME_SPAN, topic="T", group="G")
+        spans = json.loads(self.call(self.admin, request).body)["consumeTimeSpanSet"]
+        self.assertEqual(len(spans), 4)
+        now_ms = int(self.clock.seconds() * 1000)
+        self.assertEqual(spans[0], {"consumeTimeStamp": 15, "delayTime": now_ms - 1_000_004, "maxTimeStamp": 20,
+                                    "messageQueue": {"brokerName": self.t.config.broker_name, "queueId": 0,
+                                                     "topic": "T"}, "minTimeStamp": 10})
+        self.assertEqual(spans[1]["delayTime"], 0)
+        self.assertCode(self.call(self.admin, _request(RequestCode.QUERY_CONSUME_TIME_SPAN, topic="NOPE", group="G")),
+                        1, "topic[NOPE] not exist")

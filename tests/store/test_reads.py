@@ -182,6 +182,14 @@ class ReadTests(SynchronousTestCase):
         self.assertEqual(self.reader.commit_log_offset_in_queue("T", 0, 2), offset)
         self.assertEqual(self.reader.commit_log_offset_in_queue("T", 0, 7), 0)
 
+    def test_consume_time_span(self) -> None:
+        """Oldest, newest, last consumed and next store times of a queue (QUERY_CONSUME_TIME_SPAN)."""
+        self.put(5)  # store times T0 + 0 s … T0 + 4 s
+        self.assertEqual(self.reader.consume_time_span("T", 0, 2), (T0, T0 + 4000, T0 + 1000, T0 + 2000))
+        self.assertEqual(self.reader.consume_time_span("T", 0, -1), (T0, T0 + 4000, T0, T0))  # none committed
+        self.assertEqual(self.reader.consume_time_span("T", 0, 5), (T0, T0 + 4000, T0 + 4000, -1))  # at the end
+        self.assertEqual(self.reader.consume_time_span("T", 7, 0), (-1, -1, -1, -1))  # an empty queue
+
     def test_store_timestamp_of_ipv6_born_host(self) -> None:
         """The store time sits 12 bytes further when the born host is IPv6."""
         record = bytearray(100)
