@@ -71,6 +71,8 @@ class AdminBrokerProcessor(TableProcessor):
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER:
                 lambda c, r: ok_response(r, dump_json({"topicList": sorted(tables.topics.system_topics)})),
             RequestCode.CLONE_GROUP_OFFSET: self.clone_group_offset,
+            RequestCode.GET_ALL_PRODUCER_INFO:
+                lambda c, r: ok_response(r, dump_json({"data": tables.producers.producer_table()})),
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             RequestCode.GET_BROKER_CONFIG: self.broker_config,
             RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,

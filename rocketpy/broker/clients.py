@@ -253,6 +253,18 @@ class ProducerManager:
     def groups(self) -> list[str]:
         return list(self._groups)
 
+    def producer_table(self) -> dict[str, list[dict[str, Any]]]:
+        """Every group's producers as Java's ProducerInfo (GET_ALL_PRODUCER_INFO)."""
+        return {
+            group: [
+                {"clientId": info.client_id, "language": info.language,
+                 "lastUpdateTimestamp": int(info.last_update * 1000), "remoteIP": info.channel.remote_address,
+                 "version": info.version}
+                for info in channels.values()
+            ]
+            for group, channels in sorted(self._groups.items())
+        }
+
 
 def _expired(
     groups: Mapping[str, Mapping[IChannel, ClientChannelInfo]], deadline: float

@@ -98,6 +98,7 @@ class RequestCode(IntEnum):
     SEND_BATCH_MESSAGE = 320
     QUERY_DATA_VERSION = 322
     ADD_WRITE_PERM_OF_BROKER = 327
+    GET_ALL_PRODUCER_INFO = 328
 
 
 class ResponseCode(IntEnum):

@@ -633,3 +633,12 @@ class GroupAndFileAdminTests(ProcessorTestBase):
         self.assertEqual(spans[1]["delayTime"], 0)
         self.assertCode(self.call(self.admin, _request(RequestCode.QUERY_CONSUME_TIME_SPAN, topic="NOPE", group="G")),
                         1, "topic[NOPE] not exist")
+
+    def test_all_producer_info(self) -> None:
+        """GET_ALL_PRODUCER_INFO: each group's producers with client id, address, language, version."""
+        self.call(self.client, _request(RequestCode.HEART_BEAT, CPP_PRODUCER_HEARTBEAT))
+        data = json.loads(self.call(self.admin, _request(RequestCode.GET_ALL_PRODUCER_INFO)).body)["data"]
+        [producer] = data["PID_EXPLORE"]
+        self.assertEqual((producer["clientId"], producer["remoteIP"], producer["language"]),
+                         ("15983-127.0.0.1@DEFAULT", "10.0.0.9:4000", "CPP"))
+        self.assertEqual(producer["lastUpdateTimestamp"], int(self.clock.seconds() * 1000))
