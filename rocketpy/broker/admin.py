@@ -17,6 +17,7 @@ from rocketpy.broker.processors import BrokerTables, Rejected, TableProcessor, b
 from rocketpy.broker.resetoffset import reset_group_offsets
 from rocketpy.broker.subscription import SubscriptionGroupConfig
 from rocketpy.broker.topicconfig import TopicConfig, topic_problem
+from rocketpy.broker.transaction import resumed_half
 from rocketpy.common.fastjson import object_key_map
 from rocketpy.common.headers import get_bool, get_int, get_str
 from rocketpy.common.message import decode_offset_msg_id
@@ -71,6 +72,7 @@ class AdminBrokerProcessor(TableProcessor):
             RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER:
                 lambda c, r: ok_response(r, dump_json({"topicList": sorted(tables.topics.system_topics)})),
             RequestCode.CLONE_GROUP_OFFSET: self.clone_group_offset,
+            RequestCode.RESUME_CHECK_HALF_MESSAGE: self.resume_check_half_message,
             RequestCode.GET_ALL_PRODUCER_INFO:
                 lambda c, r: ok_response(r, dump_json({"data": tables.producers.producer_table()})),
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
@@ -311,6 +313,27 @@ class AdminBrokerProcessor(TableProcessor):
                            f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
         return Deferred.fromCoroutine(reset_group_offsets(
             self._t, request, topic, group, timestamp, force, config.write_queue_nums, get_bool(ext, "isC", False)))
+
+    def resume_check_half_message(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
+        """RESUME_CHECK_HALF_MESSAGE (ext ``msgId``, ``mqadmin resumeCheckHalfMessage``): the half
+        message is put back on the half queue with its check count at 0, to be checked again."""
+        msg_id = get_str(request.ext_fields, "msgId")
+        try:
+            _host, offset = decode_offset_msg_id(msg_id)
+        except ValueError:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, f"msgId {msg_id!r} is not an offset message id") from None
+        return Deferred.fromCoroutine(self._resume_half(request, offset, msg_id))
+
+    async def _resume_half(self, request: RemotingCommand, offset: int, msg_id: str) -> RemotingCommand:
+        msg = await self._t.store.look_message_by_offset(offset)
+        resumed = None if msg is None else resumed_half(msg)
+        if resumed is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"no half message {msg_id} in this broker")
+        result = await self._t.store.put_message(resumed)
+        if not result.ok:
+            return request.make_response(ResponseCode.SYSTEM_ERROR,
+                                         "Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed.")
+        return ok_response(request)
 
     def call_consumer(self, request: RemotingCommand, group: str, client_id: str, ext: dict[str, str] | None = None,
                       body: bytes | None = None) -> Deferred[RemotingCommand]:

@@ -84,6 +84,17 @@ def _copy(msg: MessageExt, topic: str, queue_id: int, props: dict[str, str], sys
     )
 
 
+def resumed_half(msg: MessageExt) -> MessageExt | None:
+    """RESUME_CHECK_HALF_MESSAGE: a half message (given up after its checks, or still waiting) put
+    back at the end of the half queue with its check count at 0; None for any other message."""
+    if msg.topic not in (TRANS_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC):
+        return None
+    props = dict(msg.properties)
+    props[MessageConst.TRANSACTION_CHECK_TIMES] = "0"
+    props[MessageConst.WAIT_STORE_MSG_OK] = "false"
+    return _copy(msg, TRANS_HALF_TOPIC, 0, props, msg.sys_flag)
+
+
 def committed_message(half: MessageExt, commit_log_offset: int) -> MessageExt:
     """The real message of a committed half message (no TRAN_MSG/REAL_*, COMMIT sysFlag)."""
     props = {k: v for k, v in half.properties.items() if k not in _DROPPED}

@@ -20,12 +20,13 @@ from rocketpy.broker.processors import (
     ConsumerManageProcessor,
 )
 from rocketpy.broker.subscription import SubscriptionGroupManager
-from rocketpy.broker.topicconfig import TopicConfig, TopicConfigManager
-from rocketpy.common.message import offset_msg_id
+from rocketpy.broker.topicconfig import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TopicConfig, TopicConfigManager
+from rocketpy.common.message import MessageConst, MessageExt, offset_msg_id
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectionLost, RemotingTimeoutError
+from rocketpy.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
 from tests.broker.test_clients import CPP_HEARTBEAT, CPP_PRODUCER_HEARTBEAT, ONS_HEARTBEAT, FakeChannel
 from tests.common.fastjson import fastjson_loads, mq_key
 
@@ -39,6 +40,8 @@ class FakeStore:
         self.max_physical_offset = 1234
         self.records: dict[int, bytes] = {}
         self.delete_requests = 0
+        self.messages: dict[int, MessageExt] = {}
+        self.put: list[MessageExt] = []
         self.selected: list[int] = []
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
@@ -62,6 +65,13 @@ class FakeStore:
     def query_consume_time_span(self, topic: str, queue_id: int, consumer_offset: int) -> Deferred[Any]:
         following = 1_000_000 + consumer_offset if queue_id == 0 else -1
         return succeed((10, 20, 15, following))
+
+    def look_message_by_offset(self, offset: int) -> Deferred[MessageExt | None]:
+        return succeed(self.messages.get(offset))
+
+    def put_message(self, msg: MessageExt) -> Deferred[PutMessageResult]:
+        self.put.append(msg)
+        return succeed(PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(AppendMessageStatus.PUT_OK)))
 
     def execute_delete_files_manually(self) -> None:
         self.delete_requests += 1
@@ -642,3 +652,21 @@ class GroupAndFileAdminTests(ProcessorTestBase):
         self.assertEqual((producer["clientId"], producer["remoteIP"], producer["language"]),
                          ("15983-127.0.0.1@DEFAULT", "10.0.0.9:4000", "CPP"))
         self.assertEqual(producer["lastUpdateTimestamp"], int(self.clock.seconds() * 1000))
+
+    def test_resume_check_half_message(self) -> None:
+        """RESUME_CHECK_HALF_MESSAGE puts the half message back with 0 checks; other ids are errors."""
+        self.store.messages[64] = MessageExt(topic=TRANS_CHECK_MAX_TIME_TOPIC, body=b"x",
+                                             properties={MessageConst.TRANSACTION_CHECK_TIMES: "15"})
+        self.store.messages[128] = MessageExt(topic="T", body=b"y")
+
+        def resume(offset: int) -> RemotingCommand:
+            msg_id = offset_msg_id(("10.0.0.1", 10911), offset)
+            return self.call(self.admin, _request(RequestCode.RESUME_CHECK_HALF_MESSAGE, msgId=msg_id))
+
+        self.assertCode(resume(64), 0)
+        [put] = self.store.put
+        self.assertEqual((put.topic, put.properties[MessageConst.TRANSACTION_CHECK_TIMES]), (TRANS_HALF_TOPIC, "0"))
+        self.assertCode(resume(128), 1, "no half message")
+        self.assertCode(resume(256), 1, "no half message")
+        self.assertCode(self.call(self.admin, _request(RequestCode.RESUME_CHECK_HALF_MESSAGE, msgId="zz")), 1,
+                        "not an offset message id")

@@ -17,6 +17,7 @@ from rocketpy.broker.transaction import (
     EndTransactionProcessor,
     TransactionCheckService,
     TransactionStore,
+    resumed_half,
 )
 from rocketpy.common.headers import to_fields
 from rocketpy.common.message import MessageConst, MessageExt, MessageSysFlag, decode_record, properties_to_string
@@ -214,6 +215,22 @@ class CheckBackTests(TransactionTestCase):
         self.assertEqual(len(self.checks()), 2)
         [dropped] = read_queue(self, self.store, TRANS_CHECK_MAX_TIME_TOPIC)
         self.assertEqual(dropped.properties[MessageConst.TRANSACTION_CHECK_TIMES], "2")
+
+    def test_resumed_after_check_max(self) -> None:
+        """RESUME_CHECK_HALF_MESSAGE's copy of a given-up half message is checked again from zero."""
+        self.send_half()
+        self.checker(check_max=1)
+        self.clock.pump([60] * 3)
+        self.assertEqual(len(self.checks()), 1)
+        [dropped] = read_queue(self, self.store, TRANS_CHECK_MAX_TIME_TOPIC)
+        resumed = resumed_half(dropped)
+        assert resumed is not None
+        self.assertEqual((resumed.topic, resumed.queue_id, resumed.properties[MessageConst.TRANSACTION_CHECK_TIMES]),
+                         (TRANS_HALF_TOPIC, 0, "0"))
+        self.assertTrue(self.successResultOf(self.store.put_message(resumed)).ok)
+        self.clock.pump([60] * 3)
+        self.assertEqual(len(self.checks()), 2)
+        self.assertIsNone(resumed_half(MessageExt(topic="Orders")))
 
     def test_no_live_producer(self) -> None:
         """Without a live producer of the group the check is still counted (Java does the same)."""
