@@ -299,13 +299,13 @@ class ConsumeQueueStore:
         if cq.put(request.commit_log_offset, request.msg_size, request.tags_code, request.consume_queue_offset):
             self.logics_msg_timestamp = request.store_timestamp
 
-    def can_append_inline(self, topic: str, queue_id: int) -> bool:
-        """True when the queue exists and its newest file has room: an entry creates no file."""
+    def can_append_inline(self, topic: str, queue_id: int, entries: int = 1) -> bool:
+        """True when the queue exists and its newest file has room for ``entries``: they create no file."""
         cq = self.get(topic, queue_id)
         if cq is None:
             return False
         last = cq.files.last()
-        return last is not None and not last.is_full()
+        return last is not None and last.remaining >= entries * CQ_UNIT_SIZE
 
     def find(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue of ``topic``/``queue_id``, created (without files) when missing."""

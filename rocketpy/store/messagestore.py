@@ -26,10 +26,10 @@ from rocketpy.store.status import GetMessageResult, PutMessageResult, PutMessage
 
 _log = logging.getLogger(__name__)
 
-#: :meth:`MessageStore.can_append_inline`: largest body, and room beyond it for the record's
-#: other fields (topic ≤ 127 B, properties, header; a larger record only fails the room check).
+#: :meth:`MessageStore.can_append_inline`: largest body, and a bound of a record's fixed fields
+#: (header, IPv6 hosts, length fields).
 INLINE_MAX_BODY = 8 * 1024
-INLINE_RECORD_SLACK = 40 * 1024
+INLINE_RECORD_FIXED = 256
 
 
 class StoreLockedError(RuntimeError):
@@ -189,26 +189,36 @@ class MessageStore:
             return PutMessageResult(refusal)
         return self.commit_log.put_messages(msgs)
 
-    def can_append_inline(self, msg: MessageExt) -> bool:
-        """True when putting ``msg`` now does no blocking I/O, so the store service may append
-        it on the reactor thread while its writer is idle (doc/store.md, "The put path").
+    def can_append_inline(self, puts: Sequence[Sequence[MessageExt]]) -> bool:
+        """True when appending ``puts`` now does no blocking I/O, so the store service may append
+        them on the reactor thread while its writer is idle (doc/store.md, "The put path").
 
-        That needs a small body on the mmap write path (a memory copy of ≤ 8 KiB into pages
-        already faulted in by :meth:`MappedFile._populate`), no file to create for the commit
-        log, the message's consume queue or the index, and no delay level (which would move
-        the message to another queue).
+        That needs small bodies on the mmap write path (memory copies into pages already
+        faulted in by :meth:`MappedFile._populate`, for a bound of the records' sizes), no file
+        to create for the commit log, the consume queues or the index, and no delay level
+        (which would move a message to another queue).
         """
-        body = len(msg.body)
-        if body > INLINE_MAX_BODY or self.config.write_path != "mmap" or not self.running:
+        if self.config.write_path != "mmap" or not self.running:
             return False
-        props = msg.properties
-        if MessageConst.DELAY_TIME_LEVEL in props:
-            return False
-        keys = props.get(MessageConst.KEYS)
-        return (self.commit_log.can_append_inline(body + INLINE_RECORD_SLACK)
-                and self.consume_queues.can_append_inline(msg.topic, msg.queue_id)
-                and (not self.config.message_index_enable
-                     or self.index.can_append_inline(2 + (keys.count(" ") if keys else 0))))
+        size = keys = 0
+        entries: dict[tuple[str, int], int] = {}
+        for msgs in puts:
+            for msg in msgs:
+                body = len(msg.body)
+                props = msg.properties
+                if body > INLINE_MAX_BODY or MessageConst.DELAY_TIME_LEVEL in props:
+                    return False
+                # the record: fixed fields, body, topic, and ≤ 4 UTF-8 bytes per properties character
+                size += INLINE_RECORD_FIXED + body + len(msg.topic) + 4 * (
+                    sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props))
+                found = props.get(MessageConst.KEYS)
+                keys += 2 + (found.count(" ") if found else 0)
+                where = (msg.topic, msg.queue_id)
+                entries[where] = entries.get(where, 0) + 1
+        return (self.commit_log.can_append_inline(size)
+                and all(self.consume_queues.can_append_inline(topic, queue_id, count)
+                        for (topic, queue_id), count in entries.items())
+                and (not self.config.message_index_enable or self.index.can_append_inline(keys)))
 
     def put_many(self, puts: Sequence[Sequence[MessageExt]]) -> list[PutMessageResult]:
         """Several independent puts (single messages or batches) in order, one result each, under

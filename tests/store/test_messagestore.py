@@ -18,7 +18,8 @@ from tests.store.test_commitlog import SIZE, T0, FakeClock, RecordingDispatcher,
 
 
 class InlineCheckTests(SynchronousTestCase):
-    """MessageStore.can_append_inline: only appends that create no file and fault no page."""
+    """MessageStore.can_append_inline: only appends that create no file and fault no page, for
+    one message or a run of them."""
 
     def test_rules(self) -> None:
         clock = FakeClock()
@@ -27,14 +28,25 @@ class InlineCheckTests(SynchronousTestCase):
         self.assertTrue(store.load())
         store.start()
         msg = message("T", b"x" * 100, KEYS="a b")
-        self.assertFalse(store.can_append_inline(msg), "no commit-log file yet")
+
+        def inline(*msgs: MessageExt) -> bool:
+            return store.can_append_inline([(m,) for m in msgs])
+
+        self.assertFalse(inline(msg), "no commit-log file yet")
         put_ok(self, store, message("T", b"x" * 100))
-        self.assertTrue(store.can_append_inline(msg), "file, queue and index exist, pages faulted in")
-        self.assertFalse(store.can_append_inline(message("T", b"x" * 100, queue_id=1)), "no such queue yet")
-        self.assertFalse(store.can_append_inline(message("T", b"x" * 9000)), "body over 8 KiB")
-        self.assertFalse(store.can_append_inline(message("T", b"x", DELAY="3")), "a delay moves it")
-        store.commit_log.queue.last().wrote_position = SIZE - 1000  # type: ignore[union-attr]
-        self.assertFalse(store.can_append_inline(msg), "no room: the next file would be created")
+        self.assertTrue(inline(msg), "file, queue and index exist, pages faulted in")
+        self.assertTrue(inline(*[message("T", b"x" * 1024) for _ in range(20)]), "a run of sends")
+        self.assertFalse(inline(msg, message("T", b"x" * 100, queue_id=1)), "no such queue yet")
+        self.assertFalse(inline(message("T", b"x" * 9000)), "body over 8 KiB")
+        self.assertFalse(inline(message("T", b"x", DELAY="3")), "a delay moves it")
+        self.assertFalse(inline(*[message("T", b"x" * 1024) for _ in range(60)]), "more than the 64 KiB file holds")
+        cq = store.consume_queues.get("T", 0)
+        assert cq is not None
+        cq.files.last().wrote_position = cq.file_size - 20 * 2  # type: ignore[union-attr]  # room for 2 entries
+        self.assertTrue(inline(msg, msg))
+        self.assertFalse(inline(msg, msg, msg), "the third entry would create a consume-queue file")
+        store.commit_log.queue.last().wrote_position = SIZE - 200  # type: ignore[union-attr]
+        self.assertFalse(inline(msg), "no room: the next file would be created")
 
     def test_pwrite_path_never(self) -> None:
         store = MessageStore(small_config(self.mktemp(), commit_log_write_path="pwrite"), FakeClock(),
@@ -43,7 +55,7 @@ class InlineCheckTests(SynchronousTestCase):
         self.assertTrue(store.load())
         store.start()
         put_ok(self, store, message("T", b"x"))
-        self.assertFalse(store.can_append_inline(message("T", b"x")))
+        self.assertFalse(store.can_append_inline([(message("T", b"x"),)]))
 
 
 class StoreCase(SynchronousTestCase):

@@ -151,7 +151,7 @@ class InlineAppendTests(SynchronousTestCase):
 
     def stepped(self, flush_disk_type: str = "ASYNC_FLUSH", inline_ok: bool = True) -> tuple[Any, Any, Any]:
         service, store, _, pool = make_stepped_service(flush_disk_type)
-        store.can_append_inline = lambda msg: inline_ok  # type: ignore[attr-defined]
+        store.can_append_inline = lambda puts: inline_ok  # type: ignore[attr-defined]
         service._inline = service._inline or (flush_disk_type == "ASYNC_FLUSH")  # the fake had no method at start
         return service, store, pool
 
@@ -169,13 +169,17 @@ class InlineAppendTests(SynchronousTestCase):
         self.assertEqual(pool.calls, calls)
 
     def test_hop_when_not_idle_or_not_vouched(self) -> None:
-        """A running hop, a batch, SYNC_FLUSH, or the store's refusal keep the pool path."""
+        """The store's refusal, a running hop or SYNC_FLUSH keep the pool path; a batch or a run
+        of puts the store vouches for is appended inline too."""
         service, store, pool = self.stepped(inline_ok=False)
-        self.assertNoResult(service.put_message(message()))
-        service, store, pool = self.stepped()
-        self.assertNoResult(service.put_messages([message(), message()]))  # a batch hops
-        self.assertNoResult(service.put_message(message()))  # and a hop runs
+        self.assertNoResult(service.put_message(message()))  # refused: it hops
+        store.can_append_inline = lambda puts: True  # type: ignore[attr-defined]
+        self.assertNoResult(service.put_messages([message(), message()]))  # and a hop runs
         pool.run_all()
+        service, store, pool = self.stepped()
+        self.assertTrue(self.successResultOf(service.put_messages([message(), message()])).ok)
+        self.assertEqual([r.status for r in self.successResultOf(service.put_many([(message(),), (message(),)]))],
+                         [PutMessageStatus.PUT_OK] * 2)
         service, store, pool = self.stepped("SYNC_FLUSH")
         self.assertNoResult(service.put_message(message()))
 
