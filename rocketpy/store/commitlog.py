@@ -175,6 +175,17 @@ class CommitLog:
         return (mf is not None and size + BLANK_SIZE <= mf.remaining
                 and mf.is_populated(mf.wrote_position + size))
 
+    def populate_due(self) -> bool:
+        """The current file's faulted-in window ahead of the writes is running low."""
+        mf = self.queue.last()
+        return mf is not None and mf.populate_due()
+
+    def populate_ahead(self) -> None:
+        """Fault in the next window of the current file (any thread but the reactor)."""
+        mf = self.queue.last()
+        if mf is not None:
+            mf.populate_ahead()
+
     def _encode(self, msgs: Sequence[MessageExt]) -> tuple[list[bytearray], PutMessageStatus | None]:
         host = self.config.store_host
         max_body = self.config.max_message_size

@@ -185,10 +185,22 @@ class MappedFile:
         start = max(self._populated, start - start % OS_PAGE_SIZE)  # page-aligned, as madvise wants
         stop = end + POPULATE_WINDOW
         length = min(stop - stop % OS_PAGE_SIZE, self.file_size) - start
-        self._populated = start + length
         if length > 0 and _libc_madvise(self._address + start, length, _MADV_POPULATE_WRITE) != 0:
             if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS):
                 _libc_madvise = None
+        # only once faulted in (another thread may be appending below): never more than is true
+        self._populated = max(self._populated, start + length)
+
+    def populate_due(self) -> bool:
+        """True when less than 3/4 of a window is faulted in ahead of the write position."""
+        return (not self.use_pwrite and self._populated < self.file_size
+                and self.wrote_position > self._populated - (3 * POPULATE_WINDOW) // 4)
+
+    def populate_ahead(self) -> None:
+        """Fault in a window after the write position: from a pool thread while the writer (or
+        the reactor's inline appends, which stay below the faulted-in end) goes on."""
+        if not self.use_pwrite and self._populated < self.file_size:
+            self._populate(self.wrote_position, self.wrote_position)
 
     def is_populated(self, end: int) -> bool:
         """True when mmap writes up to ``end`` touch only faulted-in pages and start no

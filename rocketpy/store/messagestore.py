@@ -220,6 +220,14 @@ class MessageStore:
                         for (topic, queue_id), count in entries.items())
                 and (not self.config.message_index_enable or self.index.can_append_inline(keys)))
 
+    def populate_due(self) -> bool:
+        """Inline appends are about to reach the end of the commit log's faulted-in pages."""
+        return self.commit_log.populate_due()
+
+    def populate_ahead(self) -> None:
+        """Fault in the commit log's next pages (a pool thread), so appends stay inline."""
+        self.commit_log.populate_ahead()
+
     def put_many(self, puts: Sequence[Sequence[MessageExt]]) -> list[PutMessageResult]:
         """Several independent puts (single messages or batches) in order, one result each, under
         one lock with one write per file (:meth:`CommitLog.put_many`): the service's append hop."""

@@ -122,7 +122,9 @@ class StoreService(Service):
         self._sync_flush = self._config.flush_disk_type == "SYNC_FLUSH"
         # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH: a SYNC_FLUSH
         # put waits for a flush hop anyway, and its append hop flushes too).
-        self._inline = not self._sync_flush and hasattr(message_store, "can_append_inline")
+        self._inline = (not self._sync_flush and hasattr(message_store, "can_append_inline")
+                        and hasattr(message_store, "populate_due"))
+        self._populating = False
         self._max_queued = max_queued_messages
         self._max_queue_wait = max_queue_wait
         self._queue: list[_Put] = []
@@ -294,7 +296,17 @@ class StoreService(Service):
         already faulted in, no file created (doc/store.md, "The put path").
         """
         self._hop_started = self._reactor.seconds()  # the writer's state is ours meanwhile
-        self._hop_done((self._put_all(puts), None, None), puts, False)
+        results = self._put_all(puts)
+        if not self._populating and self._store.populate_due():
+            # fault in the next pages on the flush thread, so the next appends stay inline too
+            self._populating = True
+            self._in_flush_pool(self._store.populate_ahead).addBoth(self._populated)
+        self._hop_done((results, None, None), puts, False)
+
+    def _populated(self, result: object) -> None:
+        self._populating = False
+        if isinstance(result, Failure):
+            self.log.failure("populating commit-log pages failed", result, level=LogLevel.warn)
 
     def _maybe_hop(self) -> None:
         """Hand everything queued to the pool (or append it inline, as :meth:`_enqueue` would),

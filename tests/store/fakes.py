@@ -44,6 +44,14 @@ class FakeMessageStore:
         self.flush_error: Exception | None = None
         self.load_result = True
         self.on_put: Callable[[MessageExt], None] | None = None
+        self.populate_wanted = False  # what populate_due answers
+
+    def populate_due(self) -> bool:
+        return self.populate_wanted
+
+    def populate_ahead(self) -> None:
+        self.events.append("populate")
+        self.populate_wanted = False
 
     def load(self) -> bool:
         self.events.append("load")

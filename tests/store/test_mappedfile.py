@@ -86,6 +86,22 @@ class MappedFileTests(SynchronousTestCase):
         other.append(record)
         self.assertEqual(other.select(0), record)
 
+    def test_populate_ahead_from_another_thread(self) -> None:
+        """populate_due once less than 3/4 of a window lies faulted in ahead of the writes;
+        populate_ahead (a pool thread's job) faults in the next window; appends below it
+        then need no populate of their own."""
+        self.patch(mappedfile, "POPULATE_WINDOW", 8 * OS_PAGE_SIZE)
+        mf = self.create(0, "mmap")
+        mf.append(b"r" * 100)  # the first write faults in its window
+        self.assertFalse(mf.populate_due())
+        while not mf.populate_due():
+            mf.append(b"r" * 1000)
+        self.assertFalse(mf.is_populated(mf.wrote_position + 4 * OS_PAGE_SIZE))
+        mf.populate_ahead()
+        self.assertFalse(mf.populate_due())
+        self.assertTrue(mf.is_populated(mf.wrote_position + 3 * OS_PAGE_SIZE))
+        self.assertFalse(self.create(SIZE, "pwrite").populate_due())
+
     def test_select_bounds(self) -> None:
         """Only written bytes are readable; a closed file reads as missing."""
         mf = self.create()

@@ -168,6 +168,19 @@ class InlineAppendTests(SynchronousTestCase):
         self.successResultOf(service.put_message(message()))
         self.assertEqual(pool.calls, calls)
 
+    def test_pages_populated_ahead_on_the_flush_thread(self) -> None:
+        """When an inline append leaves few faulted-in pages ahead, the next ones are faulted in
+        in the flush pool (once at a time), not on the reactor thread."""
+        service, store, pool = self.stepped()
+        store.populate_wanted = True
+        calls = pool.calls
+        self.successResultOf(service.put_message(message()))
+        self.successResultOf(service.put_message(message()))
+        self.assertEqual(pool.calls, calls + 1, "one populate job, for both appends")
+        self.assertNotIn("populate", store.events)
+        pool.run_all()
+        self.assertEqual(store.events.count("populate"), 1)
+
     def test_hop_when_not_idle_or_not_vouched(self) -> None:
         """The store's refusal, a running hop or SYNC_FLUSH keep the pool path; a batch or a run
         of puts the store vouches for is appended inline too."""
