@@ -215,10 +215,12 @@ class MessageStore:
                 keys += 2 + (found.count(" ") if found else 0)
                 where = (msg.topic, msg.queue_id)
                 entries[where] = entries.get(where, 0) + 1
-        return (self.commit_log.can_append_inline(size)
-                and all(self.consume_queues.can_append_inline(topic, queue_id, count)
-                        for (topic, queue_id), count in entries.items())
-                and (not self.config.message_index_enable or self.index.can_append_inline(keys)))
+        if not self.commit_log.can_append_inline(size):
+            return False
+        for (topic, queue_id), count in entries.items():
+            if not self.consume_queues.can_append_inline(topic, queue_id, count):
+                return False
+        return not self.config.message_index_enable or self.index.can_append_inline(keys)
 
     def populate_due(self) -> bool:
         """Inline appends are about to reach the end of the commit log's faulted-in pages."""
