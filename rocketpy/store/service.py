@@ -27,12 +27,8 @@ from twisted.python.threadpool import ThreadPool
 from rocketpy.common.message import MessageExt
 from rocketpy.store.flush import FlushLoops, flush_commit_log
 from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters, PutCompletion, PutHook, wants_wait
-from rocketpy.store.status import (
-    GetMessageResult,
-    PutMessageResult,
-    PutMessageStatus,
-    QueryMessageResult,
-)
+from rocketpy.store.servicereads import StoreReads
+from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
 T = TypeVar("T")
 ArrivalListener = Callable[[str, int, int], None]
@@ -81,7 +77,7 @@ _Results = list["PutMessageResult | Exception"]
 _HopOutcome = tuple[_Results, "int | None", "Exception | None"]
 
 
-class StoreService(Service):
+class StoreService(StoreReads, Service):
     """Runs a blocking ``MessageStore`` on its own thread pool.
 
     :param message_store: the blocking facade; its ``config`` gives the flush settings.
@@ -466,54 +462,6 @@ class StoreService(Service):
     def append_to_commit_log(self, offset: int, data: bytes) -> Deferred[bool]:
         """HA slave: append bytes replicated from the master, in the writer pool."""
         return self._in_pool(self._store.append_to_commit_log, offset, data)
-
-    # -- reads: in memory, or one hop in the read pool --
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        return cast(int, self._store.get_max_offset_in_queue(topic, queue_id))
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        return cast(int, self._store.get_min_offset_in_queue(topic, queue_id))
-
-    @property
-    def max_physical_offset(self) -> int:
-        return cast(int, self._store.max_physical_offset)
-
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    tag_filter: Callable[[int], bool] | None = None) -> Deferred[GetMessageResult]:
-        return self._in_read_pool(self._store.get_message, group, topic, queue_id, offset,
-                                  max_msg_nums, tag_filter)
-
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> Deferred[int]:
-        return self._in_read_pool(self._store.get_offset_in_queue_by_time, topic, queue_id, timestamp_ms)
-
-    def get_earliest_message_time(self, topic: str, queue_id: int) -> Deferred[int]:
-        return self._in_read_pool(self._store.get_earliest_message_time, topic, queue_id)
-
-    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> Deferred[int]:
-        return self._in_read_pool(self._store.get_commit_log_offset_in_queue, topic, queue_id, cq_offset)
-
-    def query_consume_time_span(self, topic: str, queue_id: int,
-                                consumer_offset: int) -> Deferred[tuple[int, int, int, int]]:
-        return self._in_read_pool(self._store.query_consume_time_span, topic, queue_id, consumer_offset)
-
-    def query_consume_queue(self, topic: str, queue_id: int, index: int,
-                            count: int) -> Deferred[tuple[int, int, list[tuple[int, int, int]] | None] | None]:
-        return self._in_read_pool(self._store.query_consume_queue, topic, queue_id, index, count)
-
-    def look_message_by_offset(self, offset: int) -> Deferred[MessageExt | None]:
-        return self._in_read_pool(self._store.look_message_by_offset, offset)
-
-    def select_one_message_by_offset(self, offset: int) -> Deferred[bytes | None]:
-        return self._in_read_pool(self._store.select_one_message_by_offset, offset)
-
-    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int,
-                      end_ms: int) -> Deferred[QueryMessageResult]:
-        return self._in_read_pool(self._store.query_message, topic, key, max_num, begin_ms, end_ms)
-
-    def get_commit_log_data(self, offset: int, size: int = -1) -> Deferred[bytes | None]:
-        """HA master: ``size`` bytes of commit log at ``offset`` (-1: to the end of its file)."""
-        return self._in_read_pool(self._store.get_commit_log_data, offset, size)
 
 
 def _each_put(puts: list[_Put]) -> Sequence[Sequence[MessageExt]]:

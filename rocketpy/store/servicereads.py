@@ -1,0 +1,64 @@
+"""The read half of :class:`~rocketpy.store.service.StoreService` (doc/store-api.md): queue
+bounds in memory, everything else one hop in the read pool, so reads never wait for appends."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, cast
+
+from twisted.internet.defer import Deferred
+
+from rocketpy.common.message import MessageExt
+from rocketpy.store.status import GetMessageResult, QueryMessageResult
+
+
+class StoreReads:
+    """Reads of the blocking store ``_store``; ``_in_read_pool`` runs a call in the read pool."""
+
+    _store: Any
+    _in_read_pool: Callable[..., Deferred[Any]]
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return cast(int, self._store.get_max_offset_in_queue(topic, queue_id))
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        return cast(int, self._store.get_min_offset_in_queue(topic, queue_id))
+
+    @property
+    def max_physical_offset(self) -> int:
+        return cast(int, self._store.max_physical_offset)
+
+    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    tag_filter: Callable[[int], bool] | None = None) -> Deferred[GetMessageResult]:
+        return self._in_read_pool(self._store.get_message, group, topic, queue_id, offset,
+                                  max_msg_nums, tag_filter)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> Deferred[int]:
+        return self._in_read_pool(self._store.get_offset_in_queue_by_time, topic, queue_id, timestamp_ms)
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> Deferred[int]:
+        return self._in_read_pool(self._store.get_earliest_message_time, topic, queue_id)
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> Deferred[int]:
+        return self._in_read_pool(self._store.get_commit_log_offset_in_queue, topic, queue_id, cq_offset)
+
+    def query_consume_time_span(self, topic: str, queue_id: int,
+                                consumer_offset: int) -> Deferred[tuple[int, int, int, int]]:
+        return self._in_read_pool(self._store.query_consume_time_span, topic, queue_id, consumer_offset)
+
+    def query_consume_queue(self, topic: str, queue_id: int, index: int,
+                            count: int) -> Deferred[tuple[int, int, list[tuple[int, int, int]] | None] | None]:
+        return self._in_read_pool(self._store.query_consume_queue, topic, queue_id, index, count)
+
+    def look_message_by_offset(self, offset: int) -> Deferred[MessageExt | None]:
+        return self._in_read_pool(self._store.look_message_by_offset, offset)
+
+    def select_one_message_by_offset(self, offset: int) -> Deferred[bytes | None]:
+        return self._in_read_pool(self._store.select_one_message_by_offset, offset)
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int,
+                      end_ms: int) -> Deferred[QueryMessageResult]:
+        return self._in_read_pool(self._store.query_message, topic, key, max_num, begin_ms, end_ms)
+
+    def get_commit_log_data(self, offset: int, size: int = -1) -> Deferred[bytes | None]:
+        """HA master: ``size`` bytes of commit log at ``offset`` (-1: to the end of its file)."""
+        return self._in_read_pool(self._store.get_commit_log_data, offset, size)
