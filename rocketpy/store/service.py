@@ -214,7 +214,8 @@ class StoreService(StoreReads, Service):
         return flushed
 
     def _idle(self) -> bool:
-        return self._hop_started is None and not self._queue and not self._group_commit.running
+        return (self._hop_started is None and not self._queue and not self._group_commit.running
+                and not self._populating)
 
     def _wait_drained(self) -> Deferred[None]:
         """Wait until no append hop or group-commit flush runs and nothing is queued."""
@@ -303,6 +304,7 @@ class StoreService(StoreReads, Service):
         self._populating = False
         if isinstance(result, Failure):
             self.log.failure("populating commit-log pages failed", result, level=LogLevel.warn)
+        self._check_drained()  # a stop waits for it: the files must stay mapped meanwhile
 
     def _maybe_hop(self) -> None:
         """Hand everything queued to the pool (or append it inline, as :meth:`_enqueue` would),

@@ -181,6 +181,18 @@ class InlineAppendTests(SynchronousTestCase):
         pool.run_all()
         self.assertEqual(store.events.count("populate"), 1)
 
+    def test_stop_waits_for_populate(self) -> None:
+        """A stop shuts the store (and its mappings) down only after a running populate job."""
+        service, store, pool = self.stepped()
+        store.populate_wanted = True
+        self.successResultOf(service.put_message(message()))
+        calls = pool.calls
+        stopped = service.stopService()
+        self.assertEqual(pool.calls, calls, "nothing more submitted while pages are being faulted in")
+        pool.run_all()
+        self.successResultOf(stopped)
+        self.assertLess(store.events.index("populate"), store.events.index("shutdown"))
+
     def test_hop_when_not_idle_or_not_vouched(self) -> None:
         """The store's refusal, a running hop or SYNC_FLUSH keep the pool path; a batch or a run
         of puts the store vouches for is appended inline too."""
