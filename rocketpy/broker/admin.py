@@ -13,12 +13,13 @@ from twisted.python.failure import Failure
 
 from rocketpy.broker.config import dump_json
 from rocketpy.broker.consumestats import broker_consume_stats, consume_queue_body, consume_stats, consume_time_span
+from rocketpy.broker.offsets import MessageQueue
 from rocketpy.broker.processors import BrokerTables, Rejected, TableProcessor, body_json, ok_response
 from rocketpy.broker.resetoffset import reset_group_offsets
 from rocketpy.broker.subscription import SubscriptionGroupConfig
 from rocketpy.broker.topicconfig import TopicConfig, topic_problem
 from rocketpy.broker.transaction import resumed_half
-from rocketpy.common.fastjson import object_key_map
+from rocketpy.common.fastjson import object_key_map, raw_object
 from rocketpy.common.headers import get_bool, get_int, get_str
 from rocketpy.common.message import decode_offset_msg_id
 from rocketpy.interfaces import IChannel
@@ -199,9 +200,6 @@ class AdminBrokerProcessor(TableProcessor):
         body = "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode("utf-8")
         return ok_response(request, body, version=dump_json(self._t.topics.data_version.to_json()).decode())
 
-    def _mq(self, topic: str, queue_id: int) -> dict[str, Any]:
-        return {"brokerName": self._t.config.broker_name, "queueId": queue_id, "topic": topic}
-
     def topic_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         topic = get_str(request.ext_fields, "topic")
         config = self._t.topics.select_topic_config(topic)
@@ -210,7 +208,7 @@ class AdminBrokerProcessor(TableProcessor):
         store = self._t.store
         entries = [
             (
-                self._mq(topic, qid),
+                MessageQueue(topic, self._t.config.broker_name, qid).to_json(),
                 {
                     "lastUpdateTimestamp": 0,
                     "maxOffset": store.get_max_offset_in_queue(topic, qid),
@@ -219,7 +217,7 @@ class AdminBrokerProcessor(TableProcessor):
             )
             for qid in range(config.write_queue_nums)
         ]
-        return ok_response(request, ('{"offsetTable":' + object_key_map(entries) + "}").encode("utf-8"))
+        return ok_response(request, raw_object({"offsetTable": object_key_map(entries)}).encode("utf-8"))
 
     def consume_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         group = get_str(request.ext_fields, "consumerGroup")

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from rocketpy.broker.offsets import MessageQueue
 from rocketpy.broker.processors import BrokerTables
-from rocketpy.common.fastjson import dump_json, object_key_map
+from rocketpy.common.fastjson import dump_json, object_key_map, raw_object
 
 
 def consume_stats(tables: BrokerTables, group: str, topics: Iterable[str]) -> tuple[str, int]:
@@ -26,9 +27,9 @@ def consume_stats(tables: BrokerTables, group: str, topics: Iterable[str]) -> tu
             broker_offset = max(tables.store.get_max_offset_in_queue(topic, queue_id), 0)
             committed = max(tables.offsets.query_offset(group, topic, queue_id), 0)
             diff += broker_offset - committed
-            queue = {"brokerName": broker, "queueId": queue_id, "topic": topic}
-            entries.append((queue, {"brokerOffset": broker_offset, "consumerOffset": committed, "lastTimestamp": 0}))
-    return '{"consumeTps":0.0,"offsetTable":' + object_key_map(entries) + "}", diff
+            entries.append((MessageQueue(topic, broker, queue_id).to_json(),
+                            {"brokerOffset": broker_offset, "consumerOffset": committed, "lastTimestamp": 0}))
+    return raw_object({"consumeTps": "0.0", "offsetTable": object_key_map(entries)}), diff
 
 
 def broker_consume_stats(tables: BrokerTables, order_only: bool) -> bytes:
@@ -78,7 +79,7 @@ async def consume_time_span(tables: BrokerTables, topic: str, group: str, queues
             "consumeTimeStamp": consumed,
             "delayTime": now_ms - following if following >= 0 else 0,
             "maxTimeStamp": newest,
-            "messageQueue": {"brokerName": tables.config.broker_name, "queueId": queue_id, "topic": topic},
+            "messageQueue": MessageQueue(topic, tables.config.broker_name, queue_id).to_json(),
             "minTimeStamp": oldest,
         })
     return dump_json({"consumeTimeSpanSet": spans})

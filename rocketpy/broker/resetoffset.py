@@ -11,11 +11,11 @@ offset and commit it. The broker's own committed offsets are left to them, as in
 
 from __future__ import annotations
 
-from typing import Any
 
 from rocketpy.broker.clients import ClientChannelInfo
+from rocketpy.broker.offsets import MessageQueue
 from rocketpy.broker.processors import BrokerTables
-from rocketpy.common.fastjson import dump_json, object_key_map
+from rocketpy.common.fastjson import dump_json, object_key_map, raw_object
 from rocketpy.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 
@@ -56,15 +56,11 @@ async def reset_group_offsets(tables: BrokerTables, request: RemotingCommand, to
 
 def offset_table_body(topic: str, broker: str, offsets: dict[int, int]) -> bytes:
     """Java's ResetOffsetBody: ``{"offsetTable":{{"brokerName":…,"queueId":…,"topic":…}:offset}}``."""
-    entries = ((_queue(topic, broker, queue_id), offset) for queue_id, offset in sorted(offsets.items()))
-    return ('{"offsetTable":' + object_key_map(entries) + "}").encode("utf-8")
+    entries = ((MessageQueue(topic, broker, queue_id).to_json(), offset) for queue_id, offset in sorted(offsets.items()))
+    return raw_object({"offsetTable": object_key_map(entries)}).encode("utf-8")
 
 
 def _c_body(topic: str, broker: str, offsets: dict[int, int]) -> bytes:
     """ResetOffsetBodyForC: the same table as a list of ``{brokerName, offset, queueId, topic}``."""
-    return dump_json({"offsetTable": [dict(_queue(topic, broker, queue_id), offset=offset)
+    return dump_json({"offsetTable": [dict(MessageQueue(topic, broker, queue_id).to_json(), offset=offset)
                                       for queue_id, offset in sorted(offsets.items())]})
-
-
-def _queue(topic: str, broker: str, queue_id: int) -> dict[str, Any]:
-    return {"brokerName": broker, "queueId": queue_id, "topic": topic}

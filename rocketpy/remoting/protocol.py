@@ -140,10 +140,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
                 if requests:  # also those before a bad frame: they arrived whole
                     self._owner.requests_received(self, requests)
             finally:
-                self._reading = False
-                if self._out:
-                    out, self._out = self._out, []
-                    self.transport.writeSequence(out)
+                self._write_collected()
 
     def stringReceived(self, frame: bytes) -> None:
         """One frame without its length prefix (``dataReceived`` does not call this)."""
@@ -277,11 +274,17 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         try:
             yield
         finally:
-            self._reading = False
-            if self._out:
-                out, self._out = self._out, []
-                self.transport.writeSequence(out)
+            if self._write_collected():
                 self.resetTimeout()
+
+    def _write_collected(self) -> bool:
+        """End collecting writes; send what was collected in one ``writeSequence`` (True if any)."""
+        self._reading = False
+        if not self._out:
+            return False
+        out, self._out = self._out, []
+        self.transport.writeSequence(out)
+        return True
 
     def expire_requests(self, now: float) -> int:
         """Fail the requests whose deadline passed; return how many.
