@@ -11,7 +11,6 @@ offset and commit it. The broker's own committed offsets are left to them, as in
 
 from __future__ import annotations
 
-
 from rocketpy.broker.clients import ClientChannelInfo
 from rocketpy.broker.offsets import MessageQueue
 from rocketpy.broker.processors import BrokerTables
