@@ -248,20 +248,24 @@ class ClientInstance:
 
     def consume_message_directly(self, group: str, msg: MessageExt, broker_name: str) -> Deferred[dict[str, Any]] | None:
         """Have this client's push consumer of ``group`` consume ``msg`` now (None if it has none)."""
-        for member in self.members:
-            consume = getattr(member, "consume_directly", None)
-            if consume is not None and getattr(member, "group", None) == group:
-                return consume(msg, broker_name)  # type: ignore[no-any-return]
-        return None
+        consume = self._consumer_method(group, "consume_directly")
+        return None if consume is None else consume(msg, broker_name)  # type: ignore[no-any-return]
 
     def reset_offset(self, topic: str, group: str, offsets: dict[MessageQueue, int]) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET: move this client's push consumer of ``group`` on ``topic``."""
+        reset = self._consumer_method(group, "reset_offsets")
+        if reset is None:
+            self.log.info("[reset-offset] no consumer of group {group} here", group=group)
+        else:
+            reset(topic, offsets)
+
+    def _consumer_method(self, group: str, name: str) -> Any:
+        """Method ``name`` of this client's member of consumer group ``group`` that has one, or None."""
         for member in self.members:
-            reset = getattr(member, "reset_offsets", None)
-            if reset is not None and getattr(member, "group", None) == group:
-                reset(topic, offsets)
-                return
-        self.log.info("[reset-offset] no consumer of group {group} here", group=group)
+            method = getattr(member, name, None)
+            if method is not None and getattr(member, "group", None) == group:
+                return method
+        return None
 
     # name server and routes
 
