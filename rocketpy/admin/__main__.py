@@ -1,0 +1,3 @@
+from rocketpy.admin.cli import main
+
+main()
