@@ -21,6 +21,6 @@ setup(
         "test": ["rocketmq==0.4.4"],
         "dev": ["rocketmq==0.4.4", "mypy", "mypy-zope"],
     },
-    entry_points={"console_scripts": []},
+    entry_points={"console_scripts": ["rocketpy-admin = rocketpy.admin.cli:main"]},
     zip_safe=False,
 )

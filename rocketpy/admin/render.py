@@ -87,7 +87,7 @@ def jsonable(value: Any) -> Any:
     """Dataclasses, messages, enums, bytes and tuples as JSON values."""
     if isinstance(value, MessageExt):
         obj = {f.name: jsonable(getattr(value, f.name)) for f in fields(value)}
-        obj.update(msg_id=client_msg_id(value), offset_msg_id=value.msg_id,
+        obj.update(msg_id=client_msg_id(value), offset_msg_id=value.msg_id, tags=value.tags, keys=value.keys,
                    born_host=format_address(value.born_host), store_host=format_address(value.store_host))
         return obj
     if is_dataclass(value) and not isinstance(value, type):

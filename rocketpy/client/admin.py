@@ -436,8 +436,8 @@ class AdminClient:
 
         :param msg_id: the offset message id, or with ``topic`` a UNIQ_KEY.
         """
-        if topic is not None and not _is_offset_id(msg_id):
-            msg_id = (await self._by_unique_key(topic, msg_id)).msg_id
+        if topic is not None:
+            msg_id = (await self.message_by_id(msg_id, topic)).msg_id
         addr = _store_address(msg_id)
         fields = {"consumerGroup": group, "clientId": client_id, "msgId": msg_id}
         response = await self.call(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, fields)
@@ -457,9 +457,17 @@ class AdminClient:
 
     @_deferred
     async def message_by_id(self, msg_id: str, topic: str | None = None) -> MessageExt:
-        """The message of an offset message id or, with ``topic``, of a UNIQ_KEY (``mqadmin queryMsgById``)."""
-        if topic is not None and not _is_offset_id(msg_id):
-            return await self._by_unique_key(topic, msg_id)
+        """The message of an offset message id or, with ``topic``, of a UNIQ_KEY (``mqadmin queryMsgById``).
+
+        Both ids are 32 hex digits: with ``topic`` the UNIQ_KEY is looked up first (decoding one as an
+        offset id names a host that does not exist).
+        """
+        if topic is not None:
+            try:
+                return await self._by_unique_key(topic, msg_id)
+            except NotFoundError:
+                if not _is_offset_id(msg_id):
+                    raise
         return await self.view_message(msg_id)
 
     @_deferred
