@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rocketpy.broker.subscription import SubscriptionGroupConfig as GroupSettings
 from rocketpy.common import fastjson
 from rocketpy.namesrv.bodies import BodyError, loads_tolerant
 from rocketpy.namesrv.routeinfo import BrokerData
@@ -73,34 +74,6 @@ class TopicSettings:
     order: bool = False
     topic_sys_flag: int = 0
     topic_filter_type: str = "SINGLE_TAG"
-
-
-@dataclass(slots=True)
-class GroupSettings:
-    """A SubscriptionGroupConfig (Java's defaults)."""
-
-    group_name: str
-    consume_enable: bool = True
-    consume_from_min_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
-    notify_consumer_ids_changed_enable: bool = True
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "brokerId": self.broker_id,
-            "consumeBroadcastEnable": self.consume_broadcast_enable,
-            "consumeEnable": self.consume_enable,
-            "consumeFromMinEnable": self.consume_from_min_enable,
-            "groupName": self.group_name,
-            "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
-            "retryMaxTimes": self.retry_max_times,
-            "retryQueueNums": self.retry_queue_nums,
-            "whichBrokerWhenConsumeSlowly": self.which_broker_when_consume_slowly,
-        }
 
 
 @dataclass(slots=True)

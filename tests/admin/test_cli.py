@@ -16,7 +16,7 @@ from twisted.trial.unittest import TestCase
 from rocketpy.admin.cli import execute
 from rocketpy.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, PushConsumer
 from rocketpy.client.process import ConsumeContext
-from tests.client.test_integration import IntegrationTestCase, LoopbackCluster, pause
+from tests.client.test_integration import IntegrationTestCase, LoopbackCluster
 from tests.ports import free_port
 
 
@@ -36,13 +36,6 @@ class AdminTestCase(IntegrationTestCase):
 
     async def admin_json(self, *argv: str) -> Any:
         return json.loads(await self.admin(*argv, "--json"))
-
-    async def until(self, condition: Any) -> None:
-        for _ in range(400):
-            if condition():
-                return
-            await pause()
-        raise AssertionError("condition not reached")
 
 
 def rows(text: str) -> list[list[str]]:

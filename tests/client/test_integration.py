@@ -113,6 +113,13 @@ class IntegrationTestCase(TestCase):
             await cluster.add_broker(name)
         return cluster
 
+    async def until(self, condition: Any) -> None:
+        for _ in range(400):
+            if condition():
+                return
+            await pause()
+        raise AssertionError("condition not reached")
+
     async def producer(self, cluster: LoopbackCluster, **kwargs: Any) -> Producer:
         p = Producer("PG", cluster.namesrv_addr, reactor, **kwargs)
         await p.start()
@@ -221,13 +228,6 @@ class PushConsumerTests(IntegrationTestCase):
         await c.start()
         self.addCleanup(c.shutdown)
         return c
-
-    async def until(self, condition: Any) -> None:
-        for _ in range(400):
-            if condition():
-                return
-            await pause()
-        raise AssertionError("condition not reached")
 
     async def test_push_consumes_and_commits(self) -> None:
         """A push consumer receives what was sent before and after it started, and commits offsets."""
