@@ -282,7 +282,8 @@ class AdminClient:
 
     @_deferred
     async def delete_topic(self, topic: str, cluster: str) -> list[str]:
-        """``topic`` off every master of ``cluster``, then off every name server (for that cluster).
+        """``topic`` off every master of ``cluster``, then off every name server (for that cluster, with
+        its order conf).
 
         :raises NotFoundError: when no name server routes the topic, or the cluster is unknown.
         """
@@ -291,6 +292,7 @@ class AdminClient:
         for addr in addrs:
             await self.call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
         await self._each_namesrv(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic, "clusterName": cluster})
+        await self._each_namesrv(RequestCode.DELETE_KV_CONFIG, {"namespace": NAMESPACE_ORDER_TOPIC_CONFIG, "key": topic})
         return addrs
 
     @_deferred

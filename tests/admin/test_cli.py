@@ -215,3 +215,35 @@ class ProcessTests(TestCase):
                                                           env=env, reactor=reactor)
         self.assertEqual(status, 0, err)
         self.assertIn(b"consumerProgress", out)
+
+
+class TwoBrokerTests(AdminTestCase):
+    async def test_cluster_wide_commands(self) -> None:
+        """With two brokers in the cluster, ``-c`` reaches both (the order conf names both), and
+        topicStatus and printMsg gather every broker's queues."""
+        self.cluster_ = cluster = await self.cluster("broker-a", "broker-b")
+        created = await self.admin_json("updateTopic", "-c", "DefaultCluster", "-t", "Spread", "-r", "2", "-w", "2",
+                                        "-o", "true")
+        addrs = sorted(b.config.advertised_address for b in cluster.brokers.values())
+        self.assertEqual(sorted(created["brokers"]), addrs)
+        await cluster.wait_for_route("Spread", brokers=2)
+        self.assertEqual(len(rows(await self.admin("clusterList"))), 2)
+        route = await self.admin_json("topicRoute", "-t", "Spread")
+        self.assertEqual(route["order_topic_conf"], "broker-a:2;broker-b:2")
+        for name, qid in (("broker-a", "1"), ("broker-b", "0"), ("broker-b", "0")):
+            await self.admin("sendMessage", "-t", "Spread", "-p", f"to {name}", "-b", name, "-i", qid)
+        self.assertEqual([r[:4] for r in rows(await self.admin("topicStatus", "-t", "Spread"))],
+                         [["broker-a", "0", "0", "0"], ["broker-a", "1", "0", "1"],
+                          ["broker-b", "0", "0", "2"], ["broker-b", "1", "0", "0"]])
+        bodies = [m["body"] for m in await self.admin_json("printMsg", "-t", "Spread")]
+        self.assertEqual(sorted(bodies), ["to broker-a", "to broker-b", "to broker-b"])
+
+        await self.admin("updateSubGroup", "-c", "DefaultCluster", "-g", "Everywhere")
+        self.assertEqual(["Everywhere" in b.subscriptions.groups() for b in cluster.brokers.values()], [True, True])
+        await self.admin("deleteSubGroup", "-c", "DefaultCluster", "-g", "Everywhere")
+        self.assertEqual(["Everywhere" in b.subscriptions.groups() for b in cluster.brokers.values()], [False, False])
+
+        await self.admin("deleteTopic", "-t", "Spread", "-c", "DefaultCluster")
+        for broker in cluster.brokers.values():
+            self.assertIsNone(broker.topics.select_topic_config("Spread"))
+        self.assertIn("topic 'Spread' does not exist", await self.admin("topicStatus", "-t", "Spread", ok=False))
