@@ -388,9 +388,13 @@ class AdminClient:
 
     @_deferred
     async def broker_consume_stats(self, addr: str, order_only: bool = False) -> tuple[list[ConsumeStats], int]:
-        """GET_BROKER_CONSUME_STATS: every group's progress on one broker, and its total lag."""
+        """GET_BROKER_CONSUME_STATS: every group's progress on one broker, and its total lag (last
+        consume times filled in as by :meth:`consume_stats`)."""
         response = await self.call(addr, RequestCode.GET_BROKER_CONSUME_STATS, to_fields(isOrder=order_only))
-        return _body(parse_broker_consume_stats, response.body)
+        stats, total = _body(parse_broker_consume_stats, response.body)
+        for each in stats:
+            await self._fill_last_timestamps(addr, each.group, each)
+        return stats, total
 
     @_deferred
     async def reset_offset_by_time(self, topic: str, group: str, timestamp_ms: int, force: bool = True,

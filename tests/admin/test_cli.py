@@ -183,7 +183,9 @@ class ConsumerTests(AdminTestCase):
         self.assertEqual([int(r[3]) - int(r[4]) for r in lagging], [int(r[5]) for r in lagging])
         stats = await self.admin("brokerConsumeStats", "-b", addr)
         self.assertIn("Diff Total: 2", stats)
-        self.assertEqual(sum(int(r[6]) for r in rows(stats) if r[:2] == ["Watched", "CG"]), 2)
+        watched_rows = [r for r in rows(stats) if r[:2] == ["Watched", "CG"]]
+        self.assertEqual(sum(int(r[6]) for r in watched_rows), 2)
+        self.assertEqual([r[7] != "-" for r in watched_rows], [int(r[5]) > 0 for r in watched_rows])
 
         offline = await self.admin_json("resetOffsetByTime", "-t", "Watched", "-g", "CG", "-s", "-1")
         self.assertEqual({r["online"] for r in offline}, {False})
