@@ -225,8 +225,8 @@ async def delete_sub_group(admin: AdminClient, args: Namespace) -> Output:
 
 
 def _progress_text(stats: ConsumeStats) -> str:
-    rows = [(q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, q.lag, human_time(q.last_timestamp))
-            for q in stats.queues]
+    rows = [(q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, q.lag,
+             human_time(q.last_timestamp)) for q in stats.queues]
     headers = ("#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff", "#LastTime")
     return f"{table(headers, rows)}\n\nConsume TPS: {stats.consume_tps:.2f}\nDiff Total: {stats.total_lag}"
 

@@ -196,6 +196,12 @@ def parse_cluster_info(body: bytes) -> ClusterInfo:
     return ClusterInfo(clusters, brokers)
 
 
+def parse_runtime_table(body: bytes) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's ``{"table":{…}}``, sorted by key."""
+    table = _obj(_obj(loads(body, "runtime info"), "runtime info").get("table") or {}, "runtime table")
+    return {str(k): str(v) for k, v in sorted(table.items())}
+
+
 def parse_topic_list(body: bytes) -> list[str]:
     return sorted(str(t) for t in _obj(loads(body, "topic list"), "topic list").get("topicList") or [])
 

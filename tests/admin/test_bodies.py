@@ -27,13 +27,14 @@ class JavaBodyTests(SynchronousTestCase):
                 b'{"brokerName":"b","queueId":1,"topic":"T"}:{"brokerOffset":9,"consumerOffset":4,"lastTimestamp":7},'
                 b'{"brokerName":"b","queueId":0,"topic":"T"}:{"brokerOffset":3,"consumerOffset":3,"lastTimestamp":0}}}')
         stats = admintypes.consume_stats_from_json("G", admintypes.loads(body, "consume stats"))
-        self.assertEqual([(q.queue_id, q.broker_offset, q.consumer_offset, q.lag, q.last_timestamp) for q in stats.queues],
-                         [(0, 3, 3, 0, 0), (1, 9, 4, 5, 7)])
+        self.assertEqual([(q.queue_id, q.broker_offset, q.consumer_offset, q.lag, q.last_timestamp)
+                          for q in stats.queues], [(0, 3, 3, 0, 0), (1, 9, 4, 5, 7)])
         self.assertEqual((stats.consume_tps, stats.total_lag), (1.5, 5))
 
     def test_broker_consume_stats(self) -> None:
         body = (b'{"brokerAddr":"10.0.0.5:10911","consumeStatsList":[{"G1":[{"consumeTps":0.0,"offsetTable":'
-                b'{{"brokerName":"b","queueId":0,"topic":"T"}:{"brokerOffset":5,"consumerOffset":2,"lastTimestamp":0}}}]},'
+                b'{{"brokerName":"b","queueId":0,"topic":"T"}:'
+                b'{"brokerOffset":5,"consumerOffset":2,"lastTimestamp":0}}}]},'
                 b'{"G2":[]}],"totalDiff":3}')
         stats, total = admintypes.parse_broker_consume_stats(body)
         self.assertEqual([(s.group, s.total_lag) for s in stats], [("G1", 3)])
