@@ -134,10 +134,15 @@ async def broker_consume_stats(admin: AdminClient, args: Namespace) -> Output:
 # topics
 
 
-@command("topicList", "every topic the name server knows")
+@command("topicList", "every topic the name server knows",
+         arg("-c", "--clusterModel", action="store_true", help="with each topic's cluster and consumer groups"))
 async def topic_list(admin: AdminClient, args: Namespace) -> Output:
-    topics = await admin.topic_list()
-    return Output(topics, "\n".join(topics))
+    if not args.clusterModel:
+        topics = await admin.topic_list()
+        return Output(topics, "\n".join(topics))
+    overview = await admin.topic_overview()
+    rows = [(",".join(t.clusters), t.topic, group) for t in overview for group in t.groups or [""]]
+    return Output(overview, table(("#Cluster Name", "#Topic", "#Consumer Group"), rows))
 
 
 @command("topicRoute", "a topic's route", TOPIC)

@@ -22,11 +22,13 @@ from rocketpy.client.admintypes import (
     GroupSummary,
     QueueStatus,
     ResetOffset,
+    TopicOverview,
     TopicSettings,
     consume_stats_from_json,
     loads,
     parse_broker_consume_stats,
     parse_connections,
+    parse_group_list,
     parse_consumer_connection,
     parse_reset_table,
     parse_runtime_table,
@@ -91,6 +93,34 @@ class AdminClient(MessageAdmin):
             response = await self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
             queues += parse_body(parse_topic_stats, response.body)
         return sorted(queues, key=lambda q: (q.broker_name, q.queue_id))
+
+    @deferred_method
+    async def topic_consumer_groups(self, topic: str) -> list[str]:
+        """The groups that consume ``topic`` or hold offsets on it, on any master (QUERY_TOPIC_CONSUME_BY_WHO)."""
+        groups: set[str] = set()
+        for addr in (await self._masters(topic)).values():
+            response = await self.call(addr, RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+            groups.update(parse_body(parse_group_list, response.body))
+        return sorted(groups)
+
+    @deferred_method
+    async def topic_overview(self) -> list[TopicOverview]:
+        """Every topic but the ``%RETRY%`` and ``%DLQ%`` ones, with its clusters and consumer groups
+        (``mqadmin topicList -c``); a topic without a route has neither."""
+        cluster_of = {name: b.cluster for name, b in (await self.cluster_info()).brokers.items()}
+        overview = []
+        for topic in await self.topic_list():
+            if topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+                continue
+            try:
+                route = await self._route(topic)
+                groups = await self.topic_consumer_groups(topic)
+            except NotFoundError:
+                overview.append(TopicOverview(topic, [], []))
+                continue
+            clusters = sorted({cluster_of.get(b.broker_name, b.cluster) for b in route.broker_datas})
+            overview.append(TopicOverview(topic, clusters, groups))
+        return overview
 
     # topics and groups
 

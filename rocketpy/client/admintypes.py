@@ -18,7 +18,7 @@ from rocketpy.namesrv.routeinfo import BrokerData
 __all__ = [
     "BodyError", "BrokerStatus", "ClusterInfo", "Connection", "ConsumeStats", "ConsumerConnection",
     "DirectConsumeResult", "GroupSettings", "GroupSummary", "QueueProgress", "QueueStatus", "ResetOffset",
-    "TopicSettings",
+    "TopicOverview", "TopicSettings",
 ]
 
 
@@ -50,6 +50,15 @@ class BrokerStatus:
     addr: str
     stats: dict[str, str]
     error: str | None = None
+
+
+@dataclass(slots=True)
+class TopicOverview:
+    """One topic of ``mqadmin topicList -c``: the clusters of its brokers and the groups consuming it."""
+
+    topic: str
+    clusters: list[str]
+    groups: list[str]
 
 
 @dataclass(slots=True)
@@ -194,6 +203,11 @@ def parse_cluster_info(body: bytes) -> ClusterInfo:
     except (AttributeError, TypeError, ValueError) as e:
         raise BodyError(f"malformed cluster info: {e!r}") from None
     return ClusterInfo(clusters, brokers)
+
+
+def parse_group_list(body: bytes) -> list[str]:
+    """GroupList: ``{"groupList":[…]}``."""
+    return sorted(str(g) for g in _obj(loads(body, "group list"), "group list").get("groupList") or [])
 
 
 def parse_runtime_table(body: bytes) -> dict[str, str]:

@@ -158,6 +158,7 @@ class ConsumerTests(AdminTestCase):
         stored = {s.queue.queue_id: s for s in sent}
         for q in watched:  # the last consumed message's store time, filled in through 303
             self.assertEqual(q["last_timestamp"] > 0, q["queue_id"] in stored)
+        self.assertIn(["DefaultCluster", "Watched", "CG"], rows(await self.admin("topicList", "-c")))
         summary = rows(await self.admin("consumerProgress"))
         self.assertIn(["CG", "1", "401", "CONSUME_PASSIVELY", "CLUSTERING", "0.00", "0"], summary)
 
