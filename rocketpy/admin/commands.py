@@ -229,19 +229,22 @@ async def delete_sub_group(admin: AdminClient, args: Namespace) -> Output:
 # consumers and producers
 
 
-def _progress_text(stats: ConsumeStats) -> str:
-    rows = [(q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, q.lag,
-             human_time(q.last_timestamp)) for q in stats.queues]
-    headers = ("#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff", "#LastTime")
+def _progress_text(stats: ConsumeStats, with_clients: bool) -> str:
+    rows = [(q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset)
+            + ((q.client_id or "-",) if with_clients else ()) + (q.lag, human_time(q.last_timestamp))
+            for q in stats.queues]
+    headers = (("#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset")
+               + (("#Client",) if with_clients else ()) + ("#Diff", "#LastTime"))
     return f"{table(headers, rows)}\n\nConsume TPS: {stats.consume_tps:.2f}\nDiff Total: {stats.total_lag}"
 
 
 @command("consumerProgress", "a group's offsets and lag per queue (every group without -g)",
-         arg("-g", "--groupName", help="consumer group name"))
+         arg("-g", "--groupName", help="consumer group name"),
+         arg("-s", "--showClientIP", type=_bool, default=False, help="the client holding each queue (true|false)"))
 async def consumer_progress(admin: AdminClient, args: Namespace) -> Output:
     if args.groupName:
-        stats = await admin.consume_stats(args.groupName)
-        return Output(stats, _progress_text(stats))
+        stats = await admin.consume_stats(args.groupName, with_clients=args.showClientIP)
+        return Output(stats, _progress_text(stats, args.showClientIP))
     groups = await admin.consumer_groups()
     rows = [(g.group, g.clients, "" if g.version is None else g.version, g.consume_type, g.message_model,
              f"{g.consume_tps:.2f}", g.total_lag) for g in groups]

@@ -17,9 +17,11 @@ from rocketpy.client.admintypes import (
     BrokerStatus,
     Connection,
     ConsumerConnection,
+    ConsumerRunningInfo,
     ConsumeStats,
     GroupSettings,
     GroupSummary,
+    QueueProgress,
     QueueStatus,
     ResetOffset,
     TopicOverview,
@@ -31,11 +33,12 @@ from rocketpy.client.admintypes import (
     parse_group_list,
     parse_consumer_connection,
     parse_reset_table,
+    parse_running_info,
     parse_runtime_table,
     parse_time_spans,
     parse_topic_stats,
 )
-from rocketpy.client.errors import MQError, RemotingError
+from rocketpy.client.errors import MQBrokerError, MQError, RemotingError
 from rocketpy.client.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, MessageQueue
 from rocketpy.common.fastjson import dump_json
 from rocketpy.common.headers import to_fields
@@ -190,10 +193,28 @@ class AdminClient(MessageAdmin):
     # consumers and producers
 
     @deferred_method
-    async def consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+    async def consumer_running_info(self, group: str, client_id: str) -> ConsumerRunningInfo:
+        """One client's ConsumerRunningInfo (its queues, settings, statistics), through a master of the
+        group (GET_CONSUMER_RUNNING_INFO; ``mqadmin consumerStatus``)."""
+        error: MQError | None = None
+        for addr in (await self._group_masters(group)).values():
+            fields = {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}
+            try:
+                response = await self.call(addr, RequestCode.GET_CONSUMER_RUNNING_INFO, fields)
+            except MQBrokerError as e:  # not connected to this broker: try the next
+                error = e
+                continue
+            return parse_body(parse_running_info, response.body)
+        raise error or NotFoundError(f"client {client_id!r} of group {group!r} is not online")
+
+    @deferred_method
+    async def consume_stats(self, group: str, topic: str | None = None, with_clients: bool = False) -> ConsumeStats:
         """``group``'s progress (``mqadmin consumerProgress -g``) on every master of its retry topic's
         route, over ``topic`` or every topic it committed on. A broker that leaves ``lastTimestamp`` at 0
         (rocketpy) is asked QUERY_CONSUME_TIME_SPAN for it.
+
+        With ``with_clients`` each queue names the client holding it (asked with
+        GET_CONSUMER_RUNNING_INFO; ``mqadmin consumerProgress -s``).
 
         :raises NotFoundError: when the group has no ``%RETRY%`` route (it never had a consumer).
         """
@@ -205,7 +226,21 @@ class AdminClient(MessageAdmin):
             await self._fill_last_timestamps(addr, group, stats)
             queues += stats.queues
             tps += stats.consume_tps
+        if with_clients:
+            await self._fill_clients(group, queues)
         return ConsumeStats(group, tps, queues)
+
+    async def _fill_clients(self, group: str, queues: list[QueueProgress]) -> None:
+        try:
+            clients = (await self.consumer_connection(group)).connections
+        except NotFoundError:
+            return  # nobody online holds a queue
+        owner = {}
+        for client in clients:
+            info = await self.consumer_running_info(group, client.client_id)
+            owner.update({(mq.topic, mq.broker_name, mq.queue_id): client.client_id for mq in info.mq_table})
+        for q in queues:
+            q.client_id = owner.get((q.topic, q.broker_name, q.queue_id), "")
 
     async def _fill_last_timestamps(self, addr: str, group: str, stats: ConsumeStats) -> None:
         for topic in sorted({q.topic for q in stats.queues if q.consumer_offset > 0 and not q.last_timestamp}):

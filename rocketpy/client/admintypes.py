@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rocketpy.broker.subscription import SubscriptionGroupConfig as GroupSettings
+from rocketpy.client.message import MessageQueue
+from rocketpy.client.runninginfo import ConsumerRunningInfo
+from rocketpy.client.subscription import SubscriptionData
 from rocketpy.common import fastjson
 from rocketpy.namesrv.bodies import BodyError, loads_tolerant
 from rocketpy.namesrv.routeinfo import BrokerData
 
 __all__ = [
-    "BodyError", "BrokerStatus", "ClusterInfo", "Connection", "ConsumeStats", "ConsumerConnection",
+    "BodyError", "BrokerStatus", "ConsumerRunningInfo", "ClusterInfo", "Connection", "ConsumeStats", "ConsumerConnection",
     "DirectConsumeResult", "GroupSettings", "GroupSummary", "QueueProgress", "QueueStatus", "ResetOffset",
     "TopicOverview", "TopicSettings",
 ]
@@ -88,7 +91,8 @@ class TopicSettings:
 @dataclass(slots=True)
 class QueueProgress:
     """One queue of a group's progress: ``lag`` is broker offset minus consumer offset;
-    ``last_timestamp`` the store time (ms) of the last consumed message, 0 when unknown."""
+    ``last_timestamp`` the store time (ms) of the last consumed message, 0 when unknown;
+    ``client_id`` the client that holds the queue (``consume_stats(with_clients=True)``)."""
 
     topic: str
     broker_name: str
@@ -96,6 +100,7 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int
+    client_id: str = ""  # the client holding the queue, when asked for
     lag: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -294,6 +299,22 @@ def parse_reset_table(body: bytes) -> dict[tuple[str, int], int]:
                 for mq, v in ((_queue_key(k), v) for k, v in table.items())}
     except (KeyError, TypeError, ValueError) as e:
         raise BodyError(f"malformed reset offset body: {e!r}") from None
+
+
+def parse_running_info(body: bytes) -> ConsumerRunningInfo:
+    """A ConsumerRunningInfo (GET_CONSUMER_RUNNING_INFO's answer, ``mqTable`` with object keys)."""
+    obj = _obj(loads(body, "consumer running info"), "consumer running info")
+    try:
+        subs = [SubscriptionData(str(s["topic"]), str(s.get("subString", "*")), list(s.get("tagsSet") or []),
+                                 list(s.get("codeSet") or []), int(s.get("subVersion", 0)),
+                                 str(s.get("expressionType") or "TAG")) for s in obj.get("subscriptionSet") or []]
+        queues = {MessageQueue(str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])): dict(v)
+                  for mq, v in ((_queue_key(k), v) for k, v in (obj.get("mqTable") or {}).items())}
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise BodyError(f"malformed consumer running info: {e!r}") from None
+    props = {str(k): str(v) for k, v in (obj.get("properties") or {}).items()}
+    status = {str(k): dict(v) for k, v in (obj.get("statusTable") or {}).items()}
+    return ConsumerRunningInfo(props, subs, queues, status, obj.get("jstack"))
 
 
 def parse_time_spans(body: bytes) -> dict[tuple[str, int], int]:

@@ -158,6 +158,10 @@ class ConsumerTests(AdminTestCase):
         stored = {s.queue.queue_id: s for s in sent}
         for q in watched:  # the last consumed message's store time, filled in through 303
             self.assertEqual(q["last_timestamp"] > 0, q["queue_id"] in stored)
+        held = await self.admin_json("consumerProgress", "-g", "CG", "-s", "true")  # through 307 to the client
+        self.assertEqual({q["queue_id"]: q["client_id"] for q in held["queues"] if q["topic"] == "Watched"},
+                         dict.fromkeys(range(4), client_id))
+        self.assertIn("#Client", await self.admin("consumerProgress", "-g", "CG", "-s", "true"))
         self.assertIn(["DefaultCluster", "Watched", "CG"], rows(await self.admin("topicList", "-c")))
         summary = rows(await self.admin("consumerProgress"))
         self.assertIn(["CG", "1", "401", "CONSUME_PASSIVELY", "CLUSTERING", "0.00", "0"], summary)
