@@ -49,7 +49,6 @@ from rocketpy.remoting.codes import RequestCode, ResponseCode
 __all__ = ["AdminClient", "NotFoundError", "TOOLS_CONSUMER_GROUP", "TOOLS_PRODUCER_GROUP"]
 
 
-
 class AdminClient(MessageAdmin):
     """One admin connection set: the name servers and, on demand, the brokers.
 
@@ -88,6 +87,8 @@ class AdminClient(MessageAdmin):
         response = await self.call(addr, RequestCode.GET_BROKER_CONFIG)
         return parse_properties(response.body.decode("utf-8", "replace"))
 
+    # topics
+
     @deferred_method
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         """Min and max offset of every queue of ``topic`` on every master (``mqadmin topicStatus``)."""
@@ -125,7 +126,7 @@ class AdminClient(MessageAdmin):
             overview.append(TopicOverview(topic, clusters, groups))
         return overview
 
-    # topics and groups
+    # creating and deleting topics and groups
 
     @deferred_method
     async def create_topic(self, addr: str, settings: TopicSettings) -> None:

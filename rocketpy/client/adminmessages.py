@@ -43,8 +43,6 @@ class MessageAdmin(AdminBase):
         response = await self.call(addr, RequestCode.CONSUME_MESSAGE_DIRECTLY, fields)
         return parse_body(parse_direct_result, response.body)
 
-    # messages
-
     @deferred_method
     async def view_message(self, msg_id: str) -> MessageExt:
         """The message of an offset message id, from the broker the id names (VIEW_MESSAGE_BY_ID)."""
@@ -193,7 +191,6 @@ class MessageAdmin(AdminBase):
             return await producer.send(msg)
         finally:
             await producer.shutdown()
-
 
 
 def _is_offset_id(msg_id: str) -> bool:
