@@ -14,7 +14,7 @@ from twisted.internet.interfaces import IReactorTime
 
 from rocketpy.admin import commands, render
 from rocketpy.client.admin import AdminClient
-from rocketpy.client.errors import MQError, RemotingError, RemotingTimeoutError
+from rocketpy.client.errors import MQClientError, MQError, RemotingError, RemotingTimeoutError
 from rocketpy.namesrv.bodies import BodyError
 
 PROG = "rocketpy-admin"
@@ -57,6 +57,8 @@ def _failure_text(error: BaseException, timeout: float) -> str:
         return f"no answer within {timeout:g} s ({error})"
     if isinstance(error, RemotingError):
         return f"cannot reach the name server or broker: {error}"
+    if isinstance(error, MQClientError):
+        return error.message
     return str(error)
 
 

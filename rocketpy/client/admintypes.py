@@ -19,9 +19,9 @@ from rocketpy.namesrv.bodies import BodyError, loads_tolerant
 from rocketpy.namesrv.routeinfo import BrokerData
 
 __all__ = [
-    "BodyError", "BrokerStatus", "ConsumerRunningInfo", "ClusterInfo", "Connection", "ConsumeStats", "ConsumerConnection",
-    "DirectConsumeResult", "GroupSettings", "GroupSummary", "QueueProgress", "QueueStatus", "ResetOffset",
-    "TopicOverview", "TopicSettings",
+    "BodyError", "BrokerStatus", "ConsumerRunningInfo", "ClusterInfo", "Connection", "ConsumeStats",
+    "ConsumerConnection", "DirectConsumeResult", "GroupSettings", "GroupSummary", "QueueProgress",
+    "QueueStatus", "ResetOffset", "TopicOverview", "TopicSettings",
 ]
 
 
