@@ -113,6 +113,14 @@ class TopicAndMessageTests(AdminTestCase):
         ]:
             self.assertIn(error, await self.admin(*argv, ok=False))
 
+    async def test_first_name_server_down(self) -> None:
+        """``-n a;b``: name server calls go to the next address when one cannot be reached."""
+        self.cluster_ = await self.cluster()
+        out, err = io.StringIO(), io.StringIO()
+        addrs = f"127.0.0.1:{free_port()};{self.cluster_.namesrv_addr}"
+        self.assertEqual(await execute(reactor, ["topicList", "-n", addrs], out, err), 0, err.getvalue())
+        self.assertIn("TBW102", out.getvalue().split())
+
 
 class ConsumerTests(AdminTestCase):
     async def test_group_commands(self) -> None:
