@@ -20,6 +20,8 @@ setup(
         # (librocketmq.so): the interop tests drive it against our broker.
         "test": ["rocketmq==0.4.4"],
         "dev": ["rocketmq==0.4.4", "mypy", "mypy-zope"],
+        # benchmarks/peers.py drives Redis Streams (the Debian redis-server) through redis-py.
+        "bench": ["redis>=5", "hiredis"],
     },
     entry_points={"console_scripts": ["rocketpy-admin = rocketpy.admin.cli:main"]},
     zip_safe=False,
