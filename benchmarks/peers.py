@@ -390,8 +390,9 @@ def judge(goal: Goal, mine: list[Sample], peer: list[Sample]) -> str:
 def report(shapes: list[Shape], options: argparse.Namespace) -> None:
     by_name = {shape.name: shape for shape in shapes}
     print(f"\nmedians of {options.rounds} rounds x {options.seconds} s, 1 KiB bodies, python "
-          f"{sys.version.split()[0]}, {redis_description(options)}; CPU µs per message: client process + server process\n")
-    print("| shape | rocketpy | Redis | ratio (per-round median) | CPU µs/msg rocketpy | CPU µs/msg Redis | targets |")
+          f"{sys.version.split()[0]}, {redis_description(options)}\n")
+    print("| shape | rocketpy | Redis | ratio (per-round median) "
+          "| CPU µs/msg rocketpy: client + broker | CPU µs/msg Redis: client + server | targets |")
     print("|---|---|---|---|---|---|---|")
     for shape in shapes:
         mine = shape.samples["rocketpy"]
