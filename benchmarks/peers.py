@@ -151,7 +151,13 @@ def temp_dir(stack: contextlib.ExitStack, prefix: str) -> str:
 
 def start_rocketpy(stack: contextlib.ExitStack, flush: str) -> tuple[subprocess.Popen[bytes], str]:
     """A rocketpy process (name server + broker) with ``flush``; returns it and its name server address."""
-    process, _ = broker_bench.start_rocketpy(temp_dir(stack, "rocketpy-peers-"), flush)
+    workdir = temp_dir(stack, "rocketpy-peers-")
+    try:
+        process, _ = broker_bench.start_rocketpy(workdir, flush)
+    except SystemExit:  # its log goes with the directory: show it first
+        with open(os.path.join(workdir, "rocketpy.log"), errors="replace") as log:
+            print(log.read()[-3000:], file=sys.stderr)
+        raise
     stack.callback(stop, process)
     return process, f"127.0.0.1:{client_bench._namesrv_port(process)}"
 
