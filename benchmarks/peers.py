@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -155,8 +156,7 @@ def start_rocketpy(stack: contextlib.ExitStack, flush: str) -> tuple[subprocess.
     try:
         process, _ = broker_bench.start_rocketpy(workdir, flush)
     except SystemExit:  # its log goes with the directory: show it first
-        with open(os.path.join(workdir, "rocketpy.log"), errors="replace") as log:
-            print(log.read()[-3000:], file=sys.stderr)
+        show_log(os.path.join(workdir, "rocketpy.log"))
         raise
     stack.callback(stop, process)
     return process, f"127.0.0.1:{client_bench._namesrv_port(process)}"
@@ -181,7 +181,14 @@ def start_redis(stack: contextlib.ExitStack, options: argparse.Namespace,
             return process, client
         except redis.ConnectionError:
             time.sleep(0.1)
-    raise SystemExit(f"redis-server did not start on port {port} ({' '.join(args)})")
+    show_log(os.path.join(workdir, "redis.log"))
+    raise SystemExit(f"redis-server did not start on port {port}: {shlex.join(args)}")
+
+
+def show_log(path: str) -> None:
+    """The end of a server's log, on stderr (its directory is removed on exit)."""
+    with contextlib.suppress(OSError), open(path, errors="replace") as log:
+        print(log.read()[-3000:], file=sys.stderr)
 
 
 def redis_missing(options: argparse.Namespace) -> str | None:
