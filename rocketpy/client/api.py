@@ -65,6 +65,10 @@ def _dumps(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
+def _nothing(_: object) -> None:
+    return None
+
+
 def _json_body(response: RemotingCommand, addr: str) -> Any:
     try:
         return json.loads(response.body or b"{}")
@@ -96,7 +100,7 @@ class MQClientAPI:
 
     # producer
 
-    async def send_message(
+    def send_message(
         self,
         addr: str,
         mq: MessageQueue,
@@ -107,14 +111,14 @@ class MQClientAPI:
         msg_id: str,
         batch: bool = False,
         v2: bool = True,
-    ) -> SendResult | None:
+    ) -> Deferred[SendResult | None]:
         """Send one message (or a batch body).
 
         :param msg: topic, body (already compressed if it is to be) and properties as sent.
         :param fields: the header from :func:`send_header`, one-letter keys for V2 and batches.
         :param msg_id: the UNIQ_KEY(s) to report in the result.
         :param v2: SEND_MESSAGE_V2 (310) rather than SEND_MESSAGE (10); batches are always 320.
-        :return: the result, None for a oneway send.
+        :return: fires with the result, None for a oneway send.
         """
         if batch:
             code = RequestCode.SEND_BATCH_MESSAGE
@@ -124,13 +128,9 @@ class MQClientAPI:
             code = RequestCode.SEND_MESSAGE
         request = RemotingCommand.request(code, fields, msg.body)
         if mode is Mode.ONEWAY:
-            await self.remoting.invoke_oneway(addr, request, timeout)
-            return None
-        if mode is Mode.ASYNC:
-            response = await self.remoting.invoke_async(addr, request, timeout)
-        else:
-            response = await self.remoting.invoke_sync(addr, request, timeout)
-        return self._send_result(response, addr, mq, msg_id)
+            return self.remoting.invoke_oneway(addr, request, timeout).addCallback(_nothing)
+        invoke = self.remoting.invoke_async if mode is Mode.ASYNC else self.remoting.invoke_sync
+        return invoke(addr, request, timeout).addCallback(self._send_result, addr, mq, msg_id)
 
     @staticmethod
     def _send_result(response: RemotingCommand, addr: str, mq: MessageQueue, msg_id: str) -> SendResult:

@@ -1,8 +1,8 @@
 """The producer: Java's ``DefaultMQProducerImpl`` send path on Deferreds.
 
 ``send`` → :meth:`Producer._send_default` (route, attempts within one timeout
-budget, queue choice by :class:`MQFaultStrategy`) → :meth:`Producer._send_kernel`
-(broker address, UNIQ_KEY, compression, hooks, header) →
+budget, queue choice by :class:`MQFaultStrategy`) → :meth:`Producer._attempt`
+(broker address) → :meth:`Producer._send_kernel` (UNIQ_KEY, compression, hooks, header) →
 :meth:`MQClientAPI.send_message` → the remoting client.
 """
 
@@ -13,9 +13,10 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode, send_header
 from rocketpy.client.errors import (
@@ -158,15 +159,15 @@ class Producer(JoiningMember):
 
     def send(self, msg: Message, timeout: float | None = None) -> Deferred[SendResult]:
         """SYNC: up to ``1 + retry_times`` attempts, all within ``timeout``."""
-        return Deferred.fromCoroutine(self._send_default(msg, Mode.SYNC, self._budget(timeout)))
+        return self._send_default(msg, Mode.SYNC, self._budget(timeout))
 
     def send_async(self, msg: Message, timeout: float | None = None) -> Deferred[SendResult]:
         """ASYNC: bounded by the in-flight permits; retried only after network failures."""
-        return Deferred.fromCoroutine(self._send_default(msg, Mode.ASYNC, self._budget(timeout)))
+        return self._send_default(msg, Mode.ASYNC, self._budget(timeout))
 
     def send_oneway(self, msg: Message) -> Deferred[None]:
         """ONEWAY: one attempt, fires once written; no result."""
-        return Deferred.fromCoroutine(self._send_default(msg, Mode.ONEWAY, self.send_timeout))
+        return self._send_default(msg, Mode.ONEWAY, self.send_timeout)
 
     def send_batch(self, msgs: Sequence[Message], timeout: float | None = None) -> Deferred[SendResult]:
         """SYNC send of several messages of one topic in one request (never compressed)."""
@@ -200,23 +201,80 @@ class Producer(JoiningMember):
             return error.code in self.retry_response_codes
         return isinstance(error, MQClientError)
 
-    async def _send_default(self, msg: Message, mode: Mode, timeout: float, batch_ids: str | None = None) -> Any:
+    def _send_default(self, msg: Message, mode: Mode, timeout: float, batch_ids: str | None = None) -> Deferred[Any]:
         """Java's ``sendDefaultImpl``: validate, route, then attempts within one ``timeout`` budget.
+
+        The first attempt to a cached route is made here with plain callbacks, one
+        Deferred per send; route look-ups and further attempts go on in
+        :meth:`_send_attempts`.
 
         :param batch_ids: for a batch (already validated), the comma-joined UNIQ_KEYs.
         """
-        self._check_running()
-        if batch_ids is None:
-            validate_message(msg, self.max_message_size)
-        begin = self._clock.seconds()
+        try:
+            self._check_running()
+            if batch_ids is None:
+                validate_message(msg, self.max_message_size)
+            begin = self._clock.seconds()
+            info = self._publish.get(msg.topic)
+            if info is None or not info.ok() or timeout <= 0:
+                return Deferred.fromCoroutine(self._send_attempts(msg, mode, timeout, batch_ids, begin))
+            mq = self.fault_strategy.select_one_message_queue(info, None)
+        except Exception:
+            return fail()
+        args = (msg, mq, mode, timeout, batch_ids, begin)
+        return self._attempt(msg, mq, mode, timeout, batch_ids).addCallbacks(
+            self._first_sent, self._first_failed, args, None, args
+        )
+
+    def _first_sent(
+        self, result: SendResult | None, msg: Message, mq: MessageQueue, mode: Mode, timeout: float,
+        batch_ids: str | None, begin: float,
+    ) -> Any:
+        if self.fault_strategy.enabled:
+            self.fault_strategy.update_fault_item(mq.broker_name, self._ms_since(begin), False)
+        if self._retry_on_status(mode, result):
+            return Deferred.fromCoroutine(
+                self._send_attempts(msg, mode, timeout, batch_ids, begin, 1, mq.broker_name, result=result)
+            )
+        return result
+
+    def _first_failed(
+        self, failure: Failure, msg: Message, mq: MessageQueue, mode: Mode, timeout: float,
+        batch_ids: str | None, begin: float,
+    ) -> Any:
+        error = failure.value
+        if not isinstance(error, Exception) or not self._attempt_failed(mq, mode, begin, error, 1):
+            return failure
+        return Deferred.fromCoroutine(
+            self._send_attempts(msg, mode, timeout, batch_ids, begin, 1, mq.broker_name, error)
+        )
+
+    def _attempt_failed(self, mq: MessageQueue, mode: Mode, start: float, error: Exception, made: int) -> bool:
+        """Note a failed attempt against its broker; True if another attempt may follow."""
+        self.fault_strategy.update_fault_item(mq.broker_name, self._ms_since(start), True)
+        if not self._retriable(mode, error):
+            return False
+        self.log.info("send to {queue} failed, attempt {n}: {error}", queue=mq, n=made, error=error)
+        return True
+
+    def _retry_on_status(self, mode: Mode, result: SendResult | None) -> bool:
+        return (
+            mode is Mode.SYNC
+            and result is not None
+            and result.status is not SendStatus.SEND_OK
+            and self.retry_another_broker_when_not_store_ok
+        )
+
+    async def _send_attempts(
+        self, msg: Message, mode: Mode, timeout: float, batch_ids: str | None, begin: float, made: int = 0,
+        last_broker: str | None = None, last_error: Exception | None = None, result: SendResult | None = None,
+    ) -> Any:
+        """The attempts of :meth:`_send_default` from attempt ``made + 1`` on, after a route look-up if needed."""
         info = self._publish.get(msg.topic)
         if info is None or not info.ok():
             info = await self._find_publish_info(msg.topic)
         attempts = 1 + (self.retry_times if mode is Mode.SYNC else self.retry_times_async if mode is Mode.ASYNC else 0)
-        result: SendResult | None = None
-        last_error: Exception | None = None
-        last_broker: str | None = None
-        for made in range(attempts):
+        for made in range(made, attempts):
             elapsed = self._clock.seconds() - begin
             if elapsed >= timeout:  # a spent budget leaves nothing to wait on
                 if result is not None:
@@ -226,24 +284,17 @@ class Producer(JoiningMember):
             last_broker = mq.broker_name
             start = self._clock.seconds()
             try:
-                result = await self._send_kernel(msg, mq, mode, timeout - elapsed, batch_ids)
+                result = await self._attempt(msg, mq, mode, timeout - elapsed, batch_ids)
             except Exception as e:
-                self.fault_strategy.update_fault_item(mq.broker_name, self._ms_since(start), True)
-                if not self._retriable(mode, e):
+                if not self._attempt_failed(mq, mode, start, e, made + 1):
                     if result is not None:
                         return result
                     raise
-                self.log.info("send to {queue} failed, attempt {n}: {error}", queue=mq, n=made + 1, error=e)
                 last_error = e
                 continue
             if self.fault_strategy.enabled:
                 self.fault_strategy.update_fault_item(mq.broker_name, self._ms_since(start), False)
-            if (
-                mode is Mode.SYNC
-                and result is not None
-                and result.status is not SendStatus.SEND_OK
-                and self.retry_another_broker_when_not_store_ok
-            ):
+            if self._retry_on_status(mode, result):
                 continue
             return result
         if result is not None:
@@ -287,7 +338,7 @@ class Producer(JoiningMember):
         elapsed = self._clock.seconds() - begin
         if elapsed >= timeout:
             raise RemotingTooMuchRequestError("sendSelectImpl call timeout")
-        result = await self._send_kernel(msg, mq, Mode.SYNC, timeout - elapsed, None)
+        result = await self._attempt(msg, mq, Mode.SYNC, timeout - elapsed, None)
         assert result is not None
         return result
 
@@ -312,16 +363,32 @@ class Producer(JoiningMember):
         result: SendResult = await self._send_default(batch, Mode.SYNC, timeout, ids)
         return result
 
-    async def _send_kernel(
+    def _attempt(
+        self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None
+    ) -> Deferred[SendResult | None]:
+        """One attempt (Java's ``sendKernelImpl``); never raises: a failure is the Deferred's."""
+        try:
+            addr = self.instance.master_address(mq.broker_name)
+            if addr is None:
+                return Deferred.fromCoroutine(self._attempt_after_lookup(msg, mq, mode, timeout, batch_ids))
+            return self._send_kernel(addr, msg, mq, mode, timeout, batch_ids)
+        except Exception:
+            return fail()
+
+    async def _attempt_after_lookup(
         self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None
     ) -> SendResult | None:
-        """One attempt: Java's ``sendKernelImpl``."""
+        await self._find_publish_info(mq.topic)
         addr = self.instance.master_address(mq.broker_name)
         if addr is None:
-            await self._find_publish_info(mq.topic)
-            addr = self.instance.master_address(mq.broker_name)
-        if addr is None:
             raise BrokerNotFoundError(mq.broker_name)
+        result: SendResult | None = await self._send_kernel(addr, msg, mq, mode, timeout, batch_ids)
+        return result
+
+    def _send_kernel(
+        self, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None
+    ) -> Deferred[SendResult | None]:
+        """The request of one attempt to the broker at ``addr``: UNIQ_KEY, compression, hooks, header."""
         wire, sys_flag, reconsume, max_reconsume = self._wire_message(msg, batch_ids is not None)
         msg_id = batch_ids if batch_ids is not None else wire.properties[_UNIQ_KEY]
         context = None
@@ -334,19 +401,22 @@ class Producer(JoiningMember):
             self.default_topic_queue_nums, reconsume, max_reconsume, batch_ids is not None,
             self.send_smart_msg or batch_ids is not None,
         )
-        try:
-            result = await self.instance.api.send_message(
-                addr, mq, wire, fields, mode, timeout, msg_id, batch_ids is not None, self.send_smart_msg
-            )
-        except Exception as e:
-            if context is not None:
-                context.exception = e
-                self._run_hooks("send_message_after", context)
-            raise
+        d = self.instance.api.send_message(
+            addr, mq, wire, fields, mode, timeout, msg_id, batch_ids is not None, self.send_smart_msg
+        )
         if context is not None:
-            context.send_result = result
-            self._run_hooks("send_message_after", context)
+            d.addCallbacks(self._hooks_after_sent, self._hooks_after_failed, (context,), None, (context,))
+        return d
+
+    def _hooks_after_sent(self, result: SendResult | None, context: SendMessageContext) -> SendResult | None:
+        context.send_result = result
+        self._run_hooks("send_message_after", context)
         return result
+
+    def _hooks_after_failed(self, failure: Failure, context: SendMessageContext) -> Failure:
+        context.exception = failure.value if isinstance(failure.value, Exception) else None
+        self._run_hooks("send_message_after", context)
+        return failure
 
     def _check_forbidden(self, context: SendMessageContext) -> None:
         for forbidden in self.check_forbidden_hooks:
