@@ -19,6 +19,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode, send_header
+from rocketpy.client.autobatch import DEFAULT_BATCH_MAX_BYTES, DEFAULT_BATCH_MAX_COUNT, AutoBatcher
 from rocketpy.client.errors import (
     BrokerNotFoundError,
     MQBrokerError,
@@ -109,6 +110,10 @@ class Producer(JoiningMember):
         check_forbidden_hooks: Iterable[ICheckForbiddenHook] = (),
         client_id: str | None = None,
         rng: random.Random | None = None,
+        auto_batch: bool = True,
+        batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
+        batch_max_count: int = DEFAULT_BATCH_MAX_COUNT,
+        linger: float = 0.0,
     ) -> None:
         """
         :param namesrv_addrs: ``"host:port;host:port"`` or a list.
@@ -120,6 +125,11 @@ class Producer(JoiningMember):
         :param send_latency_fault_enable: ban slow or failing brokers for a while.
         :param send_smart_msg: SEND_MESSAGE_V2 with one-letter keys (else code 10).
         :param serialize_type: JSON (default; Apache brokers) or MSGPACK (rocketpy only).
+        :param auto_batch: while a send to a queue is in flight, later SYNC and ASYNC sends
+            to it wait and leave together as one SEND_BATCH_MESSAGE (:mod:`rocketpy.client.autobatch`).
+        :param batch_max_bytes: most bytes (bodies and properties) in one automatic batch.
+        :param batch_max_count: most messages in one automatic batch.
+        :param linger: seconds an idle queue holds a send for others to join it (0: none).
         """
         self.group = group
         self._clock, self.instance = shared_or_new(
@@ -139,6 +149,9 @@ class Producer(JoiningMember):
         self.check_forbidden_hooks = list(check_forbidden_hooks)
         self._uniq = UniqKeyGenerator(rng=rng)
         self._publish: dict[str, TopicPublishInfo] = {}
+        self._batcher = (
+            AutoBatcher(self._clock, self._request, batch_max_bytes, batch_max_count, linger) if auto_batch else None
+        )
 
     # ClientInstance member (start/shutdown: JoiningMember)
 
@@ -154,6 +167,12 @@ class Producer(JoiningMember):
 
     def unregister_groups(self) -> tuple[str | None, str | None]:
         return self.group, None
+
+    def shutdown(self) -> Deferred[None]:
+        """Send what lingers in automatic batches, then leave the client instance."""
+        if self._batcher is not None:
+            self._batcher.flush_all()
+        return super().shutdown()
 
     # public send API
 
@@ -222,9 +241,10 @@ class Producer(JoiningMember):
         except Exception:
             return fail()
         args = (msg, mq, mode, timeout, batch_ids, begin)
-        return self._attempt(msg, mq, mode, timeout, batch_ids).addCallbacks(
-            self._first_sent, self._first_failed, args, None, args
-        )
+        d = self._attempt(msg, mq, mode, timeout, batch_ids)
+        if self.fault_strategy.enabled or (mode is Mode.SYNC and self.retry_another_broker_when_not_store_ok):
+            return d.addCallbacks(self._first_sent, self._first_failed, callbackArgs=args, errbackArgs=args)
+        return d.addErrback(self._first_failed, *args)
 
     def _first_sent(
         self, result: SendResult | None, msg: Message, mq: MessageQueue, mode: Mode, timeout: float,
@@ -338,7 +358,7 @@ class Producer(JoiningMember):
         elapsed = self._clock.seconds() - begin
         if elapsed >= timeout:
             raise RemotingTooMuchRequestError("sendSelectImpl call timeout")
-        result = await self._attempt(msg, mq, Mode.SYNC, timeout - elapsed, None)
+        result = await self._attempt(msg, mq, Mode.SYNC, timeout - elapsed, None, may_batch=False)
         assert result is not None
         return result
 
@@ -364,49 +384,68 @@ class Producer(JoiningMember):
         return result
 
     def _attempt(
-        self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None
+        self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None,
+        may_batch: bool = True,
     ) -> Deferred[SendResult | None]:
-        """One attempt (Java's ``sendKernelImpl``); never raises: a failure is the Deferred's."""
+        """One attempt (Java's ``sendKernelImpl``); never raises: a failure is the Deferred's.
+
+        :param may_batch: the message may join an automatic batch (not for chosen queues).
+        """
         try:
             addr = self.instance.master_address(mq.broker_name)
             if addr is None:
-                return Deferred.fromCoroutine(self._attempt_after_lookup(msg, mq, mode, timeout, batch_ids))
-            return self._send_kernel(addr, msg, mq, mode, timeout, batch_ids)
+                return Deferred.fromCoroutine(self._attempt_after_lookup(msg, mq, mode, timeout, batch_ids, may_batch))
+            return self._send_kernel(addr, msg, mq, mode, timeout, batch_ids, may_batch)
         except Exception:
             return fail()
 
     async def _attempt_after_lookup(
-        self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None
+        self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None, may_batch: bool
     ) -> SendResult | None:
         await self._find_publish_info(mq.topic)
         addr = self.instance.master_address(mq.broker_name)
         if addr is None:
             raise BrokerNotFoundError(mq.broker_name)
-        result: SendResult | None = await self._send_kernel(addr, msg, mq, mode, timeout, batch_ids)
+        result: SendResult | None = await self._send_kernel(addr, msg, mq, mode, timeout, batch_ids, may_batch)
         return result
 
     def _send_kernel(
-        self, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None
+        self, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None,
+        may_batch: bool,
     ) -> Deferred[SendResult | None]:
-        """The request of one attempt to the broker at ``addr``: UNIQ_KEY, compression, hooks, header."""
+        """One attempt to the broker at ``addr``: UNIQ_KEY, compression, hooks, then the request
+        (or a place in the queue's next automatic batch)."""
         wire, sys_flag, reconsume, max_reconsume = self._wire_message(msg, batch_ids is not None)
-        msg_id = batch_ids if batch_ids is not None else wire.properties[_UNIQ_KEY]
+        batcher = self._batcher
+        if (
+            batcher is not None and may_batch and wire is msg and sys_flag == 0 and batch_ids is None
+            and mode is not Mode.ONEWAY and batcher.fits(msg)
+        ):  # ``wire is msg``: not compressed, not a retry topic, no hooks
+            return batcher.send(addr, msg, mq, mode, timeout)
         context = None
         if self.check_forbidden_hooks or self.send_message_hooks:
             context = SendMessageContext(self.group, wire, mq, addr, mode)
             self._check_forbidden(context)
             self._run_hooks("send_message_before", context)
+        d = self._request(addr, wire, mq, mode, timeout, batch_ids, sys_flag, reconsume, max_reconsume)
+        if context is not None:
+            d.addCallbacks(
+                self._hooks_after_sent, self._hooks_after_failed, callbackArgs=(context,), errbackArgs=(context,)
+            )
+        return d
+
+    def _request(
+        self, addr: str, wire: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None,
+        sys_flag: int = 0, reconsume: int | None = None, max_reconsume: int | None = None,
+    ) -> Deferred[SendResult | None]:
+        """The send request for ``wire`` as it goes out (a batch body when ``batch_ids`` is given)."""
+        batch = batch_ids is not None
         fields = send_header(
             self.group, wire, mq.queue_id, sys_flag, int(self._clock.seconds() * 1000),
-            self.default_topic_queue_nums, reconsume, max_reconsume, batch_ids is not None,
-            self.send_smart_msg or batch_ids is not None,
+            self.default_topic_queue_nums, reconsume, max_reconsume, batch, self.send_smart_msg or batch,
         )
-        d = self.instance.api.send_message(
-            addr, mq, wire, fields, mode, timeout, msg_id, batch_ids is not None, self.send_smart_msg
-        )
-        if context is not None:
-            d.addCallbacks(self._hooks_after_sent, self._hooks_after_failed, (context,), None, (context,))
-        return d
+        msg_id = batch_ids if batch_ids is not None else wire.properties[_UNIQ_KEY]
+        return self.instance.api.send_message(addr, mq, wire, fields, mode, timeout, msg_id, batch, self.send_smart_msg)
 
     def _hooks_after_sent(self, result: SendResult | None, context: SendMessageContext) -> SendResult | None:
         context.send_result = result
@@ -428,23 +467,32 @@ class Producer(JoiningMember):
                 raise MQClientError(-1, f"send refused by check-forbidden hook {forbidden!r}: {e}") from e
 
     def _wire_message(self, msg: Message, batch: bool) -> tuple[Message, int, int | None, int | None]:
-        """The message as sent: UNIQ_KEY set (on ``msg`` too), body compressed, retry counters moved out."""
+        """The message as sent: UNIQ_KEY set (on ``msg`` too), body compressed, retry counters moved out.
+
+        ``msg`` itself when nothing changes and no hook is there to see a copy.
+        """
         sys_flag = 0
         body = msg.body
+        props = msg.properties
         if not batch:
-            msg.properties.setdefault(_UNIQ_KEY, self._uniq.next_id(self._clock.seconds()))
+            if _UNIQ_KEY not in props:
+                props[_UNIQ_KEY] = self._uniq.next_id(self._clock.seconds())
             if len(body) >= self.compress_over:
                 body = zlib.compress(body, self.compress_level)
                 sys_flag |= MessageSysFlag.COMPRESSED
-            if msg.properties.get(MessageConst.TRANSACTION_PREPARED) == "true":
+            if props.get(MessageConst.TRANSACTION_PREPARED) == "true":
                 sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
-        props = dict(msg.properties)
         reconsume = max_reconsume = None
         if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            props = dict(props)
             reconsume_text = props.pop(MessageConst.RECONSUME_TIME, None)
             max_text = props.pop(MessageConst.MAX_RECONSUME_TIMES, None)
             reconsume = int(reconsume_text) if reconsume_text else None
             max_reconsume = int(max_text) if max_text else None
+        elif body is msg.body and not self.send_message_hooks and not self.check_forbidden_hooks:
+            return msg, sys_flag, None, None
+        else:
+            props = dict(props)
         return Message(msg.topic, body, msg.flag, props), sys_flag, reconsume, max_reconsume
 
     def _run_hooks(self, method: str, context: SendMessageContext) -> None:

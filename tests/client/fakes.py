@@ -179,7 +179,8 @@ class FakeCluster:
             broker.commit_log_offset += 100
             queue.append(msg)
         self.wake_holds(addr, topic, qid)
-        return response(outcome, msgId=queue[first].msg_id, queueId=qid, queueOffset=first)
+        msg_id = ",".join(m.msg_id for m in queue[first:])  # a batch answers with every id, as Java's broker
+        return response(outcome, msgId=msg_id, queueId=qid, queueOffset=first)
 
     def _pull(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand | Deferred[RemotingCommand]:
         f = request.ext_fields

@@ -103,6 +103,22 @@ class LoopbackCluster:
         await self.admin.close()
 
 
+class CodeCounter:
+    """An RPC hook that counts the requests a client sends, by code."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+
+    def before_request(self, remote_address: str, request: RemotingCommand) -> None:
+        self.sent.append(request.code)
+
+    def after_response(self, remote_address: str, request: RemotingCommand, response: RemotingCommand) -> None:
+        pass
+
+    def count(self, *codes: int) -> int:
+        return sum(code in codes for code in self.sent)
+
+
 class IntegrationTestCase(TestCase):
     timeout = 60
 
@@ -172,9 +188,12 @@ class SendModesTests(IntegrationTestCase):
             created = await cluster.admin.invoke_sync(broker.config.advertised_address, request, 5)
             self.assertEqual(created.code, ResponseCode.SUCCESS)
         await cluster.wait_for_route("Piped", brokers=2)
-        p = await self.producer(cluster)
-        results = await gatherResults([p.send_async(Message("Piped", b"m%d" % i)) for i in range(300)])
+        codes = CodeCounter()
+        p = await self.producer(cluster, rpc_hooks=[codes])
+        msgs = [Message("Piped", b"m%d" % i) for i in range(300)]
+        results = await gatherResults([p.send_async(m) for m in msgs])
         self.assertEqual({r.status for r in results}, {SendStatus.SEND_OK})
+        self.assertLess(codes.count(RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE), 30)
         by_queue: dict[Any, list[int]] = {}
         for r in results:
             by_queue.setdefault(r.queue, []).append(r.queue_offset)
@@ -185,16 +204,22 @@ class SendModesTests(IntegrationTestCase):
         bodies: set[bytes] = set()
         for mq, offsets in by_queue.items():
             self.assertEqual(len(set(offsets)), len(offsets), mq)
-            got: dict[int, bytes] = {}
+            got: dict[int, MessageExt] = {}
             offset = min(offsets)
             while offset <= max(offsets):  # a pull brings at most 32
                 pulled = await c.pull(mq, "*", offset, 32)
-                got.update((m.queue_offset, m.body) for m in pulled.messages)
+                got.update((m.queue_offset, m) for m in pulled.messages)
                 self.assertGreater(pulled.next_begin_offset, offset, mq)
                 offset = pulled.next_begin_offset
             self.assertTrue(set(offsets) <= set(got), mq)
-            bodies |= {got[o] for o in offsets}
+            bodies |= {got[o].body for o in offsets}
         self.assertEqual(bodies, {b"m%d" % i for i in range(300)})
+        for msg, result in zip(msgs, results):  # each send's own result: its offset, its ids
+            stored = await c.pull(result.queue, "*", result.queue_offset, 1)
+            self.assertEqual(stored.messages[0].body, msg.body)
+            self.assertEqual(result.msg_id, msg.properties["UNIQ_KEY"])
+            self.assertEqual(stored.messages[0].properties["UNIQ_KEY"], result.msg_id)
+            self.assertEqual(stored.messages[0].msg_id, result.offset_msg_id)
 
     async def test_orderly_sends_keep_order(self) -> None:
         """send_orderly with one key puts every message on one queue, in order."""

@@ -1,0 +1,187 @@
+"""Automatic batching of sends, Nagle-style, per message queue.
+
+While a send request to a queue is in flight, later sends to that queue wait;
+when it answers, they leave together as SEND_BATCH_MESSAGE (320) requests of at
+most ``max_bytes`` and ``max_count`` messages. One send at a time therefore
+waits for nothing; ``linger`` seconds of waiting may be added for throughput.
+(RocketMQ 5's Java producer ``autoBatch``; Kafka's ``linger.ms`` and ``batch.size``.)
+
+Every caller gets a Deferred of its own :class:`SendResult` (its UNIQ_KEY, its
+store id, its queue offset) or of the request's failure, so the producer's retry
+rules apply to each member as to an unbatched send. Only 4.x protocol is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.python.failure import Failure
+
+from rocketpy.client.api import Mode
+from rocketpy.client.message import MessageQueue
+from rocketpy.client.results import SendResult
+from rocketpy.common.message import Message, MessageConst, encode_batch
+from rocketpy.remoting.errors import RemotingTimeoutError
+
+#: ``(addr, message, queue, mode, timeout, batch_ids) -> Deferred[SendResult]``: one request.
+SendRequest = Callable[[str, Message, MessageQueue, Mode, float, str | None], Deferred[Any]]
+_Key = tuple[str, MessageQueue, Mode]
+
+#: RocketMQ 5's Java ``batchMaxBytes``.
+DEFAULT_BATCH_MAX_BYTES = 32 * 1024
+DEFAULT_BATCH_MAX_COUNT = 1000
+#: Framing of one message in a batch body besides its body and properties (``encode_batch``).
+BATCH_ENTRY_OVERHEAD = 22
+_UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+
+
+def batchable(msg: Message) -> bool:
+    """True when ``msg`` may travel in a batch: the broker refuses delayed batch members,
+    and a batch waits for the store as its members do by default."""
+    props = msg.properties
+    return MessageConst.DELAY_TIME_LEVEL not in props and props.get(MessageConst.WAIT_STORE_MSG_OK) != "false"
+
+
+def entry_size(msg: Message) -> int:
+    """The bytes ``msg`` takes in a batch body (its properties counted as text)."""
+    props = msg.properties
+    return BATCH_ENTRY_OVERHEAD + len(msg.body) + sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    msg: Message
+    size: int
+    deadline: float
+    done: Deferred[Any] = field(default_factory=Deferred)
+
+
+@dataclass(slots=True)
+class _Queue:
+    """One queue's state: requests in flight and sends waiting for them."""
+
+    in_flight: int = 0
+    waiting: list[_Waiting] = field(default_factory=list)
+    linger_call: IDelayedCall | None = None
+
+
+class AutoBatcher:
+    """Holds back sends to a queue while a request to it is in flight; see the module doc."""
+
+    def __init__(
+        self, clock: IReactorTime, send_request: SendRequest, max_bytes: int, max_count: int, linger: float
+    ) -> None:
+        """
+        :param send_request: makes one request (a single message, or a batch when
+            ``batch_ids`` is given); fires with its :class:`SendResult`.
+        :param max_bytes: most bytes of bodies and properties in one batch request.
+        :param max_count: most messages in one batch request.
+        :param linger: seconds an idle queue waits for company before sending (0: none).
+        """
+        self._clock = clock
+        self._send_request = send_request
+        self.max_bytes, self.max_count, self.linger = max_bytes, max_count, linger
+        self._queues: dict[_Key, _Queue] = {}
+
+    def fits(self, msg: Message) -> bool:
+        """True when ``msg`` is batchable and its body leaves room in a batch."""
+        return len(msg.body) + BATCH_ENTRY_OVERHEAD < self.max_bytes and batchable(msg)
+
+    def send(self, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float) -> Deferred[Any]:
+        """Send ``msg`` (UNIQ_KEY already set) now if its queue is idle, else with the next batch."""
+        key = (addr, mq, mode)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = _Queue()
+        if queue.in_flight == 0 and not queue.waiting and self.linger <= 0:
+            return self._request(key, queue, msg, timeout, None)
+        waiting = _Waiting(msg, entry_size(msg), self._clock.seconds() + timeout)
+        queue.waiting.append(waiting)
+        if queue.in_flight == 0 and queue.linger_call is None:
+            queue.linger_call = self._clock.callLater(self.linger, self._lingered, key, queue)
+        return waiting.done
+
+    def flush_all(self) -> None:
+        """Send what lingers now (on shutdown: nothing is left waiting)."""
+        for key, queue in list(self._queues.items()):
+            if queue.linger_call is not None:
+                queue.linger_call.cancel()
+                self._lingered(key, queue)
+
+    def _lingered(self, key: _Key, queue: _Queue) -> None:
+        queue.linger_call = None
+        self._flush(key, queue)
+
+    def _request(
+        self, key: _Key, queue: _Queue, msg: Message, timeout: float, ids: str | None
+    ) -> Deferred[Any]:
+        queue.in_flight += 1
+        addr, mq, mode = key
+        return self._send_request(addr, msg, mq, mode, timeout, ids).addBoth(self._answered, key, queue)
+
+    def _answered(self, result: Any, key: _Key, queue: _Queue) -> Any:
+        queue.in_flight -= 1
+        if queue.waiting and queue.linger_call is None:
+            self._flush(key, queue)
+        elif queue.in_flight == 0 and not queue.waiting and self._queues.get(key) is queue:
+            del self._queues[key]
+        return result
+
+    def _flush(self, key: _Key, queue: _Queue) -> None:
+        """Send everything waiting, in order, in requests within the limits."""
+        waiting, queue.waiting = queue.waiting, []
+        now = self._clock.seconds()
+        chunk: list[_Waiting] = []
+        size = 0
+        for member in waiting:
+            if member.deadline <= now:
+                member.done.errback(RemotingTimeoutError("the send timed out waiting for its batch"))
+                continue
+            if chunk and (size + member.size > self.max_bytes or len(chunk) >= self.max_count):
+                self._send_chunk(key, queue, chunk, now)
+                chunk, size = [], 0
+            chunk.append(member)
+            size += member.size
+        if chunk:
+            self._send_chunk(key, queue, chunk, now)
+
+    def _send_chunk(self, key: _Key, queue: _Queue, chunk: list[_Waiting], now: float) -> None:
+        timeout = min(member.deadline for member in chunk) - now
+        if len(chunk) == 1:
+            self._request(key, queue, chunk[0].msg, timeout, None).chainDeferred(chunk[0].done)
+            return
+        msgs = [member.msg for member in chunk]
+        try:
+            body = encode_batch(msgs)
+        except Exception:
+            failure = Failure()
+            for member in chunk:
+                member.done.errback(failure)
+            return
+        ids = ",".join(m.properties[_UNIQ_KEY] for m in msgs)
+        batch = Message(msgs[0].topic, body, 0, {})
+        self._request(key, queue, batch, timeout, ids).addCallbacks(
+            _deliver, _fail_all, callbackArgs=(chunk,), errbackArgs=(chunk,)
+        )
+
+
+def _deliver(result: SendResult, chunk: list[_Waiting]) -> None:
+    """Each member's own result out of the batch's: its ids and its queue offset."""
+    ids = result.msg_id.split(",")
+    store_ids = result.offset_msg_id.split(",")
+    if len(store_ids) != len(chunk):  # a broker that reports one id: keep it for all
+        store_ids = [result.offset_msg_id] * len(chunk)
+    for i, member in enumerate(chunk):
+        member.done.callback(SendResult(
+            result.status, ids[i], store_ids[i], result.queue, result.queue_offset + i,
+            result.transaction_id, result.region_id,
+        ))
+
+
+def _fail_all(failure: Failure, chunk: list[_Waiting]) -> None:
+    for member in chunk:
+        member.done.errback(failure)
