@@ -11,7 +11,9 @@ temporary store) in another process, then measures with 1 KiB bodies:
   (``benchmarks/broker.py``'s loop);
 - ``client send/1``: ``Producer.send`` (SYNC: validation, UNIQ_KEY, queue selection,
   hooks, header, result parsing), one at a time;
-- ``client async/N``: ``Producer.send_async`` with N in flight;
+- ``client async/N``: ``Producer.send_async`` with N in flight, automatic batching off;
+- ``client auto-batch/N``: the same with automatic batching (the default);
+- ``client batch32/32``: ``Producer.send_batch`` of 32 messages, 32 batches in flight (messages/s);
 - ``raw pull`` (counts records), ``raw pull+decode`` (decodes them, the fair baseline) and
   ``client pull`` (``PullConsumer.pull``: decode, inflate check, tag re-filter, offsets):
   PULL_MESSAGE of 32, one in flight per queue, read from 0;
@@ -21,7 +23,8 @@ temporary store) in another process, then measures with 1 KiB bodies:
 - finally the CPU per send and per pulled message of the client layer alone, on a stub
   remoting client (independent of scheduling on a busy machine).
 
-Prints per-round figures, medians, and the client/raw ratios.
+Prints per-round figures, medians with the CPU µs per message of the client process and of the
+broker process, and the client/raw ratios.
 """
 
 from __future__ import annotations
@@ -173,6 +176,30 @@ def client_sends(producer: Producer, method: str, in_flight: int, seconds: float
     return loop.run()
 
 
+def client_batches(producer: Producer, size: int, in_flight: int, seconds: float, errors: Any) -> Deferred[float]:
+    """Messages/s through ``producer.send_batch`` of ``size`` messages, ``in_flight`` batches outstanding."""
+
+    def failed(failure: Any) -> None:
+        errors.count += 1
+        errors.codes.add(getattr(failure.value, "code", -1))
+
+    def one() -> None:
+        batch = [Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"}) for _ in range(size)]
+        producer.send_batch(batch).addErrback(failed).addCallback(loop.completed)
+
+    loop = echo_bench._Loop(one, in_flight, seconds)
+    return loop.run().addCallback(lambda rate: rate * size)
+
+
+async def with_cpu(run: Callable[[float], Deferred[float]], seconds: float, broker_pid: int) -> tuple[float, float, float]:
+    """``run``'s rate, and CPU µs per message of this process and of the broker while it ran."""
+    start, own, broker = time.perf_counter(), time.process_time(), broker_bench.process_cpu(broker_pid) or 0.0
+    rate = await run(seconds)
+    count = max(rate * (time.perf_counter() - start), 1.0)
+    broker_cpu = (broker_bench.process_cpu(broker_pid) or 0.0) - broker
+    return rate, (time.process_time() - own) / count * 1e6, broker_cpu / count * 1e6
+
+
 async def client_pulls(consumer: PullConsumer, seconds: float) -> float:
     """Messages/s decoded through ``PullConsumer.pull``, one pull in flight per queue."""
     queues = await consumer.fetch_subscribe_queues(TOPIC)
@@ -218,6 +245,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
     address = f"127.0.0.1:{port}"
     raw = RemotingClient(reactor)
     producer = Producer("PID_CLIENT_BENCH", namesrv, reactor)
+    unbatched = Producer("PID_CLIENT_BENCH_SINGLE", namesrv, reactor, auto_batch=False)
     puller = PullConsumer("CID_CLIENT_BENCH", namesrv, reactor)
     errors, client_errors = broker_bench.Errors(), broker_bench.Errors()
     groups = iter(range(1_000_000))
@@ -226,31 +254,37 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         "client send/1": lambda s: client_sends(producer, "send", 1, s, client_errors),
         "raw send/1000": lambda s: broker_bench.measure_sends(raw, address, 1000, s, errors),
         "raw+uniq send/1000": lambda s: raw_sends_with_uniq_key(raw, address, 1000, s, errors),
-        "client async/1000": lambda s: client_sends(producer, "send_async", 1000, s, client_errors),
+        "client async/1000": lambda s: client_sends(unbatched, "send_async", 1000, s, client_errors),
+        "client auto-batch/1000": lambda s: client_sends(producer, "send_async", 1000, s, client_errors),
+        "client batch32/32": lambda s: client_batches(producer, 32, 32, s, client_errors),
         "raw pull": lambda s: broker_bench.measure_pulls(raw, address, s, errors),
         "raw pull+decode": lambda s: raw_pulls_decoded(raw, address, s, errors),
         "client pull": lambda s: Deferred.fromCoroutine(client_pulls(puller, s)),
         "push consume": lambda s: Deferred.fromCoroutine(push_consume(reactor, namesrv, f"CID_PUSH_{next(groups)}", s)),
     }
     results: dict[str, list[float]] = {}
+    cpu: dict[str, list[tuple[float, float]]] = {}
     try:
         await producer.start()
+        await unbatched.start()
         await puller.start()
         for run in runs.values():  # warm up; the first send auto-creates the topic
             await run(0.3)
         for round_number in range(options.rounds):
             figures = []
             for name, run in runs.items():
-                rate = await run(options.seconds)
+                rate, own, broker = await with_cpu(run, options.seconds, process.pid)
                 results.setdefault(name, []).append(rate)
+                cpu.setdefault(name, []).append((own, broker))
                 figures.append(f"{name}={rate:,.0f}")
             print(f"round {round_number + 1}: " + ", ".join(figures), flush=True)
         for kind, errs in (("raw", errors), ("client", client_errors)):
             if errs.count:
                 print(f"{kind}: {errs.count} failed requests, codes {sorted(errs.codes)}", flush=True)
-        report(results, options, flush)
+        report(results, cpu, options, flush)
     finally:
         await producer.shutdown()
+        await unbatched.shutdown()
         await puller.shutdown()
         await raw.close()
         process.terminate()
@@ -264,19 +298,23 @@ def _namesrv_port(process: Any) -> int:
     return int(listen.split(":")[1])
 
 
-def report(results: dict[str, list[float]], options: argparse.Namespace, flush: str) -> None:
-    """Medians per run, and for client runs the median of the per-round client/raw ratios."""
+def report(results: dict[str, list[float]], cpu: dict[str, list[tuple[float, float]]], options: argparse.Namespace,
+           flush: str) -> None:
+    """Medians per run with CPU µs per message (this process, the broker), and for client runs the
+    median of the per-round client/raw ratios."""
     medians = {name: statistics.median(rates) for name, rates in results.items()}
     print(f"\nmedians of {options.rounds} rounds x {options.seconds} s, 1 KiB bodies, {flush}, "
-          f"python {sys.version.split()[0]}")
+          f"python {sys.version.split()[0]}; CPU us per message: this (client) process / broker process")
     pairs = {"client send/1": "raw send/1", "client async/1000": "raw+uniq send/1000",
-             "client pull": "raw pull+decode"}
+             "client auto-batch/1000": "raw+uniq send/1000", "client pull": "raw pull+decode"}
     for name, median in medians.items():
         ratio = ""
         if name in pairs:
             rounds = statistics.median(c / r for c, r in zip(results[name], results[pairs[name]]))
             ratio = f"  ({median / medians[pairs[name]]:.0%} of {pairs[name]}; per-round median {rounds:.0%})"
-        print(f"{name:<20}{median:>12,.0f} /s{ratio}")
+        own = statistics.median(c for c, _ in cpu[name])
+        broker = statistics.median(b for _, b in cpu[name])
+        print(f"{name:<24}{median:>10,.0f} /s  cpu {own:6.1f} / {broker:6.1f} us{ratio}")
     client_cpu, raw_cpu = cpu_per_send()
     print(f"CPU per send on a stub remoting client: Producer.send {client_cpu:.1f} us, raw request {raw_cpu:.1f} us")
     client_cpu, raw_cpu = cpu_per_pulled_message()
