@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/broker_inprocess.py [--messages 20000] [--rounds 3] [--in-flight 1]
-                                          [--chunk 60] [--gc-threshold 10000] [--profile]
+                                          [--chunk 60] [--gc-threshold 10000] [--batch 32] [--profile]
 
 Starts a real ``BrokerService`` (real ``StoreService`` and ``MessageStore`` in a temporary
 directory, ASYNC_FLUSH, small files) on the reactor, connects one broker protocol to a
@@ -42,9 +42,10 @@ from twisted.internet.error import ConnectionDone  # noqa: E402
 from twisted.internet.testing import StringTransport  # noqa: E402
 from twisted.python.failure import Failure  # noqa: E402
 
-from broker import BODY, send_header  # noqa: E402
+from broker import BODY, TOPIC, send_header  # noqa: E402
 from rocketpy.broker.config import BrokerConfig  # noqa: E402
 from rocketpy.broker.controller import BrokerService  # noqa: E402
+from rocketpy.common.message import Message, encode_batch  # noqa: E402
 from rocketpy.remoting.codec import encode  # noqa: E402
 from rocketpy.remoting.codes import RequestCode  # noqa: E402
 from rocketpy.remoting.command import RemotingCommand  # noqa: E402
@@ -122,6 +123,20 @@ async def feed_pipelined(protocol: Any, transport: Responses, frames: list[bytes
     return time.perf_counter() - began
 
 
+def send_frames(messages: int, batch: int) -> list[bytes]:
+    """SEND_MESSAGE_V2 frames, or SEND_BATCH_MESSAGE frames of ``batch`` messages with their own UNIQ_KEYs."""
+    if batch <= 1:
+        return [encode(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(i % 8, False), BODY))
+                for i in range(messages)]
+    frames = []
+    for i in range(messages // batch):
+        msgs = [Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA", "UNIQ_KEY": f"7F0000011234ABCD{i:08X}{j:08X}"})
+                for j in range(batch)]
+        frames.append(encode(RemotingCommand.request(
+            RequestCode.SEND_BATCH_MESSAGE, send_header(i % 8, True), encode_batch(msgs))))
+    return frames
+
+
 async def bench(reactor: Any, options: argparse.Namespace) -> None:
     workdir = tempfile.mkdtemp(prefix="rocketpy-bench-")
     store = MessageStoreConfig(
@@ -139,9 +154,8 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         transport = Responses(reactor)
         protocol.makeConnection(transport)
         n = options.messages
-        frames = [encode(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(i % 8, False), BODY))
-                  for i in range(n)]
-        await feed(reactor, protocol, transport, frames[: min(n, 2000)])  # warm up, auto-create the topic
+        frames = send_frames(n, options.batch)
+        await feed(reactor, protocol, transport, frames[: min(len(frames), 2000)])  # warm up, auto-create the topic
         def run() -> Any:
             if options.in_flight > 1:
                 return feed_pipelined(protocol, transport, frames, options.in_flight, options.chunk)
@@ -170,7 +184,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
             stats = pstats.Stats(profile)
             calls: int = stats.total_calls  # type: ignore[attr-defined]
             print(f"\nunder cProfile (reactor thread only): {calls / n:.0f} Python-level calls per send")
-            stats.sort_stats("ncalls").print_stats(25)
+            stats.sort_stats(options.sort).print_stats(25)
         protocol.connectionLost(Failure(ConnectionDone()))  # a StringTransport never reports it
     finally:
         await broker.stopService()
@@ -187,7 +201,10 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=60, help="frames per read when pipelined (~64 KiB)")
     parser.add_argument("--gc-threshold", type=int, default=DEFAULT_GEN0_THRESHOLD,
                         help="the collector's first-generation threshold, as twistd rocketpy's option (0: Python's)")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="more than 1: SEND_BATCH_MESSAGE frames of this many messages (figures per message)")
     parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
+    parser.add_argument("--sort", default="ncalls", help="the profile's order (ncalls, tottime, cumtime)")
     options = parser.parse_args()
     task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, options)))
 
