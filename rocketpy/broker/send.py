@@ -39,7 +39,7 @@ from rocketpy.common.message import (
     MessageExt,
     MessageSysFlag,
     RecordError,
-    decode_batch,
+    batch_entries,
     parse_address,
     properties_to_string,
     string_to_properties,
@@ -254,22 +254,6 @@ class SendMessageProcessor:
 
     # -- building messages --------------------------------------------------
 
-    def _message_ext(
-        self, header: SendHeader, msg: Message, queue_id: int, channel: Any, sys_flag: int | None = None
-    ) -> MessageExt:
-        return MessageExt(
-            topic=msg.topic,
-            body=msg.body,
-            flag=msg.flag,
-            properties=msg.properties,
-            queue_id=queue_id,
-            sys_flag=header.sys_flag if sys_flag is None else sys_flag,
-            born_timestamp=header.born_timestamp,
-            born_host=self._peer_host(channel),
-            store_host=self._store_host,
-            reconsume_times=header.reconsume_times,
-        )
-
     def _peer_host(self, channel: Any) -> tuple[str, int]:
         """The connection's peer as ``(ip, port)`` (the message's born host), parsed once per peer."""
         peer = _peer(channel)
@@ -329,16 +313,23 @@ class SendMessageProcessor:
             sys_flag &= ~MessageSysFlag.COMPRESSED
         self._check_body(body)  # the whole batch is stored under one limit, as in Java
         try:
-            inner = decode_batch(body, header.topic)
+            entries = batch_entries(body)
         except RecordError as e:
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
-        if not inner:
+        if not entries:
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
         shared = string_to_properties(header.properties)
+        topic, born, born_host = header.topic, header.born_timestamp, self._peer_host(channel)
+        store_host, reconsume, stored_properties = self._store_host, header.reconsume_times, self._stored_properties
         msgs = []
-        for m in inner:
-            m.properties = self._stored_properties({**m.properties, **shared})
-            msgs.append(self._message_ext(header, m, queue_id, channel, sys_flag))
+        for flag, inner_body, text in entries:
+            props = string_to_properties(text)
+            if shared:
+                props.update(shared)
+            msgs.append(MessageExt(
+                topic, inner_body, flag, stored_properties(props, len(text) + len(header.properties)), queue_id,
+                sys_flag, born, born_host, 0, store_host, reconsume,
+            ))
         return msgs
 
     def _inflate(self, body: bytes) -> bytes:

@@ -372,21 +372,30 @@ def encode_batch(messages: list[Message]) -> bytes:
     return b"".join(parts)
 
 
-def decode_batch(data: bytes, topic: str) -> list[Message]:
-    """Split a batch body into messages of ``topic``; raises :class:`RecordError` if malformed."""
+_BATCH_HEAD = struct.Struct(">iiiii")
+
+
+def batch_entries(data: bytes) -> list[tuple[int, bytes, str]]:
+    """A batch body's entries as ``(flag, body, properties text)``; raises :class:`RecordError` if malformed."""
     out = []
-    pos = 0
+    pos, end = 0, len(data)
+    unpack_head, unpack_short = _BATCH_HEAD.unpack_from, _H16.unpack_from
     try:
-        while pos < len(data):
-            size, _magic, _crc, flag, body_len = struct.unpack_from(">iiiii", data, pos)
-            body = data[pos + 20 : pos + 20 + body_len]
-            props_len = _H16.unpack_from(data, pos + 20 + body_len)[0]
-            start = pos + 22 + body_len
-            props = data[start : start + props_len].decode()
-            if size != 22 + body_len + props_len or len(body) != body_len or start + props_len > len(data):
+        while pos < end:
+            size, _magic, _crc, flag, body_len = unpack_head(data, pos)
+            body_end = pos + 20 + body_len
+            body = data[pos + 20 : body_end]
+            props_len = unpack_short(data, body_end)[0]
+            start = body_end + 2
+            if size != 22 + body_len + props_len or len(body) != body_len or start + props_len > end:
                 raise RecordError(f"batch entry at {pos} is inconsistent")
-            out.append(Message(topic=topic, body=body, flag=flag, properties=string_to_properties(props)))
+            out.append((flag, body, data[start : start + props_len].decode()))
             pos += size
     except (struct.error, UnicodeDecodeError) as e:
         raise RecordError(f"malformed batch body at {pos}: {e}") from e
     return out
+
+
+def decode_batch(data: bytes, topic: str) -> list[Message]:
+    """Split a batch body into messages of ``topic``; raises :class:`RecordError` if malformed."""
+    return [Message(topic, body, flag, string_to_properties(props)) for flag, body, props in batch_entries(data)]
