@@ -190,17 +190,17 @@ class Producer(JoiningMember):
 
     def send_batch(self, msgs: Sequence[Message], timeout: float | None = None) -> Deferred[SendResult]:
         """SYNC send of several messages of one topic in one request (never compressed)."""
-        return Deferred.fromCoroutine(self._send_batch(list(msgs), self._budget(timeout)))
+        return self._send_batch(list(msgs), self._budget(timeout))
 
     def send_orderly(
         self, msg: Message, selector: MessageQueueSelector, arg: Any, timeout: float | None = None
     ) -> Deferred[SendResult]:
         """SYNC send to the queue ``selector(queues, msg, arg)`` picks; one attempt."""
-        return Deferred.fromCoroutine(self._send_select(msg, lambda qs: selector(qs, msg, arg), self._budget(timeout)))
+        return self._send_select(msg, lambda qs: selector(qs, msg, arg), self._budget(timeout))
 
     def send_to_queue(self, msg: Message, queue: MessageQueue, timeout: float | None = None) -> Deferred[SendResult]:
         """SYNC send to ``queue``; one attempt."""
-        return Deferred.fromCoroutine(self._send_select(msg, lambda qs: queue, self._budget(timeout)))
+        return self._send_select(msg, lambda qs: queue, self._budget(timeout))
 
     # sendDefaultImpl and friends
 
@@ -344,25 +344,50 @@ class Producer(JoiningMember):
             raise NoRouteError(topic)
         return info
 
-    async def _send_select(
+    def _send_select(
         self, msg: Message, choose: Callable[[list[MessageQueue]], MessageQueue], timeout: float
+    ) -> Deferred[SendResult]:
+        """Java's ``sendSelectImpl``: one SYNC attempt to a chosen queue (a cached route needs no coroutine)."""
+        try:
+            self._check_running()
+            validate_message(msg, self.max_message_size)
+            begin = self._clock.seconds()
+            info = self._publish.get(msg.topic)
+            if info is None or not info.ok():
+                return Deferred.fromCoroutine(self._send_select_after_lookup(msg, choose, timeout, begin))
+            return self._send_selected(msg, choose, info, timeout, begin)
+        except Exception:
+            return fail()
+
+    async def _send_select_after_lookup(
+        self, msg: Message, choose: Callable[[list[MessageQueue]], MessageQueue], timeout: float, begin: float
     ) -> SendResult:
-        """Java's ``sendSelectImpl``: one SYNC attempt to a chosen queue."""
-        self._check_running()
-        validate_message(msg, self.max_message_size)
-        begin = self._clock.seconds()
         info = await self._find_publish_info(msg.topic)
+        result: SendResult = await self._send_selected(msg, choose, info, timeout, begin)
+        return result
+
+    def _send_selected(
+        self, msg: Message, choose: Callable[[list[MessageQueue]], MessageQueue], info: TopicPublishInfo,
+        timeout: float, begin: float,
+    ) -> Deferred[Any]:
         mq = choose(list(info.queues))
         if not isinstance(mq, MessageQueue) or mq.topic != msg.topic:
             raise MQClientError(-1, f"the selected queue {mq!r} is not a queue of topic {msg.topic!r}")
         elapsed = self._clock.seconds() - begin
         if elapsed >= timeout:
             raise RemotingTooMuchRequestError("sendSelectImpl call timeout")
-        result = await self._attempt(msg, mq, Mode.SYNC, timeout - elapsed, None, may_batch=False)
-        assert result is not None
-        return result
+        return self._attempt(msg, mq, Mode.SYNC, timeout - elapsed, None, may_batch=False)
 
-    async def _send_batch(self, msgs: list[Message], timeout: float) -> SendResult:
+    def _send_batch(self, msgs: list[Message], timeout: float) -> Deferred[SendResult]:
+        """Validate and encode a batch; it then goes as a SYNC send of its own (never compressed)."""
+        try:
+            batch, ids = self._batch_of(msgs)
+        except Exception:
+            return fail()
+        return self._send_default(batch, Mode.SYNC, timeout, ids)
+
+    def _batch_of(self, msgs: list[Message]) -> tuple[Message, str]:
+        """The batch message for ``msgs`` and their comma-joined UNIQ_KEYs."""
         if not msgs:
             raise MessageInvalidError("the batch is empty")
         topic = msgs[0].topic
@@ -374,14 +399,13 @@ class Producer(JoiningMember):
                 raise MessageInvalidError("retry topics cannot be sent in a batch")
             if MessageConst.DELAY_TIME_LEVEL in m.properties:
                 raise MessageInvalidError("delayed messages cannot be sent in a batch")
-            m.properties.setdefault(_UNIQ_KEY, self._uniq.next_id(self._clock.seconds()))
+            if _UNIQ_KEY not in m.properties:
+                m.properties[_UNIQ_KEY] = self._uniq.next_id(self._clock.seconds())
         props = {k: v for k, v in msgs[0].properties.items() if k == MessageConst.WAIT_STORE_MSG_OK}
         batch = Message(topic, encode_batch(msgs), 0, props)
         if len(batch.body) > self.max_message_size:
             raise MessageInvalidError(f"the batch is {len(batch.body)} bytes, over the limit of {self.max_message_size}")
-        ids = ",".join(m.properties[_UNIQ_KEY] for m in msgs)
-        result: SendResult = await self._send_default(batch, Mode.SYNC, timeout, ids)
-        return result
+        return batch, ",".join(m.properties[_UNIQ_KEY] for m in msgs)
 
     def _attempt(
         self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None,
