@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future
 from typing import Callable
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -34,6 +36,29 @@ class ReactorThreadTests(SynchronousTestCase):
         rt = reactor_thread()
         error = rt.call(lambda: _catch(lambda: rt.call(lambda: 1)))
         self.assertIsInstance(error, RuntimeError)
+
+
+    def test_many_submits_all_run_in_order(self) -> None:
+        """Submits from several threads at once (one reactor wake-up for a run of them) all run, in
+        each thread's order, and an exception in one does not drop the others."""
+        rt = reactor_thread()
+        seen: list[tuple[int, int]] = []
+
+        def submit_many(thread: int) -> list[Future[object]]:
+            return [rt.submit(seen.append, (thread, i)) for i in range(500)] + [rt.submit(lambda: 1 / 0)]
+
+        futures: list[list[Future[object]]] = [[] for _ in range(4)]
+        threads = [threading.Thread(target=lambda n=n: futures[n].extend(submit_many(n))) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for per_thread in futures:
+            for f in per_thread[:-1]:
+                f.result(5)
+            self.assertRaises(ZeroDivisionError, per_thread[-1].result, 5)
+        for thread in range(4):
+            self.assertEqual([i for t, i in seen if t == thread], list(range(500)))
 
 
 def _catch(f: Callable[[], object]) -> Exception | None:
