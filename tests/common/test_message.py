@@ -1,3 +1,4 @@
+import socket
 import struct
 import zlib
 
@@ -73,6 +74,23 @@ class RecordTests(SynchronousTestCase):
         self.assertEqual((out.queue_offset, out.commit_log_offset, out.store_timestamp), (42, 8192, 1234))
         self.assertEqual((out.topic, out.body, out.tags, out.born_host), ("T", b"hello", "a", ("10.0.0.9", 5555)))
         self.assertEqual(out.msg_id, "7F00000100002A9F0000000000002000")
+
+    def test_ipv6_hosts_decoded(self) -> None:
+        """A record with IPv6 born and store hosts (a Java broker's on IPv6) decodes every field."""
+        born, store = socket.inet_pton(socket.AF_INET6, "fe80::1"), socket.inet_pton(socket.AF_INET6, "::1")
+        sys_flag = m.MessageSysFlag.BORNHOST_V6 | m.MessageSysFlag.STOREHOST_V6
+        body, topic, props = b"hello", b"T", b"TAGS\x01a"
+        tail = struct.pack(">iqi", 2, 9, len(body)) + body + bytes([len(topic)]) + topic
+        tail += struct.pack(">h", len(props)) + props
+        hosts = born + struct.pack(">iq", 5555, 1700000000001) + store + struct.pack(">i", 10911)
+        size = 48 + len(hosts) + len(tail)
+        head = struct.pack(">iiiiiqqiq", size, 0xDAA320A7 - (1 << 32), zlib.crc32(body) & 0x7FFFFFFF, 3, 7, 11,
+                           4096, sys_flag, 1700000000000)
+        out = m.decode_record(head + hosts + tail, check_crc=True)
+        self.assertEqual((out.born_host, out.store_host), (("fe80::1", 5555), ("::1", 10911)))
+        self.assertEqual((out.topic, out.body, out.tags, out.queue_id, out.flag), ("T", b"hello", "a", 3, 7))
+        self.assertEqual((out.store_timestamp, out.reconsume_times, out.prepared_transaction_offset), (1700000000001, 2, 9))
+        self.assertEqual(out.store_size, size)
 
     def test_corruption_detected(self) -> None:
         """A flipped body byte fails the CRC check; a bad magic or truncation fails decoding."""
