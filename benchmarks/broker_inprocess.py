@@ -184,7 +184,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
             stats = pstats.Stats(profile)
             calls: int = stats.total_calls  # type: ignore[attr-defined]
             print(f"\nunder cProfile (reactor thread only): {calls / n:.0f} Python-level calls per send")
-            stats.sort_stats(options.sort).print_stats(25)
+            stats.sort_stats(options.sort).print_stats(options.lines)
         protocol.connectionLost(Failure(ConnectionDone()))  # a StringTransport never reports it
     finally:
         await broker.stopService()
@@ -204,6 +204,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1,
                         help="more than 1: SEND_BATCH_MESSAGE frames of this many messages (figures per message)")
     parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
+    parser.add_argument("--lines", type=int, default=25, help="profile lines to print")
     parser.add_argument("--sort", default="ncalls", help="the profile's order (ncalls, tottime, cumtime)")
     options = parser.parse_args()
     task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, options)))

@@ -26,6 +26,7 @@ from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import ProtocolError, RemotingConnectionLost, RemotingSendRequestError
 from rocketpy.remoting.pending import Release, ResponseTable
+from rocketpy.remoting.writenow import can_write_now, write_now
 
 if TYPE_CHECKING:
     from rocketpy.remoting.node import RemotingNode
@@ -80,6 +81,8 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         self.remote_address = "unconnected"
         #: True once closing has begun (close, idle, protocol error or loss): send elsewhere.
         self.closing = False
+        #: writes go to the socket at once when nothing is queued (plain TCP transports; see writenow.py)
+        self._write_now = False
 
     @property
     def pending_count(self) -> int:
@@ -94,6 +97,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         if set_no_delay is not None:  # as Netty in RocketMQ: no Nagle delay on replies written later
             set_no_delay(True)
         self._last_activity = self._clock.seconds()
+        self._write_now = can_write_now(self.transport)
         self.setTimeout(self._idle_timeout)
         self._owner.channel_connected(self)
 
@@ -283,7 +287,10 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         if not self._out:
             return False
         out, self._out = self._out, []
-        self.transport.writeSequence(out)
+        if self._write_now:
+            write_now(self.transport, out[0] if len(out) == 1 else b"".join(out))
+        else:
+            self.transport.writeSequence(out)
         return True
 
     def expire_requests(self, now: float) -> int:
@@ -314,7 +321,10 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         if self._reading:  # flushed at the end of dataReceived, which reset the timer
             self._out.append(data)
         else:
-            self.transport.write(data)
+            if self._write_now:
+                write_now(self.transport, data)
+            else:
+                self.transport.write(data)
             self.resetTimeout()
 
     def _fatal(self, error: ProtocolError) -> None:

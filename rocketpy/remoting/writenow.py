@@ -1,0 +1,37 @@
+"""Writing to a TCP transport at once instead of on the reactor's next turn.
+
+Twisted's ``write`` only queues the bytes and asks the reactor for a writable event: two
+``epoll_ctl`` calls and one more reactor turn per response before ``send`` runs. When nothing
+is queued before them, :func:`write_now` hands the bytes to the socket straight away (what
+Twisted's own ``doWrite`` would do a turn later) and queues only what the socket did not take.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from twisted.internet import tcp
+
+
+def can_write_now(transport: Any) -> bool:
+    """True for a plain TCP transport (a TLS wrapper or a test transport keeps ``write``)."""
+    return isinstance(transport, tcp.Connection)
+
+
+def write_now(transport: tcp.Connection, data: bytes) -> None:
+    """Send ``data`` now if the transport has nothing queued; the rest goes through ``write``."""
+    if (
+        not transport._tempDataBuffer
+        and transport.offset == len(transport.dataBuffer)
+        and transport.connected
+        and not transport.disconnecting
+        and not transport._writeDisconnected
+        and not transport.TLS
+    ):
+        sent = transport.writeSomeData(data)
+        if type(sent) is int:
+            if sent == len(data):
+                return
+            data = data[sent:]
+        # else the connection is failing: ``write`` queues it, and the reactor's next write reports the loss
+    transport.write(data)
