@@ -58,10 +58,9 @@ from rocketpy.client import (  # noqa: E402
     PullConsumer,
     PushConsumer,
 )
-from rocketpy.client.message import MessageQueue  # noqa: E402
 from rocketpy.client.route import TopicPublishInfo  # noqa: E402
 from rocketpy.common.message import decode_records, encode_record  # noqa: E402
-from rocketpy.namesrv.routeinfo import BrokerData, QueueData, TopicRouteData  # noqa: E402
+from rocketpy.common.route import BrokerData, MessageQueue, QueueData, TopicRouteData  # noqa: E402
 from rocketpy.remoting.client import RemotingClient  # noqa: E402
 from rocketpy.remoting.codes import RequestCode  # noqa: E402
 from rocketpy.remoting.command import RemotingCommand  # noqa: E402

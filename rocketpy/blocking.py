@@ -25,13 +25,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from rocketpy.client import consumer as _consumer
-from rocketpy.client import producer as _producer
-from rocketpy.client import push as _push
-from rocketpy.client.message import MessageQueue, new_message
+from rocketpy.client import consumer as _consumer, producer as _producer, push as _push
+from rocketpy.client.message import new_message
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.results import ConsumeResult, PullResult, SendResult
 from rocketpy.common.message import Message, MessageExt
+from rocketpy.common.route import MessageQueue
 
 __all__ = ["Message", "MessageExt", "MessageQueue", "new_message", "ConsumeResult", "Producer", "PullConsumer",
            "PushConsumer", "ReactorThread", "reactor_thread"]

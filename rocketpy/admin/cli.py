@@ -15,7 +15,7 @@ from twisted.internet.interfaces import IReactorTime
 from rocketpy.admin import commands, render
 from rocketpy.client.admin import AdminClient
 from rocketpy.client.errors import MQClientError, MQError, RemotingError, RemotingTimeoutError
-from rocketpy.namesrv.bodies import BodyError
+from rocketpy.common.fastjson import BodyError
 
 PROG = "rocketpy-admin"
 DEFAULT_NAMESRV = "127.0.0.1:9876"

@@ -14,7 +14,6 @@ from rocketpy.admin.render import human_time, table
 from rocketpy.client.admin import AdminClient
 from rocketpy.client.admintypes import ConsumeStats, GroupSettings, TopicSettings
 from rocketpy.client.subscription import client_msg_id
-from rocketpy.namesrv.bodies import encode_topic_route
 
 
 @dataclass(slots=True)
@@ -148,7 +147,7 @@ async def topic_list(admin: AdminClient, args: Namespace) -> Output:
 @command("topicRoute", "a topic's route", TOPIC)
 async def topic_route(admin: AdminClient, args: Namespace) -> Output:
     route = await admin.topic_route(args.topic)
-    return Output(route, json.dumps(json.loads(encode_topic_route(route)), indent=2, sort_keys=True))
+    return Output(route, json.dumps(route.to_json(), indent=2, sort_keys=True))
 
 
 @command("topicStatus", "min and max offsets of a topic's queues", TOPIC)

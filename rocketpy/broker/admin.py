@@ -11,17 +11,17 @@ from typing import Any
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.python.failure import Failure
 
-from rocketpy.broker.config import dump_json
 from rocketpy.broker.consumestats import broker_consume_stats, consume_queue_body, consume_stats, consume_time_span
-from rocketpy.broker.offsets import MessageQueue
 from rocketpy.broker.processors import BrokerTables, Rejected, TableProcessor, body_json, ok_response
 from rocketpy.broker.resetoffset import reset_group_offsets
-from rocketpy.broker.subscription import SubscriptionGroupConfig
-from rocketpy.broker.topicconfig import TopicConfig, topic_problem
 from rocketpy.broker.transaction import resumed_half
-from rocketpy.common.fastjson import object_key_map, raw_object
+from rocketpy.common.fastjson import dump_json, object_key_map, raw_object
+from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.headers import get_bool, get_int, get_str
 from rocketpy.common.message import decode_offset_msg_id
+from rocketpy.common.properties import format_properties
+from rocketpy.common.route import MessageQueue
+from rocketpy.common.topic import TopicConfig, topic_problem
 from rocketpy.interfaces import IChannel
 from rocketpy.remoting.codes import ROCKETPY_VERSION, LanguageCode, RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
@@ -197,7 +197,7 @@ class AdminBrokerProcessor(TableProcessor):
 
     def broker_config(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         props = self._t.config.to_properties()
-        body = "".join(f"{k}={v}\n" for k, v in sorted(props.items())).encode("utf-8")
+        body = format_properties(props).encode("utf-8")
         return ok_response(request, body, version=dump_json(self._t.topics.data_version.to_json()).decode())
 
     def topic_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:

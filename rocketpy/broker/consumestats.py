@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rocketpy.broker.offsets import MessageQueue
 from rocketpy.broker.processors import BrokerTables
 from rocketpy.common.fastjson import dump_json, object_key_map, raw_object
+from rocketpy.common.route import MessageQueue
 
 
 def consume_stats(tables: BrokerTables, group: str, topics: Iterable[str]) -> tuple[str, int]:

@@ -10,12 +10,13 @@ last locked them.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
-from rocketpy.broker.config import JsonConfigFile
+from rocketpy.common.route import MessageQueue
+from rocketpy.util.configfile import JsonConfigFile
 
 TOPIC_GROUP_SEPARATOR = "@"
 #: Seconds a queue lock lives without being renewed (``rocketmq.broker.rebalance.lockMaxLiveTime``).
@@ -110,24 +111,6 @@ class ConsumerOffsetManager(JsonConfigFile):
         table = obj.get("offsetTable") or {}
         for key, queues in table.items():
             self._table[str(key)] = {int(qid): int(off) for qid, off in queues.items()}
-
-
-class MessageQueue(NamedTuple):
-    """A queue as clients name it."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
-
-    @classmethod
-    def from_json(cls, obj: Any) -> MessageQueue:
-        """:raises ValueError: when ``obj`` is not a MessageQueue object."""
-        if not isinstance(obj, dict) or not isinstance(obj.get("topic"), str):
-            raise ValueError(f"not a message queue: {obj!r}")
-        return cls(obj["topic"], str(obj.get("brokerName") or ""), int(obj.get("queueId", 0)))
 
 
 class RebalanceLockManager:

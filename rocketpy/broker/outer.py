@@ -8,7 +8,6 @@ and never fatal: the next period tries again.
 
 from __future__ import annotations
 
-import zlib
 from typing import Any, Callable, Protocol
 
 from twisted.internet.defer import Deferred, DeferredList
@@ -16,9 +15,11 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
-from rocketpy.broker.config import BrokerConfig, dump_json
+from rocketpy.broker.config import BrokerConfig
 from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.fastjson import dump_json
 from rocketpy.common.headers import to_fields
+from rocketpy.common.message import body_crc
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 
@@ -44,11 +45,6 @@ def registration_period(seconds: float) -> float:
 def register_body(topics: TopicConfigManager) -> bytes:
     """RegisterBrokerBody JSON: the topic table with its data version, no filter servers."""
     return dump_json({"filterServerList": [], "topicConfigSerializeWrapper": topics.to_json()})
-
-
-def body_crc32(body: bytes) -> int:
-    """``UtilAll.crc32``: CRC32 of the body, as a non-negative int."""
-    return zlib.crc32(body) & 0x7FFFFFFF
 
 
 class NameServerRegistration:
@@ -120,7 +116,7 @@ class NameServerRegistration:
         """Send REGISTER_BROKER to every name server; fires when all answered or failed."""
         body = register_body(self._topics)
         ext = self._header()
-        ext.update(to_fields(haServerAddr=self._config.ha_server_addr, compressed=False, bodyCrc32=body_crc32(body)))
+        ext.update(to_fields(haServerAddr=self._config.ha_server_addr, compressed=False, bodyCrc32=body_crc(body)))
         return self._to_all(RequestCode.REGISTER_BROKER, ext, body)
 
     def unregister_all(self) -> Deferred[None]:

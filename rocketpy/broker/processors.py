@@ -19,12 +19,15 @@ from twisted.internet.interfaces import IReactorTime
 from zope.interface import implementer
 
 from rocketpy.broker.clients import ClientChannelInfo, ConsumerManager, ProducerManager
+from rocketpy.broker.config import BrokerConfig
 from rocketpy.broker.heartbeat import HeartbeatError, MessageModel, parse_heartbeat
-from rocketpy.broker.config import BrokerConfig, dump_json
-from rocketpy.broker.offsets import ConsumerOffsetManager, MessageQueue, RebalanceLockManager
+from rocketpy.broker.offsets import ConsumerOffsetManager, RebalanceLockManager
 from rocketpy.broker.subscription import SubscriptionGroupManager
-from rocketpy.broker.topicconfig import PERM_READ, PERM_WRITE, TopicConfigManager, retry_topic
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.fastjson import dump_json
 from rocketpy.common.headers import HeaderError, get_int, get_str
+from rocketpy.common.route import MessageQueue
+from rocketpy.common.topic import PERM_READ, PERM_WRITE, retry_topic
 from rocketpy.interfaces import IChannel, IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

@@ -20,8 +20,10 @@ from rocketpy.broker.filter import SubscriptionParseError, TagFilter, build_tag_
 from rocketpy.broker.longpoll import PullRequestHoldService
 from rocketpy.broker.processors import Rejected
 from rocketpy.broker.subscription import SubscriptionGroupManager
-from rocketpy.broker.topicconfig import TopicConfigManager, is_readable
+from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.headers import HeaderError, get_int, get_str, to_fields
+from rocketpy.common.route import MASTER_ID
+from rocketpy.common.topic import is_readable
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import ResponseCode
 from rocketpy.remoting.command import RemotingCommand
@@ -32,7 +34,6 @@ FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 
-MASTER_ID = 0
 SLAVE_ID_WHEN_SLOW = 1
 
 

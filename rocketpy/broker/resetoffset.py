@@ -12,9 +12,9 @@ offset and commit it. The broker's own committed offsets are left to them, as in
 from __future__ import annotations
 
 from rocketpy.broker.clients import ClientChannelInfo
-from rocketpy.broker.offsets import MessageQueue
 from rocketpy.broker.processors import BrokerTables
 from rocketpy.common.fastjson import dump_json, object_key_map, raw_object
+from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.codes import LanguageCode, RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 

@@ -21,13 +21,13 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from rocketpy.broker.config import JsonConfigFile
-from rocketpy.broker.topicconfig import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from rocketpy.common.message import MessageConst, MessageExt, RecordError, decode_record
+from rocketpy.common.topic import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from rocketpy.interfaces import IChannel, IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import GetMessageStatus, PutMessageStatus
+from rocketpy.util.configfile import JsonConfigFile
 
 FIRST_DELAY = 1.0
 #: Re-check interval of a level whose head message is not due, or after a failed re-put.

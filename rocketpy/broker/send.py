@@ -18,18 +18,10 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from rocketpy.broker.processors import Rejected
-from rocketpy.broker.sendheader import SendHeader
 from rocketpy.broker.sendback import DEFAULT_MAX_RECONSUME_TIMES, dead_letter_topic, max_reconsume_times
+from rocketpy.broker.sendheader import SendHeader
 from rocketpy.broker.subscription import SubscriptionGroupManager
-from rocketpy.broker.topicconfig import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
-    TOPIC_MAX_LENGTH,
-    TopicConfig,
-    TopicConfigManager,
-    is_writeable,
-    send_topic_problem,
-)
+from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.broker.transaction import half_message
 from rocketpy.common.headers import HeaderError
 from rocketpy.common.message import (
@@ -43,6 +35,14 @@ from rocketpy.common.message import (
     parse_address,
     properties_to_string,
     string_to_properties,
+)
+from rocketpy.common.topic import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOPIC_MAX_LENGTH,
+    TopicConfig,
+    is_writeable,
+    send_topic_problem,
 )
 from rocketpy.interfaces import IBatchRequestProcessor
 from rocketpy.remoting.codes import ResponseCode

@@ -20,17 +20,10 @@ from zope.interface import implementer
 
 from rocketpy.broker.processors import Rejected
 from rocketpy.broker.subscription import SubscriptionGroupManager
-from rocketpy.broker.topicconfig import (
-    PERM_READ,
-    PERM_WRITE,
-    TopicConfig,
-    TopicConfigManager,
-    dlq_topic,
-    is_writeable,
-    retry_topic,
-)
+from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.headers import HeaderError, get_int, get_str
 from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, dlq_topic, is_writeable, retry_topic
 from rocketpy.interfaces import IChannel, IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

@@ -9,10 +9,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rocketpy.common.headers import HeaderError, get_int
+from rocketpy.common.headers import SEND_V1_NAMES, HeaderError, get_int
 from rocketpy.remoting.command import RemotingCommand
 
 _REQUIRED: Any = object()
+#: The one-letter SEND_MESSAGE_V2 keys of the fields read here (:data:`~rocketpy.common.headers.SEND_V2_NAMES`).
+_GROUP = SEND_V1_NAMES["producerGroup"]
+_TOPIC = SEND_V1_NAMES["topic"]
+_DEFAULT_TOPIC = SEND_V1_NAMES["defaultTopic"]
+_QUEUE_NUMS = SEND_V1_NAMES["defaultTopicQueueNums"]
+_QUEUE_ID = SEND_V1_NAMES["queueId"]
+_SYS_FLAG = SEND_V1_NAMES["sysFlag"]
+_BORN = SEND_V1_NAMES["bornTimestamp"]
+_FLAG = SEND_V1_NAMES["flag"]
+_PROPERTIES = SEND_V1_NAMES["properties"]
+_RECONSUME = SEND_V1_NAMES["reconsumeTimes"]
+_MAX_RECONSUME = SEND_V1_NAMES["maxReconsumeTimes"]
+_BATCH = SEND_V1_NAMES["batch"]
 
 
 @dataclass(slots=True)
@@ -42,7 +55,7 @@ class SendHeader:
         get = f.get
         # One lookup per field instead of a long-name copy of the dict and twelve generic
         # getters: this runs once per message (about 1.5 µs instead of 4).
-        group, topic, default_topic, properties = get("a"), get("b"), get("c"), get("i")
+        group, topic, default_topic, properties = get(_GROUP), get(_TOPIC), get(_DEFAULT_TOPIC), get(_PROPERTIES)
         if group is None:
             group = get("producerGroup")
         if topic is None:
@@ -61,15 +74,15 @@ class SendHeader:
             group,
             topic,
             default_topic,
-            _int(f, "d", "defaultTopicQueueNums"),
-            _int(f, "e", "queueId"),
-            _int(f, "f", "sysFlag"),
-            _int(f, "g", "bornTimestamp"),
-            _int(f, "h", "flag"),
+            _int(f, _QUEUE_NUMS, "defaultTopicQueueNums"),
+            _int(f, _QUEUE_ID, "queueId"),
+            _int(f, _SYS_FLAG, "sysFlag"),
+            _int(f, _BORN, "bornTimestamp"),
+            _int(f, _FLAG, "flag"),
             properties,
-            _int(f, "j", "reconsumeTimes", 0),
-            _int(f, "l", "maxReconsumeTimes", None),
-            _bool(f, "m", "batch"),
+            _int(f, _RECONSUME, "reconsumeTimes", 0),
+            _int(f, _MAX_RECONSUME, "maxReconsumeTimes", None),
+            _bool(f, _BATCH, "batch"),
         )
 
 

@@ -30,7 +30,6 @@ from rocketpy.broker.clients import ProducerManager
 from rocketpy.broker.offsets import ConsumerOffsetManager
 from rocketpy.broker.processors import Rejected
 from rocketpy.broker.schedule import STORED
-from rocketpy.broker.topicconfig import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketpy.common.headers import HeaderError, get_bool, get_int, get_str
 from rocketpy.common.message import (
     MessageConst,
@@ -40,6 +39,7 @@ from rocketpy.common.message import (
     decode_record,
     encode_record,
 )
+from rocketpy.common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketpy.interfaces import IChannel, IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

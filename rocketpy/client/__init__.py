@@ -22,12 +22,13 @@ from rocketpy.client.errors import (
 )
 from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMessageContext
 from rocketpy.client.instance import ClientInstance
-from rocketpy.client.message import MessageQueue, new_message
+from rocketpy.client.message import new_message
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.producer import Producer, select_by_hash
 from rocketpy.client.push import PushConsumer
 from rocketpy.client.results import ConsumeResult, PullResult, PullStatus, SendResult, SendStatus
 from rocketpy.common.message import Message, MessageExt
+from rocketpy.common.route import MessageQueue
 
 __all__ = [
     "BrokerNotFoundError", "ClientErrorCode", "ClientInstance", "ConsumeContext", "ConsumeFromWhere",

@@ -39,11 +39,11 @@ from rocketpy.client.admintypes import (
     parse_topic_stats,
 )
 from rocketpy.client.errors import MQBrokerError, MQError, RemotingError
-from rocketpy.client.message import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, MessageQueue
 from rocketpy.common.fastjson import dump_json
 from rocketpy.common.headers import to_fields
-from rocketpy.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
-from rocketpy.namesrv.processor import parse_properties
+from rocketpy.common.properties import parse_properties
+from rocketpy.common.route import MessageQueue, NAMESPACE_ORDER_TOPIC_CONFIG
+from rocketpy.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 
 __all__ = ["AdminClient", "NotFoundError", "TOOLS_CONSUMER_GROUP", "TOOLS_PRODUCER_GROUP"]

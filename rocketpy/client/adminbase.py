@@ -14,10 +14,10 @@ from rocketpy.client.admintypes import BodyError, ClusterInfo, parse_cluster_inf
 from rocketpy.client.api import MQClientAPI
 from rocketpy.client.errors import MQBrokerError, MQClientError, NoNameServerError, RemotingError
 from rocketpy.client.instance import parse_namesrv_addrs
-from rocketpy.client.message import RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.client.route import decode_topic_route, master_addresses
 from rocketpy.common.message import RecordError
-from rocketpy.namesrv.routeinfo import TopicRouteData
+from rocketpy.common.route import TopicRouteData
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

@@ -6,13 +6,13 @@ from rocketpy.client.adminbase import AdminBase, NotFoundError, deferred_method,
 from rocketpy.client.admintypes import DirectConsumeResult, parse_direct_result
 from rocketpy.client.api import Mode
 from rocketpy.client.errors import MQClientError
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.producer import Producer
 from rocketpy.client.results import PullStatus, SendResult
 from rocketpy.client.route import master_addresses, subscribe_queues
 from rocketpy.client.subscription import build_subscription, inflate_body
 from rocketpy.common.headers import to_fields
 from rocketpy.common.message import Message, MessageConst, MessageExt, decode_offset_msg_id, decode_records
+from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 
 #: The group admin pulls and sends go out as (Java's ``MixAll.TOOLS_CONSUMER_GROUP``).

@@ -10,13 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketpy.broker.subscription import SubscriptionGroupConfig as GroupSettings
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.runninginfo import ConsumerRunningInfo
 from rocketpy.client.subscription import SubscriptionData
 from rocketpy.common import fastjson
-from rocketpy.namesrv.bodies import BodyError, loads_tolerant
-from rocketpy.namesrv.routeinfo import BrokerData
+from rocketpy.common.fastjson import BodyError, loads_tolerant
+from rocketpy.common.group import SubscriptionGroupConfig as GroupSettings
+from rocketpy.common.route import BrokerData, MessageQueue
 
 __all__ = [
     "BodyError", "BrokerStatus", "ConsumerRunningInfo", "ClusterInfo", "Connection", "ConsumeStats",

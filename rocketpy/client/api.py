@@ -15,12 +15,13 @@ from typing import Any, Protocol
 from twisted.internet.defer import Deferred
 
 from rocketpy.client.errors import MQBrokerError
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.results import PullResult, PullStatus, SendResult, SendStatus
-from rocketpy.client.route import BodyError, decode_topic_route
+from rocketpy.client.route import decode_topic_route
+from rocketpy.common.fastjson import BodyError, dump_json
 from rocketpy.common.headers import SEND_V1_NAMES, get_int, to_fields
 from rocketpy.common.message import Message, MessageExt, RecordError, decode_records, properties_to_string
-from rocketpy.namesrv.routeinfo import TopicRouteData
+from rocketpy.common.route import MessageQueue, TopicRouteData
+from rocketpy.common.topic import TBW102
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 
@@ -55,14 +56,6 @@ def _check(response: RemotingCommand, addr: str, *ok: int) -> RemotingCommand:
     if response.code not in (ok or (ResponseCode.SUCCESS,)):
         raise MQBrokerError(response.code, response.remark, addr)
     return response
-
-
-def _mq_json(mq: MessageQueue) -> dict[str, Any]:
-    return {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
-
-
-def _dumps(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _nothing(_: object) -> None:
@@ -151,7 +144,7 @@ class MQClientAPI:
 
     async def heartbeat(self, addr: str, data: dict[str, Any], timeout: float) -> int:
         """HEART_BEAT with a HeartbeatData body; returns the broker's version."""
-        response = await self._call(addr, RequestCode.HEART_BEAT, {}, timeout, _dumps(data))
+        response = await self._call(addr, RequestCode.HEART_BEAT, {}, timeout, dump_json(data))
         return _check(response, addr).version
 
     async def unregister_client(
@@ -231,7 +224,7 @@ class MQClientAPI:
         return [str(i) for i in ids]
 
     def _lock_body(self, group: str, client_id: str, mqs: Iterable[MessageQueue]) -> bytes:
-        return _dumps({"clientId": client_id, "consumerGroup": group, "mqSet": [_mq_json(mq) for mq in mqs]})
+        return dump_json({"clientId": client_id, "consumerGroup": group, "mqSet": [mq.to_json() for mq in mqs]})
 
     async def lock_batch_mq(
         self, addr: str, group: str, client_id: str, mqs: Iterable[MessageQueue], timeout: float
@@ -276,11 +269,11 @@ def send_header(
 ) -> dict[str, str]:
     """The send header for ``msg`` as it goes on the wire: SEND_MESSAGE_V2's one-letter keys or long names."""
     values = (
-        group, msg.topic, "TBW102", str(default_queue_nums), str(queue_id), str(sys_flag), str(born_ms),
+        group, msg.topic, TBW102, str(default_queue_nums), str(queue_id), str(sys_flag), str(born_ms),
         str(msg.flag), properties_to_string(msg.properties), str(reconsume_times or 0), "false",
         "true" if batch else "false",
     )
     fields = dict(zip(_SEND_V2_NAMES if v2 else _SEND_NAMES, values))
     if max_reconsume_times is not None:
-        fields["l" if v2 else "maxReconsumeTimes"] = str(max_reconsume_times)
+        fields[SEND_V1_NAMES["maxReconsumeTimes"] if v2 else "maxReconsumeTimes"] = str(max_reconsume_times)
     return fields

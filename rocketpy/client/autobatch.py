@@ -22,9 +22,9 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.results import SendResult
 from rocketpy.common.message import Message, MessageConst, encode_batch
+from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.errors import RemotingTimeoutError
 
 #: ``(addr, message, queue, mode, timeout, batch_ids) -> Deferred[SendResult]``: one request.

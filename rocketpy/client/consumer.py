@@ -18,15 +18,14 @@ from twisted.logger import Logger
 from rocketpy.client.api import Mode
 from rocketpy.client.errors import BrokerNotFoundError, MQClientError, MQError, NoNameServerError, NoRouteError, RemotingError
 from rocketpy.client.instance import ClientInstance, JoiningMember, shared_or_new
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.results import PullResult, PullStatus
 from rocketpy.client.route import subscribe_queues
 from rocketpy.client.runninginfo import PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP, ConsumerRunningInfo
 from rocketpy.client.subscription import DecompressionError, SubscriptionData, build_subscription, inflate_body, prepare_pulled
 from rocketpy.common.headers import to_fields
 from rocketpy.common.message import MessageSysFlag
+from rocketpy.common.route import MASTER_ID, MessageQueue, TopicRouteData
 from rocketpy.interfaces import IRPCHook
-from rocketpy.namesrv.routeinfo import MASTER_ID, TopicRouteData
 from rocketpy.remoting.codes import SerializeType
 from rocketpy.remoting.errors import RemotingConnectError
 

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from zope.interface import Attribute, Interface
 
 from rocketpy.client.api import Mode
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.results import SendResult
 from rocketpy.common.message import Message
+from rocketpy.common.route import MessageQueue
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ from zope.interface import implementer
 from rocketpy.client.api import IRemotingClient, MQClientAPI
 from rocketpy.client.direct import ConsumeDirectlyProcessor
 from rocketpy.client.errors import MQBrokerError, MQError, NoNameServerError, RemotingError
-from rocketpy.client.message import AUTO_CREATE_TOPIC_KEY, MessageQueue, local_ip
+from rocketpy.client.message import local_ip
 from rocketpy.client.resetoffset import ResetOffsetProcessor
 from rocketpy.client.route import with_default_queue_nums
 from rocketpy.client.runninginfo import (
@@ -35,8 +35,9 @@ from rocketpy.client.runninginfo import (
 )
 from rocketpy.common.headers import get_str
 from rocketpy.common.message import MessageExt
+from rocketpy.common.route import MASTER_ID, MessageQueue, TopicRouteData
+from rocketpy.common.topic import TBW102
 from rocketpy.interfaces import IRequestProcessor, IRPCHook
-from rocketpy.namesrv.routeinfo import MASTER_ID, TopicRouteData
 from rocketpy.remoting.codes import RequestCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
 
@@ -301,7 +302,7 @@ class ClientInstance:
         """
         route = await self.fetch_route(topic)
         if route is None and use_default:
-            template = await self.fetch_route(AUTO_CREATE_TOPIC_KEY)
+            template = await self.fetch_route(TBW102)
             route = with_default_queue_nums(template, default_queue_nums) if template else None
         if route is None:
             return None

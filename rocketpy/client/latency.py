@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from twisted.internet.interfaces import IReactorTime
 
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.route import RoundRobinIndex, TopicPublishInfo
+from rocketpy.common.route import MessageQueue
 
 #: Latency thresholds (ms), scanned from the top ...
 LATENCY_MAX = (50, 100, 550, 1000, 2000, 3000, 15000)

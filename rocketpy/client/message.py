@@ -5,43 +5,16 @@ from __future__ import annotations
 import calendar
 import os
 import random
-import re
 import socket
 import struct
 import time
-from dataclasses import dataclass
 
 from rocketpy.client.errors import MessageInvalidError
-from rocketpy.common.message import MAX_TOPIC_LENGTH, Message, MessageConst
+from rocketpy.common.message import Message, MessageConst
+from rocketpy.common.topic import SEND_FORBIDDEN_TOPICS, TBW102, TOPIC_MAX_LENGTH, VALID_TOPIC
 
 #: Largest body (or batch body) a producer sends, as Java's ``maxMessageSize``.
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
-#: The topic brokers use as template for auto-created topics.
-AUTO_CREATE_TOPIC_KEY = "TBW102"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
-
-_TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-#: System topics no producer may send to (``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``).
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        "SCHEDULE_TOPIC_XXXX",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-)
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class MessageQueue:
-    """One queue of a topic on one broker; orders like Java's (topic, broker, id)."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
 
 
 def new_message(
@@ -81,13 +54,13 @@ def check_topic(topic: str) -> None:
         return
     if not topic or not topic.strip():
         raise MessageInvalidError("the topic is blank")
-    if not _TOPIC_PATTERN.match(topic):
+    if not VALID_TOPIC.match(topic):
         raise MessageInvalidError(f"topic {topic!r} has characters outside ^[%|a-zA-Z0-9_-]+$")
-    if len(topic) > MAX_TOPIC_LENGTH:
-        raise MessageInvalidError(f"topic is longer than {MAX_TOPIC_LENGTH} characters")
-    if topic == AUTO_CREATE_TOPIC_KEY:
-        raise MessageInvalidError(f"topic {AUTO_CREATE_TOPIC_KEY} is reserved as the auto-create template")
-    if topic in NOT_ALLOWED_SEND_TOPICS:
+    if len(topic) > TOPIC_MAX_LENGTH:
+        raise MessageInvalidError(f"topic is longer than {TOPIC_MAX_LENGTH} characters")
+    if topic == TBW102:
+        raise MessageInvalidError(f"topic {TBW102} is reserved as the auto-create template")
+    if topic in SEND_FORBIDDEN_TOPICS:
         raise MessageInvalidError(f"topic {topic} is a system topic producers may not send to")
     if len(_valid_topics) < 10_000:  # remember good names; a bounded cache
         _valid_topics.add(topic)

@@ -16,8 +16,8 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 
 from rocketpy.client.errors import MQBrokerError, MQError, RemotingError
-from rocketpy.client.message import MessageQueue
 from rocketpy.common.fastjson import dump_json
+from rocketpy.common.route import MessageQueue
 from rocketpy.util.fileio import read_if_exists, write_atomically
 
 if TYPE_CHECKING:

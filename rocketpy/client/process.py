@@ -17,10 +17,10 @@ from twisted.internet.defer import CancelledError, Deferred, DeferredSemaphore
 from twisted.logger import Logger, LogLevel
 
 from rocketpy.client.consumer import MessageModel
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.results import ConsumeResult
 from rocketpy.client.subscription import restore_retry_topic
 from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.common.route import MessageQueue
 
 if TYPE_CHECKING:
     from rocketpy.client.push import PushConsumer

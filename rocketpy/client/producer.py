@@ -35,18 +35,13 @@ from rocketpy.client.errors import (
 from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMessageContext
 from rocketpy.client.instance import ClientInstance, JoiningMember, shared_or_new
 from rocketpy.client.latency import MQFaultStrategy
-from rocketpy.client.message import (
-    MAX_MESSAGE_SIZE,
-    RETRY_GROUP_TOPIC_PREFIX,
-    MessageQueue,
-    UniqKeyGenerator,
-    validate_message,
-)
+from rocketpy.client.message import MAX_MESSAGE_SIZE, UniqKeyGenerator, validate_message
 from rocketpy.client.results import SendResult, SendStatus
 from rocketpy.client.route import TopicPublishInfo
 from rocketpy.common.message import Message, MessageConst, MessageSysFlag, encode_batch, java_hash
+from rocketpy.common.route import MessageQueue, TopicRouteData
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.interfaces import IRPCHook
-from rocketpy.namesrv.routeinfo import TopicRouteData
 from rocketpy.remoting.codes import ResponseCode, SerializeType
 
 #: Broker codes after which a sync send tries another queue (``DefaultMQProducer.retryResponseCodes``).

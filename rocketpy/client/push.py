@@ -25,7 +25,7 @@ from twisted.python.failure import Failure
 from rocketpy.client.allocate import AllocateStrategy, allocate_averagely
 from rocketpy.client.consumer import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, ConsumerBase, MessageModel
 from rocketpy.client.errors import MQClientError, MQError, RemotingError
-from rocketpy.client.message import RETRY_GROUP_TOPIC_PREFIX, MessageQueue, local_ip
+from rocketpy.client.message import local_ip
 from rocketpy.client.offsets import OffsetStore
 from rocketpy.client.process import ConcurrentConsumeService, Listener, OrderlyConsumeService, ProcessQueue
 from rocketpy.client.producer import Producer
@@ -40,6 +40,8 @@ from rocketpy.client.runninginfo import (
 from rocketpy.client.stats import ConsumerStats
 from rocketpy.client.subscription import build_subscription, client_msg_id
 from rocketpy.common.message import Message, MessageConst, MessageExt
+from rocketpy.common.route import MessageQueue
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 
 #: where broadcasting consumers keep their offsets by default
 DEFAULT_LOCAL_OFFSET_DIR = os.path.join("~", ".rocketpy", "offsets")

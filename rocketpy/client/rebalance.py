@@ -17,9 +17,10 @@ from twisted.logger import Logger
 
 from rocketpy.client.consumer import ConsumeFromWhere, MessageModel
 from rocketpy.client.errors import MQError, RemotingError
-from rocketpy.client.message import RETRY_GROUP_TOPIC_PREFIX, MessageQueue
 from rocketpy.client.offsets import NO_OFFSET
 from rocketpy.client.process import ProcessQueue
+from rocketpy.common.route import MessageQueue
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 
 if TYPE_CHECKING:
     from rocketpy.client.push import PushConsumer

@@ -9,9 +9,9 @@ from typing import Any
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rocketpy.client.message import MessageQueue
 from rocketpy.common.fastjson import loads
 from rocketpy.common.headers import get_str
+from rocketpy.common.route import MessageQueue
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.command import RemotingCommand
 

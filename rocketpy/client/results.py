@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from rocketpy.client.message import MessageQueue
 from rocketpy.common.message import MessageExt
+from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.codes import ResponseCode
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from rocketpy.client.message import MessageQueue
-from rocketpy.namesrv.bodies import BodyError, as_int, loads_tolerant
-from rocketpy.namesrv.routeinfo import MASTER_ID, PERM_READ, PERM_WRITE, BrokerData, QueueData, TopicRouteData
+from rocketpy.common.fastjson import BodyError, as_int, loads_tolerant
+from rocketpy.common.route import BrokerData, MASTER_ID, MessageQueue, QueueData, TopicRouteData
+from rocketpy.common.topic import PERM_READ, PERM_WRITE
 
 __all__ = [
-    "BodyError",
     "decode_topic_route",
     "with_default_queue_nums",
     "TopicPublishInfo",

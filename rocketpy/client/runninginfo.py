@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from zope.interface import implementer
 
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.subscription import SubscriptionData
 from rocketpy.common.fastjson import dump_json, object_key_map, raw_object
 from rocketpy.common.headers import get_str
+from rocketpy.common.route import MessageQueue
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import ResponseCode
 from rocketpy.remoting.command import RemotingCommand

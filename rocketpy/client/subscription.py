@@ -6,8 +6,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketpy.client.message import RETRY_GROUP_TOPIC_PREFIX, MessageQueue
 from rocketpy.common.message import MessageConst, MessageExt, MessageSysFlag, java_hash
+from rocketpy.common.route import MessageQueue
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 
 SUB_ALL = "*"
 #: Bits 8-10 of sysFlag name the compression (4.9.4+); 0 and 3 are zlib.

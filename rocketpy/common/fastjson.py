@@ -4,18 +4,20 @@ RocketMQ bodies keyed by a ``MessageQueue`` (GET_TOPIC_STATS_INFO, GET_CONSUME_S
 ConsumerRunningInfo's ``mqTable``) are written by fastjson with the key *object* in
 key position, ``{{"brokerName":"b","queueId":0,"topic":"T"}:{…}}``: not standard JSON,
 but what the Java admin tools parse (spec ``remoting-protocol.md`` §3.7). :func:`loads` reads
-it back (RESET_CONSUMER_CLIENT_OFFSET's body).
+it back (RESET_CONSUMER_CLIENT_OFFSET's body). fastjson also writes ``Map<Long,…>`` keys bare
+(``{0:"127.0.0.1:10911"}``): :func:`loads_tolerant` reads those (route and registration bodies).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 
 def dump_json(obj: Any) -> bytes:
-    """Compact JSON with sorted keys (fastjson's order)."""
+    """Compact JSON with sorted keys (fastjson's order) and ``\\u`` escapes for non-ASCII text."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
@@ -27,6 +29,43 @@ def object_key_map(entries: Iterable[tuple[dict[str, Any], Any]]) -> str:
 def raw_object(fields: Mapping[str, str]) -> str:
     """A JSON object whose values are already encoded (e.g. by :func:`object_key_map`), keys sorted."""
     return "{" + ",".join(json.dumps(k) + ":" + fields[k] for k in sorted(fields)) + "}"
+
+
+class BodyError(ValueError):
+    """A request body that cannot be decoded."""
+
+
+# A string literal (left as is) or a bare numeric key after "{" or ",".
+_STRING_OR_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)', re.DOTALL)
+
+
+def _quote_bare_key(match: re.Match[str]) -> str:
+    if match.group(2) is None:
+        return match.group(0)
+    return f'{match.group(1)}"{match.group(2)}"{match.group(3)}'
+
+
+def loads_tolerant(data: bytes | str) -> Any:
+    """Parse JSON that may have bare numeric object keys (fastjson's ``{0:"a"}``).
+
+    :raises BodyError: when the text is not JSON even after quoting such keys.
+    """
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return json.loads(_STRING_OR_BARE_KEY.sub(_quote_bare_key, text))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise BodyError(f"malformed JSON body: {e}") from None
+
+
+def as_int(value: Any, what: str) -> int:
+    """A JSON integer or decimal string; :class:`BodyError` naming ``what`` otherwise."""
+    # bool is an int subclass; JSON true is never a valid count.
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise BodyError(f"{what} is not an integer: {value!r}")
+    try:
+        return int(value)
+    except ValueError:
+        raise BodyError(f"{what} is not an integer: {value!r}") from None
 
 
 _DECODER = json.JSONDecoder()

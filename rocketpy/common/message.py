@@ -16,9 +16,10 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Union
 
+from rocketpy.common.topic import TOPIC_MAX_LENGTH
+
 MAGIC_CODE = -626843481  # 0xDAA320A7, v1 record
 BLANK_MAGIC_CODE = -875286124  # 0xCBD43194, end-of-file filler
-MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -91,8 +92,8 @@ def tags_code(tags: str | None) -> int:
     return java_hash(tags) if tags else 0
 
 
-def body_crc(body: bytes) -> int:
-    """CRC-32 of a body masked to 31 bits, as RocketMQ stores it."""
+def body_crc(body: bytes | bytearray | memoryview) -> int:
+    """CRC-32 of a body masked to 31 bits, as RocketMQ stores it and checks registration bodies (``UtilAll.crc32``)."""
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
@@ -204,7 +205,7 @@ _H16 = struct.Struct(">h")
 RECORD_FIXED_SIZE = 91  # IPv4 hosts; + body + topic + properties
 # Everything before the body (88 bytes, IPv4 hosts), packed in one call.
 _FIXED = struct.Struct(">iiiiiqqiq4siq4siiqi")
-_TOPIC_LEN = [bytes((n,)) for n in range(MAX_TOPIC_LENGTH + 1)]
+_TOPIC_LEN = [bytes((n,)) for n in range(TOPIC_MAX_LENGTH + 1)]
 
 
 def _pack_host_cached(host: tuple[str, int]) -> tuple[bytes, int]:
@@ -249,8 +250,8 @@ _TOPIC_FIELDS: dict[str, bytes] = {}
 
 def _topic_field(topic: str) -> bytes:
     data = topic.encode()
-    if len(data) > MAX_TOPIC_LENGTH:
-        raise ValueError(f"topic longer than {MAX_TOPIC_LENGTH} bytes")
+    if len(data) > TOPIC_MAX_LENGTH:
+        raise ValueError(f"topic longer than {TOPIC_MAX_LENGTH} bytes")
     encoded = _TOPIC_LEN[len(data)] + data
     if len(_TOPIC_FIELDS) >= 4096:
         _TOPIC_FIELDS.clear()
@@ -359,7 +360,7 @@ def check_record(data: Buffer, offset: int, limit: int, check_crc: bool = False)
     props = topic + 1 + data[topic]
     if props + 2 > end or props + 2 + _H16.unpack_from(data, props)[0] != end:
         return -1
-    if check_crc and zlib.crc32(data[body:topic]) & 0x7FFFFFFF != crc:
+    if check_crc and body_crc(data[body:topic]) != crc:
         return -1
     return size
 

@@ -17,10 +17,10 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 
-from rocketpy.broker.config import JsonConfigFile
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingError
+from rocketpy.util.configfile import JsonConfigFile
 
 #: ``(f, *args) -> Deferred``: runs a blocking call off the reactor thread.
 

@@ -8,87 +8,34 @@ they are read with :func:`loads_tolerant`.
 
 from __future__ import annotations
 
-import json
-import re
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rocketpy.namesrv.routeinfo import BrokerData, DataVersion, QueueData, TopicConfig, TopicRouteData
+from rocketpy.common.fastjson import BodyError, as_int, dump_json, loads_tolerant
+from rocketpy.common.route import BrokerData, TopicRouteData
+from rocketpy.common.topic import DataVersion, TopicConfig
 
 
 #: Upper bound for an inflated registration body (guards against zip bombs).
 MAX_INFLATED_SIZE = 64 * 1024 * 1024
 
 
-class BodyError(ValueError):
-    """A request body that cannot be decoded."""
-
-
-# A string literal (left as is) or a bare numeric key after "{" or ",".
-_STRING_OR_BARE_KEY = re.compile(r'"(?:[^"\\]|\\.)*"|([{,]\s*)(-?\d+)(\s*:)', re.DOTALL)
-
-
-def _quote_bare_key(match: re.Match[str]) -> str:
-    if match.group(2) is None:
-        return match.group(0)
-    return f'{match.group(1)}"{match.group(2)}"{match.group(3)}'
-
-
-def loads_tolerant(data: bytes | str) -> Any:
-    """Parse JSON that may have bare numeric object keys (fastjson's ``{0:"a"}``).
-
-    :raises BodyError: when the text is not JSON even after quoting such keys.
-    """
-    try:
-        text = data.decode("utf-8") if isinstance(data, bytes) else data
-        return json.loads(_STRING_OR_BARE_KEY.sub(_quote_bare_key, text))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise BodyError(f"malformed JSON body: {e}") from None
-
-
-def dumps(value: Any) -> bytes:
-    """Compact JSON with sorted keys and ``\\u`` escapes for non-ASCII text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("ascii")
-
-
 # -- outgoing bodies -------------------------------------------------------
-
-
-def _queue_data_json(queue: QueueData) -> dict[str, Any]:
-    return {
-        "brokerName": queue.broker_name,
-        "perm": queue.perm,
-        "readQueueNums": queue.read_queue_nums,
-        "topicSysFlag": queue.topic_sys_flag,
-        "writeQueueNums": queue.write_queue_nums,
-    }
-
-
-def _broker_data_json(broker: BrokerData) -> dict[str, Any]:
-    addrs = {str(broker_id): addr for broker_id, addr in sorted(broker.broker_addrs.items())}
-    return {"brokerAddrs": addrs, "brokerName": broker.broker_name, "cluster": broker.cluster}
 
 
 def encode_topic_route(route: TopicRouteData) -> bytes:
     """TopicRouteData JSON; ``orderTopicConf`` only when set."""
-    body: dict[str, Any] = {
-        "brokerDatas": [_broker_data_json(b) for b in route.broker_datas],
-        "filterServerTable": route.filter_server_table,
-        "queueDatas": [_queue_data_json(q) for q in route.queue_datas],
-    }
-    if route.order_topic_conf is not None:
-        body["orderTopicConf"] = route.order_topic_conf
-    return dumps(body)
+    return dump_json(route.to_json())
 
 
 def encode_cluster_info(brokers: Mapping[str, BrokerData], clusters: Mapping[str, Iterable[str]]) -> bytes:
     """ClusterInfo JSON: ``brokerAddrTable`` and ``clusterAddrTable``."""
-    return dumps(
+    return dump_json(
         {
-            "brokerAddrTable": {name: _broker_data_json(b) for name, b in brokers.items()},
+            "brokerAddrTable": {name: b.to_json() for name, b in brokers.items()},
             "clusterAddrTable": {cluster: sorted(names) for cluster, names in clusters.items()},
         }
     )
@@ -99,35 +46,20 @@ def encode_topic_list(topics: Iterable[str], broker_addr: str | None = None) -> 
     body: dict[str, Any] = {"topicList": list(topics)}
     if broker_addr is not None:
         body["brokerAddr"] = broker_addr
-    return dumps(body)
+    return dump_json(body)
 
 
 def encode_kv_table(table: Mapping[str, str]) -> bytes:
     """KVTable JSON: ``{"table":{…}}``."""
-    return dumps({"table": dict(table)})
-
-
-def _data_version_json(version: DataVersion) -> dict[str, int]:
-    return {"counter": version.counter, "timestamp": version.timestamp}
+    return dump_json({"table": dict(table)})
 
 
 def encode_data_version(version: DataVersion) -> bytes:
     """DataVersion JSON: ``{"counter":…,"timestamp":…}``."""
-    return dumps(_data_version_json(version))
+    return dump_json(version.to_json())
 
 
 # -- incoming bodies -------------------------------------------------------
-
-
-def as_int(value: Any, what: str) -> int:
-    """A JSON integer or decimal string; :class:`BodyError` naming ``what`` otherwise."""
-    # bool is an int subclass; JSON true is never a valid count.
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise BodyError(f"{what} is not an integer: {value!r}")
-    try:
-        return int(value)
-    except ValueError:
-        raise BodyError(f"{what} is not an integer: {value!r}") from None
 
 
 def _as_object(value: Any, what: str) -> dict[str, Any]:
@@ -164,7 +96,7 @@ def _topic_config_from_json(name: str, value: Any) -> TopicConfig:
         as_int(obj.get("readQueueNums", defaults.read_queue_nums), "readQueueNums"),
         as_int(obj.get("writeQueueNums", defaults.write_queue_nums), "writeQueueNums"),
         as_int(obj.get("perm", defaults.perm), "perm"),
-        as_int(obj.get("topicSysFlag", defaults.topic_sys_flag), "topicSysFlag"),
+        topic_sys_flag=as_int(obj.get("topicSysFlag", defaults.topic_sys_flag), "topicSysFlag"),
     )
 
 
@@ -180,7 +112,7 @@ def _string_list(value: Any, what: str) -> list[str]:
 class RegisterBrokerBody:
     """The body of REGISTER_BROKER: the broker's topic table and filter servers."""
 
-    data_version: DataVersion = DataVersion()
+    data_version: DataVersion = field(default_factory=DataVersion)
     topic_configs: dict[str, TopicConfig] = field(default_factory=dict)
     filter_servers: list[str] = field(default_factory=list)
 
@@ -260,28 +192,17 @@ class _LengthPrefixed:
 
 def encode_register_body(body: RegisterBrokerBody, compressed: bool = False) -> bytes:
     """A REGISTER_BROKER body as a broker sends it (plain JSON or compressed)."""
-    version = _data_version_json(body.data_version)
+    version = body.data_version.to_json()
     if compressed:
         topic_parts = [
             f"{c.topic_name} {c.read_queue_nums} {c.write_queue_nums} {c.perm} SINGLE_TAG".encode("utf-8")
             for c in body.topic_configs.values()
         ]
-        raw = _prefixed(dumps(version)) + struct.pack(">i", len(topic_parts))
-        raw += b"".join(_prefixed(p) for p in topic_parts) + _prefixed(dumps(body.filter_servers))
+        raw = _prefixed(dump_json(version)) + struct.pack(">i", len(topic_parts))
+        raw += b"".join(_prefixed(p) for p in topic_parts) + _prefixed(dump_json(body.filter_servers))
         return zlib.compress(raw, 9)
-    table = {
-        name: {
-            "order": False,
-            "perm": c.perm,
-            "readQueueNums": c.read_queue_nums,
-            "topicFilterType": "SINGLE_TAG",
-            "topicName": c.topic_name,
-            "topicSysFlag": c.topic_sys_flag,
-            "writeQueueNums": c.write_queue_nums,
-        }
-        for name, c in body.topic_configs.items()
-    }
-    return dumps(
+    table = {name: c.to_json() for name, c in body.topic_configs.items()}
+    return dump_json(
         {
             "filterServerList": body.filter_servers,
             "topicConfigSerializeWrapper": {"dataVersion": version, "topicConfigTable": table},

@@ -13,12 +13,8 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
 
-from rocketpy.namesrv.bodies import BodyError, dumps, loads_tolerant
+from rocketpy.common.fastjson import BodyError, dump_json, loads_tolerant
 from rocketpy.util.fileio import read_if_exists, write_atomically
-
-#: Namespace whose entries (topic -> "broker-a:4;broker-b:4") give orderTopicConf.
-NAMESPACE_ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
-
 
 class KVConfigManager:
     """In-memory KV tables backed by one JSON file.
@@ -75,4 +71,4 @@ class KVConfigManager:
 
     def _persist(self) -> Deferred[None]:
         # The snapshot is taken now, on the caller's thread; only the write goes to the writer.
-        return maybeDeferred(self.writer, self._path, dumps({"configTable": self._table}))
+        return maybeDeferred(self.writer, self._path, dump_json({"configTable": self._table}))

@@ -7,7 +7,6 @@ whose remark names the field.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Mapping
 
 from twisted.internet.defer import Deferred
@@ -17,9 +16,12 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rocketpy.common.headers import HeaderError, get_bool, get_int, get_str, to_fields
+from rocketpy.common.message import body_crc
+from rocketpy.common.properties import format_properties, parse_properties
+from rocketpy.common.route import NAMESPACE_ORDER_TOPIC_CONFIG
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.namesrv import bodies
-from rocketpy.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfigManager
+from rocketpy.namesrv.kvconfig import KVConfigManager
 from rocketpy.namesrv.routeinfo import FLAG_UNIT, FLAG_UNIT_SUB, RouteInfoManager
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
@@ -28,24 +30,6 @@ from rocketpy.remoting.command import RemotingCommand
 CONFIG_BLACKLIST = frozenset({"configBlackList", "configStorePath", "kvConfigPath"})
 
 _Handler = Callable[[object, RemotingCommand], "RemotingCommand | Deferred[RemotingCommand]"]
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java-properties text (``key=value`` or ``key:value`` lines, ``#``/``!`` comments)."""
-    result: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        key, value = (line[:cut], line[cut + 1 :]) if cut >= 0 else (line, "")
-        result[key.strip()] = value.strip()
-    return result
-
-
-def format_properties(config: Mapping[str, str]) -> str:
-    """``key=value`` lines, sorted by key."""
-    return "".join(f"{key}={value}\n" for key, value in sorted(config.items()))
 
 
 @implementer(IRequestProcessor)
@@ -161,7 +145,7 @@ class NamesrvProcessor:
         name, ha_addr = get_str(ext, "brokerName"), get_str(ext, "haServerAddr")
         broker_id = get_int(ext, "brokerId")
         expected_crc = get_int(ext, "bodyCrc32", 0)
-        if expected_crc != 0 and zlib.crc32(request.body) & 0x7FFFFFFF != expected_crc:
+        if expected_crc != 0 and body_crc(request.body) != expected_crc:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
         body = bodies.decode_register_body(request.body, get_bool(ext, "compressed"))
         result = self._routes.register_broker(

@@ -8,61 +8,16 @@ channel a broker registered over. Behaviour follows Java 4.9.4
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-#: Broker id of a master; slaves have ids >= 1.
-MASTER_ID = 0
-#: ``perm`` bits (``PermName``).
-PERM_INHERIT = 1
-PERM_WRITE = 2
-PERM_READ = 4
+from rocketpy.common.route import MASTER_ID, BrokerData, QueueData, TopicRouteData
+from rocketpy.common.topic import PERM_READ, PERM_WRITE, DataVersion, TopicConfig
+
 #: ``topicSysFlag`` bits (``TopicSysFlag``).
 FLAG_UNIT = 1
 FLAG_UNIT_SUB = 2
 #: A broker silent for longer than this is dropped (``BROKER_CHANNEL_EXPIRED_TIME``).
 BROKER_EXPIRY_SECONDS = 120.0
-
-
-@dataclass(frozen=True, slots=True)
-class DataVersion:
-    """Version of a broker's topic table; a change triggers a queue-data refresh."""
-
-    counter: int = 0
-    timestamp: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TopicConfig:
-    """One topic of a broker registration (defaults as Java ``TopicConfig``)."""
-
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
-    topic_sys_flag: int = 0
-
-
-@dataclass(slots=True)
-class QueueData:
-    """The queues one broker (by name) offers for a topic."""
-
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-
-@dataclass(slots=True)
-class BrokerData:
-    """A broker name with the address of each of its ids (0 = master)."""
-
-    cluster: str
-    broker_name: str
-    broker_addrs: dict[int, str] = field(default_factory=dict)
-
-    def copy(self) -> BrokerData:
-        return replace(self, broker_addrs=dict(self.broker_addrs))
 
 
 @dataclass(slots=True)
@@ -81,16 +36,6 @@ class RegisterResult:
 
     ha_server_addr: str | None = None
     master_addr: str | None = None
-
-
-@dataclass(slots=True)
-class TopicRouteData:
-    """The route of one topic, as GET_ROUTEINFO_BY_TOPIC returns it."""
-
-    queue_datas: list[QueueData]
-    broker_datas: list[BrokerData]
-    filter_server_table: dict[str, list[str]] = field(default_factory=dict)
-    order_topic_conf: str | None = None
 
 
 class RouteInfoManager:
@@ -113,7 +58,7 @@ class RouteInfoManager:
         broker_id: int,
         ha_server_addr: str,
         now: float,
-        data_version: DataVersion = DataVersion(),
+        data_version: DataVersion | None = None,
         topic_configs: Mapping[str, TopicConfig] | None = None,
         filter_servers: Iterable[str] = (),
         channel: object = None,
@@ -130,6 +75,7 @@ class RouteInfoManager:
         :return: the master's address and HA address, for a slave whose master
             is registered.
         """
+        data_version = data_version or DataVersion()
         self._clusters.setdefault(cluster_name, set()).add(broker_name)
         broker = self._brokers.get(broker_name)
         first = broker is None

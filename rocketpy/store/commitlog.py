@@ -18,7 +18,6 @@ from typing import Callable, Iterable, Sequence
 from rocketpy.common.message import (
     BLANK_MAGIC_CODE,
     MAGIC_CODE,
-    MAX_TOPIC_LENGTH,
     MessageConst,
     MessageExt,
     MessageSysFlag,
@@ -30,6 +29,7 @@ from rocketpy.common.message import (
     patch_record,
     tags_code,
 )
+from rocketpy.common.topic import SCHEDULE_TOPIC, TOPIC_MAX_LENGTH
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest, SupportsDispatch
 from rocketpy.store.mappedfile import MappedFile
@@ -42,7 +42,6 @@ from rocketpy.store.status import (
     PutMessageStatus,
 )
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 BLANK_SIZE = 8  # i32 remaining, i32 BLANK_MAGIC_CODE
 LOCK_WARN_MS = 500
 RECORD_SLACK = 64 * 1024  # a record may exceed max_message_size by this much (4.9.5+)
@@ -191,7 +190,7 @@ class CommitLog:
         max_body = self.config.max_message_size
         bufs: list[bytearray] = []
         for msg in msgs:
-            if len(msg.topic) > MAX_TOPIC_LENGTH or len(msg.body) > max_body:
+            if len(msg.topic) > TOPIC_MAX_LENGTH or len(msg.body) > max_body:
                 return bufs, PutMessageStatus.MESSAGE_ILLEGAL
             if MessageConst.DELAY_TIME_LEVEL in msg.properties and msg.topic != SCHEDULE_TOPIC:
                 self._divert_to_schedule_topic(msg)
@@ -199,7 +198,7 @@ class CommitLog:
             try:
                 buf = encode_record(msg)
             except ValueError:
-                if len(msg.topic.encode()) > MAX_TOPIC_LENGTH:
+                if len(msg.topic.encode()) > TOPIC_MAX_LENGTH:
                     return bufs, PutMessageStatus.MESSAGE_ILLEGAL
                 return bufs, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
             if len(buf) > max_body + RECORD_SLACK:

@@ -7,7 +7,8 @@ import json
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.broker.offsets import ConsumerOffsetManager, MessageQueue, RebalanceLockManager
+from rocketpy.broker.offsets import ConsumerOffsetManager, RebalanceLockManager
+from rocketpy.common.route import MessageQueue
 
 
 class ConsumerOffsetManagerTests(SynchronousTestCase):

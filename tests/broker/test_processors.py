@@ -10,18 +10,19 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
+from rocketpy.broker.admin import AdminBrokerProcessor
 from rocketpy.broker.clients import ConsumerManager, ProducerManager
 from rocketpy.broker.config import BrokerConfig
 from rocketpy.broker.offsets import ConsumerOffsetManager, RebalanceLockManager
-from rocketpy.broker.admin import AdminBrokerProcessor
 from rocketpy.broker.processors import (
     BrokerTables,
     ClientManageProcessor,
     ConsumerManageProcessor,
 )
 from rocketpy.broker.subscription import SubscriptionGroupManager
-from rocketpy.broker.topicconfig import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TopicConfig, TopicConfigManager
+from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.message import MessageConst, MessageExt, offset_msg_id
+from rocketpy.common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TopicConfig
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

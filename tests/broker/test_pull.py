@@ -11,9 +11,11 @@ from zope.interface.verify import verifyObject
 from rocketpy.broker.filter import build_tag_filter
 from rocketpy.broker.longpoll import PullRequestHoldService
 from rocketpy.broker.pull import PullMessageProcessor
-from rocketpy.broker.subscription import SubscriptionGroupConfig, SubscriptionGroupManager
-from rocketpy.broker.topicconfig import PERM_WRITE, TopicConfig, TopicConfigManager
+from rocketpy.broker.subscription import SubscriptionGroupManager
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import MessageExt, decode_records, java_hash
+from rocketpy.common.topic import PERM_WRITE, TopicConfig
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

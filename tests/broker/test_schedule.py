@@ -10,8 +10,8 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.broker.schedule import DelayOffsetProcessor, DelayOffsetTable, ScheduleMessageService
-from rocketpy.broker.topicconfig import SCHEDULE_TOPIC
 from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.common.topic import SCHEDULE_TOPIC
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.service import StoreService

@@ -10,8 +10,9 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from rocketpy.broker.send import SendMessageProcessor
-from rocketpy.broker.subscription import SubscriptionGroupConfig, SubscriptionGroupManager
-from rocketpy.broker.topicconfig import PERM_READ, TopicConfig, TopicConfigManager
+from rocketpy.broker.subscription import SubscriptionGroupManager
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import (
     Message,
     MessageConst,
@@ -19,6 +20,7 @@ from rocketpy.common.message import (
     encode_batch,
     string_to_properties,
 )
+from rocketpy.common.topic import PERM_READ, TopicConfig
 from rocketpy.interfaces import IBatchRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

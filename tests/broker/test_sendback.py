@@ -10,9 +10,11 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from rocketpy.broker.sendback import SendBackProcessor, max_reconsume_times
-from rocketpy.broker.subscription import SubscriptionGroupConfig, SubscriptionGroupManager
-from rocketpy.broker.topicconfig import PERM_READ, PERM_WRITE, SCHEDULE_TOPIC, TopicConfigManager
+from rocketpy.broker.subscription import SubscriptionGroupManager
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.common.topic import PERM_READ, PERM_WRITE, SCHEDULE_TOPIC
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

@@ -8,8 +8,9 @@ import os
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.broker.config import ConfigFileError
-from rocketpy.broker.subscription import SubscriptionGroupConfig, SubscriptionGroupManager
+from rocketpy.broker.subscription import SubscriptionGroupManager
+from rocketpy.common.group import SubscriptionGroupConfig
+from rocketpy.util.configfile import ConfigFileError
 
 
 class SubscriptionGroupManagerTests(SynchronousTestCase):

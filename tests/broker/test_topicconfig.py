@@ -10,17 +10,17 @@ from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.broker.config import ConfigFileError
-from rocketpy.broker.topicconfig import (
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.topic import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
     TopicConfig,
-    TopicConfigManager,
     is_send_forbidden,
     send_topic_problem,
     topic_problem,
 )
+from rocketpy.util.configfile import ConfigFileError
 
 
 def _manager(clock: Clock, path: str | None = None, **kwargs: Any) -> TopicConfigManager:

@@ -7,12 +7,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from rocketpy.broker.clients import ClientChannelInfo, ProducerManager
 from rocketpy.broker.offsets import ConsumerOffsetManager
 from rocketpy.broker.send import SendMessageProcessor
-from rocketpy.broker.topicconfig import (
-    TRANS_CHECK_MAX_TIME_TOPIC,
-    TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
-    TopicConfigManager,
-)
+from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.broker.transaction import (
     EndTransactionProcessor,
     TransactionCheckService,
@@ -21,6 +16,7 @@ from rocketpy.broker.transaction import (
 )
 from rocketpy.common.headers import to_fields
 from rocketpy.common.message import MessageConst, MessageExt, MessageSysFlag, decode_record, properties_to_string
+from rocketpy.common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from tests.broker.featurestore import STORE_HOST, FakeChannel, new_clock, open_store, read_queue

@@ -13,8 +13,8 @@ from twisted.internet.task import Clock
 
 from rocketpy.common.headers import expand_send_v2, get_int
 from rocketpy.common.message import MessageExt, decode_batch, encode_record, string_to_properties
+from rocketpy.common.route import BrokerData, QueueData, TopicRouteData
 from rocketpy.namesrv.bodies import encode_topic_route
-from rocketpy.namesrv.routeinfo import BrokerData, QueueData, TopicRouteData
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectError

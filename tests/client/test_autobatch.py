@@ -13,11 +13,12 @@ from rocketpy.client import errors
 from rocketpy.client.api import Mode
 from rocketpy.client.autobatch import AutoBatcher, entry_size
 from rocketpy.client.hooks import ISendMessageHook, SendMessageContext
-from rocketpy.client.message import MessageQueue, new_message
+from rocketpy.client.message import new_message
 from rocketpy.client.producer import Producer
 from rocketpy.client.results import SendResult, SendStatus
 from rocketpy.common.headers import expand_send_v2
 from rocketpy.common.message import Message, decode_batch, encode_batch
+from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.errors import RemotingConnectError, RemotingTimeoutError
 from zope.interface import implementer

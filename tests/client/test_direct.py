@@ -9,11 +9,11 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from zope.interface.verify import verifyObject
 
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.push import PushConsumer
 from rocketpy.client.results import ConsumeResult
 from rocketpy.common.message import MessageExt, encode_record
+from rocketpy.common.route import MessageQueue
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

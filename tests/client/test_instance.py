@@ -11,8 +11,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.client import errors
 from rocketpy.client.instance import ClientInstance, JoiningMember, default_client_id, parse_namesrv_addrs
+from rocketpy.common.route import BrokerData, QueueData, TopicRouteData
 from rocketpy.namesrv.bodies import encode_topic_route
-from rocketpy.namesrv.routeinfo import BrokerData, QueueData, TopicRouteData
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 

@@ -7,13 +7,9 @@ import random
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.client import errors
-from rocketpy.client.message import (
-    MessageQueue,
-    UniqKeyGenerator,
-    new_message,
-    validate_message,
-)
+from rocketpy.client.message import UniqKeyGenerator, new_message, validate_message
 from rocketpy.common.message import Message
+from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.errors import RemotingConnectError, RemotingTimeoutError
 
 

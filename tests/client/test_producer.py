@@ -15,11 +15,12 @@ from zope.interface.verify import verifyObject
 from rocketpy.client import errors
 from rocketpy.client.api import Mode
 from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMessageContext
-from rocketpy.client.message import MessageQueue, new_message
+from rocketpy.client.message import new_message
 from rocketpy.client.producer import Producer, select_by_hash
 from rocketpy.client.results import SendStatus
 from rocketpy.common.headers import expand_send_v2
 from rocketpy.common.message import Message, decode_batch, string_to_properties
+from rocketpy.common.route import MessageQueue
 from rocketpy.interfaces import IRPCHook
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode, SerializeType

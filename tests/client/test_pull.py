@@ -9,10 +9,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.client import errors
 from rocketpy.client.consumer import PullConsumer
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.results import PullStatus
 from rocketpy.client.subscription import DecompressionError, build_subscription, inflate_body
 from rocketpy.common.message import MessageExt
+from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 

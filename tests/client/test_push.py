@@ -12,13 +12,13 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.client import errors
 from rocketpy.client.consumer import ConsumeFromWhere, MessageModel
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.offsets import decode_offsets, encode_offsets
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.push import PushConsumer
 from rocketpy.client.results import ConsumeResult
 from rocketpy.common.headers import expand_send_v2
 from rocketpy.common.message import MessageExt, string_to_properties
+from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectError

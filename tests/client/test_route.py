@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.client.message import MessageQueue
 from rocketpy.client.route import (
-    BodyError,
     RoundRobinIndex,
     TopicPublishInfo,
     decode_topic_route,
     subscribe_queues,
     with_default_queue_nums,
 )
+from rocketpy.common.fastjson import BodyError
+from rocketpy.common.route import MessageQueue
 
 UNQUOTED = (
     b'{"brokerDatas":[{"brokerAddrs":{0:"10.0.0.5:10911",1:"10.0.0.6:10911"},"brokerName":"broker-b",'

@@ -16,7 +16,8 @@ from rocketpy.broker.offsets import ConsumerOffsetManager
 from rocketpy.broker.outer import NameServerRegistration
 from rocketpy.broker.schedule import DelayOffsetTable
 from rocketpy.broker.subscription import SubscriptionGroupManager
-from rocketpy.broker.topicconfig import TopicConfig, TopicConfigManager
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.topic import TopicConfig
 from rocketpy.ha.sync import SlaveSynchronize
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from zope.interface import implementer
 
+from rocketpy.common.topic import DataVersion, TopicConfig
 from rocketpy.interfaces import IChannel
 from rocketpy.namesrv.bodies import RegisterBrokerBody, encode_register_body
-from rocketpy.namesrv.routeinfo import DataVersion, TopicConfig
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 

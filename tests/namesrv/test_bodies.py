@@ -8,9 +8,11 @@ import zlib
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from rocketpy.common.fastjson import BodyError
+from rocketpy.common.route import BrokerData, QueueData, TopicRouteData
+from rocketpy.common.topic import DataVersion, TopicConfig
 from rocketpy.namesrv import bodies
-from rocketpy.namesrv.bodies import BodyError, RegisterBrokerBody
-from rocketpy.namesrv.routeinfo import BrokerData, DataVersion, QueueData, TopicConfig, TopicRouteData
+from rocketpy.namesrv.bodies import RegisterBrokerBody
 
 
 class TolerantJSONTests(SynchronousTestCase):
@@ -96,7 +98,7 @@ class RegisterBodyTests(SynchronousTestCase):
         """The JSON a Java broker sends decodes into topic configs and the data version."""
         body = bodies.decode_register_body(JAVA_BODY)
         self.assertEqual(body.data_version, DataVersion(3, 1700000000000))
-        self.assertEqual(body.topic_configs["TBW102"], TopicConfig("TBW102", 8, 8, 7, 0))
+        self.assertEqual(body.topic_configs["TBW102"], TopicConfig("TBW102", 8, 8, 7, topic_sys_flag=0))
         self.assertEqual(body.filter_servers, [])
 
     def test_unquoted_keys(self) -> None:

@@ -6,7 +6,7 @@ import os
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.namesrv.bodies import BodyError
+from rocketpy.common.fastjson import BodyError
 from rocketpy.namesrv.kvconfig import KVConfigManager
 from rocketpy.util.fileio import read_if_exists, write_atomically
 

@@ -11,10 +11,12 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
+from rocketpy.common.properties import format_properties, parse_properties
+from rocketpy.common.topic import DataVersion, TopicConfig
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.namesrv.kvconfig import KVConfigManager
-from rocketpy.namesrv.processor import NamesrvProcessor, format_properties, parse_properties
-from rocketpy.namesrv.routeinfo import FLAG_UNIT, DataVersion, RouteInfoManager, TopicConfig
+from rocketpy.namesrv.processor import NamesrvProcessor
+from rocketpy.namesrv.routeinfo import FLAG_UNIT, RouteInfoManager
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from tests.namesrv.fakes import FakeChannel, register_request

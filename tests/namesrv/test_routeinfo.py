@@ -4,14 +4,8 @@ from __future__ import annotations
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.namesrv.routeinfo import (
-    FLAG_UNIT,
-    FLAG_UNIT_SUB,
-    DataVersion,
-    RegisterResult,
-    RouteInfoManager,
-    TopicConfig,
-)
+from rocketpy.common.topic import DataVersion, TopicConfig
+from rocketpy.namesrv.routeinfo import FLAG_UNIT, FLAG_UNIT_SUB, RegisterResult, RouteInfoManager
 from tests.namesrv.fakes import FakeChannel
 
 MASTER = "10.0.0.5:10911"
@@ -19,7 +13,7 @@ SLAVE = "10.0.0.6:10911"
 
 
 def topics(*names: str, queues: int = 4, sys_flag: int = 0) -> dict[str, TopicConfig]:
-    return {n: TopicConfig(n, queues, queues, 6, sys_flag) for n in names}
+    return {n: TopicConfig(n, queues, queues, 6, topic_sys_flag=sys_flag) for n in names}
 
 
 class RegisterTests(SynchronousTestCase):

@@ -11,8 +11,8 @@ from twisted.internet.protocol import ServerFactory
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
+from rocketpy.common.fastjson import BodyError
 from rocketpy.interfaces import IChannelEventListener, IRequestProcessor
-from rocketpy.namesrv.bodies import BodyError
 from rocketpy.namesrv.service import NamesrvService
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand

@@ -21,7 +21,8 @@ from rocketpy.common.message import (
     encode_record,
     java_hash,
 )
-from rocketpy.store.commitlog import SCHEDULE_TOPIC, CommitLog
+from rocketpy.common.topic import SCHEDULE_TOPIC
+from rocketpy.store.commitlog import CommitLog
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest, IDispatcher
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
