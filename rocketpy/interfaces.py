@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable, Sequence
+
 from zope.interface import Attribute, Interface
+
+if TYPE_CHECKING:
+    from twisted.internet.defer import Deferred
+
+    from rocketpy.common.message import MessageExt
+    from rocketpy.store.status import GetMessageResult, PutMessageResult, PutMessageStatus, QueryMessageResult
 
 
 class IChannel(Interface):
@@ -69,3 +77,84 @@ class IChannelEventListener(Interface):
 
     def on_channel_exception(remote_address, channel):  # type: ignore[no-untyped-def]
         pass
+
+
+class IStoreService(Interface):
+    """The message store as the broker and HA use it (doc/store-api.md): ``StoreService``.
+
+    Writes and most reads return Deferreds; queue bounds are answered from memory. No
+    method blocks the reactor, and no Deferred fails: errors come back as a status.
+    """
+
+    max_physical_offset = Attribute("int: the commit-log offset after the last appended byte.")
+
+    # -- writes
+
+    def put_message(msg: MessageExt) -> Deferred[PutMessageResult]:
+        """Append one message; fires once appended (ASYNC_FLUSH) or flushed (SYNC_FLUSH + WAIT)."""
+
+    def put_messages(msgs: Sequence[MessageExt]) -> Deferred[PutMessageResult]:
+        """Append a batch under one store lock, with one result."""
+
+    def put_many(puts: Sequence[Sequence[MessageExt]]) -> Deferred[list[PutMessageResult]]:
+        """Independent puts (one message, or a batch, each), one result each, in order."""
+
+    def is_busy() -> bool:
+        """True when puts should be refused (the broker answers SYSTEM_BUSY)."""
+
+    def add_arrival_listener(listener: Callable[[str, int, int], None]) -> None:
+        """Call ``listener(topic, queue_id, new_max_offset)`` on the reactor after appends."""
+
+    def add_put_hook(hook: Callable[[PutMessageResult], Deferred[PutMessageStatus] | None]) -> None:
+        """Call ``hook(result)`` for every appended put that waits for its store (HA replication)."""
+
+    def append_to_commit_log(offset: int, data: bytes) -> Deferred[bool]:
+        """HA slave: append bytes replicated from the master."""
+
+    def execute_delete_files_manually() -> None:
+        """The next retention passes ignore ``delete_when`` (TRIGGER_DELETE_FILES)."""
+
+    # -- reads
+
+    def get_max_offset_in_queue(topic: str, queue_id: int) -> int:
+        """The next offset to be written in a consume queue (from memory)."""
+
+    def get_min_offset_in_queue(topic: str, queue_id: int) -> int:
+        """The first offset still stored in a consume queue (from memory)."""
+
+    def get_message(
+        group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+        tag_filter: Callable[[int], bool] | None = None,
+    ) -> Deferred[GetMessageResult]:
+        """Up to ``max_msg_nums`` stored records of a queue from ``offset``, filtered by tag code."""
+
+    def get_offset_in_queue_by_time(topic: str, queue_id: int, timestamp_ms: int) -> Deferred[int]:
+        """The queue offset of the first message stored at or after ``timestamp_ms``."""
+
+    def get_earliest_message_time(topic: str, queue_id: int) -> Deferred[int]:
+        """The store time (ms) of a queue's first message; -1 when it has none."""
+
+    def get_commit_log_offset_in_queue(topic: str, queue_id: int, cq_offset: int) -> Deferred[int]:
+        """The commit-log offset of a queue entry."""
+
+    def query_consume_time_span(
+        topic: str, queue_id: int, consumer_offset: int
+    ) -> Deferred[tuple[int, int, int, int]]:
+        """Min and max store times of a queue, and of the message at ``consumer_offset`` (admin)."""
+
+    def query_consume_queue(
+        topic: str, queue_id: int, index: int, count: int
+    ) -> Deferred[tuple[int, int, list[tuple[int, int, int]] | None] | None]:
+        """Raw consume-queue entries (QUERY_CONSUME_QUEUE)."""
+
+    def look_message_by_offset(offset: int) -> Deferred[MessageExt | None]:
+        """The message stored at a commit-log offset, decoded."""
+
+    def select_one_message_by_offset(offset: int) -> Deferred[bytes | None]:
+        """The raw record stored at a commit-log offset."""
+
+    def query_message(topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> Deferred[QueryMessageResult]:
+        """Messages of ``topic`` with a key (or UNIQ_KEY) stored between two times (the index)."""
+
+    def get_commit_log_data(offset: int, size: int = -1) -> Deferred[bytes | None]:
+        """HA master: ``size`` bytes of commit log at ``offset`` (-1: to the end of its file)."""

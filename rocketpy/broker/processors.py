@@ -28,7 +28,7 @@ from rocketpy.common.fastjson import dump_json
 from rocketpy.common.headers import HeaderError, get_int, get_str
 from rocketpy.common.route import MessageQueue
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, retry_topic
-from rocketpy.interfaces import IChannel, IRequestProcessor
+from rocketpy.interfaces import IChannel, IRequestProcessor, IStoreService
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 
@@ -55,7 +55,7 @@ class BrokerTables:
     offsets: ConsumerOffsetManager
     consumers: ConsumerManager
     producers: ProducerManager
-    store: Any  # StoreService (doc/store-api.md)
+    store: IStoreService
     clock: IReactorTime
     locks: RebalanceLockManager
     #: how many pull requests long polling holds now (GET_BROKER_RUNTIME_INFO)

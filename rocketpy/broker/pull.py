@@ -24,7 +24,7 @@ from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.headers import HeaderError, get_int, get_str, to_fields
 from rocketpy.common.route import MASTER_ID
 from rocketpy.common.topic import is_readable
-from rocketpy.interfaces import IRequestProcessor
+from rocketpy.interfaces import IRequestProcessor, IStoreService
 from rocketpy.remoting.codes import ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import GetMessageResult, GetMessageStatus
@@ -128,7 +128,7 @@ class PullMessageProcessor:
 
     def __init__(
         self,
-        store: Any,
+        store: IStoreService,
         topics: TopicConfigManager,
         hold: PullRequestHoldService | None = None,
         find_subscription: FindSubscription | None = None,

@@ -7,13 +7,11 @@ index by key (a ``KEYS`` word or, with ``_UNIQUE_KEY_QUERY``, a ``UNIQ_KEY``).
 
 from __future__ import annotations
 
-from typing import Any
-
 from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
 from rocketpy.common.headers import HeaderError, get_int, get_str
-from rocketpy.interfaces import IChannel, IRequestProcessor
+from rocketpy.interfaces import IChannel, IRequestProcessor, IStoreService
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import QueryMessageResult
@@ -32,7 +30,7 @@ class QueryMessageProcessor:
 
     codes = (RequestCode.QUERY_MESSAGE, RequestCode.VIEW_MESSAGE_BY_ID)
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: IStoreService) -> None:
         self._store = store
 
     def reject_request(self) -> bool:

@@ -23,7 +23,7 @@ from zope.interface import implementer
 
 from rocketpy.common.message import MessageConst, MessageExt, RecordError, decode_record
 from rocketpy.common.topic import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
-from rocketpy.interfaces import IChannel, IRequestProcessor
+from rocketpy.interfaces import IChannel, IRequestProcessor, IStoreService
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import GetMessageStatus, PutMessageStatus
@@ -90,7 +90,7 @@ class ScheduleMessageService(Service):
 
     log = Logger()
 
-    def __init__(self, store: Any, clock: IReactorTime, levels: list[float], offsets: DelayOffsetTable) -> None:
+    def __init__(self, store: IStoreService, clock: IReactorTime, levels: list[float], offsets: DelayOffsetTable) -> None:
         self._store = store
         self._clock = clock
         self._levels = levels

@@ -44,7 +44,7 @@ from rocketpy.common.topic import (
     is_writeable,
     send_topic_problem,
 )
-from rocketpy.interfaces import IBatchRequestProcessor
+from rocketpy.interfaces import IBatchRequestProcessor, IStoreService
 from rocketpy.remoting.codes import ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
@@ -96,7 +96,7 @@ class SendMessageProcessor:
 
     def __init__(
         self,
-        store: Any,
+        store: IStoreService,
         topics: TopicConfigManager,
         store_host: tuple[str, int],
         cluster_name: str = "DefaultCluster",

@@ -24,7 +24,7 @@ from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.headers import HeaderError, get_int, get_str
 from rocketpy.common.message import MessageConst, MessageExt
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, dlq_topic, is_writeable, retry_topic
-from rocketpy.interfaces import IChannel, IRequestProcessor
+from rocketpy.interfaces import IChannel, IRequestProcessor, IStoreService
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
@@ -94,7 +94,7 @@ class SendBackProcessor:
 
     def __init__(
         self,
-        store: Any,
+        store: IStoreService,
         topics: TopicConfigManager,
         groups: SubscriptionGroupManager,
         writable: Any = lambda: True,

@@ -40,7 +40,7 @@ from rocketpy.common.message import (
     encode_record,
 )
 from rocketpy.common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
-from rocketpy.interfaces import IChannel, IRequestProcessor
+from rocketpy.interfaces import IChannel, IRequestProcessor, IStoreService
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import GetMessageStatus, PutMessageStatus
@@ -142,7 +142,7 @@ class TransactionStore:
 
     log = Logger()
 
-    def __init__(self, store: Any, store_host: tuple[str, int]) -> None:
+    def __init__(self, store: IStoreService, store_host: tuple[str, int]) -> None:
         self.store = store
         self.store_host = store_host
         self.decided: OrderedDict[int, None] = OrderedDict()

@@ -21,8 +21,11 @@ from rocketpy.store.config import MessageStoreConfig
 class FlushableStore(Protocol):
     """The part of the blocking ``MessageStore`` facade the flush work uses."""
 
-    max_physical_offset: int
-    flushed_offset: int
+    @property
+    def max_physical_offset(self) -> int: ...
+
+    @property
+    def flushed_offset(self) -> int: ...
 
     def flush(self, least_pages: int = 0) -> bool: ...
 

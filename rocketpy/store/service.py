@@ -24,9 +24,13 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from zope.interface import implementer
+
 from rocketpy.common.message import MessageExt
+from rocketpy.interfaces import IStoreService
 from rocketpy.store.flush import FlushLoops, flush_commit_log
 from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters, PutCompletion, PutHook, wants_wait
+from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.servicereads import StoreReads
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
@@ -77,6 +81,7 @@ _Results = list["PutMessageResult | Exception"]
 _HopOutcome = tuple[_Results, "int | None", "Exception | None"]
 
 
+@implementer(IStoreService)
 class StoreService(StoreReads, Service):
     """Runs a blocking ``MessageStore`` on its own thread pool.
 
@@ -96,7 +101,7 @@ class StoreService(StoreReads, Service):
 
     log = Logger()
 
-    def __init__(self, message_store: Any, reactor: IReactorTime, pool: ThreadPool | None = None,
+    def __init__(self, message_store: MessageStore, reactor: IReactorTime, pool: ThreadPool | None = None,
                  read_pool: ThreadPool | None = None, flush_pool: ThreadPool | None = None,
                  max_queued_messages: int = 10_000, max_queue_wait: float = 0.2) -> None:
         self._store = message_store
@@ -118,8 +123,7 @@ class StoreService(StoreReads, Service):
         self._sync_flush = self._config.flush_disk_type == "SYNC_FLUSH"
         # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH: a SYNC_FLUSH
         # put waits for a flush hop anyway, and its append hop flushes too).
-        self._inline = (not self._sync_flush and hasattr(message_store, "can_append_inline")
-                        and hasattr(message_store, "populate_due"))
+        self._inline = not self._sync_flush
         self._populating = False
         self._max_queued = max_queued_messages
         self._max_queue_wait = max_queue_wait
@@ -236,7 +240,7 @@ class StoreService(StoreReads, Service):
         """
         return self._enqueue(_Put(((msg,),), True, 1))
 
-    def put_messages(self, msgs: list[MessageExt]) -> Deferred[PutMessageResult]:
+    def put_messages(self, msgs: Sequence[MessageExt]) -> Deferred[PutMessageResult]:
         """Append a batch under one store lock, with one result (as :meth:`put_message`)."""
         return self._enqueue(_Put((msgs,), True, len(msgs)))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, cast
+from typing import Any, Callable, Sequence, cast
 
 from twisted.internet.testing import MemoryReactorClock
 from twisted.internet.task import Clock
@@ -45,6 +45,10 @@ class FakeMessageStore:
         self.load_result = True
         self.on_put: Callable[[MessageExt], None] | None = None
         self.populate_wanted = False  # what populate_due answers
+        self.inline_ok = False  # what can_append_inline answers
+
+    def can_append_inline(self, puts: Sequence[Sequence[MessageExt]]) -> bool:
+        return self.inline_ok
 
     def populate_due(self) -> bool:
         return self.populate_wanted

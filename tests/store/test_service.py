@@ -151,8 +151,7 @@ class InlineAppendTests(SynchronousTestCase):
 
     def stepped(self, flush_disk_type: str = "ASYNC_FLUSH", inline_ok: bool = True) -> tuple[Any, Any, Any]:
         service, store, _, pool = make_stepped_service(flush_disk_type)
-        store.can_append_inline = lambda puts: inline_ok  # type: ignore[attr-defined]
-        service._inline = service._inline or (flush_disk_type == "ASYNC_FLUSH")  # the fake had no method at start
+        store.inline_ok = inline_ok
         return service, store, pool
 
     def test_idle_writer_appends_inline(self) -> None:
@@ -198,7 +197,7 @@ class InlineAppendTests(SynchronousTestCase):
         of puts the store vouches for is appended inline too."""
         service, store, pool = self.stepped(inline_ok=False)
         self.assertNoResult(service.put_message(message()))  # refused: it hops
-        store.can_append_inline = lambda puts: True  # type: ignore[attr-defined]
+        store.inline_ok = True
         self.assertNoResult(service.put_messages([message(), message()]))  # and a hop runs
         pool.run_all()
         service, store, pool = self.stepped()
