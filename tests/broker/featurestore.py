@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from twisted.internet.defer import Deferred, succeed
 from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase
-from zope.interface import implementer
 
 from rocketpy.common.message import MessageExt, decode_record
-from rocketpy.interfaces import IChannel
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.service import StoreService
@@ -23,27 +20,6 @@ from tests.store.fakes import InlinePool, ThreadlessClock
 
 STORE_HOST = ("10.0.0.7", 10911)
 T0 = 1_700_000_000.0
-
-
-@implementer(IChannel)
-class FakeChannel:
-    """A connection as processors see it; records the requests sent on it."""
-
-    def __init__(self, remote_address: str = "10.0.0.9:53211") -> None:
-        self.remote_address = remote_address
-        self.sent: list[Any] = []
-
-    def invoke_oneway(self, request: Any) -> Deferred[None]:
-        self.sent.append(request)
-        return succeed(None)
-
-    def invoke_sync(self, request: Any, timeout: float) -> Deferred[Any]:
-        """Recorded like a oneway request; the answer never comes (no test waits for one)."""
-        self.sent.append(request)
-        return Deferred()
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def open_store(test: SynchronousTestCase, clock: ThreadlessClock, root: str | None = None,

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 
-from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
-from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from rocketpy.broker.clients import ClientChannelInfo, ClientChannelListener, ConsumerManager, ProducerManager
@@ -21,9 +19,9 @@ from rocketpy.broker.heartbeat import (
     SubscriptionData,
     parse_heartbeat,
 )
-from rocketpy.interfaces import IChannel, IChannelEventListener
+from rocketpy.interfaces import IChannelEventListener
 from rocketpy.remoting.codes import RequestCode
-from rocketpy.remoting.command import RemotingCommand
+from tests.fakes import FakeChannel
 
 #: observed-clients.md §4: the C++ client (PyPI rocketmq 0.4.4).
 CPP_HEARTBEAT = (
@@ -42,32 +40,6 @@ ONS_HEARTBEAT = (
 )
 #: observed-clients.md §3: a C++ producer (no consumerDataSet key at all).
 CPP_PRODUCER_HEARTBEAT = b'{"clientID":"15983-127.0.0.1@DEFAULT","producerDataSet":[{"groupName":"PID_EXPLORE"}]}'
-
-
-@implementer(IChannel)
-class FakeChannel:
-    """A channel that records the oneway requests sent to it and whether it was closed."""
-
-    def __init__(self, remote_address: str = "127.0.0.1:50000", broken: bool = False, raises: bool = False) -> None:
-        self.remote_address = remote_address
-        self.oneway: list[RemotingCommand] = []
-        self.closed = False
-        self.broken = broken
-        self.raises = raises
-
-    def invoke_sync(self, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
-        return fail(AssertionError("not expected"))
-
-    def invoke_oneway(self, request: RemotingCommand) -> Deferred[None]:
-        if self.raises:
-            raise ConnectionError("gone")
-        if self.broken:
-            return fail(ConnectionError("gone"))
-        self.oneway.append(request)
-        return succeed(None)
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def _notified(channel: FakeChannel) -> list[str]:

@@ -27,59 +27,9 @@ from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectionLost, RemotingTimeoutError
-from rocketpy.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
-from tests.broker.test_clients import CPP_HEARTBEAT, CPP_PRODUCER_HEARTBEAT, ONS_HEARTBEAT, FakeChannel
+from tests.broker.test_clients import CPP_HEARTBEAT, CPP_PRODUCER_HEARTBEAT, ONS_HEARTBEAT
+from tests.fakes import CannedStoreService, FakeChannel
 from tests.common.fastjson import fastjson_loads, mq_key
-
-
-class FakeStore:
-    """Queue offsets from a dict; time lookups answer at once."""
-
-    def __init__(self) -> None:
-        self.max: dict[tuple[str, int], int] = {}
-        self.min: dict[tuple[str, int], int] = {}
-        self.max_physical_offset = 1234
-        self.records: dict[int, bytes] = {}
-        self.delete_requests = 0
-        self.messages: dict[int, MessageExt] = {}
-        self.put: list[MessageExt] = []
-        self.selected: list[int] = []
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        return self.max.get((topic, queue_id), 0)
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        return self.min.get((topic, queue_id), 0)
-
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> Deferred[int]:
-        return succeed(timestamp_ms // 1000)
-
-    def get_earliest_message_time(self, topic: str, queue_id: int) -> Deferred[int]:
-        return succeed(1700000000000)
-
-    def query_consume_queue(self, topic: str, queue_id: int, index: int, count: int) -> Deferred[Any]:
-        if topic not in ("T", "ExploreTopic"):
-            return succeed(None)
-        entries = [(100 * i, 10, 7) for i in range(index, min(index + count, 5))] if index < 5 else None
-        return succeed((0, 5, entries))
-
-    def query_consume_time_span(self, topic: str, queue_id: int, consumer_offset: int) -> Deferred[Any]:
-        following = 1_000_000 + consumer_offset if queue_id == 0 else -1
-        return succeed((10, 20, 15, following))
-
-    def look_message_by_offset(self, offset: int) -> Deferred[MessageExt | None]:
-        return succeed(self.messages.get(offset))
-
-    def put_message(self, msg: MessageExt) -> Deferred[PutMessageResult]:
-        self.put.append(msg)
-        return succeed(PutMessageResult(PutMessageStatus.PUT_OK, AppendMessageResult(AppendMessageStatus.PUT_OK)))
-
-    def execute_delete_files_manually(self) -> None:
-        self.delete_requests += 1
-
-    def select_one_message_by_offset(self, offset: int) -> Deferred[bytes | None]:
-        self.selected.append(offset)
-        return succeed(self.records.get(offset))
 
 
 def _request(code: int, body: bytes = b"", **ext: object) -> RemotingCommand:
@@ -90,7 +40,7 @@ class ProcessorTestBase(SynchronousTestCase):
     def setUp(self) -> None:
         self.clock = Clock()
         self.clock.advance(1000)
-        self.store = FakeStore()
+        self.store = CannedStoreService()
         self.registrations: list[int] = []
         topics = TopicConfigManager(self.clock)
         topics.add_change_listener(lambda: self.registrations.append(1))

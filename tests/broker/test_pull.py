@@ -19,7 +19,7 @@ from rocketpy.common.topic import PERM_WRITE, TopicConfig
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from tests.broker.fakes_send import FakeChannel, FakeStoreService
+from tests.fakes import FakeChannel, FakeStoreService
 
 #: PULL_MESSAGE as the C++ client sends it (numbers already strings, observed-clients.md §4).
 CPP_PULL = {

@@ -10,7 +10,8 @@ from rocketpy.common.message import MessageConst, MessageExt, decode_records
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from tests.broker.featurestore import FakeChannel, new_clock, open_store, put
+from tests.fakes import FakeChannel
+from tests.broker.featurestore import new_clock, open_store, put
 
 
 class QueryTests(SynchronousTestCase):

@@ -16,7 +16,8 @@ from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.service import StoreService
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
-from tests.broker.featurestore import FakeChannel, new_clock, open_store, put, read_queue
+from tests.fakes import FakeChannel
+from tests.broker.featurestore import new_clock, open_store, put, read_queue
 
 LEVELS = "1s 5s 1m"
 

@@ -25,7 +25,7 @@ from rocketpy.interfaces import IBatchRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageStatus
-from tests.broker.fakes_send import FakeChannel, FakeStoreService
+from tests.fakes import FakeChannel, FakeStoreService
 
 STORE_HOST = ("192.0.2.10", 10911)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
@@ -18,27 +17,15 @@ from rocketpy.common.topic import PERM_READ, PERM_WRITE, SCHEDULE_TOPIC
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from rocketpy.store.status import PutMessageResult, PutMessageStatus
-from tests.broker.featurestore import FakeChannel, new_clock, open_store, put, read_queue
+from rocketpy.store.status import PutMessageStatus
+from tests.fakes import FakeChannel, FakeStoreService
+from tests.broker.featurestore import new_clock, open_store, put, read_queue
 
 
 def send_back(fields: dict[str, str], version: int = 401) -> RemotingCommand:
     request = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, fields)
     request.version = version
     return request
-
-
-class _RefusingStore:
-    """Finds messages in ``store`` but answers every put with ``status``."""
-
-    def __init__(self, store: Any, status: PutMessageStatus) -> None:
-        self._store, self._status = store, status
-
-    def look_message_by_offset(self, offset: int) -> Deferred[MessageExt | None]:
-        return self._store.look_message_by_offset(offset)  # type: ignore[no-any-return]
-
-    def put_message(self, msg: MessageExt) -> Deferred[PutMessageResult]:
-        return succeed(PutMessageResult(self._status))
 
 
 class SendBackTests(SynchronousTestCase):
@@ -153,9 +140,12 @@ class SendBackTests(SynchronousTestCase):
 
     def test_put_failure_names_status(self) -> None:
         """A refused put answers SYSTEM_ERROR with the status as remark."""
-        processor = SendBackProcessor(_RefusingStore(self.store, PutMessageStatus.OS_PAGECACHE_BUSY), self.topics,
-                                      self.groups)
-        response = self.call(self.cpp12(), processor=processor)
+        refusing = FakeStoreService()
+        original = MessageExt(topic="Orders", body=b"payload", born_host=("10.1.1.1", 4000))
+        offset = self.successResultOf(refusing.put_message(original)).append.wrote_offset  # type: ignore[union-attr]
+        refusing.put_status = PutMessageStatus.OS_PAGECACHE_BUSY
+        processor = SendBackProcessor(refusing, self.topics, self.groups)
+        response = self.call(self.cpp12(offset), processor=processor)
         self.assertEqual((response.code, response.remark), (ResponseCode.SYSTEM_ERROR, "OS_PAGECACHE_BUSY"))
 
     def test_slave_and_no_retry_queues(self) -> None:

@@ -29,8 +29,8 @@ from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.tap import Options, OrderedServices, endpoint_port, makeService
 from rocketpy.util.gctuning import GCThresholdService
-from tests.broker.test_clients import CPP_HEARTBEAT, FakeChannel
-from tests.broker.test_processors import FakeStore
+from tests.broker.test_clients import CPP_HEARTBEAT
+from tests.fakes import CannedStoreService, FakeChannel
 from tests.ports import free_port
 from tests.store.fakes import InlinePool, ThreadlessReactor
 
@@ -312,16 +312,12 @@ class LoopbackTests(TestCase):
         self.assertTrue(os.path.exists(os.path.join(store_config.config_dir, "topics.json")))
 
 
-class RecordingStore(FakeStore):
+class RecordingStore(CannedStoreService):
     """A fake StoreService that records its life cycle into a shared event list."""
 
     def __init__(self, events: list[str]) -> None:
         super().__init__()
         self.events = events
-        self.listeners: list[object] = []
-
-    def add_arrival_listener(self, listener: object) -> None:
-        self.listeners.append(listener)
 
     def startService(self) -> None:
         self.events.append("store start")

@@ -19,7 +19,8 @@ from rocketpy.common.message import MessageConst, MessageExt, MessageSysFlag, de
 from rocketpy.common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from tests.broker.featurestore import STORE_HOST, FakeChannel, new_clock, open_store, read_queue
+from tests.fakes import FakeChannel
+from tests.broker.featurestore import STORE_HOST, new_clock, open_store, read_queue
 
 COMMIT, ROLLBACK = MessageSysFlag.TRANSACTION_COMMIT_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 

@@ -9,7 +9,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from rocketpy.ha.client import HAClient
 from rocketpy.ha.config import HAConfig
 from rocketpy.ha.protocol import ACK, SlaveProtocol, encode_frame
-from tests.ha.fakes import FakeSlaveStore
+from tests.fakes import FakeSlaveStore
 
 
 class ClientTests(SynchronousTestCase):

@@ -11,7 +11,7 @@ from rocketpy.ha.config import HAConfig, ha_listen_endpoint
 from rocketpy.ha.protocol import ACK, FrameReader, MasterProtocol
 from rocketpy.ha.service import HAService
 from rocketpy.store.status import AppendMessageResult, AppendMessageStatus, PutMessageResult, PutMessageStatus
-from tests.ha.fakes import FakeMasterStore
+from tests.fakes import FakeMasterStore
 
 FILE = 1000
 CONFIG = HAConfig(transfer_batch_size=64, slave_fall_behind_max=500)
@@ -87,17 +87,17 @@ class TransferTests(SynchronousTestCase):
         self.store.manual_reads = True
         link = Link(self.service)
         link.ack(3 * FILE)
-        self.assertEqual(len(self.store.reads), 1)
+        self.assertEqual(len(self.store.manual), 1)
         self.store.append(b"more")
-        self.assertEqual(len(self.store.reads), 1)
+        self.assertEqual(len(self.store.manual), 1)
         producer = link.transport.producer
         assert producer is not None
         producer.pauseProducing()
-        offset, size, d = self.store.reads.pop()
+        offset, size, d = self.store.manual.pop()
         d.callback(bytes(self.store.log[offset - 2000:offset - 2000 + size]))
-        self.assertEqual(self.store.reads, [])
+        self.assertEqual(self.store.manual, [])
         producer.resumeProducing()
-        self.assertEqual(len(self.store.reads), 1)
+        self.assertEqual(len(self.store.manual), 1)
 
     def test_ack_beyond_log_drops(self) -> None:
         """After the first report, an ack past the master's end drops the slave."""
@@ -176,7 +176,7 @@ class SyncMasterTests(SynchronousTestCase):
         """An ASYNC_MASTER registers no put hook: sends do not wait."""
         store = FakeMasterStore()
         HAService(self.clock, store, CONFIG, FILE, None, sync_master=False)
-        self.assertEqual((store.put_hooks, len(store.arrival_listeners)), ([], 1))
+        self.assertEqual((store.put_hooks, len(store.listeners)), ([], 1))
 
     def test_stop_ends_waiters_and_links(self) -> None:
         """Stopping drops the links and answers pending waiters FLUSH_SLAVE_TIMEOUT."""

@@ -12,7 +12,7 @@ from rocketpy.namesrv.service import NamesrvService
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from tests.namesrv.fakes import register_request
+from tests.namesrv.helpers import register_request
 
 TIMEOUT = 5.0
 

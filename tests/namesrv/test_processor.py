@@ -19,7 +19,8 @@ from rocketpy.namesrv.processor import NamesrvProcessor
 from rocketpy.namesrv.routeinfo import FLAG_UNIT, RouteInfoManager
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from tests.namesrv.fakes import FakeChannel, register_request
+from tests.fakes import FakeChannel
+from tests.namesrv.helpers import register_request
 
 C = RequestCode
 R = ResponseCode
@@ -36,6 +37,7 @@ class ProcessorTestsMixin:
         self.kv.load()
         self.processor = NamesrvProcessor(self.routes, self.kv, self.clock, {"productEnvName": "center"})
         self.channel = FakeChannel("127.0.0.1:40001")
+        self.addCleanup(lambda: self.assertEqual(self.channel.sent, [], "the name server never calls brokers"))
 
     def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
         request = RemotingCommand.request(code, ext, body)

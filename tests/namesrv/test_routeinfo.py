@@ -6,7 +6,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.common.topic import DataVersion, TopicConfig
 from rocketpy.namesrv.routeinfo import FLAG_UNIT, FLAG_UNIT_SUB, RegisterResult, RouteInfoManager
-from tests.namesrv.fakes import FakeChannel
+from tests.fakes import FakeChannel
 
 MASTER = "10.0.0.5:10911"
 SLAVE = "10.0.0.6:10911"

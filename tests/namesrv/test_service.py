@@ -17,7 +17,8 @@ from rocketpy.namesrv.service import NamesrvService
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.util.fileio import write_atomically
-from tests.namesrv.fakes import FakeChannel, register_request
+from tests.fakes import FakeChannel
+from tests.namesrv.helpers import register_request
 from tests.store.fakes import InlinePool, ThreadlessReactor
 
 

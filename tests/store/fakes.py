@@ -1,119 +1,20 @@
-"""Test doubles for the store service: a blocking fake store, an inline pool, a step-by-step pool."""
+"""Test doubles for the store service: an inline pool, a step-by-step pool, clocks, and services over
+:class:`~tests.fakes.FakeMessageStore`."""
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, cast
 
 from twisted.internet.testing import MemoryReactorClock
 from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from rocketpy.common.message import MessageExt, offset_msg_id
+from rocketpy.common.message import MessageExt
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.service import StoreService
-from rocketpy.store.status import (
-    AppendMessageResult,
-    AppendMessageStatus,
-    GetMessageResult,
-    GetMessageStatus,
-    PutMessageResult,
-    PutMessageStatus,
-)
-
-PAGE = 4096
-RECORD_OVERHEAD = 100  # bytes a fake record adds to its body
-
-
-class FakeMessageStore:
-    """A blocking store following doc/store-api.md just enough for :class:`StoreService`.
-
-    Records are not kept; offsets advance by ``len(body) + 100`` per message. ``events``
-    lists calls in order (``"load"``, ``"put"``, ``("flush", least_pages)``, ...), and
-    setting ``flush_error`` makes the next flushes raise it.
-    """
-
-    def __init__(self, config: MessageStoreConfig | None = None) -> None:
-        self.config = config or MessageStoreConfig(store_path_root_dir="unused")
-        self.events: list[Any] = []
-        self.max_physical_offset = 0
-        self.flushed_offset = 0
-        self.min_physical_offset = 0
-        self.queues: dict[tuple[str, int], int] = {}
-        self.flush_error: Exception | None = None
-        self.load_result = True
-        self.on_put: Callable[[MessageExt], None] | None = None
-        self.populate_wanted = False  # what populate_due answers
-        self.inline_ok = False  # what can_append_inline answers
-
-    def can_append_inline(self, puts: Sequence[Sequence[MessageExt]]) -> bool:
-        return self.inline_ok
-
-    def populate_due(self) -> bool:
-        return self.populate_wanted
-
-    def populate_ahead(self) -> None:
-        self.events.append("populate")
-        self.populate_wanted = False
-
-    def load(self) -> bool:
-        self.events.append("load")
-        return self.load_result
-
-    def start(self) -> None:
-        self.events.append("start")
-
-    def shutdown(self) -> None:
-        self.events.append("shutdown")
-
-    def put_message(self, msg: MessageExt) -> PutMessageResult:
-        return self.put_messages([msg])
-
-    def put_messages(self, msgs: list[MessageExt]) -> PutMessageResult:
-        self.events.append("put")
-        if self.on_put is not None:
-            self.on_put(msgs[0])
-        key = (msgs[0].topic, msgs[0].queue_id)
-        queue_offset = self.queues.get(key, 0)
-        start = self.max_physical_offset
-        size = sum(len(m.body) + RECORD_OVERHEAD for m in msgs)
-        self.max_physical_offset += size
-        self.queues[key] = queue_offset + len(msgs)
-        append = AppendMessageResult(
-            AppendMessageStatus.PUT_OK, start, size,
-            [offset_msg_id(("127.0.0.1", 10911), start)], queue_offset, len(msgs), 0,
-        )
-        return PutMessageResult(PutMessageStatus.PUT_OK, append)
-
-    def flush(self, least_pages: int = 0) -> bool:
-        self.events.append(("flush", least_pages))
-        if self.flush_error is not None:
-            raise self.flush_error
-        wrote, flushed = self.max_physical_offset, self.flushed_offset
-        if wrote <= flushed or wrote // PAGE - flushed // PAGE < least_pages:
-            return False
-        self.flushed_offset = wrote
-        return True
-
-    def flush_consume_queues(self, least_pages: int = 0) -> None:
-        self.events.append(("flush_cq", least_pages))
-
-    def clean_expired_files(self) -> int:
-        self.events.append("clean")
-        return 0
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        return self.queues.get((topic, queue_id), 0)
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        return 0
-
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    tag_filter: Callable[[int], bool] | None = None) -> GetMessageResult:
-        self.events.append("get")
-        return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE)
-
+from tests.fakes import FakeMessageStore
 
 class ThreadlessReactor(MemoryReactorClock):
     """A memory reactor whose callFromThread runs the call at once (for an :class:`InlinePool`)."""

@@ -8,7 +8,8 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters
 from rocketpy.store.status import PutMessageStatus
-from tests.store.fakes import PAGE, RECORD_OVERHEAD, ManualPool, make_service, make_stepped_service, message
+from tests.fakes import PAGE, RECORD_OVERHEAD
+from tests.store.fakes import ManualPool, make_service, make_stepped_service, message
 
 
 def _body(pages: int) -> bytes:

@@ -17,8 +17,8 @@ from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.groupcommit import wants_wait
 from rocketpy.store.service import StoreService
 from rocketpy.store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
+from tests.fakes import FakeMessageStore
 from tests.store.fakes import (
-    FakeMessageStore,
     InlinePool,
     ManualPool,
     ThreadlessClock,

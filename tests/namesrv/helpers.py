@@ -1,32 +1,11 @@
-"""Test doubles for the name server tests."""
+"""Requests for the name server tests."""
 
 from __future__ import annotations
 
-from zope.interface import implementer
-
 from rocketpy.common.topic import DataVersion, TopicConfig
-from rocketpy.interfaces import IChannel
 from rocketpy.namesrv.bodies import RegisterBrokerBody, encode_register_body
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
-
-
-@implementer(IChannel)
-class FakeChannel:
-    """A channel that records whether it was closed."""
-
-    def __init__(self, remote_address: str = "127.0.0.1:50000") -> None:
-        self.remote_address = remote_address
-        self.closed = False
-
-    def invoke_sync(self, request: RemotingCommand, timeout: float) -> None:
-        raise AssertionError("the name server never calls brokers")
-
-    def invoke_oneway(self, request: RemotingCommand) -> None:
-        raise AssertionError("the name server never calls brokers")
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def register_request(
