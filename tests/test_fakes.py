@@ -11,7 +11,7 @@ from zope.interface.verify import verifyClass, verifyObject
 from rocketpy.common.message import MessageConst, MessageExt
 from rocketpy.interfaces import IChannel, IStoreService
 from rocketpy.store.service import StoreService
-from tests.broker.test_tap import RecordingStore
+from tests.test_tap import RecordingStore
 from tests.fakes import (
     STORE_MS,
     CannedStoreService,

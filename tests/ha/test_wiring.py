@@ -22,7 +22,7 @@ from rocketpy.ha.sync import SlaveSynchronize
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.util.fileio import write_atomically
-from tests.broker.test_tap import _parse as parse
+from tests.test_tap import _parse as parse
 
 
 class OptionTests(SynchronousTestCase):
