@@ -1,5 +1,5 @@
 """The admin request processor: topics, groups, offsets, statistics, forwarded consumer calls
-(spec §3.7; mqadmin and the console).
+(doc/wire.md §9; mqadmin and the console).
 
 Bad input is answered as in :mod:`rocketpy.broker.processors`: a response code and a remark.
 """

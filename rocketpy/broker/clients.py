@@ -1,4 +1,4 @@
-"""Who is connected: consumer groups and producer groups, from HEART_BEAT (spec §3.2, §3.6).
+"""Who is connected: consumer groups and producer groups, from HEART_BEAT (doc/wire.md §4).
 
 The heartbeat bodies themselves are parsed in :mod:`rocketpy.broker.heartbeat`.
 """

@@ -1,8 +1,8 @@
 """Broker-side tag filtering built from a subscription string (``*``, ``TagA || TagB``).
 
 The filter is always built from the tag *strings*: the C++ client's heartbeat
-carries ``codeSet`` ``[0]`` instead of the tags' Java hashes (spec
-observed-clients.md §4), so the codes are recomputed here with
+carries ``codeSet`` ``[0]`` instead of the tags' Java hashes (doc/wire.md
+§4), so the codes are recomputed here with
 :func:`~rocketpy.common.message.java_hash`.
 """
 

@@ -1,6 +1,6 @@
-"""HEART_BEAT bodies: the client's producer and consumer data, parsed once (spec §3.2).
+"""HEART_BEAT bodies: the client's producer and consumer data, parsed once (doc/wire.md §4).
 
-Heartbeat bodies differ per client (observed-clients.md §4): the C++ client
+Heartbeat bodies differ per client (doc/wire.md §4): the C++ client
 sends enum ordinals and ``subVersion`` as a string, Java and ali-ons enum
 names and numbers, and any list may be missing. Subscriptions keep the tag
 *strings* — the C++ ``codeSet`` is ``[0]`` and is never used.

@@ -44,7 +44,7 @@ class ConsumerOffsetManager(JsonConfigFile):
         """Store ``offset`` for the queue; negative offsets mean "none" and are ignored.
 
         ali-ons reports an untouched queue's offset 0 as -1, the C++ client
-        commits -1 after a GET_MAX_OFFSET start (observed-clients.md §4).
+        commits -1 after a GET_MAX_OFFSET start (doc/wire.md §5).
         """
         if offset < 0:
             return
@@ -114,7 +114,7 @@ class ConsumerOffsetManager(JsonConfigFile):
 
 
 class RebalanceLockManager:
-    """Which client of a group holds each queue (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ, spec §3.4).
+    """Which client of a group holds each queue (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ, doc/wire.md §7).
 
     :param clock: lock ages are measured with it.
     :param max_live: seconds after the last lock by its holder when a lock may be taken over.

@@ -1,4 +1,4 @@
-"""Registration with the name servers (Java ``BrokerOuterAPI`` + the registration timer, spec §6).
+"""Registration with the name servers (Java ``BrokerOuterAPI`` + the registration timer, doc/wire.md §2).
 
 The broker registers with every configured name server at start, every
 ``register_name_server_period`` seconds (clamped to 10–60 s) and as soon as

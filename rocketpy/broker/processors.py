@@ -1,4 +1,4 @@
-"""Client-manage and consumer-manage request processors and their shared base (spec §3.2–3.3).
+"""Client-manage and consumer-manage request processors and their shared base (doc/wire.md §4–5).
 
 The admin processor is in :mod:`rocketpy.broker.admin`.
 

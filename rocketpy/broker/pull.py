@@ -1,6 +1,6 @@
 """PULL_MESSAGE (11): read a queue, filter by tag, hold the request when nothing is there.
 
-Follows Java 4.9 ``PullMessageProcessor`` (spec remoting-protocol.md §3.3).
+Follows Java 4.9 ``PullMessageProcessor`` (doc/wire.md §5).
 Every response carries ``suggestWhichBrokerId``, ``nextBeginOffset``,
 ``minOffset`` and ``maxOffset`` as strings (the C++ client ignores anything
 else) and the store status name as remark.

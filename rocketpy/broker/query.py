@@ -1,6 +1,6 @@
 """QUERY_MESSAGE (12) and VIEW_MESSAGE_BY_ID (33), Java 4.9 ``QueryMessageProcessor``.
 
-Both answer with stored records (spec remoting-protocol.md §4.1) read through the
+Both answer with stored records (doc/wire.md §10) read through the
 store: by commit-log offset (the offset message id's last 8 bytes) or through the
 index by key (a ``KEYS`` word or, with ``_UNIQUE_KEY_QUERY``, a ``UNIQ_KEY``).
 """

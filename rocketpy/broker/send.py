@@ -1,7 +1,7 @@
 """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320).
 
-Follows Java 4.9 ``SendMessageProcessor`` (spec remoting-protocol.md §3.2) with
-the observed-clients twists: the C++ client sends code 10 with long names and
+Follows Java 4.9 ``SendMessageProcessor`` (doc/wire.md §3) with
+the twists of real clients (§14): the C++ client sends code 10 with long names and
 numeric fields, and batches as ``"batch":"1"``; the batch flag alone decides
 batch-vs-single. Messages go straight to :class:`StoreService` (which groups
 puts itself), so the send path has no per-message thread hop.
@@ -354,7 +354,7 @@ class SendMessageProcessor:
         return request.make_response(code, remark, ext)
 
     def _put_response(self, result: PutMessageResult, request: RemotingCommand, queue_id: int) -> RemotingCommand:
-        """Map a PutMessageStatus to the response (spec store-and-client.md §3 table)."""
+        """Map a PutMessageStatus to the response (doc/wire.md §3)."""
         code, remark, stored = _PUT_RESPONSES.get(
             result.status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR DEFAULT", False)
         )

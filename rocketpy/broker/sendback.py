@@ -1,7 +1,7 @@
 """CONSUMER_SEND_MSG_BACK (36): a consumer hands a failed message back for a later retry.
 
-Follows Java 4.9 ``SendMessageProcessor.asyncConsumerSendMsgBack`` (spec
-store-and-client.md §8, remoting-protocol.md §3.3): the stored message is copied to
+Follows Java 4.9 ``SendMessageProcessor.asyncConsumerSendMsgBack`` (doc/wire.md
+§6): the stored message is copied to
 ``%RETRY%<group>`` with a delay level, or to ``%DLQ%<group>`` once it was retried
 often enough. Header variants: the C++ 1.2 client sends only ``offset``, ``group`` and
 ``delayLevel``; the C++ 2.0 client swaps ``maxReconsumeTimes`` with its RPC timeout

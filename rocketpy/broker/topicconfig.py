@@ -1,7 +1,7 @@
 """The broker's topic table: system topics, auto-creation, data version, ``topics.json``.
 
 Behaviour follows Java 4.9.4 ``TopicConfigManager`` and ``TopicValidator``
-(spec remoting-protocol.md §3.2 rules 1–2 and §6). Everything runs on the
+(doc/wire.md §2–3). Everything runs on the
 reactor thread; persisting writes a small JSON file atomically.
 """
 

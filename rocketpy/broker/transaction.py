@@ -1,7 +1,7 @@
 """Transactions: half messages, END_TRANSACTION (37) and the check-back service.
 
-Java 4.9 ``TransactionalMessageServiceImpl`` / ``EndTransactionProcessor`` (spec
-remoting-protocol.md §3.5, store-and-client.md §8). A PREPARED send is stored on
+Java 4.9 ``TransactionalMessageServiceImpl`` / ``EndTransactionProcessor`` (doc/wire.md
+§8). A PREPARED send is stored on
 ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (:func:`half_message`, called by the send
 processor). END_TRANSACTION re-puts a committed message to its real topic and writes an
 op record (``RMQ_SYS_TRANS_OP_HALF_TOPIC``, tag ``d``, body = half queue offset) for

@@ -1,5 +1,5 @@
 """Queue selection with latency fault tolerance: Java 4.9's ``MQFaultStrategy``
-and ``LatencyFaultToleranceImpl`` (spec ``store-and-client.md`` §10).
+and ``LatencyFaultToleranceImpl`` (doc/wire.md §13).
 
 A slow or failing broker is banned for a while, longer the slower it was;
 with the strategy off (the default) selection only avoids the broker that

@@ -2,7 +2,7 @@
 turning it into the queues a producer writes and a consumer reads.
 
 Follows Java's ``MQClientInstance.topicRouteData2TopicPublishInfo`` and
-``topicRouteData2TopicSubscribeInfo`` (spec ``remoting-protocol.md`` §3.1).
+``topicRouteData2TopicSubscribeInfo`` (doc/wire.md §2).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GET_CONSUMER_RUNNING_INFO (307) on the client side (spec ``remoting-protocol.md`` §3.6).
+"""GET_CONSUMER_RUNNING_INFO (307) on the client side (doc/wire.md §4).
 
 An admin tool asks a broker; the broker forwards the request over the
 consumer's connection, and the client instance answers with Java's

@@ -4,7 +4,7 @@
 (``TRAN_MSG=true``, ``PGROUP``), runs the local transaction and ends it with
 END_TRANSACTION (37). When the broker asks later with CHECK_TRANSACTION_STATE (39)
 the listener's ``check_local_transaction`` answers, and END_TRANSACTION goes back on
-the same connection with ``fromTransactionCheck=true`` (spec remoting-protocol.md §3.5).
+the same connection with ``fromTransactionCheck=true`` (doc/wire.md §8).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 RocketMQ bodies keyed by a ``MessageQueue`` (GET_TOPIC_STATS_INFO, GET_CONSUME_STATS,
 ConsumerRunningInfo's ``mqTable``) are written by fastjson with the key *object* in
 key position, ``{{"brokerName":"b","queueId":0,"topic":"T"}:{…}}``: not standard JSON,
-but what the Java admin tools parse (spec ``remoting-protocol.md`` §3.7). :func:`loads` reads
+but what the Java admin tools parse (doc/wire.md §9). :func:`loads` reads
 it back (RESET_CONSUMER_CLIENT_OFFSET's body). fastjson also writes ``Map<Long,…>`` keys bare
 (``{0:"127.0.0.1:10911"}``): :func:`loads_tolerant` reads those (route and registration bodies).
 """

@@ -1,7 +1,7 @@
 """Messages as RocketMQ lays them out: properties, stored records, batch bodies, message ids.
 
-Everything here is pure and byte-compatible with Apache RocketMQ 4.x (spec
-``store-and-client.md`` §2 and ``remoting-protocol.md`` §4).
+Everything here is pure and byte-compatible with Apache RocketMQ 4.x (doc/wire.md
+§10).
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""Master/slave replication of the commit log (spec store-and-client.md §9; doc/ha.md)."""
+"""Master/slave replication of the commit log (doc/ha.md; doc/wire.md §12)."""

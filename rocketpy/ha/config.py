@@ -12,7 +12,7 @@ _PORT = re.compile(r"^((?:tcp|tcp6):(?:port=)?)(\d+)")
 
 @dataclass
 class HAConfig:
-    """Replication settings (spec store-and-client.md §9)."""
+    """Replication settings (doc/ha.md)."""
 
     #: bytes of commit log per frame (``haTransferBatchSize``)
     transfer_batch_size: int = 32 * 1024

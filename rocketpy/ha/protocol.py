@@ -1,4 +1,4 @@
-"""The HA wire format and both ends' Twisted protocols (spec store-and-client.md §9).
+"""The HA wire format and both ends' Twisted protocols (doc/wire.md §12, doc/ha.md).
 
 Slave → master: bare big-endian ``i64`` offsets (the slave's max commit-log offset).
 Master → slave: frames of ``i64 offset ‖ i32 size ‖ size bytes`` of commit log; size 0 is a

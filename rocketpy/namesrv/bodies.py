@@ -1,4 +1,4 @@
-"""JSON bodies of the name server commands (spec §3.1 and §6).
+"""JSON bodies of the name server commands (doc/wire.md §2).
 
 Outgoing bodies are standard JSON with sorted keys, like fastjson's output but
 with quoted broker-id keys (``{"0":"127.0.0.1:10911"}``). Incoming bodies come

@@ -1,4 +1,4 @@
-"""The name server's request processor: one handler per request code (spec §3.1, §6).
+"""The name server's request processor: one handler per request code (doc/wire.md §2).
 
 Handlers return the response at once, except the KV writes, which answer once the KV file
 is written (off the reactor thread). Header and body errors become SYSTEM_ERROR responses

@@ -2,7 +2,7 @@
 
 Pure bookkeeping, no Twisted: callers pass the current time (seconds) and the
 channel a broker registered over. Behaviour follows Java 4.9.4
-``RouteInfoManager`` (spec §6); everything runs on one thread.
+``RouteInfoManager`` (doc/wire.md §2); everything runs on one thread.
 """
 
 from __future__ import annotations

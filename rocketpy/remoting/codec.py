@@ -1,6 +1,6 @@
 """Bytes <-> :class:`RemotingCommand`: pure functions, no Twisted import.
 
-Frame layout (``remoting-protocol.md`` §1.1)::
+Frame layout (doc/wire.md §1)::
 
     int32 length (= 4 + headerLen + bodyLen) | int32 (serializeType << 24 | headerLen) | header | body
 

@@ -1,6 +1,6 @@
 """The commit log: every message of the broker, appended in one sequence of segment files.
 
-Records have RocketMQ's v1 layout (spec store-and-client.md §2; :mod:`rocketpy.common.message`).
+Records have RocketMQ's v1 layout (doc/wire.md §10; :mod:`rocketpy.common.message`).
 Records are encoded outside the lock; under it the store fields are patched in, the bytes copied
 once and the dispatchers (consume queues, index) told about each record. Plain blocking code:
 one writer thread, readers on any thread.

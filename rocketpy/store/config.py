@@ -11,7 +11,7 @@ CQ_UNIT_SIZE = 20
 
 @dataclass
 class MessageStoreConfig:
-    """Settings of one message store (spec store-and-client.md §1–7).
+    """Settings of one message store (RocketMQ's ``MessageStoreConfig``; doc/store.md).
 
     Times are in seconds (RocketMQ uses milliseconds) except ``file_reserved_time`` (hours, as RocketMQ).
     """

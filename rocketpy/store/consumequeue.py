@@ -1,7 +1,7 @@
 """Consume queues: per (topic, queue id) arrays of 20-byte entries pointing into the commit log.
 
 Entry ``cqOffset`` sits at byte ``cqOffset × 20``: ``i64 commitLogOffset ‖ i32 size ‖ i64 tagsCode``
-(spec store-and-client.md §5). Files are :class:`~rocketpy.store.mappedfile.MappedFile` segments
+(doc/wire.md §11). Files are :class:`~rocketpy.store.mappedfile.MappedFile` segments
 named by their start byte offset under ``consumequeue/<topic>/<queueId>/``. One writer thread
 dispatches; readers on other threads only look below a file's wrote position, which moves after
 the entry bytes are in place.

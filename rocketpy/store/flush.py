@@ -1,6 +1,6 @@
 """The store's periodic pool work: commit-log flush, consume-queue flush and retention.
 
-RocketMQ runs these as service threads (spec store-and-client.md §4, §7); here each is a
+RocketMQ runs these as service threads (``FlushRealTimeService``, ``CleanCommitLogService``; doc/store.md); here each is a
 reactor ``LoopingCall`` that hands one blocking call to the store's pool per tick. A loop
 never overlaps itself (``LoopingCall`` waits for the returned Deferred), and a failing tick
 is logged without ending the loop.

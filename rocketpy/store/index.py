@@ -1,4 +1,4 @@
-"""The message index: hash files mapping ``topic#key`` to commit-log offsets (spec §5, §6, §7).
+"""The message index: hash files mapping ``topic#key`` to commit-log offsets (doc/wire.md §11).
 
 Layout of one file, byte-compatible with RocketMQ's ``IndexFile``: a 40-byte header
 ``@0 beginTs, @8 endTs, @16 beginPhy, @24 endPhy (i64), @32 hashSlotCount, @36 indexCount (i32)``;

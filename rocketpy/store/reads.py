@@ -1,4 +1,4 @@
-"""Pull reads: a consume-queue slice turned into a batch of stored records (spec §5).
+"""Pull reads: a consume-queue slice turned into a batch of stored records (doc/wire.md §5).
 
 Blocking and thread-safe against the one writer: it only reads consume queues
 and commit-log bytes that were published before it looked.
@@ -17,7 +17,7 @@ from rocketpy.store.status import GetMessageResult, GetMessageStatus
 
 TagFilter = Callable[[int], bool]
 
-MIN_SCAN_BYTES = 16000  # spec §5: at least 800 entries scanned per pull
+MIN_SCAN_BYTES = 16000  # doc/wire.md §5: at least 800 entries scanned per pull
 _ENTRY = struct.Struct(">qiq")
 _SYS_FLAG = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -92,7 +92,7 @@ class MessageReader:
         max_msg_nums: int,
         tag_filter: TagFilter | None = None,
     ) -> GetMessageResult:
-        """Read up to ``max_msg_nums`` records of a queue from ``offset`` (spec §5 table).
+        """Read up to ``max_msg_nums`` records of a queue from ``offset`` (doc/wire.md §5 table).
 
         :param group: the consumer group (not used for the read itself).
         :param tag_filter: keeps entries whose tags code it accepts; None keeps all.

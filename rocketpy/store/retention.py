@@ -1,4 +1,4 @@
-"""Retention: when commit-log files may be deleted, and how full the disk is (spec §7).
+"""Retention: when commit-log files may be deleted, and how full the disk is (doc/wire.md §11).
 
 Pure decisions (:func:`is_time_to_delete`, :func:`check_disk`, :func:`used_ratio`) plus
 :class:`Retention`, which a store runs every ``clean_resource_interval`` (10 s): it measures the

@@ -2,7 +2,7 @@
 
 The service owns the store's thread pools (STYLE.md §3). Puts are queued on the reactor
 and handed to the writer pool in *one* hop for everything queued since the previous hop
-(a hop costs ~70 µs of CPU, spec/performance-notes.md); only one append hop runs at a
+(a hop costs ~70 µs of CPU, doc/store.md "The put path"); only one append hop runs at a
 time (under ASYNC_FLUSH a small put that finds the writer idle is appended on the reactor
 thread instead, when the store vouches that it blocks on nothing: see ``_append_inline``).
 Commit-log flushes run on a flush thread of their own, as RocketMQ's flush

@@ -68,7 +68,7 @@ class PutMessageResult:
 
 
 class GetMessageStatus(Enum):
-    """Outcome of a consume-queue read (spec §5 table)."""
+    """Outcome of a consume-queue read (doc/wire.md §5 table)."""
 
     FOUND = "FOUND"
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"

@@ -23,14 +23,14 @@ from rocketpy.interfaces import IChannelEventListener
 from rocketpy.remoting.codes import RequestCode
 from tests.fakes import FakeChannel
 
-#: observed-clients.md §4: the C++ client (PyPI rocketmq 0.4.4).
+#: doc/wire.md §4: the C++ client (PyPI rocketmq 0.4.4).
 CPP_HEARTBEAT = (
     b'{"clientID":"17142-127.0.0.1@DEFAULT","consumerDataSet":[{"consumeFromWhere":0,"consumeType":1,'
     b'"groupName":"CID_TAG","messageModel":1,"subscriptionDataSet":['
     b'{"subString":"*","subVersion":"1795938075655","topic":"%RETRY%CID_TAG"},'
     b'{"codeSet":[0],"subString":"TagA","subVersion":"1795938075655","tagsSet":["TagA"],"topic":"ExploreTopic"}]}]}'
 )
-#: observed-clients.md §4: ali-ons 3.12.
+#: doc/wire.md §4: ali-ons 3.12.
 ONS_HEARTBEAT = (
     b'{"clientID":"192.0.2.2@19513","consumerDataSet":[{"groupName":"CID_ALI_EXPLORE",'
     b'"consumeType":"CONSUME_PASSIVELY","messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET",'
@@ -38,7 +38,7 @@ ONS_HEARTBEAT = (
     b'"tagsSet":["TagA","TagB"],"codeSet":[2598919,2598920],"subVersion":1795938220455}],"unitMode":false}],'
     b'"producerDataSet":[]}'
 )
-#: observed-clients.md §3: a C++ producer (no consumerDataSet key at all).
+#: doc/wire.md §14: a C++ producer (no consumerDataSet key at all).
 CPP_PRODUCER_HEARTBEAT = b'{"clientID":"15983-127.0.0.1@DEFAULT","producerDataSet":[{"groupName":"PID_EXPLORE"}]}'
 
 

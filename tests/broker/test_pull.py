@@ -21,7 +21,7 @@ from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from tests.fakes import FakeChannel, FakeStoreService
 
-#: PULL_MESSAGE as the C++ client sends it (numbers already strings, observed-clients.md §4).
+#: PULL_MESSAGE as the C++ client sends it (numbers already strings, doc/wire.md §14).
 CPP_PULL = {
     "AccessKey": "",
     "OnsChannel": "ALIYUN",

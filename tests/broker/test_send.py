@@ -30,7 +30,7 @@ from tests.fakes import FakeChannel, FakeStoreService
 STORE_HOST = ("192.0.2.10", 10911)
 
 #: SEND_MESSAGE exactly as the C++ client (PyPI rocketmq 0.4.4) sends it, after the
-#: codec turned its JSON numbers into strings (observed-clients.md §3).
+#: codec turned its JSON numbers into strings (doc/wire.md §14).
 CPP_V1 = {
     "AccessKey": "",
     "OnsChannel": "ALIYUN",
@@ -316,7 +316,7 @@ class SendMessageProcessorTests(SynchronousTestCase):
         self.assertEqual(self.store.puts[-1][1][0].topic, "AliTopic")
 
     def test_status_mapping(self) -> None:
-        """Every PutMessageStatus maps to the spec's code; stored ones carry msgId/queueId/queueOffset."""
+        """Every PutMessageStatus maps to its code (doc/wire.md §3); stored ones carry msgId/queueId/queueOffset."""
         expected = {
             PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
             PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,

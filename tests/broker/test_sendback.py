@@ -46,7 +46,7 @@ class SendBackTests(SynchronousTestCase):
         return result
 
     def cpp12(self, offset: int | None = None, delay: int = 0, group: str = "CG") -> dict[str, str]:
-        """The C++ 1.2 client's header: offset, group and delayLevel only (observed-clients.md §4)."""
+        """The C++ 1.2 client's header: offset, group and delayLevel only (doc/wire.md §6)."""
         return {"delayLevel": str(delay), "group": group, "offset": str(self.offset if offset is None else offset)}
 
     def parked(self, level: int) -> list[MessageExt]:

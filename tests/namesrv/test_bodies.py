@@ -42,7 +42,7 @@ class OutgoingTests(SynchronousTestCase):
         )
 
     def test_topic_route_exact(self) -> None:
-        """The route body is spec §3.1's JSON with quoted broker-id keys and sorted keys."""
+        """The route body is doc/wire.md §2's JSON with quoted broker-id keys and sorted keys."""
         self.assertEqual(
             bodies.encode_topic_route(self.route()),
             b'{"brokerDatas":[{"brokerAddrs":{"0":"10.0.0.5:10911","1":"10.0.0.6:10911"},'

@@ -22,7 +22,7 @@ from rocketpy.remoting.codes import RESPONSE_FLAG, ResponseCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import ProtocolError
 
-# The spec's SEND_MESSAGE_V2 request produced by Java 4.9.4 (remoting-protocol.md §1.2),
+# A SEND_MESSAGE_V2 request produced by Java 4.9.4 (doc/wire.md §1),
 # with the elided properties ("i") filled in with U+0001/U+0002 separators.
 SPEC_V2_HEADER = (
     b'{"code":310,"extFields":{"a":"PG","b":"T","c":"TBW102","d":"4","e":"1","f":"0","g":"1700000000000",'
@@ -45,7 +45,7 @@ def round_trip(command: RemotingCommand) -> RemotingCommand:
 
 class JSONCodecTests(SynchronousTestCase):
     def test_spec_example_round_trips_byte_for_byte(self) -> None:
-        """The spec's Java request header decodes to strings and re-encodes to the same bytes."""
+        """A Java 4.9.4 request header decodes to strings and re-encodes to the same bytes."""
         command = decode(frame(SPEC_V2_HEADER, b"payload"))
         self.assertEqual(
             (command.code, command.language, command.opaque, command.flag, command.version),

@@ -1,4 +1,4 @@
-"""Pull reads: every getMessage status of spec §5, next offsets, scan limits and batch caps."""
+"""Pull reads: every getMessage status of doc/wire.md §5, next offsets, scan limits and batch caps."""
 
 from __future__ import annotations
 
