@@ -47,7 +47,7 @@ class ReactorThread:
             from twisted.internet.epollreactor import EPollReactor as ReactorClass
         except ImportError:  # not Linux
             from twisted.internet.selectreactor import SelectReactor as ReactorClass
-        self.reactor: Any = ReactorClass()  # type: ignore[no-untyped-call]
+        self.reactor: Any = ReactorClass()
         self._jobs: list[Callable[[], object]] = []
         self._jobs_lock = threading.Lock()
         self._thread = threading.Thread(
@@ -152,7 +152,7 @@ class _Blocking:
         self._rt.call(self._async.shutdown, timeout=timeout)
 
     def __enter__(self: T) -> T:
-        return self.start()  # type: ignore[attr-defined, no-any-return]
+        return self.start()  # type: ignore[attr-defined]
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
@@ -165,7 +165,7 @@ class Producer(_Blocking):
         super().__init__(lambda reactor: _producer.Producer(group, namesrv_addrs, reactor, **kwargs))
 
     def send(self, msg: Message, timeout: float | None = None) -> SendResult:
-        return self._call("send", msg, timeout)  # type: ignore[no-any-return]
+        return self._call("send", msg, timeout)
 
     def send_async(self, msg: Message, timeout: float | None = None) -> Future[SendResult]:
         """Returns at once; the Future completes with the result or the error."""
@@ -175,13 +175,13 @@ class Producer(_Blocking):
         self._call("send_oneway", msg)
 
     def send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:
-        return self._call("send_batch", msgs, timeout)  # type: ignore[no-any-return]
+        return self._call("send_batch", msgs, timeout)
 
     def send_orderly(self, msg: Message, selector: Any, arg: Any, timeout: float | None = None) -> SendResult:
-        return self._call("send_orderly", msg, selector, arg, timeout)  # type: ignore[no-any-return]
+        return self._call("send_orderly", msg, selector, arg, timeout)
 
     def send_to_queue(self, msg: Message, queue: MessageQueue, timeout: float | None = None) -> SendResult:
-        return self._call("send_to_queue", msg, queue, timeout)  # type: ignore[no-any-return]
+        return self._call("send_to_queue", msg, queue, timeout)
 
 
 class PullConsumer(_Blocking):
@@ -191,20 +191,20 @@ class PullConsumer(_Blocking):
         super().__init__(lambda reactor: _consumer.PullConsumer(group, namesrv_addrs, reactor, **kwargs))
 
     def fetch_subscribe_queues(self, topic: str) -> list[MessageQueue]:
-        return self._call("fetch_subscribe_queues", topic)  # type: ignore[no-any-return]
+        return self._call("fetch_subscribe_queues", topic)
 
     def pull(self, queue: MessageQueue, expression: str | None, offset: int, max_nums: int = 32,
              timeout: float = 10.0, block: bool = False) -> PullResult:
-        return self._call("pull", queue, expression, offset, max_nums, timeout, block)  # type: ignore[no-any-return]
+        return self._call("pull", queue, expression, offset, max_nums, timeout, block)
 
     def query_consumer_offset(self, queue: MessageQueue) -> int:
-        return self._call("query_consumer_offset", queue)  # type: ignore[no-any-return]
+        return self._call("query_consumer_offset", queue)
 
     def update_consumer_offset(self, queue: MessageQueue, offset: int) -> None:
         self._call("update_consumer_offset", queue, offset)
 
     def fetch_max_offset(self, queue: MessageQueue) -> int:
-        return self._call("fetch_max_offset", queue)  # type: ignore[no-any-return]
+        return self._call("fetch_max_offset", queue)
 
 
 Listener = Callable[[list[MessageExt], ConsumeContext], ConsumeResult]

@@ -158,3 +158,99 @@ class IStoreService(Interface):
 
     def get_commit_log_data(offset: int, size: int = -1) -> Deferred[bytes | None]:
         """HA master: ``size`` bytes of commit log at ``offset`` (-1: to the end of its file)."""
+
+
+class IMessageStore(Interface):
+    """The blocking store ``StoreService`` runs on its threads (doc/store-api.md): ``MessageStore``.
+
+    Writes come from one writer thread at a time; reads may run on other threads meanwhile.
+    A ``put_many(puts)`` method, when present, takes a whole append hop under one lock.
+    """
+
+    config = Attribute("MessageStoreConfig: flush settings, paths and limits.")
+    max_physical_offset = Attribute("int: the commit-log offset after the last appended byte.")
+    flushed_offset = Attribute("int: the commit-log offset up to which the log is on disk.")
+
+    # -- life cycle and writes (the writer thread)
+
+    def load() -> bool:
+        """Open the files and recover; False when the store cannot run."""
+
+    def start() -> None:
+        """Take the store for this process (lock and abort files)."""
+
+    def shutdown() -> None:
+        """Flush everything and release the files (a clean exit)."""
+
+    def put_message(msg: MessageExt) -> PutMessageResult:
+        """Append one message."""
+
+    def put_messages(msgs: Sequence[MessageExt]) -> PutMessageResult:
+        """Append a batch under one lock, with one result."""
+
+    def can_append_inline(puts: Sequence[Sequence[MessageExt]]) -> bool:
+        """True when appending ``puts`` blocks on nothing (no file to create, no page to fault in)."""
+
+    def populate_due() -> bool:
+        """True when the pages ahead of the write position should be faulted in."""
+
+    def populate_ahead() -> None:
+        """Fault in the pages ahead of the write position (the flush thread)."""
+
+    def flush(least_pages: int = 0) -> bool:
+        """Make the commit log durable; True when the flushed offset advanced."""
+
+    def flush_consume_queues(least_pages: int = 0) -> None:
+        """Make the consume queues and the index durable."""
+
+    def clean_expired_files() -> int:
+        """Delete expired commit-log files (and what only they needed); how many went."""
+
+    def execute_delete_files_manually() -> None:
+        """The next clean passes ignore ``delete_when``."""
+
+    def append_to_commit_log(offset: int, data: bytes) -> bool:
+        """HA slave: append replicated bytes at ``offset`` and dispatch whole records."""
+
+    # -- reads (any thread)
+
+    def get_message(
+        group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+        tag_filter: Callable[[int], bool] | None = None,
+    ) -> GetMessageResult:
+        """Up to ``max_msg_nums`` stored records of a queue from ``offset``."""
+
+    def get_max_offset_in_queue(topic: str, queue_id: int) -> int:
+        """The next offset to be written in a consume queue."""
+
+    def get_min_offset_in_queue(topic: str, queue_id: int) -> int:
+        """The first offset still stored in a consume queue."""
+
+    def get_offset_in_queue_by_time(topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The queue offset of the first message stored at or after ``timestamp_ms``."""
+
+    def get_earliest_message_time(topic: str, queue_id: int) -> int:
+        """The store time (ms) of a queue's first message; -1 when it has none."""
+
+    def get_commit_log_offset_in_queue(topic: str, queue_id: int, cq_offset: int) -> int:
+        """The commit-log offset of a queue entry, 0 when absent."""
+
+    def query_consume_time_span(topic: str, queue_id: int, consumer_offset: int) -> tuple[int, int, int, int]:
+        """Store times of a queue's oldest and newest messages, and around ``consumer_offset``."""
+
+    def query_consume_queue(
+        topic: str, queue_id: int, index: int, count: int
+    ) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:
+        """Raw consume-queue entries (QUERY_CONSUME_QUEUE); None when the queue does not exist."""
+
+    def look_message_by_offset(commit_log_offset: int) -> MessageExt | None:
+        """The message stored at a commit-log offset, decoded."""
+
+    def select_one_message_by_offset(commit_log_offset: int) -> bytes | None:
+        """The raw record stored at a commit-log offset."""
+
+    def query_message(topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryMessageResult:
+        """Records of ``topic`` with ``key`` (a KEYS word or UNIQ_KEY) stored between two times."""
+
+    def get_commit_log_data(offset: int, size: int = -1) -> bytes | None:
+        """HA master: ``size`` bytes at ``offset`` (-1: to the readable end of its file)."""

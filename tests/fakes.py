@@ -22,7 +22,7 @@ from rocketpy.common.message import (
     patch_record,
     tags_code,
 )
-from rocketpy.interfaces import IChannel, IStoreService
+from rocketpy.interfaces import IChannel, IMessageStore, IStoreService
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.groupcommit import PutHook
@@ -382,12 +382,13 @@ class FakeSlaveStore(FakeStoreService):
         d.callback(ok)
 
 
+@implementer(IMessageStore)
 class FakeMessageStore:
-    """A blocking store following doc/store-api.md just enough for :class:`StoreService`.
+    """The blocking store :class:`StoreService` runs, counting instead of storing.
 
-    Records are not kept; offsets advance by ``len(body) + 100`` per message. ``events``
-    lists calls in order (``"load"``, ``"put"``, ``("flush", least_pages)``, ...), and
-    setting ``flush_error`` makes the next flushes raise it.
+    Records are not kept (lookups find nothing); offsets advance by ``len(body) + 100`` per
+    message. ``events`` lists calls in order (``"load"``, ``"put"``, ``("flush", least_pages)``,
+    ...), and setting ``flush_error`` makes the next flushes raise it.
     """
 
     def __init__(self, config: MessageStoreConfig | None = None) -> None:
@@ -465,7 +466,48 @@ class FakeMessageStore:
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         return 0
 
+    def execute_delete_files_manually(self) -> None:
+        self.events.append("delete manually")
+
+    def append_to_commit_log(self, offset: int, data: bytes) -> bool:
+        """Bytes that continue the log advance it; others are refused."""
+        if offset != self.max_physical_offset:
+            return False
+        self.events.append("append")
+        self.max_physical_offset += len(data)
+        return True
+
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     tag_filter: Callable[[int], bool] | None = None) -> GetMessageResult:
         self.events.append("get")
         return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE)
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        return self.get_min_offset_in_queue(topic, queue_id)
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        return -1
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+        return 0
+
+    def query_consume_time_span(self, topic: str, queue_id: int, consumer_offset: int) -> tuple[int, int, int, int]:
+        return -1, -1, -1, -1
+
+    def query_consume_queue(self, topic: str, queue_id: int, index: int,
+                            count: int) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:
+        if (topic, queue_id) not in self.queues:
+            return None
+        return 0, self.queues[(topic, queue_id)], None
+
+    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
+        return None
+
+    def select_one_message_by_offset(self, commit_log_offset: int) -> bytes | None:
+        return None
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryMessageResult:
+        return QueryMessageResult([], 0, 0)
+
+    def get_commit_log_data(self, offset: int, size: int = -1) -> bytes | None:
+        return None

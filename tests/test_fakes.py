@@ -9,7 +9,8 @@ from zope.interface import Interface
 from zope.interface.verify import verifyClass, verifyObject
 
 from rocketpy.common.message import MessageConst, MessageExt
-from rocketpy.interfaces import IChannel, IStoreService
+from rocketpy.interfaces import IChannel, IMessageStore, IStoreService
+from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.service import StoreService
 from tests.test_tap import RecordingStore
 from tests.fakes import (
@@ -39,6 +40,11 @@ class InterfaceTests(SynchronousTestCase):
         """Every fake store service, and each subclass the tests make, provides IStoreService."""
         self.verify(IStoreService, FakeStoreService(), CannedStoreService(), FakeMasterStore(), FakeSlaveStore(),
                     RecordingStore([]))
+
+    def test_blocking_stores(self) -> None:
+        """MessageStore and the fake the store-service tests run on provide IMessageStore."""
+        self.assertTrue(verifyClass(IMessageStore, MessageStore))
+        self.verify(IMessageStore, FakeMessageStore())
 
     def test_fake_channel(self) -> None:
         """The fake channel provides IChannel."""

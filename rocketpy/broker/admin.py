@@ -356,7 +356,7 @@ class AdminBrokerProcessor(TableProcessor):
         info = self._t.consumers.find_channel(group, client_id)
         if info is None:
             raise Rejected(ResponseCode.SYSTEM_ERROR, f"The Consumer <{client_id}> not online")
-        return info.channel  # type: ignore[no-any-return]
+        return info.channel
 
     def producer_connections(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         group = get_str(request.ext_fields, "producerGroup")

@@ -80,12 +80,12 @@ class PullRequestHoldService(Service):
     # -- service -------------------------------------------------------------
 
     def startService(self) -> None:
-        super().startService()  # type: ignore[no-untyped-call]
+        super().startService()
         self._loop.start(self._recheck_interval, now=False)
 
     def stopService(self) -> None:
         """Stop the re-check loop, cancel every deadline and drop the parked requests unanswered."""
-        super().stopService()  # type: ignore[no-untyped-call]
+        super().stopService()
         if self._loop.running:
             self._loop.stop()
         for waiting in list(self._parked.values()):

@@ -153,7 +153,7 @@ class TransactionStore:
             self.decided.popitem(last=False)
 
     async def put(self, msg: MessageExt) -> PutMessageStatus:
-        return (await self.store.put_message(msg)).status  # type: ignore[no-any-return]
+        return (await self.store.put_message(msg)).status
 
     async def mark_done(self, half_offset: int) -> bool:
         """Write the op record of ``half_offset``; False (logged) when it was not stored."""

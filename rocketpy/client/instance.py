@@ -250,7 +250,7 @@ class ClientInstance:
     def consume_message_directly(self, group: str, msg: MessageExt, broker_name: str) -> Deferred[dict[str, Any]] | None:
         """Have this client's push consumer of ``group`` consume ``msg`` now (None if it has none)."""
         consume = self._consumer_method(group, "consume_directly")
-        return None if consume is None else consume(msg, broker_name)  # type: ignore[no-any-return]
+        return None if consume is None else consume(msg, broker_name)
 
     def reset_offset(self, topic: str, group: str, offsets: dict[MessageQueue, int]) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET: move this client's push consumer of ``group`` on ``topic``."""

@@ -12,7 +12,10 @@ import logging
 import os
 from typing import Callable, Sequence
 
+from zope.interface import implementer
+
 from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.interfaces import IMessageStore
 from rocketpy.store.checkpoint import StoreCheckpoint
 from rocketpy.store.commitlog import CommitLog, wall_clock_ms
 from rocketpy.store.config import MessageStoreConfig
@@ -36,6 +39,7 @@ class StoreLockedError(RuntimeError):
     """Another store holds the lock file of this store directory."""
 
 
+@implementer(IMessageStore)
 class MessageStore:
     """One broker's message store.
 

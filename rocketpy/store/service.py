@@ -27,10 +27,9 @@ from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from rocketpy.common.message import MessageExt
-from rocketpy.interfaces import IStoreService
+from rocketpy.interfaces import IMessageStore, IStoreService
 from rocketpy.store.flush import FlushLoops, flush_commit_log
 from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters, PutCompletion, PutHook, wants_wait
-from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.servicereads import StoreReads
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
@@ -101,7 +100,7 @@ class StoreService(StoreReads, Service):
 
     log = Logger()
 
-    def __init__(self, message_store: MessageStore, reactor: IReactorTime, pool: ThreadPool | None = None,
+    def __init__(self, message_store: IMessageStore, reactor: IReactorTime, pool: ThreadPool | None = None,
                  read_pool: ThreadPool | None = None, flush_pool: ThreadPool | None = None,
                  max_queued_messages: int = 10_000, max_queue_wait: float = 0.2) -> None:
         self._store = message_store

@@ -8,14 +8,14 @@ from typing import Any, Callable, cast
 from twisted.internet.defer import Deferred
 
 from rocketpy.common.message import MessageExt
-from rocketpy.store.messagestore import MessageStore
+from rocketpy.interfaces import IMessageStore
 from rocketpy.store.status import GetMessageResult, QueryMessageResult
 
 
 class StoreReads:
     """Reads of the blocking store ``_store``; ``_in_read_pool`` runs a call in the read pool."""
 
-    _store: MessageStore
+    _store: IMessageStore
     _in_read_pool: Callable[..., Deferred[Any]]
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
