@@ -427,7 +427,7 @@ class FakeMessageStore:
     def put_message(self, msg: MessageExt) -> PutMessageResult:
         return self.put_messages([msg])
 
-    def put_messages(self, msgs: list[MessageExt]) -> PutMessageResult:
+    def put_messages(self, msgs: Sequence[MessageExt]) -> PutMessageResult:
         self.events.append("put")
         if self.on_put is not None:
             self.on_put(msgs[0])

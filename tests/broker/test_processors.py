@@ -456,7 +456,7 @@ class ResetOffsetTests(ConsumerConnectedBase):
     def reset(self, **ext: object) -> RemotingCommand:
         fields: dict[str, object] = {"topic": "T", "group": "CID_TAG", "timestamp": 50_000, "isForce": "false"}
         fields.update(ext)
-        return self.call(self.admin, _request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, **fields))
+        return self.call(self.admin, _request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, b"", **fields))
 
     def commit(self, *offsets: int) -> None:
         for queue_id, offset in enumerate(offsets):
@@ -546,7 +546,7 @@ class GroupAndFileAdminTests(ProcessorTestBase):
             self.t.offsets.commit_offset("p", "CID_TAG", topic, 0, 9)
 
         def clone(dest: str, **ext: object) -> None:
-            request = _request(RequestCode.CLONE_GROUP_OFFSET, srcGroup="CID_TAG", destGroup=dest, **ext)
+            request = _request(RequestCode.CLONE_GROUP_OFFSET, b"", srcGroup="CID_TAG", destGroup=dest, **ext)
             self.assertCode(self.call(self.admin, request), 0)
 
         clone("ONE", topic="T")
@@ -567,7 +567,7 @@ class GroupAndFileAdminTests(ProcessorTestBase):
         def query(**ext: object) -> RemotingCommand:
             fields: dict[str, object] = {"topic": "T", "queueId": 0, "index": 3, "count": 5}
             fields.update(ext)
-            return self.call(self.admin, _request(RequestCode.QUERY_CONSUME_QUEUE, **fields))
+            return self.call(self.admin, _request(RequestCode.QUERY_CONSUME_QUEUE, b"", **fields))
 
         body = json.loads(query().body)
         self.assertEqual((body["minQueueIndex"], body["maxQueueIndex"]), (0, 5))

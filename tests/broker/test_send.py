@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections.abc import Sequence
 
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
@@ -16,6 +18,7 @@ from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import (
     Message,
     MessageConst,
+    MessageExt,
     decode_offset_msg_id,
     encode_batch,
     string_to_properties,
@@ -24,7 +27,7 @@ from rocketpy.common.topic import PERM_READ, TopicConfig
 from rocketpy.interfaces import IBatchRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from rocketpy.store.status import PutMessageStatus
+from rocketpy.store.status import PutMessageResult, PutMessageStatus
 from tests.fakes import FakeChannel, FakeStoreService
 
 STORE_HOST = ("192.0.2.10", 10911)
@@ -191,7 +194,11 @@ class SendMessageProcessorTests(SynchronousTestCase):
             request.opaque = i
         calls: list[int] = []
         put_many = self.store.put_many
-        self.store.put_many = lambda puts: calls.append(len(puts)) or put_many(puts)  # type: ignore[method-assign]
+
+        def counted(puts: Sequence[Sequence[MessageExt]]) -> Deferred[list[PutMessageResult]]:
+            calls.append(len(puts))
+            return put_many(puts)
+        self.store.put_many = counted  # type: ignore[method-assign]
         responses = self.successResultOf(self.processor.process_requests(self.channel, requests))
         self.assertEqual(calls, [3])
         self.assertEqual([(r.opaque, r.code) for r in responses],

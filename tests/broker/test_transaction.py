@@ -137,7 +137,7 @@ class CheckBackTests(TransactionTestCase):
     def setUp(self) -> None:
         super().setUp()
         self.producers = ProducerManager(self.clock)
-        self.producers.register_producer("PG", ClientChannelInfo(self.channel, "client-1"))  # type: ignore[arg-type]
+        self.producers.register_producer("PG", ClientChannelInfo(self.channel, "client-1"))
         self.offsets = ConsumerOffsetManager()
 
     def checker(self, check_max: int = 15) -> TransactionCheckService:
@@ -231,7 +231,7 @@ class CheckBackTests(TransactionTestCase):
 
     def test_no_live_producer(self) -> None:
         """Without a live producer of the group the check is still counted (Java does the same)."""
-        self.producers.unregister_producer("PG", self.channel)  # type: ignore[arg-type]
+        self.producers.unregister_producer("PG", self.channel)
         self.send_half()
         self.checker()
         self.clock.advance(60)

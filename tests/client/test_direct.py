@@ -4,7 +4,7 @@ its outcome as Java's ConsumeMessageDirectlyResult (fake cluster, timers on a Cl
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 from zope.interface.verify import verifyObject
@@ -18,6 +18,7 @@ from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 
+from .fakes import FakeRemotingClient
 from .test_push import PushTestCase
 
 
@@ -36,7 +37,7 @@ class ConsumeDirectlyTests(PushTestCase):
         return super().listener(msgs, context)
 
     def direct(self, c: PushConsumer, body: bytes, group: str = "CG") -> RemotingCommand:
-        processor = c.instance.remoting.processors[RequestCode.CONSUME_MESSAGE_DIRECTLY]
+        processor = cast(FakeRemotingClient, c.instance.remoting).processors[RequestCode.CONSUME_MESSAGE_DIRECTLY]
         verifyObject(IRequestProcessor, processor)
         ext = {"consumerGroup": group, "clientId": "me", "msgId": "00", "brokerName": "broker-a"}
         request = RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, ext, body, language="JAVA")
@@ -49,7 +50,7 @@ class ConsumeDirectlyTests(PushTestCase):
         self.result = answer
         response = self.direct(c, _record(b"x"))
         self.assertEqual(response.code, ResponseCode.SUCCESS, response.remark)
-        return json.loads(response.body)  # type: ignore[no-any-return]
+        return json.loads(response.body)
 
     def test_listener_outcomes(self) -> None:
         """Success, later, a non-result and an exception, each as Java names them; the listener

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import reactor
 from twisted.internet.defer import gatherResults
+from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
@@ -429,4 +430,4 @@ class BlockingTests(IntegrationTestCase):
         pool = ThreadPool(1, 1, "blocking-test")
         pool.start()
         self.addCleanup(pool.stop)
-        self.assertEqual(await deferToThreadPool(reactor, pool, script), [b"hello", b"warm-up"])
+        self.assertEqual(await deferToThreadPool(cast(IReactorFromThreads, reactor), pool, script), [b"hello", b"warm-up"])

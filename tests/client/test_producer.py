@@ -385,9 +385,9 @@ class RemotingSetupTests(SynchronousTestCase):
         p = Producer("PG", NAMESRV, Clock(), rpc_hooks=[hook], serialize_type=SerializeType.MSGPACK)
         remoting = p.instance.remoting
         self.assertIsInstance(remoting, RemotingClient)
-        self.assertEqual(remoting.rpc_hooks, (hook,))  # type: ignore[attr-defined]
+        self.assertEqual(remoting.rpc_hooks, (hook,))  # type: ignore[union-attr]
         request = RemotingCommand.request(RequestCode.HEART_BEAT)
-        remoting._stamp(request)  # type: ignore[attr-defined]
+        remoting._stamp(request)  # type: ignore[union-attr]
         self.assertEqual(request.serialize_type, SerializeType.MSGPACK)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
@@ -23,7 +23,7 @@ from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectError
 
-from .fakes import NAMESRV, FakeCluster, response
+from .fakes import NAMESRV, FakeCluster, FakeRemotingClient, response
 
 
 class PushTestCase(SynchronousTestCase):
@@ -370,7 +370,7 @@ class ResetOffsetTests(PushTestCase):
     """RESET_CONSUMER_CLIENT_OFFSET (220) from a broker: the queue is taken again from the new offset."""
 
     def tell(self, c: PushConsumer, body: bytes, group: str = "CG") -> None:
-        processor = c.instance.remoting.processors[RequestCode.RESET_CONSUMER_CLIENT_OFFSET]
+        processor = cast(FakeRemotingClient, c.instance.remoting).processors[RequestCode.RESET_CONSUMER_CLIENT_OFFSET]
         ext = {"topic": "T", "group": group, "timestamp": "0"}
         request = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ext, body, language="JAVA")
         self.assertIsNone(processor.process_request(None, request))  # oneway: no reply

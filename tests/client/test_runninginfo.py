@@ -49,7 +49,7 @@ class PushRunningInfoTests(PushTestCase):
     def info(self, c: PushConsumer) -> dict[str, Any]:
         response = _ask(c)
         self.assertEqual((response.code, response.opaque), (ResponseCode.SUCCESS, 9))
-        return fastjson_loads(response.body)  # type: ignore[no-any-return]
+        return fastjson_loads(response.body)
 
     def test_body_while_consuming_and_after(self) -> None:
         """Properties, subscriptions, the held queues with their cache and offsets, and statistics."""

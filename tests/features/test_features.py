@@ -261,7 +261,7 @@ class AdminTests(FeatureTestCase):
         async def progress() -> dict[Any, Any]:
             response = await call(RequestCode.GET_CONSUME_STATS, consumerGroup="CG", topic="Watched")
             stats = fastjson_loads(response.body)
-            return stats["offsetTable"]  # type: ignore[no-any-return]
+            return stats["offsetTable"]
 
         for _ in range(100):
             table = await progress()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
+from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.logger import LogLevel, capturedLogs
@@ -136,7 +140,9 @@ class SyncMasterTests(SynchronousTestCase):
         self.clock = Clock()
         self.store = FakeMasterStore(log=b"x" * 600)
         self.service = HAService(self.clock, self.store, CONFIG, FILE, None, sync_master=True)
-        [self.hook] = self.store.put_hooks
+        [hook] = self.store.put_hooks
+        # a SYNC_MASTER's hook answers every put that waits with a Deferred
+        self.hook = cast(Callable[[PutMessageResult], Deferred[PutMessageStatus]], hook)
 
     def test_no_slave(self) -> None:
         """Without a slave a SYNC_MASTER put is SLAVE_NOT_AVAILABLE at once."""

@@ -26,7 +26,7 @@ class WriteAtomicallyTests(SynchronousTestCase):
         directory = self.mktemp()
         path = os.path.join(directory, "f")
         write_atomically(path, b"old")
-        self.assertRaises(TypeError, write_atomically, path, "not bytes")  # type: ignore[arg-type]
+        self.assertRaises(TypeError, write_atomically, path, "not bytes")
         self.assertEqual(read_if_exists(path), b"old")
         self.assertEqual(os.listdir(directory), ["f"])
 

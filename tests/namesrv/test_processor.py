@@ -26,13 +26,13 @@ C = RequestCode
 R = ResponseCode
 
 
-class ProcessorTestsMixin:
+class ProcessorTestBase(SynchronousTestCase):
     """Builds a processor on a Clock and a temporary KV file."""
 
     def setUp(self) -> None:
         self.clock = Clock()
         self.routes = RouteInfoManager()
-        self.kv_path = os.path.join(self.mktemp(), "kvConfig.json")  # type: ignore[attr-defined]
+        self.kv_path = os.path.join(self.mktemp(), "kvConfig.json")
         self.kv = KVConfigManager(self.kv_path)
         self.kv.load()
         self.processor = NamesrvProcessor(self.routes, self.kv, self.clock, {"productEnvName": "center"})
@@ -44,7 +44,7 @@ class ProcessorTestsMixin:
         request.opaque = 42
         result = self.processor.process_request(self.channel, request)
         # the KV writes answer once written
-        response = self.successResultOf(result) if isinstance(result, Deferred) else result  # type: ignore[attr-defined]
+        response = self.successResultOf(result) if isinstance(result, Deferred) else result
         assert response.is_response and response.opaque == 42
         assert all(isinstance(v, str) for v in response.ext_fields.values())
         return response
@@ -58,7 +58,7 @@ class ProcessorTestsMixin:
         return response
 
 
-class RegisterAndRouteTests(ProcessorTestsMixin, SynchronousTestCase):
+class RegisterAndRouteTests(ProcessorTestBase):
     def test_provides_interface(self) -> None:
         """The processor provides IRequestProcessor and is never busy."""
         self.assertTrue(verifyObject(IRequestProcessor, self.processor))
@@ -160,7 +160,7 @@ class RegisterAndRouteTests(ProcessorTestsMixin, SynchronousTestCase):
         self.assertEqual(self.routes.query_data_version("127.0.0.1:10911"), DataVersion(1, 1000))
 
 
-class ListAndAdminTests(ProcessorTestsMixin, SynchronousTestCase):
+class ListAndAdminTests(ProcessorTestBase):
     def setUp(self) -> None:
         super().setUp()
         self.register(register_request(topics={"T": 4, "A": 4}))
@@ -203,7 +203,7 @@ class ListAndAdminTests(ProcessorTestsMixin, SynchronousTestCase):
         self.assertEqual(json.loads(self.route().body)["queueDatas"][0]["perm"], 6)
 
 
-class KVAndConfigTests(ProcessorTestsMixin, SynchronousTestCase):
+class KVAndConfigTests(ProcessorTestBase):
     def test_kv_round_trip(self) -> None:
         """PUT, GET, GET_KVLIST_BY_NAMESPACE, DELETE, then QUERY_NOT_FOUND."""
         put = {"namespace": "ns", "key": "k", "value": "v"}
@@ -255,7 +255,7 @@ class KVAndConfigTests(ProcessorTestsMixin, SynchronousTestCase):
         self.assertEqual(format_properties({"b": "2", "a": "1"}), "a=1\nb=2\n")
 
 
-class BadRequestTests(ProcessorTestsMixin, SynchronousTestCase):
+class BadRequestTests(ProcessorTestBase):
     def test_unknown_code(self) -> None:
         """A code the name server does not handle gets REQUEST_CODE_NOT_SUPPORTED."""
         response = self.call(C.SEND_MESSAGE)

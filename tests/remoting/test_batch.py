@@ -103,7 +103,8 @@ class RunTests(SynchronousTestCase):
 
     def test_failures_answer_every_request(self) -> None:
         """An exception, a failed Deferred or a result of the wrong shape: SYSTEM_ERROR to each."""
-        for results in (ZeroDivisionError("boom"), Deferred(), [None]):
+        failures: list[object] = [ZeroDivisionError("boom"), Deferred(), [None]]
+        for results in failures:
             self.runs.results = results
             self.protocol.dataReceived(frames((10, 1), (10, 2)))
             if isinstance(results, Deferred):
