@@ -157,11 +157,10 @@ class AutoBatcherTests(SynchronousTestCase):
 
 @implementer(ISendMessageHook)
 class CountingHook:
+    name = "count"
+
     def __init__(self) -> None:
         self.calls = 0
-
-    def hook_name(self) -> str:
-        return "count"
 
     def send_message_before(self, context: SendMessageContext) -> None:
         self.calls += 1
