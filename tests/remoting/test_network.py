@@ -6,7 +6,7 @@ import struct
 import threading
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, connectProtocol
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
@@ -92,3 +92,21 @@ class LoopbackTests(TestCase):
             self.assertEqual(len(threads), 2)
 
         return Deferred.fromCoroutine(run())  # type: ignore[return-value]
+
+    def test_large_writes_under_backpressure_keep_order(self) -> None:
+        """Frames larger than the socket buffers: each write goes out at once only while nothing is
+        queued before it (``writenow``); the rest queues behind, and every echo comes back whole."""
+
+        async def run() -> None:
+            address = await self.listen()
+            bodies = [bytes([i]) * (1 << 20) for i in range(24)]
+            responses = await gatherResults(
+                [self.client.invoke_sync(address, RemotingCommand.request(10, body=b), 30.0) for b in bodies]
+            )
+            self.assertEqual([r.body for r in responses], bodies)
+            [channel] = self.server.channels
+            self.assertTrue(channel._write_now)  # a plain TCP transport takes the direct path
+            self.assertEqual(len(self.processor.requests), 24)
+
+        return Deferred.fromCoroutine(run())  # type: ignore[return-value]
+
