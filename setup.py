@@ -18,7 +18,10 @@ setup(
     extras_require={
         # rocketmq==0.4.4 bundles the official Apache RocketMQ C++ client
         # (librocketmq.so): the interop tests drive it against our broker.
-        "test": ["rocketmq==0.4.4"],
+        "test": ["rocketmq==0.4.4", "PyYAML>=5.1", "twisted[tls]>=24.7"],
+        # --acl-enable reads plain_acl.yml; --tls-* and clients' tls=True need pyOpenSSL (doc/security.md)
+        "acl": ["PyYAML>=5.1"],
+        "tls": ["twisted[tls]>=24.7"],
         "dev": ["rocketmq==0.4.4", "mypy", "mypy-zope"],
         # benchmarks/peers.py drives Redis Streams (the Debian redis-server) through redis-py.
         "bench": ["redis>=5", "hiredis"],

@@ -63,6 +63,11 @@ JAVA_KEYS = {
     "haMasterAddress": "ha-master-address",
     "slaveReadEnable": "slave-read-enable",
     "messageDelayLevel": "message-delay-level",
+    "aclEnable": "acl-enable",
+    "tls.server.mode": "tls-mode",
+    "tls.server.certPath": "tls-cert",
+    "tls.server.keyPath": "tls-key",
+    "tls.server.trustCertPath": "tls-ca",
 }
 _BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable")
 _INT_OPTIONS = (
@@ -134,7 +139,14 @@ class Options(usage.Options):
         ["gc-threshold", None, None,
          f"the garbage collector's first-generation threshold; 0 keeps Python's [default: {DEFAULT_GEN0_THRESHOLD}]"],
         ["config", "c", None, "key=value file (option names or RocketMQ broker.conf names)"],
+        ["acl-file", None, None, "plain_acl.yml of --acl-enable, re-read when it changes (doc/security.md)"],
+        ["tls-mode", None, None, "disabled | permissive (TLS and plain TCP) | enforcing (TLS only) "
+         "[default: enforcing with --tls-cert, else disabled]"],
+        ["tls-cert", None, None, "PEM certificate of the broker and name server ports"],
+        ["tls-key", None, None, "PEM private key of --tls-cert"],
+        ["tls-ca", None, None, "PEM CA: clients must present a certificate it signed [default: none asked]"],
     ]
+    optFlags = [["acl-enable", None, "check every broker request against --acl-file (RocketMQ plain ACL)"]]
 
     def postOptions(self) -> None:
         """Merge: command line, then ``--config``, then defaults; validate; derive addresses."""
@@ -155,8 +167,42 @@ class Options(usage.Options):
         for name in [str(p[0]) for p in self.optParameters]:
             if self[name] is None:
                 self[name] = from_file.get(name, DEFAULTS.get(name))
+        if not self["acl-enable"]:
+            self["acl-enable"] = str(from_file.get("acl-enable", "false")).strip().lower() == "true"
         self._validate()
         self._derive(from_file.get("advertised-host"))
+        self._security()
+
+    def _security(self) -> None:
+        """Check the ACL file and the TLS files now, so a mistake is a usage error, not a failed start."""
+        if self["acl-enable"]:
+            if not self["acl-file"]:
+                raise usage.UsageError("--acl-enable needs --acl-file PATH (a plain_acl.yml)")
+            try:
+                from rocketpy.acl.watch import load_acl_file
+
+                load_acl_file(os.path.expanduser(self["acl-file"]))
+            except ImportError as e:
+                raise usage.UsageError(f"--acl-enable needs PyYAML: pip install 'rocketpy[acl]' ({e})") from None
+            except ValueError as e:
+                raise usage.UsageError(f"--acl-file: {e}") from None
+        from rocketpy.remoting.tls import TLS_MODES, ServerTLS, TLSConfigError
+
+        mode = self["tls-mode"] or ("enforcing" if self["tls-cert"] else "disabled")
+        if mode not in TLS_MODES:
+            raise usage.UsageError(f"--tls-mode must be one of {', '.join(TLS_MODES)}, not {mode!r}")
+        self["tls"] = None
+        if mode == "disabled":
+            return
+        if not self["tls-cert"] or not self["tls-key"]:
+            raise usage.UsageError(f"--tls-mode {mode} needs --tls-cert and --tls-key")
+        ca = os.path.expanduser(self["tls-ca"]) if self["tls-ca"] else None
+        tls = ServerTLS(os.path.expanduser(self["tls-cert"]), os.path.expanduser(self["tls-key"]), ca, mode)
+        try:
+            tls.context_factory()
+        except TLSConfigError as e:
+            raise usage.UsageError(f"TLS: {e}") from None
+        self["tls"] = tls
 
     def _validate(self) -> None:
         for name, allowed in (("role", ROLES), ("flush-disk-type", FLUSH_TYPES), ("broker-role", BROKER_ROLES)):
@@ -262,7 +308,8 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
     if options["role"] in ("all", "namesrv"):
         from rocketpy.namesrv.service import NamesrvService
 
-        NamesrvService(reactor, options["namesrv-listen"], options["namesrv-config-dir"]).setServiceParent(top)
+        NamesrvService(reactor, options["namesrv-listen"], options["namesrv-config-dir"],
+                       tls=options.get("tls")).setServiceParent(top)
     if options["role"] in ("all", "broker"):
         from rocketpy.broker.config import BrokerConfig
         from rocketpy.broker.controller import BrokerService
@@ -282,6 +329,8 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
             ha_listen=options["ha-listen"],
             ha_master_address=options["ha-master-address"],
             slave_read_enable=options["slave-read-enable"],
+            acl_enable=bool(options.get("acl-enable")),
+            acl_file=os.path.expanduser(options["acl-file"]) if options.get("acl-file") else None,
         )
         store_config = MessageStoreConfig(
             store_path_root_dir=os.path.expanduser(options["store-dir"]),
@@ -293,7 +342,7 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
             broker_role=options["broker-role"],
             message_delay_level=options["message-delay-level"],
         )
-        BrokerService(reactor, config, store_config).setServiceParent(top)
+        BrokerService(reactor, config, store_config, tls=options.get("tls")).setServiceParent(top)
     for key in options.get("ignored-config-keys", []):
         log.info("config file key {key} is not used by rocketpy", key=key)
     return top

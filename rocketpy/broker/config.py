@@ -50,6 +50,9 @@ class BrokerConfig:
     ha_listen: str | None = None
     ha_master_address: str | None = None
     slave_read_enable: bool = False
+    #: Plain ACL (doc/security.md): check every request against ``acl_file`` (a ``plain_acl.yml``).
+    acl_enable: bool = False
+    acl_file: str | None = None
 
     @property
     def advertised_host(self) -> str:

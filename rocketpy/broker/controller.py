@@ -49,6 +49,7 @@ from rocketpy.broker.transaction import EndTransactionProcessor, TransactionChec
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.server import RemotingServer
+from rocketpy.remoting.tls import ServerTLS, server_factory
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.util.fileio import write_atomically
 from rocketpy.util.startup import StartupOutcome
@@ -73,6 +74,7 @@ class BrokerService(Service):
     :param make_store: ``(reactor, store_config) -> StoreService`` (tests pass a fake).
     :param config_pool: writes the config files (topics, groups, offsets, delay offsets) off the reactor thread; default a
         one-thread pool started and stopped by this service.
+    :param tls: serve TLS (and, when enforcing, register with the name servers over TLS); doc/security.md.
     """
 
     log = Logger()
@@ -84,8 +86,10 @@ class BrokerService(Service):
         store_config: MessageStoreConfig,
         make_store: Callable[[Any, MessageStoreConfig], Any] = _default_store,
         config_pool: ThreadPool | None = None,
+        tls: ServerTLS | None = None,
     ) -> None:
         self._reactor = reactor
+        self._tls = tls
         self.config = config
         store_config.store_host = (config.advertised_host, config.advertised_port)
         store_config.broker_role = config.broker_role
@@ -118,9 +122,12 @@ class BrokerService(Service):
         listeners: list[Any] = [ClientChannelListener(self.consumers, self.producers)]
         if self.hold is not None:
             listeners.append(self.hold)
-        self.server = RemotingServer(reactor, idle_timeout=config.channel_expired_timeout, listeners=listeners)
+        self.acl_watcher = self._acl()
+        hooks = [self.acl_watcher.validator] if self.acl_watcher is not None else []
+        self.server = RemotingServer(reactor, idle_timeout=config.channel_expired_timeout, listeners=listeners,
+                                     rpc_hooks=hooks)
         self._register_processors(store_config)
-        self.client = RemotingClient(reactor)
+        self.client = RemotingClient(reactor, tls=tls.client() if tls is not None and tls.mode == "enforcing" else None)
         self.registration = NameServerRegistration(reactor, self.client, config, self.topics)
         self._replication(store_config)
         self._loops = [
@@ -135,6 +142,19 @@ class BrokerService(Service):
         self._fast_port: IListeningPort | None = None
         self._started: Deferred[None] | None = None
         self._startup = StartupOutcome("broker")
+
+    def _acl(self) -> Any:
+        """The watcher of ``plain_acl.yml`` and its validator (the server's RPC hook) when ACL is on."""
+        if not self.config.acl_enable:
+            return None  # no hook: requests pay nothing for ACL
+        from rocketpy.acl.plain import PlainAcl
+        from rocketpy.acl.validator import PlainAccessValidator
+        from rocketpy.acl.watch import AclFileWatcher
+
+        if not self.config.acl_file:
+            raise ValueError("aclEnable needs an ACL file (--acl-file)")
+        return AclFileWatcher(self.config.acl_file, PlainAccessValidator(PlainAcl()), self._reactor,
+                              lambda f, *args: deferToThreadPool(self._reactor, self._pool, f, *args))
 
     def _held_pulls(self) -> int:
         return 0 if self.hold is None else self.hold.parked_count()
@@ -253,11 +273,13 @@ class BrokerService(Service):
                 self.hold.startService()
             for service in self._feature_services:
                 service.startService()
+            if self.acl_watcher is not None:
+                await self.acl_watcher.start()
             endpoint = serverFromString(self._reactor, self.config.listen)
-            self._port = await endpoint.listen(self.server.factory())
+            self._port = await endpoint.listen(server_factory(self.server.factory(), self._tls))
             if self.config.fast_listen:  # the VIP channel older Java clients send to
                 fast = serverFromString(self._reactor, self.config.fast_listen)
-                self._fast_port = await fast.listen(self.server.factory())
+                self._fast_port = await fast.listen(server_factory(self.server.factory(), self._tls))
             if self.ha is not None:
                 await self.ha.startService()
         except Exception:
@@ -314,6 +336,8 @@ class BrokerService(Service):
             await result
         self._loop_results = []
         await self._step("persist offsets", self.offsets.persist)
+        if self.acl_watcher is not None:
+            await self._step("stop watching the ACL file", self.acl_watcher.stop)
         self._pool.stop()
         for port in (self._port, self._fast_port):
             if port is not None:

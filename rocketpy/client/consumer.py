@@ -28,6 +28,7 @@ from rocketpy.common.route import MASTER_ID, MessageQueue, TopicRouteData
 from rocketpy.interfaces import IRPCHook
 from rocketpy.remoting.codes import SerializeType
 from rocketpy.remoting.errors import RemotingConnectError
+from rocketpy.remoting.tls import ClientTLS
 
 #: Pull sysFlag bits (``PullSysFlag``).
 PULL_COMMIT_OFFSET = 0x1
@@ -68,11 +69,15 @@ class ConsumerBase:
         rpc_hooks: Iterable[IRPCHook] = (),
         serialize_type: int = SerializeType.JSON,
         timeout: float = 3.0,
+        credentials: Sequence[str] | None = None,
+        tls: bool | ClientTLS = False,
+        tls_ca: str | None = None,
     ) -> None:
+        """``credentials``, ``tls`` and ``tls_ca``: :class:`ClientInstance`'s (doc/security.md)."""
         self.group = group
         self.clock, self.instance = shared_or_new(
             reactor, namesrv_addrs, remoting_client, instance, client_id=client_id, rpc_hooks=rpc_hooks,
-            serialize_type=serialize_type, timeout=timeout,
+            serialize_type=serialize_type, timeout=timeout, credentials=credentials, tls=tls, tls_ca=tls_ca,
         )
         self.api = self.instance.api
         self.message_model = message_model

@@ -19,6 +19,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from zope.interface import implementer
 
+from rocketpy.acl.signing import credentials_hooks
 from rocketpy.client.api import IRemotingClient, MQClientAPI
 from rocketpy.client.direct import ConsumeDirectlyProcessor
 from rocketpy.client.errors import MQBrokerError, MQError, NoNameServerError, RemotingError
@@ -40,6 +41,7 @@ from rocketpy.common.topic import TBW102
 from rocketpy.interfaces import IRequestProcessor, IRPCHook
 from rocketpy.remoting.codes import RequestCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.tls import ClientTLS, client_tls
 
 _instance_numbers = itertools.count(1)
 
@@ -159,10 +161,17 @@ class ClientInstance:
         poll_interval: float = 30.0,
         heartbeat_interval: float = 30.0,
         timeout: float = 3.0,
+        credentials: Sequence[str] | None = None,
+        tls: bool | ClientTLS = False,
+        tls_ca: str | None = None,
     ) -> None:
         """
         :param remoting: the remoting client; by default one is made (and closed
-            on shutdown) with ``rpc_hooks`` and ``serialize_type``.
+            on shutdown) with ``rpc_hooks``, ``serialize_type``, ``credentials`` and ``tls``.
+        :param credentials: ``(access_key, secret_key[, security_token])``: every request is
+            signed for brokers with ACL on (doc/security.md).
+        :param tls: connect with TLS, trusting ``tls_ca`` (a PEM file; default the platform's
+            trust store), or a :class:`~rocketpy.remoting.tls.ClientTLS`.
         :param timeout: seconds for name server, heartbeat and admin calls.
         """
         self.reactor = reactor
@@ -171,7 +180,8 @@ class ClientInstance:
         if remoting is None:
             from rocketpy.remoting.client import RemotingClient
 
-            remoting = RemotingClient(reactor, rpc_hooks=rpc_hooks, serialize_type=serialize_type)
+            remoting = RemotingClient(reactor, rpc_hooks=(*rpc_hooks, *credentials_hooks(credentials)),
+                                      serialize_type=serialize_type, tls=client_tls(tls, tls_ca))
         self.remoting = remoting
         self.api = MQClientAPI(remoting)
         self.client_id = client_id or default_client_id(instance_name)

@@ -43,6 +43,7 @@ from rocketpy.common.route import MessageQueue, TopicRouteData
 from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.interfaces import IRPCHook
 from rocketpy.remoting.codes import ResponseCode, SerializeType
+from rocketpy.remoting.tls import ClientTLS
 
 #: Broker codes after which a sync send tries another queue (``DefaultMQProducer.retryResponseCodes``).
 RETRY_RESPONSE_CODES = frozenset(
@@ -109,6 +110,9 @@ class Producer(JoiningMember):
         batch_max_bytes: int = DEFAULT_BATCH_MAX_BYTES,
         batch_max_count: int = DEFAULT_BATCH_MAX_COUNT,
         linger: float = 0.0,
+        credentials: Sequence[str] | None = None,
+        tls: bool | ClientTLS = False,
+        tls_ca: str | None = None,
     ) -> None:
         """
         :param namesrv_addrs: ``"host:port;host:port"`` or a list.
@@ -125,11 +129,13 @@ class Producer(JoiningMember):
         :param batch_max_bytes: most bytes (bodies and properties) in one automatic batch.
         :param batch_max_count: most messages in one automatic batch.
         :param linger: seconds an idle queue holds a send for others to join it (0: none).
+        :param credentials: ``(access_key, secret_key)`` for brokers with ACL on; ``tls``,
+            ``tls_ca``: connect with TLS (both :class:`ClientInstance`'s, doc/security.md).
         """
         self.group = group
         self._clock, self.instance = shared_or_new(
             reactor, namesrv_addrs, remoting_client, instance, client_id=client_id, rpc_hooks=rpc_hooks,
-            serialize_type=serialize_type,
+            serialize_type=serialize_type, credentials=credentials, tls=tls, tls_ca=tls_ca,
         )
         self.send_timeout = send_timeout
         self.retry_times, self.retry_times_async = retry_times, retry_times_async

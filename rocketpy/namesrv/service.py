@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, gatherResults, succeed
+from twisted.internet.defer import Deferred, gatherResults, maybeDeferred, succeed
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTime
 from twisted.internet.task import LoopingCall
@@ -21,6 +21,7 @@ from rocketpy.interfaces import IChannelEventListener
 from rocketpy.namesrv.kvconfig import KVConfigManager
 from rocketpy.namesrv.processor import NamesrvProcessor
 from rocketpy.namesrv.routeinfo import BROKER_EXPIRY_SECONDS, RouteInfoManager
+from rocketpy.remoting.tls import ServerTLS, server_factory
 from rocketpy.util.fileio import write_atomically
 from rocketpy.util.startup import StartupOutcome
 
@@ -57,6 +58,7 @@ class NamesrvService(Service):
     :param make_server: builds the remoting server (tests pass a fake).
     :param config_pool: writes ``kvConfig.json`` off the reactor thread; default a one-thread
         pool started and stopped by this service.
+    :param tls: serve TLS in its mode (doc/security.md).
     """
 
     log = Logger()
@@ -69,8 +71,10 @@ class NamesrvService(Service):
         broker_expiry: float = BROKER_EXPIRY_SECONDS,
         make_server: ServerMaker = _remoting_server,
         config_pool: ThreadPool | None = None,
+        tls: ServerTLS | None = None,
     ) -> None:
         self._reactor = reactor
+        self._tls = tls
         self._listen = listen
         self._broker_expiry = broker_expiry
         self._make_server = make_server
@@ -104,7 +108,8 @@ class NamesrvService(Service):
         for code in self.processor.codes:
             self._server.register_processor(code, self.processor)
         self._startup.begin()
-        listening = serverFromString(self._reactor, self._listen).listen(self._server.factory())
+        listening = maybeDeferred(lambda: serverFromString(self._reactor, self._listen).listen(
+            server_factory(self._server.factory(), self._tls)))
         self._listening = listening.addCallbacks(self._listened, self._listen_failed)
 
     def _listened(self, port: IListeningPort) -> IListeningPort:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable
 
 from twisted.internet.abstract import isIPAddress, isIPv6Address
 from twisted.internet.defer import Deferred, fail, succeed
-from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint
+from twisted.internet.endpoints import HostnameEndpoint, TCP4ClientEndpoint, TCP6ClientEndpoint, wrapClientTLS
 from twisted.internet.interfaces import IReactorTime, IStreamClientEndpoint
 from twisted.internet.protocol import Factory
 from twisted.python.failure import Failure
@@ -23,6 +23,7 @@ from rocketpy.remoting.errors import RemotingConnectError, RemotingTimeoutError,
 from rocketpy.remoting.node import RemotingNode
 from rocketpy.remoting.pending import Release
 from rocketpy.remoting.protocol import RemotingProtocol
+from rocketpy.remoting.tls import ClientTLS
 
 #: Makes the endpoint for a ``"host:port"`` address (tests pass in-memory ones).
 EndpointFactory = Callable[[str], IStreamClientEndpoint]
@@ -70,6 +71,7 @@ class RemotingClient(RemotingNode):
         endpoint_factory: EndpointFactory | None = None,
         scan_interval: float = 1.0,
         close_channel_on_timeout: bool = True,
+        tls: ClientTLS | None = None,
     ) -> None:
         """
         :param reactor: clock and TCP connector.
@@ -81,6 +83,7 @@ class RemotingClient(RemotingNode):
         :param endpoint_factory: ``"host:port"`` -> client endpoint; TCP by default.
         :param close_channel_on_timeout: close the channel an :meth:`invoke_sync`
             timed out on, so the next call reconnects (Java's ``clientCloseSocketIfTimeout``).
+        :param tls: connect with TLS (the default endpoints only; doc/security.md).
 
         The other keywords are :class:`RemotingNode`'s.
         """
@@ -99,6 +102,7 @@ class RemotingClient(RemotingNode):
         self._attempts: dict[str, Deferred[Any]] = {}
         self._closed = False
         self._close_on_timeout = close_channel_on_timeout
+        self._tls = tls
 
     def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
         """Send *request* to *address*; fires with the response.
@@ -258,8 +262,13 @@ class RemotingClient(RemotingNode):
         if not sep or not port.isdigit():
             raise ValueError(f"not a host:port address: {address!r}")
         host = host.strip("[]")
+        endpoint: IStreamClientEndpoint
         if isIPAddress(host):
-            return TCP4ClientEndpoint(self._reactor, host, int(port), timeout=self._connect_timeout)
-        if isIPv6Address(host):
-            return TCP6ClientEndpoint(self._reactor, host, int(port), timeout=self._connect_timeout)
-        return HostnameEndpoint(self._reactor, host, int(port), timeout=self._connect_timeout)
+            endpoint = TCP4ClientEndpoint(self._reactor, host, int(port), timeout=self._connect_timeout)
+        elif isIPv6Address(host):
+            endpoint = TCP6ClientEndpoint(self._reactor, host, int(port), timeout=self._connect_timeout)
+        else:
+            endpoint = HostnameEndpoint(self._reactor, host, int(port), timeout=self._connect_timeout)
+        if self._tls is not None:
+            endpoint = wrapClientTLS(self._tls.creator(host), endpoint)
+        return endpoint

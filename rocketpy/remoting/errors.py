@@ -43,3 +43,13 @@ class RemotingTimeoutError(RemotingError):
 
 class RemotingTooMuchRequestError(RemotingError):
     """The async or oneway permits are exhausted."""
+
+
+class RequestRefused(RemotingError):
+    """An RPC hook refuses a request (an ACL check): it is answered ``code`` with ``remark``,
+    logged as one warning line, and only that request is affected."""
+
+    def __init__(self, remark: str, code: int = 1) -> None:
+        super().__init__(remark)
+        self.remark = remark
+        self.code = code

@@ -22,6 +22,7 @@ from twisted.python.threadpool import ThreadPool
 from rocketpy.interfaces import IBatchRequestProcessor, IChannelEventListener, IRequestProcessor, IRPCHook
 from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.errors import RequestRefused
 from rocketpy.remoting.protocol import RemotingProtocol
 
 #: Default bound of requests queued on (or running in) one registration's thread pool.
@@ -339,6 +340,12 @@ class RemotingNode:
         self._respond(channel, request, result)
 
     def _reply_failure(self, failure: Failure, channel: RemotingProtocol, request: RemotingCommand) -> None:
+        refused = failure.value
+        if isinstance(refused, RequestRefused):  # a hook's refusal: one line, no traceback
+            self.log.warn("request {code} from {peer} refused: {remark}", code=request.code,
+                          peer=channel.remote_address, remark=refused.remark)
+            self._respond(channel, request, request.make_response(refused.code, refused.remark))
+            return
         self.log.failure(
             "request {code} from {peer} failed", failure, level=LogLevel.error, code=request.code,
             peer=channel.remote_address,

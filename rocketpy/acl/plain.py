@@ -1,0 +1,190 @@
+"""``plain_acl.yml`` and the access check of Java's ``PlainPermissionManager``.
+
+A refused request raises :class:`AclRefused` with Java's message; the remoting layer
+answers it SYSTEM_ERROR (1) with Java's remark, ``org.apache.rocketmq.acl.common.AclException: …``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from rocketpy.acl.addresses import AddressPatternError, Matcher, address_matcher
+from rocketpy.acl.signing import sign
+from rocketpy.remoting.errors import RequestRefused
+
+RETRY_PREFIX = "%RETRY%"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+
+# Java's Permission bits
+DENY, ANY, PUB, SUB = 1, 2, 4, 8
+_PERMS = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": DENY}
+_MIN_KEY_LENGTH = 6  # keys must be longer than this
+
+
+class AclRefused(RequestRefused):
+    """A request the ACL refuses; ``message`` is Java's ``AclException`` message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"org.apache.rocketmq.acl.common.AclException: {message}")
+        self.message = message
+
+
+class AclConfigError(ValueError):
+    """A ``plain_acl.yml`` that cannot be used (the message says why)."""
+
+
+def parse_perm(text: Any) -> int:
+    """``PUB``, ``SUB``, ``PUB|SUB`` … as bits; anything else (or nothing) is DENY, as in Java."""
+    return _PERMS.get(str(text).strip(), DENY) if text is not None else DENY
+
+
+def check_permission(needed: int, owned: int) -> bool:
+    """Java's ``Permission.checkPermission``."""
+    if owned & DENY:
+        return False
+    if needed & ANY:
+        return bool(owned & (PUB | SUB))
+    return bool(needed & owned)
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def describe(resource: str) -> str:
+    """Java's ``PlainAccessResource.printStr``: ``group:G`` for a retry topic, else ``topic:T``."""
+    if resource.startswith(RETRY_PREFIX):
+        return f"group:{resource[len(RETRY_PREFIX):]}"
+    return f"topic:{resource}"
+
+
+@dataclass(frozen=True)
+class Account:
+    """One entry of ``accounts``; ``perms`` maps topics and ``%RETRY%group`` to permission bits."""
+
+    access_key: str
+    secret_key: str
+    white_address: Matcher
+    admin: bool = False
+    default_topic_perm: int = DENY
+    default_group_perm: int = DENY
+    perms: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class PlainAcl:
+    """A parsed ``plain_acl.yml``."""
+
+    global_white: tuple[Matcher, ...] = ()
+    accounts: Mapping[str, Account] = field(default_factory=dict)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _resource_perms(account: Mapping[str, Any], key: str, is_topic: bool, perms: dict[str, int]) -> None:
+    items = account.get(key) or []
+    if not isinstance(items, list):
+        raise AclConfigError(f"{key} of accessKey {account.get('accessKey')} must be a list like ['Name=PUB']")
+    for item in items:
+        parts = [p for p in str(item).split("=") if p]
+        if len(parts) != 2:
+            kind = "topic" if is_topic else "group"
+            raise AclConfigError(f"Parse resource permission failed for {kind}:{item}")
+        name = parts[0].strip()
+        perms[name if is_topic else retry_topic(name)] = parse_perm(parts[1])
+
+
+def _account(entry: Any) -> Account:
+    if not isinstance(entry, dict):
+        raise AclConfigError(f"an account must be a mapping, not {entry!r}")
+    access_key, secret_key = _text(entry.get("accessKey")), _text(entry.get("secretKey"))
+    if access_key is None or secret_key is None or len(access_key) <= _MIN_KEY_LENGTH \
+            or len(secret_key) <= _MIN_KEY_LENGTH:
+        raise AclConfigError(f"The accessKey={access_key} and secretKey={secret_key} cannot be null and "
+                             f"length should longer than 6")
+    perms: dict[str, int] = {}
+    _resource_perms(entry, "groupPerms", False, perms)
+    _resource_perms(entry, "topicPerms", True, perms)
+    try:
+        white = address_matcher(_text(entry.get("whiteRemoteAddress")))
+    except AddressPatternError as e:
+        raise AclConfigError(f"whiteRemoteAddress of accessKey {access_key}: {e}") from None
+    admin = entry.get("admin")
+    return Account(
+        access_key, secret_key, white, admin is True or str(admin).lower() == "true",
+        parse_perm(entry.get("defaultTopicPerm")), parse_perm(entry.get("defaultGroupPerm")),
+        perms or None,  # as Java: no map at all when no resource is listed
+    )
+
+
+def parse_acl(text: str) -> PlainAcl:
+    """Parse the text of a ``plain_acl.yml``.
+
+    :raises AclConfigError: for YAML errors, bad keys, perms or address patterns.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise AclConfigError(f"not valid YAML: {e}") from None
+    if data is None:
+        return PlainAcl()
+    if not isinstance(data, dict):
+        raise AclConfigError("the file must be a mapping with globalWhiteRemoteAddresses and accounts")
+    white = data.get("globalWhiteRemoteAddresses") or []
+    accounts = data.get("accounts") or []
+    if not isinstance(white, list) or not isinstance(accounts, list):
+        raise AclConfigError("globalWhiteRemoteAddresses and accounts must be lists")
+    try:
+        matchers = tuple(address_matcher(_text(pattern)) for pattern in white)
+    except AddressPatternError as e:
+        raise AclConfigError(f"globalWhiteRemoteAddresses: {e}") from None
+    by_key: dict[str, Account] = {}
+    for entry in accounts:
+        account = _account(entry)
+        by_key.setdefault(account.access_key, account)  # Java keeps the first of a repeated key
+    return PlainAcl(matchers, by_key)
+
+
+def check_access(
+    acl: PlainAcl, host: str, code: int, access_key: str | None, signature: str | None,
+    content: bytes | None, resources: Mapping[str, int], admin_codes: frozenset[int],
+) -> None:
+    """Java's ``PlainPermissionManager.validate``.
+
+    :param host: the remote IP address.
+    :param content: the signed content rebuilt from the received request.
+    :param resources: topic or ``%RETRY%group`` → the permission the request needs.
+    :raises AclRefused: with Java's message.
+    """
+    for white in acl.global_white:
+        if white(host):
+            return
+    if access_key is None:
+        raise AclRefused("No accessKey is configured")
+    owned = acl.accounts.get(access_key)
+    if owned is None:
+        raise AclRefused(f"No acl config for {access_key}")
+    if owned.white_address(host):
+        return
+    if content is None or signature != sign(content, owned.secret_key):
+        raise AclRefused(f"Check signature failed for accessKey={access_key}")
+    if resources.get(TRACE_TOPIC) == PUB:
+        return
+    if code in admin_codes and not owned.admin:
+        raise AclRefused(f"Need admin permission for request code={code}, but accessKey={access_key} is not")
+    if not resources or (owned.perms is None and owned.admin):
+        return
+    for resource, needed in resources.items():
+        if owned.perms is None or resource not in owned.perms:
+            default = owned.default_group_perm if resource.startswith(RETRY_PREFIX) else owned.default_topic_perm
+            allowed = check_permission(needed, default)
+        else:
+            allowed = check_permission(needed, owned.perms[resource])
+        if not allowed:
+            raise AclRefused(f"No default permission for {describe(resource)}")

@@ -1,0 +1,92 @@
+"""The broker's ACL hook: Java's ``PlainAccessValidator`` (which resource each request needs) in front
+of :func:`~rocketpy.acl.plain.check_access`."""
+
+from __future__ import annotations
+
+from zope.interface import implementer
+
+from rocketpy.acl.addresses import host_of
+from rocketpy.acl.plain import PUB, SUB, AclRefused, PlainAcl, check_access, retry_topic
+from rocketpy.acl.signing import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, signed_content
+from rocketpy.broker.heartbeat import parse_heartbeat
+from rocketpy.interfaces import IRPCHook
+from rocketpy.remoting.codes import RequestCode
+from rocketpy.remoting.command import RemotingCommand
+
+#: Codes that need ``admin: true`` (Java's ``Permission.ADMIN_CODE``).
+ADMIN_CODES = frozenset({
+    RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+})
+_LEFT_OUT = (SIGNATURE, UNIQUE_KEY_QUERY)
+
+
+def _is_retry(topic: str | None) -> bool:
+    return topic is not None and topic.startswith("%RETRY%")
+
+
+def _add(resources: dict[str, int], resource: str | None, perm: int) -> None:
+    if resource is not None:
+        resources[resource] = perm
+
+
+def _group(resources: dict[str, int], group: str | None) -> None:
+    if group is not None:
+        resources[retry_topic(group)] = SUB
+
+
+def needed_resources(request: RemotingCommand) -> dict[str, int]:
+    """Topic or ``%RETRY%group`` → the permission *request* needs, by request code.
+
+    :raises AclRefused: a HEART_BEAT body that cannot be read.
+    """
+    fields, code = request.ext_fields, request.code
+    resources: dict[str, int] = {}
+    if code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
+        v2 = code == RequestCode.SEND_MESSAGE_V2
+        topic, group = fields.get("b" if v2 else "topic"), fields.get("a" if v2 else "group")
+        if _is_retry(topic):  # a consumer re-sending: SUB on its group
+            _group(resources, group)
+        else:
+            _add(resources, topic, PUB)
+    elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
+        _group(resources, fields.get("group"))
+    elif code == RequestCode.PULL_MESSAGE:
+        _add(resources, fields.get("topic"), SUB)
+        _group(resources, fields.get("consumerGroup"))
+    elif code == RequestCode.QUERY_MESSAGE:
+        _add(resources, fields.get("topic"), SUB)
+    elif code == RequestCode.HEART_BEAT:
+        try:
+            heartbeat = parse_heartbeat(request.body)
+        except Exception as e:  # HeartbeatError, RecursionError of a hostile body …
+            raise AclRefused(f"cannot read the heartbeat body: {e}") from None
+        for consumer in heartbeat.consumers:
+            _group(resources, consumer.group_name)
+            for subscription in consumer.subscriptions:
+                _add(resources, subscription.topic, SUB)
+    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
+        _group(resources, fields.get("consumerGroup"))
+    elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
+        _group(resources, fields.get("consumerGroup"))
+        _add(resources, fields.get("topic"), SUB)
+    return resources
+
+
+@implementer(IRPCHook)
+class PlainAccessValidator:
+    """Checks every request the broker receives against :attr:`acl` (replaced on reload)."""
+
+    def __init__(self, acl: PlainAcl) -> None:
+        self.acl = acl
+
+    def before_request(self, remote_address: str, request: RemotingCommand) -> None:
+        fields = request.ext_fields
+        check_access(
+            self.acl, host_of(remote_address), request.code, fields.get(ACCESS_KEY), fields.get(SIGNATURE),
+            signed_content(fields, request.body, _LEFT_OUT) if fields else None,
+            needed_resources(request), ADMIN_CODES,
+        )
+
+    def after_response(self, remote_address: str, request: RemotingCommand, response: RemotingCommand) -> None:
+        pass
