@@ -57,6 +57,9 @@ class RemotingNode:
     """
 
     log = Logger()
+    #: Whether requests this node sends run the hooks too (clients); a server's hooks (the
+    #: broker's ACL check) see only what it receives, as in Java's ``NettyRemotingServer``.
+    hooks_on_send = True
 
     def __init__(
         self,

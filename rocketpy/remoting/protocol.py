@@ -222,7 +222,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
             return fail()
         d = self._table.add(request.opaque, self._seconds() + timeout, release, close_on_timeout)
         self._write(data)
-        if self._owner.rpc_hooks:
+        if self._owner.rpc_hooks and self._owner.hooks_on_send:
             d.addCallback(self._owner.run_after_hooks, self.remote_address, request)
         return d
 
@@ -309,8 +309,9 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
     def _prepare(self, request: RemotingCommand) -> bytes:
         if self._lost is not None or self._broken:
             raise self._lost or RemotingConnectionLost(self.remote_address, "protocol error")
-        for hook in self._owner.rpc_hooks:
-            hook.before_request(self.remote_address, request)
+        if self._owner.hooks_on_send:
+            for hook in self._owner.rpc_hooks:
+                hook.before_request(self.remote_address, request)
         request.opaque = self._table.next_opaque()
         try:
             return encode(request)

@@ -26,6 +26,8 @@ class RemotingServer(RemotingNode):
     and ``invoke_oneway`` on them.
     """
 
+    hooks_on_send = False
+
     def factory(self) -> ServerFactory:
         """A protocol factory for ``endpoint.listen``; every connection is served by this server."""
         factory = _RemotingServerFactory()

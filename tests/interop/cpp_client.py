@@ -44,6 +44,8 @@ def produce(args: argparse.Namespace) -> None:
 
     producer = Producer(args.group, timeout=10_000, max_message_size=4 * 1024 * 1024)
     producer.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        producer.set_session_credentials(args.access_key, args.secret_key, "ALIYUN")
     producer.start()
     try:
         batch = []
@@ -61,7 +63,13 @@ def produce(args: argparse.Namespace) -> None:
             if args.mode == "batch":
                 batch.append(msg)
                 continue
-            if args.mode == "sync":
+            if args.mode == "sync" and args.report_errors:
+                try:
+                    result = producer.send_sync(msg)
+                except Exception as e:  # the broker refused it: report instead of failing
+                    emit(event="error", i=i, message=str(e))
+                    continue
+            elif args.mode == "sync":
                 result = producer.send_sync(msg)
             elif args.mode == "orderly":
                 result = producer.send_orderly(msg, args.order_key)
@@ -112,6 +120,8 @@ def consume(args: argparse.Namespace) -> None:
 
     consumer = PushConsumer(args.group, orderly=args.orderly)
     consumer.set_namesrv_addr(args.namesrv)
+    if args.access_key:
+        consumer.set_session_credentials(args.access_key, args.secret_key, "ALIYUN")
     consumer.set_thread_count(1)
     callback = MSG_CALLBACK_FUNC(on_message)
     ffi_check = _ffi_check()
@@ -170,6 +180,10 @@ def main(argv: list[str]) -> None:
     c.add_argument("--orderly", action="store_true")
     c.add_argument("--fail-times", type=int, default=0, help="answer RECONSUME_LATER while reconsumeTimes < this")
     c.add_argument("--show-prop", action="append", default=[], help="property to report, repeatable")
+    for command in (p, c):
+        command.add_argument("--access-key", default="", help="sign requests (ACL) with this key …")
+        command.add_argument("--secret-key", default="", help="… and this secret")
+    p.add_argument("--report-errors", action="store_true", help="a failed sync send is an error event, not a crash")
     args = parser.parse_args(argv)
     {"produce": produce, "consume": consume}[args.command](args)
 

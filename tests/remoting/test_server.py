@@ -11,7 +11,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.remoting.codes import ONEWAY_FLAG, ResponseCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
-from rocketpy.remoting.errors import ProtocolError
+from rocketpy.remoting.errors import ProtocolError, RequestRefused
 from rocketpy.remoting.server import RemotingServer
 from tests.remoting.helpers import (
     ADDRESS,
@@ -188,6 +188,34 @@ class DispatchTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(pair.call(10)).code, ResponseCode.SYSTEM_ERROR)
         self.assertEqual(self.processor.requests, [])
         self.assertEqual(len(self.flushLoggedErrors(PermissionError)), 1)
+
+    def test_refusal_is_one_warning(self) -> None:
+        """A hook raising RequestRefused: that code and remark, one warning line, no traceback."""
+
+        class Refusing(RecordingHook):
+            def before_request(self, remote_address: str, request: RemotingCommand) -> None:
+                raise RequestRefused("not you", 16)
+
+        pair = Pair(server_kwargs={"rpc_hooks": [Refusing()]})
+        pair.server.register_processor(10, self.processor)
+        with capturedLogs() as logs:
+            response = self.successResultOf(pair.call(10))
+        self.assertEqual((response.code, response.remark), (16, "not you"))
+        self.assertEqual([e["log_level"] for e in logs if "refused" in e["log_format"]], [LogLevel.warn])
+        self.assertFalse([e for e in logs if "log_failure" in e])
+
+    def test_server_hooks_skip_what_it_sends(self) -> None:
+        """As Java's NettyRemotingServer: a server's hooks (the ACL check) do not see the requests it
+        sends to clients (NOTIFY_CONSUMER_IDS_CHANGED …)."""
+        hook = RecordingHook()
+        pair = Pair(server_kwargs={"rpc_hooks": [hook]})
+        pair.server.register_processor(10, self.processor)
+        pair.client.register_processor(40, RecordingProcessor())
+        self.successResultOf(pair.call(10))
+        d = pair.server_channel().invoke_sync(RemotingCommand.request(40, {"consumerGroup": "g"}), 3.0)
+        pair.endpoint.flush()
+        self.successResultOf(d)
+        self.assertEqual([call[2] for call in hook.calls], [10, 10])  # before and after of the one received
 
     def test_server_invokes_the_client(self) -> None:
         """The server can invoke_sync on a channel; the client's processor answers it."""
