@@ -167,8 +167,7 @@ class Options(usage.Options):
         for name in [str(p[0]) for p in self.optParameters]:
             if self[name] is None:
                 self[name] = from_file.get(name, DEFAULTS.get(name))
-        if not self["acl-enable"]:
-            self["acl-enable"] = str(from_file.get("acl-enable", "false")).strip().lower() == "true"
+        self["acl-enable"] = bool(self["acl-enable"]) or from_file.get("acl-enable", "").strip().lower() == "true"
         self._validate()
         self._derive(from_file.get("advertised-host"))
         self._security()
