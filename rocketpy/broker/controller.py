@@ -276,10 +276,10 @@ class BrokerService(Service):
             if self.acl_watcher is not None:
                 await self.acl_watcher.start()
             endpoint = serverFromString(self._reactor, self.config.listen)
-            self._port = await endpoint.listen(server_factory(self.server.factory(), self._tls))
+            self._port = await endpoint.listen(server_factory(self.server.factory(), self._tls, self._reactor))
             if self.config.fast_listen:  # the VIP channel older Java clients send to
                 fast = serverFromString(self._reactor, self.config.fast_listen)
-                self._fast_port = await fast.listen(server_factory(self.server.factory(), self._tls))
+                self._fast_port = await fast.listen(server_factory(self.server.factory(), self._tls, self._reactor))
             if self.ha is not None:
                 await self.ha.startService()
         except Exception:

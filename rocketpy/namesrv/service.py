@@ -109,7 +109,7 @@ class NamesrvService(Service):
             self._server.register_processor(code, self.processor)
         self._startup.begin()
         listening = maybeDeferred(lambda: serverFromString(self._reactor, self._listen).listen(
-            server_factory(self._server.factory(), self._tls)))
+            server_factory(self._server.factory(), self._tls, self._reactor)))
         self._listening = listening.addCallbacks(self._listened, self._listen_failed)
 
     def _listened(self, port: IListeningPort) -> IListeningPort:

@@ -270,5 +270,5 @@ class RemotingClient(RemotingNode):
         else:
             endpoint = HostnameEndpoint(self._reactor, host, int(port), timeout=self._connect_timeout)
         if self._tls is not None:
-            endpoint = wrapClientTLS(self._tls.creator(host), endpoint)
+            endpoint = wrapClientTLS(self._tls.creator(host), endpoint, clock=self._reactor)
         return endpoint

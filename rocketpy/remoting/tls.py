@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet.interfaces import IProtocolFactory
+from twisted.internet.interfaces import IProtocolFactory, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -112,8 +112,10 @@ def client_tls(tls: bool | ClientTLS, ca: str | None = None) -> ClientTLS | None
     return ClientTLS(ca=ca) if tls else None
 
 
-def server_factory(factory: IProtocolFactory, tls: ServerTLS | None) -> IProtocolFactory:
+def server_factory(factory: IProtocolFactory, tls: ServerTLS | None, clock: IReactorTime) -> IProtocolFactory:
     """*factory* behind *tls*: as it is (no TLS or ``disabled``), or behind a first-byte switch.
+
+    :param clock: the reactor TLS schedules its writes on.
 
     :raises TLSConfigError: the certificate files cannot be used.
     """
@@ -123,7 +125,7 @@ def server_factory(factory: IProtocolFactory, tls: ServerTLS | None) -> IProtoco
         raise TLSConfigError(f"TLS mode must be one of {', '.join(TLS_MODES)}, not {tls.mode!r}")
     from twisted.protocols.tls import TLSMemoryBIOFactory
 
-    tls_factory = TLSMemoryBIOFactory(tls.context_factory(), False, factory)
+    tls_factory = TLSMemoryBIOFactory(tls.context_factory(), False, factory, clock=clock)
     return _SwitchFactory(factory, tls_factory, plain_allowed=tls.mode == "permissive")
 
 
