@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
+from functools import lru_cache
 
 Matcher = Callable[[str], bool]
 
@@ -27,6 +28,7 @@ def _always(host: str) -> bool:
     return True
 
 
+@lru_cache(maxsize=4096)  # clients come from few addresses; parsing costs microseconds
 def _is_ipv4(text: str) -> bool:
     try:
         ipaddress.IPv4Address(text)
@@ -35,6 +37,7 @@ def _is_ipv4(text: str) -> bool:
     return True
 
 
+@lru_cache(maxsize=4096)  # clients come from few addresses; parsing costs microseconds
 def _is_ipv6(text: str) -> bool:
     try:
         ipaddress.IPv6Address(text)
@@ -43,6 +46,7 @@ def _is_ipv6(text: str) -> bool:
     return True
 
 
+@lru_cache(maxsize=4096)  # clients come from few addresses; parsing costs microseconds
 def _canonical(host: str) -> str:
     """IPv6 addresses in full form (``expandIP``), IPv4 as they are."""
     return ipaddress.IPv6Address(host).exploded.upper() if _is_ipv6(host) else host
