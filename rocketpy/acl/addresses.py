@@ -29,21 +29,20 @@ def _always(host: str) -> bool:
 
 
 @lru_cache(maxsize=4096)  # clients come from few addresses; parsing costs microseconds
+def _ip_version(text: str) -> int | None:
+    """4 or 6 for an IP address, None for anything else."""
+    try:
+        return ipaddress.ip_address(text).version
+    except ValueError:
+        return None
+
+
 def _is_ipv4(text: str) -> bool:
-    try:
-        ipaddress.IPv4Address(text)
-    except ValueError:
-        return False
-    return True
+    return _ip_version(text) == 4
 
 
-@lru_cache(maxsize=4096)  # clients come from few addresses; parsing costs microseconds
 def _is_ipv6(text: str) -> bool:
-    try:
-        ipaddress.IPv6Address(text)
-    except ValueError:
-        return False
-    return True
+    return _ip_version(text) == 6
 
 
 @lru_cache(maxsize=4096)  # clients come from few addresses; parsing costs microseconds

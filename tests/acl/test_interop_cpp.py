@@ -6,41 +6,18 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
-import sys
 from typing import Any
 
-from twisted.trial.unittest import SkipTest, SynchronousTestCase
-
-from tests.acl.test_broker import ACL
-from tests.interop.test_cpp import _SKIP, CHILD_TIMEOUT, HARNESS, Rocketpy, child_events
-
-REFUSED = "org.apache.rocketmq.acl.common.AclException: "
+from tests.acl.test_broker import ACL, REFUSED
+from tests.client.test_interop_cpp import CppHarness
 
 
-class CppAclTests(SynchronousTestCase):
-    def setUp(self) -> None:
-        if _SKIP is not None:
-            raise SkipTest(_SKIP)
-        workdir = os.path.abspath(self.mktemp())
-        self.home = os.path.join(workdir, "home")
-        os.makedirs(self.home)
+class CppAclTests(CppHarness):
+    def rocketpy_options(self, workdir: str) -> tuple[str, ...]:
         acl_path = os.path.join(workdir, "plain_acl.yml")
         with open(acl_path, "w") as f:
             f.write(ACL)
-        self.rocketpy = Rocketpy(workdir, extra=("--acl-enable", "--acl-file", acl_path))
-        self.rocketpy.start()
-        self.addCleanup(self.rocketpy.stop)
-
-    def cpp(self, *args: str) -> list[dict[str, Any]]:
-        child = subprocess.run(
-            [sys.executable, HARNESS, *args, "--namesrv", self.rocketpy.namesrv], capture_output=True, text=True,
-            env=dict(os.environ, HOME=self.home), timeout=CHILD_TIMEOUT,
-        )
-        events = child_events(child.returncode, child.stdout, child.stderr)
-        if events is None:
-            self.fail(f"C++ {args[0]} failed:\n{child.stderr[-2000:]}\n--- rocketpy ---\n{self.rocketpy.log_tail()}")
-        return events
+        return ("--acl-enable", "--acl-file", acl_path)
 
     def refusals(self) -> list[tuple[int, str]]:
         """``(request code, remark)`` of every refusal in rocketpy's (JSON) log so far."""

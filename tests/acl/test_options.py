@@ -10,15 +10,10 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.broker.controller import BrokerService
 from rocketpy.remoting.tls import ServerTLS
-from rocketpy.tap import Options, makeService
+from rocketpy.tap import makeService
 from tests.acl.test_broker import ACL
+from tests.broker.test_tap import _parse
 from tests.remoting.certs import CertificateSet
-
-
-def _parse(*argv: str) -> Options:
-    options = Options()
-    options.parseOptions(list(argv))
-    return options
 
 
 class SecurityOptionsTests(SynchronousTestCase):

@@ -21,14 +21,20 @@ from tests.interop.cpp_client import body_of
 from tests.interop.test_cpp import _SKIP, CHILD_TIMEOUT, HARNESS, Rocketpy, child_events
 
 
-class CppInteropTests(SynchronousTestCase):
+class CppHarness(SynchronousTestCase):
+    """A rocketpy process per test (with :meth:`rocketpy_options`) and the C++ harness in children."""
+
+    def rocketpy_options(self, workdir: str) -> tuple[str, ...]:
+        """More ``twist rocketpy`` options; files they name go in *workdir*."""
+        return ()
+
     def setUp(self) -> None:
         if _SKIP is not None:
             raise SkipTest(_SKIP)
         workdir = os.path.abspath(self.mktemp())
         self.home = os.path.join(workdir, "home")
         os.makedirs(self.home)
-        self.rocketpy = Rocketpy(workdir)
+        self.rocketpy = Rocketpy(workdir, extra=self.rocketpy_options(workdir))
         self.rocketpy.start()
         self.addCleanup(self.rocketpy.stop)
 
@@ -43,6 +49,8 @@ class CppInteropTests(SynchronousTestCase):
             self.fail(f"C++ {args[0]} failed:\n{child.stderr[-2000:]}\n--- rocketpy ---\n{self.rocketpy.log_tail()}")
         return events
 
+
+class CppInteropTests(CppHarness):
     def test_python_producer_to_cpp_consumer(self) -> None:
         """Messages from rocketpy's producer, one zlib-compressed, reach the C++ consumer intact."""
         bodies = [b"py-0", b"py-1", ("py-2|" + "abcdefghij" * 900).encode()]
