@@ -3,6 +3,8 @@ of :func:`~rocketpy.acl.plain.check_access`."""
 
 from __future__ import annotations
 
+import json
+
 from zope.interface import implementer
 
 from rocketpy.acl.addresses import host_of
@@ -70,7 +72,18 @@ def needed_resources(request: RemotingCommand) -> dict[str, int]:
     elif code == RequestCode.UPDATE_CONSUMER_OFFSET:
         _group(resources, fields.get("consumerGroup"))
         _add(resources, fields.get("topic"), SUB)
+    elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):  # not in Java 4.9: issue 13 asks
+        _group(resources, _lock_group(request.body))
     return resources
+
+
+def _lock_group(body: bytes) -> str | None:
+    """The ``consumerGroup`` of a lock body; None when unreadable (the processor then refuses it)."""
+    try:
+        group = json.loads(body).get("consumerGroup")
+    except Exception:  # not JSON, not an object, nested too deeply …
+        return None
+    return group if isinstance(group, str) else None
 
 
 @implementer(IRPCHook)

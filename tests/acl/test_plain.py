@@ -136,6 +136,8 @@ accounts:
             (RequestCode.UNREGISTER_CLIENT, {"clientID": "c", "consumerGroup": "G"}, b"", {"%RETRY%G": SUB}),
             (RequestCode.HEART_BEAT, {}, b'{"clientID":"c","consumerDataSet":[{"groupName":"G",'
              b'"subscriptionDataSet":[{"topic":"T"}]}]}', {"%RETRY%G": SUB, "T": SUB}),
+            (RequestCode.LOCK_BATCH_MQ, {}, b'{"consumerGroup":"G","clientId":"c","mqSet":[]}', {"%RETRY%G": SUB}),
+            (RequestCode.UNLOCK_BATCH_MQ, {}, b"[[[", {}),
             (RequestCode.GET_MAX_OFFSET, {"topic": "T"}, b"", {}),
         ]
         for code, fields, body, expected in cases:
