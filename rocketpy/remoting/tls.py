@@ -11,13 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from twisted.internet.interfaces import IProtocolFactory, IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IProtocolFactory, IReactorTime
 from twisted.internet.protocol import Factory, Protocol, connectionDone
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from rocketpy.remoting.protocol import format_address
+
 TLS_MODES = ("disabled", "permissive", "enforcing")
 _HANDSHAKE = 0x16  # the first byte of a TLS record carrying a handshake
+#: Seconds a new connection of a TLS port may stay silent before it is closed (the remoting idle timeout).
+FIRST_BYTE_TIMEOUT = 120.0
 
 
 class TLSConfigError(ValueError):
@@ -126,12 +130,14 @@ def server_factory(factory: IProtocolFactory, tls: ServerTLS | None, clock: IRea
     from twisted.protocols.tls import TLSMemoryBIOFactory
 
     tls_factory = TLSMemoryBIOFactory(tls.context_factory(), False, factory, clock=clock)
-    return _SwitchFactory(factory, tls_factory, plain_allowed=tls.mode == "permissive")
+    return _SwitchFactory(factory, tls_factory, tls.mode == "permissive", clock)
 
 
 class _SwitchFactory(Factory):
-    def __init__(self, plain: IProtocolFactory, tls: IProtocolFactory, plain_allowed: bool) -> None:
+    def __init__(self, plain: IProtocolFactory, tls: IProtocolFactory, plain_allowed: bool, clock: IReactorTime,
+                 first_byte_timeout: float = FIRST_BYTE_TIMEOUT) -> None:
         self.plain, self.tls, self.plain_allowed = plain, tls, plain_allowed
+        self.clock, self.first_byte_timeout = clock, first_byte_timeout
 
     def doStart(self) -> None:
         self.plain.doStart()
@@ -147,7 +153,8 @@ class _SwitchFactory(Factory):
 
 class _FirstByteSwitch(Protocol):
     """Waits for the first byte, then hands the connection to the TLS or the plain protocol
-    (as RocketMQ's ``HandshakeHandler``); a plain client of an enforcing server is dropped."""
+    (as RocketMQ's ``HandshakeHandler``); a plain client of an enforcing server is dropped, and so
+    is a client that sends nothing for ``first_byte_timeout`` seconds."""
 
     log = Logger()
 
@@ -155,25 +162,51 @@ class _FirstByteSwitch(Protocol):
         self._switch = factory
         self._addr = addr
         self._inner: Any = None
+        self._done = False  # handed over or refused
+        self._timer: IDelayedCall | None = None
         self.transport: Any = None
 
+    def connectionMade(self) -> None:
+        self._timer = self._switch.clock.callLater(self._switch.first_byte_timeout, self._silent)
+
+    def _silent(self) -> None:
+        self._timer = None
+        self.log.info("closing {peer}: nothing sent in {seconds} s", peer=format_address(self._addr),
+                      seconds=self._switch.first_byte_timeout)
+        self._refuse()
+
+    def _refuse(self) -> None:
+        self._done = True
+        self.transport.abortConnection()
+
     def dataReceived(self, data: bytes) -> None:
-        if self._inner is None:
-            if data[0] == _HANDSHAKE:
-                inner = self._switch.tls.buildProtocol(self._addr)
-            elif self._switch.plain_allowed:
-                inner = self._switch.plain.buildProtocol(self._addr)
-            else:
-                self.log.warn("plain connection from {peer} refused: TLS is enforced", peer=self._addr)
-                self.transport.abortConnection()
-                return
-            if inner is None:
-                self.transport.loseConnection()
-                return
-            self._inner = inner
-            inner.makeConnection(self.transport)
-        self._inner.dataReceived(data)
+        if self._inner is not None:
+            self._inner.dataReceived(data)
+            return
+        if self._done or not data:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if data[0] == _HANDSHAKE:
+            inner = self._switch.tls.buildProtocol(self._addr)
+        elif self._switch.plain_allowed:
+            inner = self._switch.plain.buildProtocol(self._addr)
+        else:
+            self.log.warn("plain connection from {peer} refused: TLS is enforced", peer=format_address(self._addr))
+            self._refuse()
+            return
+        if inner is None:
+            self._refuse()
+            return
+        self._done = True
+        self._inner = inner
+        inner.makeConnection(self.transport)
+        inner.dataReceived(data)
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._inner is not None:
             self._inner.connectionLost(reason)

@@ -8,11 +8,15 @@ import shutil
 from typing import Any
 
 from twisted.internet import reactor
+from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
-from twisted.internet.protocol import ProcessProtocol
+from twisted.internet.error import ConnectionDone
+from twisted.internet.protocol import Factory, ProcessProtocol, Protocol, connectionDone
+from twisted.internet.task import Clock
+from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
 from twisted.logger import capturedLogs
-from twisted.trial.unittest import SkipTest, TestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase, TestCase
 
 from rocketpy.broker.config import BrokerConfig
 from rocketpy.broker.controller import BrokerService
@@ -22,7 +26,7 @@ from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingError
-from rocketpy.remoting.tls import ClientTLS, ServerTLS
+from rocketpy.remoting.tls import FIRST_BYTE_TIMEOUT, ClientTLS, ServerTLS, _SwitchFactory
 from rocketpy.store.config import MessageStoreConfig
 from tests.ports import free_port
 from tests.remoting.certs import CertificateSet
@@ -162,3 +166,65 @@ class TLSTests(TestCase):
         self.assertEqual(code, 0, text)
         self.assertIn("Verify return code: 0 (ok)", text)
         self.assertRegex(text, r"subject=\s*CN\s*=\s*127\.0\.0\.1")
+
+
+class _Recording(Protocol):
+    def __init__(self) -> None:
+        self.data = b""
+        self.lost = False
+
+    def dataReceived(self, data: bytes) -> None:
+        self.data += data
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self.lost = True
+
+
+class FirstByteSwitchTests(SynchronousTestCase):
+    """The permissive/enforcing switch in memory: which protocol gets the connection, and when it is dropped."""
+
+    def connect(self, plain_allowed: bool) -> tuple[Any, StringTransport, dict[str, _Recording], Clock]:
+        built: dict[str, _Recording] = {}
+
+        def factory(kind: str) -> Factory:
+            return Factory.forProtocol(lambda: built.setdefault(kind, _Recording()))
+
+        clock = Clock()
+        switch = _SwitchFactory(factory("plain"), factory("tls"), plain_allowed, clock)
+        protocol = switch.buildProtocol(IPv4Address("TCP", "10.0.0.1", 4000))
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        return protocol, transport, built, clock
+
+    def test_first_byte_picks_the_protocol(self) -> None:
+        """0x16 goes to TLS, anything else to the plain protocol (permissive); later data follows."""
+        for first, kind in ((b"\x16\x03\x01", "tls"), (b"\x00\x00\x00\x10", "plain")):
+            protocol, transport, built, clock = self.connect(plain_allowed=True)
+            protocol.dataReceived(first)
+            protocol.dataReceived(b"more")
+            self.assertEqual(list(built), [kind])
+            self.assertEqual(built[kind].data, first + b"more")
+            self.assertIs(built[kind].transport, transport)
+            self.assertEqual(clock.getDelayedCalls(), [])
+            protocol.connectionLost(Failure(ConnectionDone()))
+            self.assertTrue(built[kind].lost)
+
+    def test_enforcing_drops_plain(self) -> None:
+        """Enforcing: a plain first byte aborts the connection, logged once."""
+        protocol, transport, built, _ = self.connect(plain_allowed=False)
+        with capturedLogs() as logs:
+            protocol.dataReceived(b"\x00\x00\x00\x10")
+            protocol.dataReceived(b"\x00\x00\x00\x10")
+        self.assertEqual(built, {})
+        self.assertTrue(transport.disconnecting)
+        self.assertEqual([e["peer"] for e in logs if "TLS is enforced" in e["log_format"]], ["10.0.0.1:4000"])
+
+    def test_silent_client_is_dropped(self) -> None:
+        """A connection that sends nothing is closed after the first-byte timeout; none is left behind."""
+        protocol, transport, _, clock = self.connect(plain_allowed=True)
+        clock.advance(FIRST_BYTE_TIMEOUT - 1)
+        self.assertFalse(transport.disconnecting)
+        clock.advance(1)
+        self.assertTrue(transport.disconnecting)
+        protocol.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(clock.getDelayedCalls(), [])
