@@ -9,6 +9,7 @@ disconnected). With a client CA, servers ask for and verify client certificates.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from twisted.internet.interfaces import IDelayedCall, IProtocolFactory, IReactorTime
@@ -102,11 +103,19 @@ class ClientTLS:
     key: str | None = None
 
     def creator(self, host: str) -> Any:
-        """The connection creator for *host* (an IP address or name the certificate must name)."""
-        ssl = _ssl()
-        trust = load_certificate(self.ca) if self.ca else None
-        mine = load_private_certificate(self.cert, self.key) if self.cert and self.key else None
-        return ssl.optionsForClientTLS(host, trustRoot=trust, clientCertificate=mine)
+        """The connection creator for *host* (an IP address or name the certificate must name).
+
+        :raises TLSConfigError: a file is missing or not PEM.
+        """
+        return _ssl().optionsForClientTLS(host, trustRoot=self._trust, clientCertificate=self._mine)
+
+    @cached_property
+    def _trust(self) -> Any:  # read once (on the first connection), not per connection
+        return load_certificate(self.ca) if self.ca else None
+
+    @cached_property
+    def _mine(self) -> Any:
+        return load_private_certificate(self.cert, self.key) if self.cert and self.key else None
 
 
 def client_tls(tls: bool | ClientTLS, ca: str | None = None) -> ClientTLS | None:
