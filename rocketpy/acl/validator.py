@@ -21,6 +21,8 @@ ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
 })
 _LEFT_OUT = (SIGNATURE, UNIQUE_KEY_QUERY)
+#: SEND_BATCH_MESSAGE as RocketMQ 5 checks it (4.9 forgot it: any signed batch went through).
+_SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 
 
 def _is_retry(topic: str | None) -> bool:
@@ -44,13 +46,16 @@ def needed_resources(request: RemotingCommand) -> dict[str, int]:
     """
     fields, code = request.ext_fields, request.code
     resources: dict[str, int] = {}
-    if code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
-        v2 = code == RequestCode.SEND_MESSAGE_V2
-        topic, group = fields.get("b" if v2 else "topic"), fields.get("a" if v2 else "group")
-        if _is_retry(topic):  # a consumer re-sending: SUB on its group
-            _group(resources, group)
-        else:
-            _add(resources, topic, PUB)
+    if code in _SEND_CODES:
+        # The topic the broker will store to: its header parser reads "b" first, then "topic", for
+        # every send code (Java reads "topic" for code 10 and "b" for 310/320; reading another key
+        # than the broker would let a request be checked for one topic and stored in another).
+        topic = fields.get("b")
+        if topic is None:
+            topic = fields.get("topic")
+        # a retry topic (a consumer re-sending) needs SUB on the group it names, as Java asks of the
+        # header's group (which, for code 10, Java reads from a "group" key no client sends)
+        _add(resources, topic, SUB if _is_retry(topic) else PUB)
     elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
         _group(resources, fields.get("group"))
     elif code == RequestCode.PULL_MESSAGE:

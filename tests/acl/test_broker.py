@@ -123,6 +123,11 @@ class BrokerAclTests(TestCase):
         for topic in ("TopicB", "TopicC"):  # listed with SUB only; not listed (default DENY)
             error: Any = await self.assertFailure(producer.send(new_message(topic, b"x")), SendFailedError)
             self.assertEqual(error.last_error.remark, REFUSED + f"No default permission for topic:{topic}")
+            batch = [new_message(topic, b"b1"), new_message(topic, b"b2")]  # SEND_BATCH_MESSAGE: checked too
+            error = await self.assertFailure(producer.send_batch(batch), SendFailedError)
+            self.assertEqual(error.last_error.remark, REFUSED + f"No default permission for topic:{topic}")
+        result = await producer.send_batch([new_message("TopicA", b"b1"), new_message("TopicA", b"b2")])
+        self.assertTrue(result.msg_id)
 
     async def test_raw_frames_unsigned_missigned_unpermitted(self) -> None:
         """Raw frames: none of the unsigned, mis-signed or unpermitted requests is accepted."""

@@ -127,6 +127,10 @@ accounts:
         cases = [
             (RequestCode.SEND_MESSAGE, {"topic": "T", "group": "G"}, b"", {"T": PUB}),
             (RequestCode.SEND_MESSAGE_V2, {"b": "%RETRY%G", "a": "G"}, b"", {"%RETRY%G": SUB}),
+            (RequestCode.SEND_BATCH_MESSAGE, {"b": "T", "a": "G"}, b"", {"T": PUB}),
+            # the broker stores to "b" whichever send code: so that is what is checked
+            (RequestCode.SEND_MESSAGE, {"topic": "Allowed", "b": "T"}, b"", {"T": PUB}),
+            (RequestCode.SEND_MESSAGE_V2, {"topic": "T"}, b"", {"T": PUB}),
             (RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "G"}, b"", {"%RETRY%G": SUB}),
             (RequestCode.PULL_MESSAGE, {"topic": "T", "consumerGroup": "G"}, b"", {"T": SUB, "%RETRY%G": SUB}),
             (RequestCode.QUERY_MESSAGE, {"topic": "T"}, b"", {"T": SUB}),
