@@ -6,7 +6,7 @@ answers it SYSTEM_ERROR (1) with Java's remark, ``org.apache.rocketmq.acl.common
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,13 +153,14 @@ def parse_acl(text: str) -> PlainAcl:
 
 def check_access(
     acl: PlainAcl, host: str, code: int, access_key: str | None, signature: str | None,
-    content: bytes | None, resources: Mapping[str, int], admin_codes: frozenset[int],
+    content: bytes | None, needs: Callable[[], Mapping[str, int]], admin_codes: frozenset[int],
 ) -> None:
     """Java's ``PlainPermissionManager.validate``.
 
     :param host: the remote IP address.
     :param content: the signed content rebuilt from the received request.
-    :param resources: topic or ``%RETRY%group`` → the permission the request needs.
+    :param needs: topic or ``%RETRY%group`` → the permission the request needs; called only once
+        the signature is good (Java parses first: a body is read only for known senders here).
     :raises AclRefused: with Java's message.
     """
     for white in acl.global_white:
@@ -174,6 +175,7 @@ def check_access(
         return
     if content is None or signature != sign(content, owned.secret_key):
         raise AclRefused(f"Check signature failed for accessKey={access_key}")
+    resources = needs()
     if resources.get(TRACE_TOPIC) == PUB:
         return
     if code in admin_codes and not owned.admin:

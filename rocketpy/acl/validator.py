@@ -103,7 +103,7 @@ class PlainAccessValidator:
         check_access(
             self.acl, host_of(remote_address), request.code, fields.get(ACCESS_KEY), fields.get(SIGNATURE),
             signed_content(fields, request.body, _LEFT_OUT) if fields else None,
-            needed_resources(request), ADMIN_CODES,
+            lambda: needed_resources(request), ADMIN_CODES,
         )
 
     def after_response(self, remote_address: str, request: RemotingCommand, response: RemotingCommand) -> None:

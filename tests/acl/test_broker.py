@@ -160,6 +160,23 @@ class BrokerAclTests(TestCase):
         # and a signed, permitted request on the same connection works
         self.assertEqual((await self.call(send_request("TopicA"), USER)).code, ResponseCode.SUCCESS)
 
+    async def test_every_request_code_unsigned_or_missigned(self) -> None:
+        """Every request code, unsigned and then with a wrong signature: none is processed (each is
+        refused, or not supported at all)."""
+        await self.start()
+        accepted = []
+        for code in RequestCode:
+            for fields in ({"topic": "TopicA", "consumerGroup": "GroupA"},
+                           {"topic": "TopicA", "consumerGroup": "GroupA", "AccessKey": "RocketMQ", "Signature": "eA=="}):
+                response = await self.call(RemotingCommand.request(code, dict(fields), b"{}"))
+                if response.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                    continue
+                expected = "Check signature failed for accessKey=RocketMQ" if "Signature" in fields \
+                    else "No accessKey is configured"
+                if (response.code, response.remark) != (ResponseCode.SYSTEM_ERROR, REFUSED + expected):
+                    accepted.append((code, response.code, response.remark))
+        self.assertEqual(accepted, [])
+
     async def test_admin_account(self) -> None:
         """An admin account without resource lists may create topics and send anywhere."""
         await self.start()
