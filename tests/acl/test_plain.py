@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.acl.addresses import AddressPatternError, address_matcher, host_of
@@ -180,3 +182,19 @@ accounts:
         with self.assertRaises(AclRefused) as caught:
             check_access(self.acl, "127.0.0.1", 10, "Unknown", "sig", b"", dict, ADMIN_CODES)
         self.assertEqual(caught.exception.remark, "org.apache.rocketmq.acl.common.AclException: No acl config for Unknown")
+
+
+class DocumentedFileTests(SynchronousTestCase):
+    def test_security_md_example_parses(self) -> None:
+        """The plain_acl.yml of doc/security.md, as a user would copy it, is valid and means what it says."""
+        doc = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "doc",
+                           "security.md")
+        with open(doc, encoding="utf-8") as f:
+            text = f.read()
+        example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+        acl = parse_acl(example)
+        self.assertEqual(sorted(acl.accounts), ["orders-app", "rocketmq-admin"])
+        app = acl.accounts["orders-app"]
+        self.assertEqual(dict(app.perms or {}), {"orders": PUB | SUB, "audit": PUB, "%RETRY%billing": SUB})
+        self.assertTrue(acl.accounts["rocketmq-admin"].admin)
+        self.assertTrue(acl.global_white[0]("10.10.103.20"))
