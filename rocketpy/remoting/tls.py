@@ -149,12 +149,10 @@ class _SwitchFactory(Factory):
         self.clock, self.first_byte_timeout = clock, first_byte_timeout
 
     def doStart(self) -> None:
-        self.plain.doStart()
-        self.tls.doStart()
+        self.tls.doStart()  # a WrappingFactory: starts the plain factory it wraps too
 
     def doStop(self) -> None:
         self.tls.doStop()
-        self.plain.doStop()
 
     def buildProtocol(self, addr: Any) -> _FirstByteSwitch:
         return _FirstByteSwitch(self, addr)

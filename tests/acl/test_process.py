@@ -4,6 +4,7 @@ process, and the blocking facade with ``credentials=`` and ``tls=True``."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -29,7 +30,7 @@ class SecureProcessTests(SynchronousTestCase):
                                             "--tls-cert", certs.self_signed, "--tls-key", certs.self_signed_key))
         rocketpy.start()
         self.addCleanup(rocketpy.stop)
-        secure = {"credentials": USER, "tls": True, "tls_ca": certs.self_signed}
+        secure: dict[str, Any] = {"credentials": USER, "tls": True, "tls_ca": certs.self_signed}
         with Producer("PG", rocketpy.namesrv, **secure) as producer:
             sent = producer.send(new_message("TopicA", b"signed and sealed"))
         consumer = PushConsumer("GroupA", rocketpy.namesrv, **secure).subscribe("TopicA").start()
