@@ -8,7 +8,7 @@ import json
 from zope.interface import implementer
 
 from rocketpy.acl.addresses import host_of
-from rocketpy.acl.plain import PUB, SUB, AclRefused, PlainAcl, check_access, retry_topic
+from rocketpy.acl.plain import PUB, RETRY_PREFIX, SUB, AclRefused, PlainAcl, check_access, retry_topic
 from rocketpy.acl.signing import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, signed_content
 from rocketpy.broker.heartbeat import parse_heartbeat
 from rocketpy.interfaces import IRPCHook
@@ -26,7 +26,7 @@ _SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCod
 
 
 def _is_retry(topic: str | None) -> bool:
-    return topic is not None and topic.startswith("%RETRY%")
+    return topic is not None and topic.startswith(RETRY_PREFIX)
 
 
 def _add(resources: dict[str, int], resource: str | None, perm: int) -> None:
