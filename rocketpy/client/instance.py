@@ -177,6 +177,9 @@ class ClientInstance:
         self.reactor = reactor
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addrs)
         self._owns_remoting = remoting is None
+        if remoting is not None and (credentials or tls):
+            raise TypeError("credentials and tls configure the remoting client made here; "
+                            "with remoting_client=, give that client the hooks and TLS instead")
         if remoting is None:
             from rocketpy.remoting.client import RemotingClient
 

@@ -8,7 +8,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.acl.addresses import AddressPatternError, address_matcher, host_of
 from rocketpy.acl.plain import DENY, PUB, SUB, AclConfigError, AclRefused, check_access, parse_acl
-from rocketpy.acl.signing import AclClientHook, sign, signed_content
+from rocketpy.acl.signing import AclClientHook, credentials_hooks, sign, signed_content
 from rocketpy.acl.validator import ADMIN_CODES, PlainAccessValidator, needed_resources
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
@@ -198,3 +198,22 @@ class DocumentedFileTests(SynchronousTestCase):
         self.assertEqual(dict(app.perms or {}), {"orders": PUB | SUB, "audit": PUB, "%RETRY%billing": SUB})
         self.assertTrue(acl.accounts["rocketmq-admin"].admin)
         self.assertTrue(acl.global_white[0]("10.10.103.20"))
+
+
+class ClientArgumentTests(SynchronousTestCase):
+    def test_credentials_shapes(self) -> None:
+        """credentials must be (key, secret) or (key, secret, token) of non-empty strings."""
+        self.assertEqual(credentials_hooks(None), ())
+        self.assertEqual(len(credentials_hooks(("ak", "sk", "token"))), 1)
+        for bad in (("only-key",), ("ak", ""), "aksk", ("ak", 5)):
+            self.assertRaises(ValueError, credentials_hooks, bad)  # type: ignore[arg-type]
+
+    def test_not_with_a_given_remoting_client(self) -> None:
+        """credentials= or tls= beside a remoting client of the caller's is an error, not silently ignored."""
+        from twisted.internet.task import Clock
+
+        from rocketpy.client.instance import ClientInstance
+
+        for kwargs in ({"credentials": ("ak12345", "sk12345")}, {"tls": True}):
+            with self.assertRaises(TypeError):
+                ClientInstance(Clock(), "127.0.0.1:9876", object(), **kwargs)  # type: ignore[arg-type]
