@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/broker_inprocess.py [--messages 20000] [--rounds 3] [--in-flight 1]
-                                          [--chunk 60] [--gc-threshold 10000] [--batch 32] [--profile]
+                                          [--chunk 60] [--gc-threshold 10000] [--batch 32] [--profile] [--acl]
 
 Starts a real ``BrokerService`` (real ``StoreService`` and ``MessageStore`` in a temporary
 directory, ASYNC_FLUSH, small files) on the reactor, connects one broker protocol to a
@@ -14,7 +14,8 @@ loaded broker sees them. Prints µs per send (wall time of the whole loop: decod
 store append and dispatch, completion, response encode), the process's CPU per send (all
 threads) and the garbage collector's time per send, per round and as medians.
 ``--profile`` runs one more round under ``cProfile`` and prints the Python-level calls per
-send and the functions called most.
+send and the functions called most. ``--acl`` turns the broker's plain ACL on and signs every
+frame (doc/security.md), to measure what the check costs.
 """
 
 from __future__ import annotations
@@ -123,11 +124,15 @@ async def feed_pipelined(protocol: Any, transport: Responses, frames: list[bytes
     return time.perf_counter() - began
 
 
-def send_frames(messages: int, batch: int) -> list[bytes]:
-    """SEND_MESSAGE_V2 frames, or SEND_BATCH_MESSAGE frames of ``batch`` messages with their own UNIQ_KEYs."""
+def send_frames(messages: int, batch: int, sign: Any = None) -> list[bytes]:
+    """SEND_MESSAGE_V2 frames, or SEND_BATCH_MESSAGE frames of ``batch`` messages with their own UNIQ_KEYs;
+    each request first goes through ``sign`` (an RPC hook) if given."""
     if batch <= 1:
-        return [encode(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(i % 8, False), BODY))
-                for i in range(messages)]
+        requests = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(i % 8, False), BODY)
+                    for i in range(messages)]
+        for request in requests if sign is not None else ():
+            sign.before_request("", request)
+        return [encode(request) for request in requests]
     frames = []
     for i in range(messages // batch):
         msgs = [Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA", "UNIQ_KEY": f"7F0000011234ABCD{i:08X}{j:08X}"})
@@ -143,7 +148,16 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         store_path_root_dir=os.path.join(workdir, "store"), mapped_file_size_commit_log=256 * 1024 * 1024,
         mapped_file_size_consume_queue=300_000 * 20, max_hash_slot_num=100_000, max_index_num=400_000,
     )
-    broker = BrokerService(reactor, BrokerConfig(listen="tcp:0:interface=127.0.0.1"), store)
+    config = BrokerConfig(listen="tcp:0:interface=127.0.0.1")
+    sign = None
+    if options.acl:
+        from rocketpy.acl.signing import AclClientHook
+
+        config.acl_enable, config.acl_file = True, os.path.join(workdir, "plain_acl.yml")
+        with open(config.acl_file, "w") as f:
+            f.write(f"accounts:\n  - accessKey: benchmark\n    secretKey: benchmark\n    topicPerms: [{TOPIC}=PUB]\n")
+        sign = AclClientHook("benchmark", "benchmark")
+    broker = BrokerService(reactor, config, store)
     gc_tuning = GCThresholdService(options.gc_threshold)  # as twistd rocketpy runs
     gc_tuning.startService()
     broker.startService()
@@ -154,7 +168,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         transport = Responses(reactor)
         protocol.makeConnection(transport)
         n = options.messages
-        frames = send_frames(n, options.batch)
+        frames = send_frames(n, options.batch, sign)
         await feed(reactor, protocol, transport, frames[: min(len(frames), 2000)])  # warm up, auto-create the topic
         def run() -> Any:
             if options.in_flight > 1:
@@ -204,6 +218,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1,
                         help="more than 1: SEND_BATCH_MESSAGE frames of this many messages (figures per message)")
     parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
+    parser.add_argument("--acl", action="store_true", help="the broker checks the plain ACL; frames are signed")
     parser.add_argument("--lines", type=int, default=25, help="profile lines to print")
     parser.add_argument("--sort", default="ncalls", help="the profile's order (ncalls, tottime, cumtime)")
     options = parser.parse_args()

@@ -6,14 +6,14 @@ answers it SYSTEM_ERROR (1) with Java's remark, ``org.apache.rocketmq.acl.common
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from rocketpy.acl.addresses import AddressPatternError, Matcher, address_matcher
-from rocketpy.acl.signing import sign
+from rocketpy.acl.signing import Signer
 from rocketpy.remoting.errors import RequestRefused
 
 RETRY_PREFIX = "%RETRY%"
@@ -73,6 +73,10 @@ class Account:
     default_topic_perm: int = DENY
     default_group_perm: int = DENY
     perms: Mapping[str, int] | None = None
+    signer: Signer = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "signer", Signer(self.secret_key))
 
 
 @dataclass(frozen=True)
@@ -153,12 +157,12 @@ def parse_acl(text: str) -> PlainAcl:
 
 def check_access(
     acl: PlainAcl, host: str, code: int, access_key: str | None, signature: str | None,
-    content: bytes | None, needs: Callable[[], Mapping[str, int]], admin_codes: frozenset[int],
+    content: Sequence[bytes] | None, needs: Callable[[], Mapping[str, int]], admin_codes: frozenset[int],
 ) -> None:
     """Java's ``PlainPermissionManager.validate``.
 
     :param host: the remote IP address.
-    :param content: the signed content rebuilt from the received request.
+    :param content: the parts of the signed content rebuilt from the received request (fields, body).
     :param needs: topic or ``%RETRY%group`` → the permission the request needs; called only once
         the signature is good (Java parses first: a body is read only for known senders here).
     :raises AclRefused: with Java's message.
@@ -173,7 +177,7 @@ def check_access(
         raise AclRefused(f"No acl config for {access_key}")
     if owned.white_address(host):
         return
-    if content is None or signature != sign(content, owned.secret_key):
+    if content is None or signature != owned.signer.sign(*content):
         raise AclRefused(f"Check signature failed for accessKey={access_key}")
     resources = needs()
     if resources.get(TRACE_TOPIC) == PUB:

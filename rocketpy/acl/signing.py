@@ -26,16 +26,34 @@ SECURITY_TOKEN = "SecurityToken"
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
 
+def signed_fields(ext_fields: Mapping[str, str], leave_out: Container[str] = (SIGNATURE,)) -> bytes:
+    """The field part of what a signature covers: the values in key order (the body follows)."""
+    text = "".join([value for key, value in sorted(ext_fields.items()) if key not in leave_out])
+    return text.encode("utf-8", "surrogatepass")
+
+
 def signed_content(ext_fields: Mapping[str, str], body: bytes | None, leave_out: Container[str] = (SIGNATURE,)) -> bytes:
     """The bytes a signature covers: the field values in key order, then the body."""
-    text = "".join(value for key, value in sorted(ext_fields.items()) if key not in leave_out)
-    return text.encode("utf-8", "surrogatepass") + (body or b"")
+    return signed_fields(ext_fields, leave_out) + (body or b"")
+
+
+class Signer:
+    """HMAC-SHA1 with one secret key, the key schedule computed once (about half the cost per request)."""
+
+    def __init__(self, secret_key: str) -> None:
+        self._mac = hmac.new(secret_key.encode("utf-8"), digestmod=hashlib.sha1)
+
+    def sign(self, *parts: bytes) -> str:
+        """``Base64(HmacSHA1(secret_key, parts joined))``."""
+        mac = self._mac.copy()
+        for part in parts:
+            mac.update(part)
+        return base64.b64encode(mac.digest()).decode("ascii")
 
 
 def sign(content: bytes, secret_key: str) -> str:
     """``Base64(HmacSHA1(secret_key, content))``."""
-    digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
-    return base64.b64encode(digest).decode("ascii")
+    return Signer(secret_key).sign(content)
 
 
 @implementer(IRPCHook)
@@ -45,7 +63,7 @@ class AclClientHook:
 
     def __init__(self, access_key: str, secret_key: str, security_token: str | None = None) -> None:
         self.access_key = access_key
-        self._secret_key = secret_key
+        self._signer = Signer(secret_key)
         self._token = security_token
 
     def before_request(self, remote_address: str, request: RemotingCommand) -> None:
@@ -53,7 +71,7 @@ class AclClientHook:
         fields[ACCESS_KEY] = self.access_key
         if self._token is not None:
             fields[SECURITY_TOKEN] = self._token
-        fields[SIGNATURE] = sign(signed_content(fields, request.body), self._secret_key)
+        fields[SIGNATURE] = self._signer.sign(signed_fields(fields), request.body)
         request.ext_fields = fields
 
     def after_response(self, remote_address: str, request: RemotingCommand, response: RemotingCommand) -> None:

@@ -9,7 +9,7 @@ from zope.interface import implementer
 
 from rocketpy.acl.addresses import host_of
 from rocketpy.acl.plain import PUB, RETRY_PREFIX, SUB, AclRefused, PlainAcl, check_access, retry_topic
-from rocketpy.acl.signing import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, signed_content
+from rocketpy.acl.signing import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, signed_fields
 from rocketpy.broker.heartbeat import parse_heartbeat
 from rocketpy.interfaces import IRPCHook
 from rocketpy.remoting.codes import RequestCode
@@ -102,7 +102,7 @@ class PlainAccessValidator:
         fields = request.ext_fields
         check_access(
             self.acl, host_of(remote_address), request.code, fields.get(ACCESS_KEY), fields.get(SIGNATURE),
-            signed_content(fields, request.body, _LEFT_OUT) if fields else None,
+            (signed_fields(fields, _LEFT_OUT), request.body) if fields else None,
             lambda: needed_resources(request), ADMIN_CODES,
         )
 

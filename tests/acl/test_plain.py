@@ -180,7 +180,7 @@ accounts:
     def test_check_access_direct(self) -> None:
         """Unknown keys are refused by name."""
         with self.assertRaises(AclRefused) as caught:
-            check_access(self.acl, "127.0.0.1", 10, "Unknown", "sig", b"", dict, ADMIN_CODES)
+            check_access(self.acl, "127.0.0.1", 10, "Unknown", "sig", (b"",), dict, ADMIN_CODES)
         self.assertEqual(caught.exception.remark, "org.apache.rocketmq.acl.common.AclException: No acl config for Unknown")
 
 
