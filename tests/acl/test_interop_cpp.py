@@ -55,3 +55,12 @@ class CppAclTests(CppHarness):
             self.assertEqual([e["event"] for e in events], ["error", "error"], events)
             self.assertIn((10, REFUSED + message), self.refusals())  # SEND_MESSAGE
         self.assertNotIn("Traceback", self.rocketpy.log_tail(2000))
+
+    def test_consumer_with_wrong_secret_gets_nothing(self) -> None:
+        """A C++ push consumer with a wrong secret: its heartbeats are refused and no message reaches it."""
+        sent = self.produce("TopicA", "RocketMQ", "12345678")
+        self.assertEqual([e["event"] for e in sent], ["sent", "sent"], sent)
+        events = self.cpp("consume", "--topic", "TopicA", "--group", "GroupA", "--expect", "1", "--timeout", "3",
+                          "--linger", "0", "--access-key", "RocketMQ", "--secret-key", "wrong-secret")
+        self.assertEqual([e for e in events if e["event"] == "message"], [])
+        self.assertIn((34, REFUSED + "Check signature failed for accessKey=RocketMQ"), self.refusals())  # HEART_BEAT
