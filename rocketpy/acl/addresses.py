@@ -3,7 +3,7 @@
 - blank: matches nothing; ``*`` (or ``*.*.*.*``, ``*:*:*:*:*:*:*:*``): everything;
 - ``192.168.0.{1,2}`` or ``10.0.0.1,10.0.0.2``: one of a list;
 - ``192.168.1.1-5``, ``192.168.*.*``, ``10.*.*.*``: a range of one part (the first part
-  after the fixed head that is ``*`` or ``a-b``);
+  after the fixed head that is ``*`` or ``a-b``); IPv6 alike, in hex (``1050::5:600:300c:1-200``);
 - otherwise one IPv4 or IPv6 address.
 """
 
@@ -96,7 +96,7 @@ def _range(pattern: str) -> Matcher:
     """Java's ``RangeRemoteAddressStrategy`` for IPv4: the first of parts 2-4 that is ``*`` or
     ``a-b`` is the range; the parts before it are the fixed head; the parts after it are not looked at."""
     if ":" in pattern:
-        raise AddressPatternError(f"{pattern!r}: IPv6 ranges are not supported; list the addresses")
+        return _range6(pattern)
     parts = _split(pattern, ".")
     if len(parts) != 4:
         raise AddressPatternError(f"{pattern!r} is not four dotted parts")
@@ -124,6 +124,63 @@ def _range(pattern: str) -> Matcher:
         if not _is_ipv4(host) or not host.startswith(prefix):
             return False
         return start <= int(host.split(".")[index]) <= end
+
+    return match
+
+
+def _expand(address: str, groups: int) -> str:
+    """Java's ``AclUtils.expandIP``: ``::`` widened to *groups* groups, each padded to four hex digits."""
+    address = address.upper()
+    pad = groups - address.count(":")
+    if pad > 0:
+        address = address.replace("::", ":" + ":" * pad)
+    return ":".join(group.rjust(4, "0") for group in address.split(":"))
+
+
+def _range6(pattern: str) -> Matcher:
+    """Java's ``RangeRemoteAddressStrategy`` for IPv6: ``1050::5:600:300c:1-200``, ``…:300c:*`` or
+    ``…:300c:1-20:*``; the first group that is ``*`` or ``a-b`` (hex) is the range."""
+    star, minus = pattern.find("*"), pattern.find("-")
+    if star > -1 and star != len(pattern) - 1:
+        raise AddressPatternError(f"{pattern!r}: '*' must end the pattern")
+    last = pattern.rfind(":")
+    if minus > -1 and minus <= (last if star == -1 else pattern.rfind(":", 0, last)):
+        raise AddressPatternError(f"{pattern!r}: the range must be the last group before any '*'")
+    groups = _split(pattern, ":")
+    for value in (g.strip() for g in groups[1:]):
+        if value == "*":
+            start, end = 0, 0xFFFF
+        elif "-" in value:
+            low, _, high = value.partition("-")
+            try:
+                start, end = int(low, 16), int(high, 16)
+            except ValueError:
+                raise AddressPatternError(f"{pattern!r}: bad range {value!r}") from None
+            if not low or not 0 <= start <= end <= 0xFFFF:
+                raise AddressPatternError(f"{pattern!r}: bad range {value!r}")
+        else:
+            continue
+        if end > 0:
+            break
+    else:
+        raise AddressPatternError(f"{pattern!r} has no range group")
+    if star > -1 and minus > -1:  # head: the groups before the range, as Java's v6ipProcess
+        head = _expand(pattern[: pattern.rfind(":", 0, last)], 6)
+    else:
+        head = _expand(pattern[:last], 7)
+    try:
+        fixed = [int(group, 16) for group in head.split(":")]
+    except ValueError:
+        raise AddressPatternError(f"{pattern!r}: bad address group") from None
+    if any(not 0 <= group <= 0xFFFF for group in fixed):
+        raise AddressPatternError(f"{pattern!r}: bad address group")
+    index = len(fixed)
+
+    def match(host: str) -> bool:
+        if not _is_ipv6(host):
+            return False
+        full = _canonical(host)
+        return full.startswith(head) and start <= int(full[5 * index: 5 * index + 4], 16) <= end
 
     return match
 
