@@ -119,7 +119,12 @@ class ClientTLS:
 
 
 def client_tls(tls: bool | ClientTLS, ca: str | None = None) -> ClientTLS | None:
-    """A client's ``tls`` argument: False, True (with ``ca``) or a :class:`ClientTLS`."""
+    """A client's ``tls`` argument: False, True (with ``ca``) or a :class:`ClientTLS`.
+
+    :raises ValueError: ``ca`` without ``tls=True`` (it would be ignored).
+    """
+    if ca is not None and tls is not True:
+        raise ValueError("tls_ca is for tls=True (a ClientTLS carries its own ca)")
     if isinstance(tls, ClientTLS):
         return tls
     return ClientTLS(ca=ca) if tls else None

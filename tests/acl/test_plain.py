@@ -227,3 +227,14 @@ class ClientArgumentTests(SynchronousTestCase):
         for kwargs in ({"credentials": ("ak12345", "sk12345")}, {"tls": True}):
             with self.assertRaises(TypeError):
                 ClientInstance(Clock(), "127.0.0.1:9876", object(), **kwargs)  # type: ignore[arg-type]
+
+    def test_tls_arguments(self) -> None:
+        """tls=True with or without a CA, a ClientTLS as it is; a CA alone is an error."""
+        from rocketpy.remoting.tls import ClientTLS, client_tls
+
+        self.assertIsNone(client_tls(False))
+        self.assertEqual(client_tls(True, "ca.pem"), ClientTLS(ca="ca.pem"))
+        given = ClientTLS(ca="x.pem", cert="c.pem", key="k.pem")
+        self.assertIs(client_tls(given), given)
+        for tls in (False, given):
+            self.assertRaises(ValueError, client_tls, tls, "ca.pem")
