@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from hmac import compare_digest
 from typing import Any
 
 import yaml
@@ -110,7 +111,8 @@ def _account(entry: Any) -> Account:
     access_key, secret_key = _text(entry.get("accessKey")), _text(entry.get("secretKey"))
     if access_key is None or secret_key is None or len(access_key) <= _MIN_KEY_LENGTH \
             or len(secret_key) <= _MIN_KEY_LENGTH:
-        raise AclConfigError(f"The accessKey={access_key} and secretKey={secret_key} cannot be null and "
+        secret = None if secret_key is None else f"({len(secret_key)} characters)"  # Java prints it; we do not
+        raise AclConfigError(f"The accessKey={access_key} and secretKey={secret} cannot be null and "
                              f"length should longer than 6")
     perms: dict[str, int] = {}
     _resource_perms(entry, "groupPerms", False, perms)
@@ -177,7 +179,8 @@ def check_access(
         raise AclRefused(f"No acl config for {access_key}")
     if owned.white_address(host):
         return
-    if content is None or signature != owned.signer.sign(*content):
+    if content is None or signature is None or not compare_digest(  # constant time: no timing oracle
+            signature.encode("utf-8", "surrogatepass"), owned.signer.sign(*content).encode("ascii")):
         raise AclRefused(f"Check signature failed for accessKey={access_key}")
     resources = needs()
     if resources.get(TRACE_TOPIC) == PUB:

@@ -214,7 +214,7 @@ class BrokerAclTests(TestCase):
                 await pause(0.05)
         warnings = [e for e in logs if "not applied" in str(e.get("log_format"))]
         self.assertEqual(len(warnings), 1)
-        self.assertIn("The accessKey=short and secretKey=x cannot be null", str(warnings[0]["error"]))
+        self.assertIn("The accessKey=short and secretKey=(1 characters) cannot be null", str(warnings[0]["error"]))
         self.assertTrue(await unsigned_accepted())  # the last good file still applies
 
     async def test_disabled_acl_adds_no_hook(self) -> None:

@@ -82,7 +82,7 @@ accounts:
         cases = {
             "accounts: [": "not valid YAML",
             "- a list": "must be a mapping",
-            "accounts:\n  - accessKey: short\n    secretKey: 12345678\n": "The accessKey=short and secretKey=12345678",
+            "accounts:\n  - accessKey: short\n    secretKey: 12345678\n": "The accessKey=short and secretKey=(8 characters)",
             "accounts:\n  - accessKey: longenough\n    secretKey: 12345678\n    topicPerms: [TopicA]\n":
                 "Parse resource permission failed for topic:TopicA",
             "globalWhiteRemoteAddresses: [nonsense]": "globalWhiteRemoteAddresses",
