@@ -12,7 +12,7 @@ import timeit
 
 from rocketpy.acl.plain import parse_acl
 from rocketpy.acl.signing import AclClientHook
-from rocketpy.acl.validator import PlainAccessValidator
+from rocketpy.broker.acl import PlainAccessValidator
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 

@@ -15,9 +15,9 @@ import yaml
 
 from rocketpy.acl.addresses import AddressPatternError, Matcher, address_matcher
 from rocketpy.acl.signing import Signer
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from rocketpy.remoting.errors import RequestRefused
 
-RETRY_PREFIX = "%RETRY%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
 # Java's Permission bits
@@ -52,14 +52,10 @@ def check_permission(needed: int, owned: int) -> bool:
     return bool(needed & owned)
 
 
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
 def describe(resource: str) -> str:
     """Java's ``PlainAccessResource.printStr``: ``group:G`` for a retry topic, else ``topic:T``."""
-    if resource.startswith(RETRY_PREFIX):
-        return f"group:{resource[len(RETRY_PREFIX):]}"
+    if resource.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return f"group:{resource[len(RETRY_GROUP_TOPIC_PREFIX):]}"
     return f"topic:{resource}"
 
 
@@ -191,7 +187,7 @@ def check_access(
         return
     for resource, needed in resources.items():
         if owned.perms is None or resource not in owned.perms:
-            default = owned.default_group_perm if resource.startswith(RETRY_PREFIX) else owned.default_topic_perm
+            default = owned.default_group_perm if resource.startswith(RETRY_GROUP_TOPIC_PREFIX) else owned.default_topic_perm
             allowed = check_permission(needed, default)
         else:
             allowed = check_permission(needed, owned.perms[resource])

@@ -88,4 +88,4 @@ def credentials_hooks(credentials: Sequence[str] | None) -> tuple[IRPCHook, ...]
     if not isinstance(credentials, (tuple, list)) or len(credentials) not in (2, 3) \
             or not all(isinstance(part, str) and part for part in credentials):
         raise ValueError("credentials must be (access_key, secret_key) or (access_key, secret_key, security_token)")
-    return (AclClientHook(*credentials),)  # type: ignore[arg-type]
+    return (AclClientHook(*credentials),)

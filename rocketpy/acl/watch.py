@@ -17,7 +17,6 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 
 from rocketpy.acl.plain import AclConfigError, PlainAcl, parse_acl
-from rocketpy.acl.validator import PlainAccessValidator
 
 #: ``(f, *args) -> Deferred`` of ``f(*args)`` run off the reactor thread.
 RunBlocking = Callable[..., "Deferred[Any]"]
@@ -45,14 +44,14 @@ def load_acl_file(path: str) -> PlainAcl:
 
 
 class AclFileWatcher:
-    """Loads *path* into *validator* at :meth:`start` and again whenever it changes."""
+    """Loads *path* at :meth:`start` and again whenever it changes, handing each good ACL to *use*."""
 
     log = Logger()
 
-    def __init__(self, path: str, validator: PlainAccessValidator, clock: IReactorTime, run_blocking: RunBlocking,
+    def __init__(self, path: str, use: Callable[[PlainAcl], None], clock: IReactorTime, run_blocking: RunBlocking,
                  interval: float = 1.0) -> None:
         self.path = path
-        self.validator = validator
+        self._use = use
         self._run = run_blocking
         self._interval = interval
         self._stamp: tuple[int, int] | None = None
@@ -74,7 +73,7 @@ class AclFileWatcher:
         return self._looping
 
     def _apply(self, acl: PlainAcl) -> None:
-        self.validator.acl = acl
+        self._use(acl)
         self.log.info("ACL {path}: {accounts} accounts, {white} global white addresses", path=self.path,
                       accounts=len(acl.accounts), white=len(acl.global_white))
 

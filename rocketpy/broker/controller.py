@@ -122,8 +122,8 @@ class BrokerService(Service):
         listeners: list[Any] = [ClientChannelListener(self.consumers, self.producers)]
         if self.hold is not None:
             listeners.append(self.hold)
-        self.acl_watcher = self._acl()
-        hooks = [self.acl_watcher.validator] if self.acl_watcher is not None else []
+        self.acl_validator, self.acl_watcher = self._acl()
+        hooks = [self.acl_validator] if self.acl_validator is not None else []
         self.server = RemotingServer(reactor, idle_timeout=config.channel_expired_timeout, listeners=listeners,
                                      rpc_hooks=hooks)
         self._register_processors(store_config)
@@ -143,18 +143,20 @@ class BrokerService(Service):
         self._started: Deferred[None] | None = None
         self._startup = StartupOutcome("broker")
 
-    def _acl(self) -> Any:
-        """The watcher of ``plain_acl.yml`` and its validator (the server's RPC hook) when ACL is on."""
+    def _acl(self) -> tuple[Any, Any]:
+        """The validator (the server's RPC hook) and the watcher of ``plain_acl.yml`` when ACL is on."""
         if not self.config.acl_enable:
-            return None  # no hook: requests pay nothing for ACL
+            return None, None  # no hook: requests pay nothing for ACL
         from rocketpy.acl.plain import PlainAcl
-        from rocketpy.acl.validator import PlainAccessValidator
         from rocketpy.acl.watch import AclFileWatcher
+        from rocketpy.broker.acl import PlainAccessValidator
 
         if not self.config.acl_file:
             raise ValueError("aclEnable needs an ACL file (--acl-file)")
-        return AclFileWatcher(self.config.acl_file, PlainAccessValidator(PlainAcl()), self._reactor,
-                              lambda f, *args: deferToThreadPool(self._reactor, self._pool, f, *args))
+        validator = PlainAccessValidator(PlainAcl())
+        watcher = AclFileWatcher(self.config.acl_file, validator.use, self._reactor,
+                                 lambda f, *args: deferToThreadPool(self._reactor, self._pool, f, *args))
+        return validator, watcher
 
     def _held_pulls(self) -> int:
         return 0 if self.hold is None else self.hold.parked_count()

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from tests.acl.test_broker import ACL, REFUSED
-from tests.client.test_interop_cpp import CppHarness
+from tests.interop.test_client_cpp import CppHarness
 
 
 class CppAclTests(CppHarness):

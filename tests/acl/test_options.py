@@ -12,7 +12,7 @@ from rocketpy.broker.controller import BrokerService
 from rocketpy.remoting.tls import ServerTLS
 from rocketpy.tap import makeService
 from tests.acl.test_broker import ACL
-from tests.broker.test_tap import _parse
+from tests.test_tap import _parse
 from tests.remoting.certs import CertificateSet
 
 

@@ -9,7 +9,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from rocketpy.acl.addresses import AddressPatternError, address_matcher, host_of
 from rocketpy.acl.plain import DENY, PUB, SUB, AclConfigError, AclRefused, check_access, parse_acl
 from rocketpy.acl.signing import AclClientHook, credentials_hooks, sign, signed_content
-from rocketpy.acl.validator import ADMIN_CODES, PlainAccessValidator, needed_resources
+from rocketpy.broker.acl import ADMIN_CODES, PlainAccessValidator, needed_resources
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 
@@ -216,7 +216,7 @@ class ClientArgumentTests(SynchronousTestCase):
         self.assertEqual(credentials_hooks(None), ())
         self.assertEqual(len(credentials_hooks(("ak", "sk", "token"))), 1)
         for bad in (("only-key",), ("ak", ""), "aksk", ("ak", 5)):
-            self.assertRaises(ValueError, credentials_hooks, bad)  # type: ignore[arg-type]
+            self.assertRaises(ValueError, credentials_hooks, bad)
 
     def test_not_with_a_given_remoting_client(self) -> None:
         """credentials= or tls= beside a remoting client of the caller's is an error, not silently ignored."""

@@ -11,7 +11,7 @@ from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.acl.plain import AclConfigError, PlainAcl
-from rocketpy.acl.validator import PlainAccessValidator
+from rocketpy.broker.acl import PlainAccessValidator
 from rocketpy.acl.watch import AclFileWatcher
 from tests.acl.test_broker import ACL
 
@@ -26,7 +26,7 @@ class WatcherTests(SynchronousTestCase):
         self.write(ACL)
         self.clock = Clock()
         self.validator = PlainAccessValidator(PlainAcl())
-        self.watcher = AclFileWatcher(self.path, self.validator, self.clock, inline, interval=1.0)
+        self.watcher = AclFileWatcher(self.path, self.validator.use, self.clock, inline, interval=1.0)
 
     def write(self, text: str, mtime_ns: int | None = None) -> None:
         with open(self.path, "w") as f:

@@ -158,7 +158,7 @@ class TLSTests(TestCase):
         await self.cluster("enforcing")
         host, port = self.broker.split(":")
         done: Deferred[tuple[bytes, int]] = Deferred()
-        reactor.spawnProcess(  # type: ignore[attr-defined]
+        reactor.spawnProcess(
             _Collect(done), openssl, [openssl, "s_client", "-connect", f"{host}:{port}", "-CAfile", self.trust,
                                       "-verify_return_error", "-verify_ip", "127.0.0.1"], env=dict(os.environ))
         output, code = await done

@@ -1,5 +1,6 @@
 """The broker's ACL hook: Java's ``PlainAccessValidator`` (which resource each request needs) in front
-of :func:`~rocketpy.acl.plain.check_access`."""
+of :func:`~rocketpy.acl.plain.check_access` (the broker's side of :mod:`rocketpy.acl`: it reads
+broker request bodies)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import json
 from zope.interface import implementer
 
 from rocketpy.acl.addresses import host_of
-from rocketpy.acl.plain import PUB, RETRY_PREFIX, SUB, AclRefused, PlainAcl, check_access, retry_topic
+from rocketpy.acl.plain import PUB, SUB, AclRefused, PlainAcl, check_access
 from rocketpy.acl.signing import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, signed_fields
 from rocketpy.broker.heartbeat import parse_heartbeat
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from rocketpy.interfaces import IRPCHook
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
@@ -26,7 +28,7 @@ _SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCod
 
 
 def _is_retry(topic: str | None) -> bool:
-    return topic is not None and topic.startswith(RETRY_PREFIX)
+    return topic is not None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
 
 
 def _add(resources: dict[str, int], resource: str | None, perm: int) -> None:
@@ -96,6 +98,10 @@ class PlainAccessValidator:
     """Checks every request the broker receives against :attr:`acl` (replaced on reload)."""
 
     def __init__(self, acl: PlainAcl) -> None:
+        self.acl = acl
+
+    def use(self, acl: PlainAcl) -> None:
+        """Check against *acl* from now on (the file watcher's callback)."""
         self.acl = acl
 
     def before_request(self, remote_address: str, request: RemotingCommand) -> None:
