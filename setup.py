@@ -18,14 +18,19 @@ setup(
     extras_require={
         # rocketmq==0.4.4 bundles the official Apache RocketMQ C++ client
         # (librocketmq.so): the interop tests drive it against our broker.
-        "test": ["rocketmq==0.4.4", "PyYAML>=5.1", "twisted[tls]>=24.7"],
+        "test": ["rocketmq==0.4.4", "PyYAML>=5.1", "twisted[tls]>=24.7", "pytest", "hdrhistogram>=0.10"],
         # --acl-enable reads plain_acl.yml; --tls-* and clients' tls=True need pyOpenSSL (doc/security.md)
         "acl": ["PyYAML>=5.1"],
         "tls": ["twisted[tls]>=24.7"],
         "dev": ["rocketmq==0.4.4", "mypy", "mypy-zope"],
-        # benchmarks/peers.py drives Redis Streams (the Debian redis-server) through redis-py.
-        "bench": ["redis>=5", "hiredis"],
+        # rocketpy-bench: latency percentiles from an HDR histogram; benchmarks/peers.py drives
+        # Redis Streams (the Debian redis-server) through redis-py.
+        "bench": ["hdrhistogram>=0.10", "redis>=5", "hiredis"],
     },
-    entry_points={"console_scripts": ["rocketpy-admin = rocketpy.admin.cli:main"]},
+    entry_points={
+        "console_scripts": ["rocketpy-admin = rocketpy.admin.cli:main", "rocketpy-bench = rocketpy.bench.cli:main"],
+        # the rocketpy_broker fixture (doc/testing.md)
+        "pytest11": ["rocketpy = rocketpy.testing.pytest_plugin"],
+    },
     zip_safe=False,
 )

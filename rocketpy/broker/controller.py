@@ -51,6 +51,7 @@ from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.server import RemotingServer
 from rocketpy.remoting.tls import ServerTLS, server_factory
 from rocketpy.store.config import MessageStoreConfig
+from rocketpy.util.endpoints import server_endpoint
 from rocketpy.util.fileio import write_atomically
 from rocketpy.util.startup import StartupOutcome
 
@@ -277,7 +278,7 @@ class BrokerService(Service):
                 service.startService()
             if self.acl_watcher is not None:
                 await self.acl_watcher.start()
-            endpoint = serverFromString(self._reactor, self.config.listen)
+            endpoint = server_endpoint(self._reactor, self.config.listen)
             self._port = await endpoint.listen(server_factory(self.server.factory(), self._tls, self._reactor))
             if self.config.fast_listen:  # the VIP channel older Java clients send to
                 fast = serverFromString(self._reactor, self.config.fast_listen)

@@ -8,7 +8,6 @@ from typing import Any
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, gatherResults, maybeDeferred, succeed
-from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
@@ -22,6 +21,7 @@ from rocketpy.namesrv.kvconfig import KVConfigManager
 from rocketpy.namesrv.processor import NamesrvProcessor
 from rocketpy.namesrv.routeinfo import BROKER_EXPIRY_SECONDS, RouteInfoManager
 from rocketpy.remoting.tls import ServerTLS, server_factory
+from rocketpy.util.endpoints import server_endpoint
 from rocketpy.util.fileio import write_atomically
 from rocketpy.util.startup import StartupOutcome
 
@@ -108,7 +108,7 @@ class NamesrvService(Service):
         for code in self.processor.codes:
             self._server.register_processor(code, self.processor)
         self._startup.begin()
-        listening = maybeDeferred(lambda: serverFromString(self._reactor, self._listen).listen(
+        listening = maybeDeferred(lambda: server_endpoint(self._reactor, self._listen).listen(
             server_factory(self._server.factory(), self._tls, self._reactor)))
         self._listening = listening.addCallbacks(self._listened, self._listen_failed)
 
