@@ -29,12 +29,12 @@ from rocketpy.tap import Options, makeService
 __all__ = ["BrokerFixture", "broker", "SMALL_STORE"]
 
 #: ``twistd rocketpy`` options of the fixture's small store: a 4 MiB commit-log file,
-#: 300-entry consume-queue files and an 8 KB index file.
+#: 300-entry consume-queue files and 84 KB index files (4000 entries).
 SMALL_STORE: dict[str, str] = {
     "commit-log-file-size": str(4 * 1024 * 1024),
     "consume-queue-file-size": "6000",
-    "max-hash-slot-num": "100",
-    "max-index-num": "400",
+    "max-hash-slot-num": "1000",
+    "max-index-num": "4000",
 }
 
 

@@ -1,0 +1,3 @@
+from rocketpy.bench.cli import main
+
+main()
