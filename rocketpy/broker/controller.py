@@ -224,6 +224,7 @@ class BrokerService(Service):
             region=self.config.region_id,
             trace_on=self.config.trace_on,
             groups=self.subscriptions,
+            clock=self._reactor,
         )
         for code in SEND_CODES:
             self.server.register_processor(code, send)

@@ -14,6 +14,7 @@ import zlib
 from typing import Any, Sequence
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from zope.interface import implementer
 
@@ -48,6 +49,7 @@ from rocketpy.interfaces import IBatchRequestProcessor, IStoreService
 from rocketpy.remoting.codes import ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
+from rocketpy.util.ratelimit import EveryFewSeconds
 
 DEFAULT_REGION = "DefaultRegion"
 
@@ -105,8 +107,10 @@ class SendMessageProcessor:
         trace_on: bool = True,
         groups: SubscriptionGroupManager | None = None,
         rng: random.Random | None = None,
+        clock: IReactorTime | None = None,
     ) -> None:
         self._groups = groups
+        self._refusals_logged = EveryFewSeconds(clock)
         self._store = store
         self._topics = topics
         self._store_host = store_host
@@ -359,7 +363,11 @@ class SendMessageProcessor:
             result.status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR DEFAULT", False)
         )
         if not stored:
-            self.log.warn("put failed: {status}", status=result.status.name)
+            held = self._refusals_logged.admit(result.status)
+            if held is not None:
+                self.log.warn("put to topic {topic} refused: {status} ({remark}); {held} more refused since the "
+                              "last such line", topic=_topic_of(request), status=result.status.name, remark=remark,
+                              held=held)
             return self._response(request, code, remark)
         append = result.append
         if append is None:
@@ -379,6 +387,13 @@ class SendMessageProcessor:
 
 
 _CACHE_MAX = 4096
+
+
+def _topic_of(request: RemotingCommand) -> str:
+    try:
+        return SendHeader.parse(request).topic
+    except Exception:  # only for a log line
+        return "?"
 
 
 def _peer(channel: Any) -> str:

@@ -121,7 +121,14 @@ class MasterProtocol(Protocol, TimeoutMixin):
         self.drop()
 
     def _peer(self) -> str:
-        return str(self.transport.getPeer()) if self.transport is not None else "?"
+        return self.peer_address()
+
+    def peer_address(self) -> str:
+        """The slave's ``ip:port`` (``?`` once the transport is gone)."""
+        if self.transport is None:
+            return "?"
+        peer = self.transport.getPeer()
+        return f"{getattr(peer, 'host', peer)}:{getattr(peer, 'port', '')}"
 
     def connectionLost(self, reason: Failure = connectionDone) -> None:
         self.setTimeout(None)

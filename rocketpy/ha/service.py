@@ -57,6 +57,8 @@ class SlaveSession:
         self._clock = clock
         self._interval = service.config.send_heartbeat_interval
         self.ack_offset = -1
+        #: the slave's ``ip:port``, kept for the log line once the link is gone
+        self.peer = link.peer_address()
         self._next = -1  # where the next block starts; -1 until the first report
         self._reading = False
         self._paused = False
@@ -226,12 +228,13 @@ class HAService(Service):
     def _connected(self, link: MasterProtocol) -> SlaveSession:
         session = SlaveSession(self, link, self._reactor)
         self._sessions.add(session)
-        self.log.info("HA slave connected ({n} now)", n=len(self._sessions))
+        self.log.info("HA slave {peer} connected ({n} now)", peer=session.peer, n=len(self._sessions))
         return session
 
     def slave_lost(self, session: SlaveSession) -> None:
         self._sessions.discard(session)
-        self.log.info("HA slave gone ({n} left)", n=len(self._sessions))
+        self.log.info("HA slave {peer} lost, acknowledged up to {offset} ({n} left)", peer=session.peer,
+                      offset=session.ack_offset, n=len(self._sessions))
         if not self._sessions and self._all_lost is not None:
             all_lost, self._all_lost = self._all_lost, None
             all_lost.callback(None)

@@ -9,11 +9,12 @@ one writer thread, readers on any thread.
 from __future__ import annotations
 
 import errno
-import logging
 import struct
 import threading
 import time
 from typing import Callable, Iterable, Sequence
+
+from twisted.logger import Logger
 
 from rocketpy.common.message import (
     BLANK_MAGIC_CODE,
@@ -52,7 +53,7 @@ _I64 = struct.Struct(">q")
 _NO_QUEUE_OFFSET = (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
 _TRAN_MASK = MessageSysFlag.TRANSACTION_MASK
 
-_log = logging.getLogger(__name__)
+_log = Logger()
 
 
 def wall_clock_ms() -> int:
@@ -137,7 +138,8 @@ class CommitLog:
             try:
                 bufs, status = self._encode(msgs) if msgs else ([], PutMessageStatus.MESSAGE_ILLEGAL)
             except Exception:  # a malformed message fails its own put only
-                _log.exception("cannot encode a put of %d message(s)", len(msgs))
+                _log.failure("commit log {dir}: cannot encode a put of {count} message(s)", dir=self.queue.store_path,
+                             count=len(msgs))
                 bufs, status = [], PutMessageStatus.UNKNOWN_ERROR
             if status is None:
                 total = len(bufs[0]) if len(bufs) == 1 else sum(map(len, bufs))
@@ -160,7 +162,8 @@ class CommitLog:
                 result = results[i]
                 assert result is not None
                 if elapsed > LOCK_WARN_MS:
-                    _log.warning("[NOTIFYME]putMessage in lock cost time(ms)=%d, bodyLength=%d", elapsed, total)
+                    _log.warn("commit log {dir}: a put of {size} bytes held the lock {ms} ms", dir=self.queue.store_path,
+                              size=total, ms=elapsed)
                 if result.status is PutMessageStatus.PUT_OK:
                     stats.record_put(len(msgs), total, elapsed)
                 else:
@@ -237,7 +240,7 @@ class CommitLog:
                 try:
                     mf = self._file_with_room(total)
                 except OSError as e:
-                    _log.error("cannot create a commit-log file: %s", e)
+                    _log.error("commit log {dir}: cannot create a file: {error}", dir=self.queue.store_path, error=e)
                     results[put[0]] = PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE
                                                        if e.errno == errno.ENOSPC
                                                        else PutMessageStatus.CREATE_MAPEDFILE_FAILED)
@@ -277,7 +280,7 @@ class CommitLog:
         except OSError as e:
             for key, queue_offset in reversed(undo):
                 table[key] = queue_offset
-            _log.error("commit-log write failed at %d: %s", base, e)
+            _log.error("commit log {dir}: write failed at {offset}: {error}", dir=self.queue.store_path, offset=base, error=e)
             status = PutMessageStatus.SERVICE_NOT_AVAILABLE if e.errno == errno.ENOSPC else PutMessageStatus.UNKNOWN_ERROR
             for i, *_rest in chunk:
                 results[i] = PutMessageResult(status)
@@ -326,7 +329,8 @@ class CommitLog:
             try:
                 dispatcher.dispatch(request)
             except Exception:
-                _log.exception("dispatcher %r failed at offset %d", dispatcher, msg.commit_log_offset)
+                _log.failure("commit log {dir}: dispatcher {dispatcher!r} failed at offset {offset}",
+                             dir=self.queue.store_path, dispatcher=dispatcher, offset=msg.commit_log_offset)
                 self.dispatch_failed = True
 
     def _tags_code(self, tags: str) -> int:
@@ -361,7 +365,7 @@ class CommitLog:
             try:
                 mf = self.queue.get_last_mapped_file(offset)
             except OSError as e:
-                _log.error("cannot create a commit-log file: %s", e)
+                _log.error("commit log {dir}: cannot create a file: {error}", dir=self.queue.store_path, error=e)
                 return False
             assert mf is not None
             if len(data) > mf.remaining:
@@ -430,14 +434,15 @@ class CommitLog:
                 mf, pos = files[index], 0
                 continue
             if warn and size < 0 and pos + BLANK_SIZE <= mf.wrote_position and any(mf.data[pos : pos + BLANK_SIZE]):
-                _log.warning("invalid commit-log record at %d", mf.file_from_offset + pos)
+                _log.warn("commit log {file}: invalid record at offset {offset}", file=mf.path, offset=mf.file_from_offset + pos)
             return mf.file_from_offset + pos
 
     def _redispatch(self, mf: MappedFile, pos: int) -> bool:
         try:
             msg = decode_record(mf.data, pos)  # type: ignore[arg-type]  # an mmap is a buffer
         except RecordError as e:  # a layout check_record accepts but cannot decode (bad UTF-8)
-            _log.warning("invalid commit-log record: %s", e)
+            _log.warn("commit log {file}: invalid record at offset {offset}: {error}", file=mf.path,
+                      offset=mf.file_from_offset + pos, error=e)
             return False
         msg.commit_log_offset = mf.file_from_offset + pos
         self._dispatch(msg)
@@ -472,14 +477,17 @@ class CommitLog:
                 if 0 < stored <= safe_timestamp_ms:
                     start = mf
                     break
-        _log.info("abnormal recovery from %s", start.path)
         end = self.walk(start.file_from_offset, self.config.check_crc_on_recover, True)
+        _log.info("commit log {dir}: crash recovery re-dispatched {size} bytes, from {file} (offset {offset}) to {end}",
+                  dir=self.queue.store_path, size=end - start.file_from_offset, file=start.path,
+                  offset=start.file_from_offset, end=end)
         self._cut(end)
         return end
 
     def _cut(self, end: int) -> None:
         if end < self.queue.max_offset:
-            _log.info("commit log ends at %d (files end at %d)", end, self.queue.max_offset)
+            _log.info("commit log {dir} ends at offset {end} (its files' space ends at {files_end})",
+                      dir=self.queue.store_path, end=end, files_end=self.queue.max_offset)
         self.queue.truncate_dirty_files(end)
         self.queue.flushed_where = self.queue.committed_where = end
         self.reput_offset = end

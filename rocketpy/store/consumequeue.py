@@ -9,12 +9,12 @@ the entry bytes are in place.
 
 from __future__ import annotations
 
-import logging
 import os
 import struct
 import threading
 from typing import Callable, Iterator
 
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from rocketpy.common.message import MessageSysFlag
@@ -28,7 +28,7 @@ _ENTRY = struct.Struct(">qiq")
 _PHY = struct.Struct(">q")
 _PREFILL = _ENTRY.pack(0, PREFILL_SIZE, 0)
 
-_log = logging.getLogger(__name__)
+_log = Logger()
 
 #: ``store_time(commit_log_offset, size)`` → the record's store timestamp in ms, -1 if unreadable.
 StoreTimeReader = Callable[[int, int], int]
@@ -84,8 +84,8 @@ class ConsumeQueue:
             if expected < current:
                 return False
             if expected != current:
-                _log.warning("[BUG] consume queue %s-%d: expected offset %d, next free is %d",
-                             self.topic, self.queue_id, expected, current)
+                _log.warn("[BUG] consume queue {topic}-{queue_id}: expected offset {expected}, next free is {current}",
+                          topic=self.topic, queue_id=self.queue_id, expected=expected, current=current)
         _ENTRY.pack_into(mf.data, position, commit_log_offset, size, tags_code)
         mf.wrote_position = mf.committed_position = position + CQ_UNIT_SIZE
         self.max_physic_offset = commit_log_offset + size

@@ -10,7 +10,6 @@ queries from other threads see whole entries (an entry is written before its slo
 
 from __future__ import annotations
 
-import logging
 import operator
 import os
 import struct
@@ -18,6 +17,7 @@ import threading
 import time
 from typing import Callable, NamedTuple
 
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from rocketpy.common.message import MessageSysFlag, java_hash
@@ -34,7 +34,7 @@ _ENTRY = struct.Struct(">iqii")
 _SLOT = struct.Struct(">i")
 _INT_MAX = 0x7FFFFFFF
 
-_log = logging.getLogger(__name__)
+_log = Logger()
 
 
 def key_hash(key: str) -> int:
@@ -258,11 +258,12 @@ class IndexService:
             if not name.isdigit():
                 continue
             if os.path.getsize(path) != self.file_size:
-                _log.error("%s: size %d is not the configured %d", path, os.path.getsize(path), self.file_size)
+                _log.error("index file {file}: size {size} is not the configured {expected}", file=path,
+                           size=os.path.getsize(path), expected=self.file_size)
                 return False
             f = IndexFile(MappedFile(path, self.file_size, "mmap"), self.slots, self.max_entries)
             if not last_exit_ok and f.end_timestamp > checkpoint_index_timestamp:
-                _log.info("index file %s ends after the checkpoint: deleted", name)
+                _log.info("index file {file} ends after the checkpoint: deleted", file=path)
                 f.mapped.destroy()
                 continue
             files.append(f)
@@ -360,7 +361,7 @@ class IndexService:
             new = self._create(last)
         except OSError:
             if not self._failed:
-                _log.exception("cannot create an index file in %s; keys are not indexed", self.store_path)
+                _log.failure("index {dir}: cannot create a file; keys are not indexed", dir=self.store_path)
             self._failed = True
             return None
         self._failed = False

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import logging
 import mmap
 import os
 from typing import Any, Sequence
+
+from twisted.logger import Logger
 
 OS_PAGE_SIZE = 4096
 WRITE_PATHS = ("mmap", "pwrite")
@@ -27,7 +28,7 @@ _ZERO_CHUNK = bytes(1 << 20)
 _IOV_MAX = 1024
 TMP_SUFFIX = ".tmp"
 
-_log = logging.getLogger(__name__)
+_log = Logger()
 
 
 def file_name(offset: int) -> str:
@@ -119,6 +120,8 @@ class MappedFile:
             if create:
                 os.unlink(path)
             raise
+        if create:
+            _log.info("created {file} ({size} bytes)", file=path, size=file_size)
         self.closed = False
         self._populated = 0  # the mmap write path has pre-faulted the pages below this
         self._address = 0
@@ -326,4 +329,4 @@ class MappedFile:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
-        _log.info("destroyed %s", self.path)
+        _log.info("deleted {file}", file=self.path)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Callable
 
+from twisted.logger import Logger
+
 from rocketpy.store.mappedfile import TMP_SUFFIX, MappedFile, file_name
 
-_log = logging.getLogger(__name__)
+_log = Logger()
 
 
 class MappedFileQueue:
@@ -43,8 +44,8 @@ class MappedFileQueue:
         paths = [os.path.join(self.store_path, n) for n in names]
         for path in paths:
             if os.path.getsize(path) != self.mapped_file_size:
-                _log.error("%s: size %d is not the configured %d", path, os.path.getsize(path),
-                           self.mapped_file_size)
+                _log.error("{file}: size {size} is not the configured {expected}", file=path,
+                           size=os.path.getsize(path), expected=self.mapped_file_size)
                 return False
         files = []
         for path in paths:

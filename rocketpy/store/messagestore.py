@@ -8,10 +8,11 @@ from other threads concurrently with it.
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
+import time
 from typing import Callable, Sequence
 
+from twisted.logger import Logger
 from zope.interface import implementer
 
 from rocketpy.common.message import MessageConst, MessageExt
@@ -27,7 +28,12 @@ from rocketpy.store.retention import Retention, used_ratio
 from rocketpy.store.stats import StoreStats
 from rocketpy.store.status import GetMessageResult, PutMessageResult, PutMessageStatus, QueryMessageResult
 
-_log = logging.getLogger(__name__)
+_log = Logger()
+
+
+def _exit_name(clean: bool) -> str:
+    return "a clean shutdown" if clean else "a crash (abort file present)"
+
 
 #: :meth:`MessageStore.can_append_inline`: largest body, and a bound of a record's fixed fields
 #: (header, IPv6 hosts, length fields).
@@ -65,6 +71,7 @@ class MessageStore:
         self.last_exit_ok = True
         self.running = False
         self._lock_fd = -1
+        self._load_began = 0.0
 
     # -- lifecycle --
 
@@ -77,6 +84,9 @@ class MessageStore:
         try:
             self._take_lock()
             self.last_exit_ok = not os.path.exists(self.config.abort_path)
+            self._load_began = time.monotonic()
+            _log.info("store {dir}: recovering after {exit}", dir=self.config.store_path_root_dir,
+                      exit=_exit_name(self.last_exit_ok))
             self.checkpoint = StoreCheckpoint(self.config.checkpoint_path)
             if not (self.commit_log.load() and self.consume_queues.load()
                     and self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)):
@@ -84,7 +94,7 @@ class MessageStore:
                 return False
             self._recover()
         except (OSError, StoreLockedError) as e:
-            _log.error("cannot load the store in %s: %s", self.config.store_path_root_dir, e)
+            _log.error("store {dir}: cannot load: {error}", dir=self.config.store_path_root_dir, error=e)
             self._release_lock()
             return False
         return True
@@ -112,8 +122,12 @@ class MessageStore:
             log.walk(behind, check_crc=False, dispatch=True)
         log.topic_queue_table = queues.queue_offset_table()
         queues.correct_min_offset(log.min_offset)
-        _log.info("store recovered (%s exit): commit log [%d, %d)", "clean" if self.last_exit_ok else "unclean",
-                  log.min_offset, end)
+        _log.info("store {dir} recovered after {exit} in {seconds:.3f} s: commit log [{min}, {end}) in {files} files, "
+                  "{messages} messages in {queues} queues, {reput} bytes re-dispatched to the queues",
+                  dir=self.config.store_path_root_dir, exit=_exit_name(self.last_exit_ok),
+                  seconds=time.monotonic() - self._load_began, min=max(log.min_offset, 0), end=end,
+                  files=len(log.queue.mapped_files), messages=sum(log.topic_queue_table.values()),
+                  queues=len(log.topic_queue_table), reput=end - behind if 0 <= behind < end else 0)
 
     def _take_lock(self) -> None:
         if self._lock_fd >= 0:
@@ -155,7 +169,8 @@ class MessageStore:
             if self.is_writable():
                 os.remove(self.config.abort_path)
             else:
-                _log.warning("store not writable at shutdown: the next start recovers as after a crash")
+                _log.warn("store {dir} not writable at shutdown: the next start recovers as after a crash",
+                          dir=self.config.store_path_root_dir)
         if self.checkpoint is not None:
             self.checkpoint.close()
         self.commit_log.close()

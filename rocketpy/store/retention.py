@@ -7,17 +7,18 @@ disk, then deletes expired commit-log files oldest first, never the newest one.
 
 from __future__ import annotations
 
-import logging
 import math
 import shutil
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from twisted.logger import Logger
+
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.mappedfilequeue import MappedFileQueue
 
-_log = logging.getLogger(__name__)
+_log = Logger()
 
 
 def local_hour(now_ms: int) -> int:
@@ -99,13 +100,18 @@ class Retention:
 
     def check(self, paths: Iterable[str]) -> DiskCheck:
         """Measure the partitions of ``paths`` and update :attr:`disk_full`."""
-        ratio = max(self.measure(path) for path in paths)
+        ratio, worst = max((self.measure(path), path) for path in paths)
         result = check_disk(ratio, self.config)
+        if result.over_max and not self.last.over_max and not result.disk_full:
+            _log.warn("disk of {path} {percent:.0f}% used, over the {limit}% limit: expired commit-log files "
+                      "are deleted whatever the hour", path=worst, percent=ratio * 100,
+                      limit=self.config.disk_max_used_space_ratio)
         if result.disk_full != self.disk_full:
             if result.disk_full:
-                _log.error("disk full: %.0f%% used, puts are refused", ratio * 100)
+                _log.error("disk of {path} full: {percent:.0f}% used (limit {limit}%), puts are refused",
+                           path=worst, percent=ratio * 100, limit=self.config.disk_space_warning_level_ratio)
             else:
-                _log.info("disk no longer full: %.0f%% used", ratio * 100)
+                _log.info("disk of {path} no longer full: {percent:.0f}% used", path=worst, percent=ratio * 100)
         self.disk_full = result.disk_full
         self.last = result
         return result
@@ -135,5 +141,6 @@ class Retention:
             self.config.max_delete_files_per_run,
         )
         if deleted:
-            _log.info("deleted %d expired commit-log files (disk %.0f%% used)", deleted, disk.ratio * 100)
+            _log.info("deleted {count} expired commit-log files (disk {percent:.0f}% used)", count=deleted,
+                      percent=disk.ratio * 100)
         return deleted

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
@@ -349,6 +350,28 @@ class SendMessageProcessorTests(SynchronousTestCase):
                 self.assertTrue(all(isinstance(v, str) for v in response.ext_fields.values()))
         busy = self.store.put_status = PutMessageStatus.OS_PAGECACHE_BUSY
         self.assertIn("[PC_SYNCHRONIZED]", self.send(RequestCode.SEND_MESSAGE, CPP_V1).remark or "", busy)
+
+    def test_refused_puts_logged_once_per_ten_seconds(self) -> None:
+        """A flood of refused puts logs one line per status every 10 s, naming the topic and how many
+        refusals the line stands for."""
+        processor = SendMessageProcessor(self.store, self.topics, STORE_HOST, clock=self.clock)
+        self.topics.update_topic_config(TopicConfig("ExploreTopic", 4, 4))
+        self.store.put_status = PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+        def refused_lines(sends: int) -> list[str]:
+            with capturedLogs() as events:
+                for _ in range(sends):
+                    processor.process_request(self.channel, send_request(RequestCode.SEND_MESSAGE, CPP_V1))
+            return [formatEvent(e) for e in events if "refused" in e["log_format"]]
+
+        [first] = refused_lines(5)
+        self.assertIn("put to topic ExploreTopic refused: SERVICE_NOT_AVAILABLE", first)
+        self.assertIn("0 more refused", first)
+        self.clock.advance(9)
+        self.assertEqual(refused_lines(3), [])
+        self.clock.advance(1)
+        [later] = refused_lines(1)
+        self.assertIn("7 more refused since the last such line", later)
 
     def test_retry_topic_to_dlq(self) -> None:
         """%RETRY%G with reconsumeTimes ≥ maxReconsumeTimes goes to %DLQ%G (header max honoured from V3_4_9)."""

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import struct
 
+from twisted.logger import LogLevel
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.consumequeue import PREFILL_SIZE, ConsumeQueue, ConsumeQueueStore
 from rocketpy.store.dispatch import DispatchRequest
+from tests.logs import assert_logs
 
 ENTRIES_PER_FILE = 10
 FILE_SIZE = ENTRIES_PER_FILE * 20
@@ -83,9 +85,9 @@ class ConsumeQueueTests(SynchronousTestCase):
     def test_gap_appends_at_next_free_position(self) -> None:
         """A gap is logged and, as RocketMQ, the entry lands at the next free position."""
         self.fill(self.cq, 2)
-        with self.assertLogs("rocketpy.store.consumequeue", "WARNING") as logged:
+        with assert_logs(self, "rocketpy.store.consumequeue", LogLevel.warn) as logged:
             self.assertTrue(self.cq.put(500, SIZE, 1, 5))
-        self.assertIn("expected offset 100, next free is 40", logged.output[0])
+        self.assertIn("expected offset 100, next free is 40", logged[0])
         self.assertEqual(self.cq.get_entry(2), (500, SIZE, 1))
         self.assertEqual(self.cq.max_offset, 3)
 
@@ -238,7 +240,7 @@ class ConsumeQueueStoreTests(SynchronousTestCase):
         os.makedirs(queue_dir)
         with open(os.path.join(queue_dir, "%020d" % 0), "wb") as f:
             f.write(bytes(FILE_SIZE + 20))
-        with self.assertLogs("rocketpy.store.mappedfilequeue", "ERROR"):
+        with assert_logs(self, "rocketpy.store.mappedfilequeue", LogLevel.error):
             self.assertFalse(self.open().load())
 
     def test_empty_store(self) -> None:

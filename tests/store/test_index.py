@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import struct
 
+from twisted.logger import LogLevel
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.common.message import java_hash
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest
 from rocketpy.store.index import IndexFile, IndexService, KeyHasher, file_name_for, key_hash
+from tests.logs import assert_logs
 
 SLOTS = 64
 ENTRIES = 128
@@ -205,5 +207,5 @@ class IndexServiceTests(SynchronousTestCase):
         os.makedirs(self.config.index_dir)
         with open(os.path.join(self.config.index_dir, file_name_for(BASE_MS)), "wb") as f:
             f.write(b"\0" * 100)
-        with self.assertLogs("rocketpy.store.index", "ERROR"):
+        with assert_logs(self, "rocketpy.store.index", LogLevel.error):
             self.assertFalse(self.open().load(True, 0))

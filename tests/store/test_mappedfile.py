@@ -5,11 +5,13 @@ from __future__ import annotations
 import errno
 import os
 
+from twisted.logger import LogLevel
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.store import mappedfile
 from rocketpy.store.mappedfile import OS_PAGE_SIZE, MappedFile, file_name
 from rocketpy.store.mappedfilequeue import MappedFileQueue
+from tests.logs import assert_logs
 
 SIZE = 64 * 1024
 
@@ -251,7 +253,7 @@ class MappedFileQueueTests(SynchronousTestCase):
         with open(os.path.join(self.dir, file_name(SIZE)), "wb") as f:
             f.write(b"short")
         loaded = MappedFileQueue(self.dir, SIZE)
-        with self.assertLogs("rocketpy.store.mappedfilequeue", "ERROR"):
+        with assert_logs(self, "rocketpy.store.mappedfilequeue", LogLevel.error):
             self.assertFalse(loaded.load())
         self.assertEqual(loaded.mapped_files, [])
 

@@ -8,12 +8,14 @@ import struct
 import threading
 from typing import Any
 
+from twisted.logger import LogLevel
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.common.message import MessageExt, decode_record
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.status import GetMessageStatus, PutMessageStatus
+from tests.logs import assert_logs
 from tests.store.test_commitlog import SIZE, T0, FakeClock, RecordingDispatcher, message, put_ok, small_config
 
 
@@ -143,9 +145,9 @@ class LifecycleTests(StoreCase):
         """A second store cannot open a directory in use; it can once the first shut down."""
         other = MessageStore(self.config, self.clock)
         self.addCleanup(other.shutdown)
-        with self.assertLogs("rocketpy.store.messagestore", "ERROR") as logs:
+        with assert_logs(self, "rocketpy.store.messagestore", LogLevel.error) as logs:
             self.assertFalse(other.load())
-        self.assertIn("Lock failed", logs.output[0])
+        self.assertIn("Lock failed", logs[0])
         self.store.shutdown()
         self.assertTrue(other.load())
 
@@ -157,7 +159,7 @@ class LifecycleTests(StoreCase):
         self.config.mapped_file_size_commit_log = 2 * SIZE
         other = MessageStore(self.config, self.clock)
         self.addCleanup(other.shutdown)
-        with self.assertLogs("rocketpy.store.mappedfilequeue", "ERROR"):
+        with assert_logs(self, "rocketpy.store.mappedfilequeue", LogLevel.error):
             self.assertFalse(other.load())
         self.config.mapped_file_size_commit_log = SIZE
         self.assertEqual(self.open_store().max_physical_offset, end)
@@ -169,7 +171,7 @@ class LifecycleTests(StoreCase):
     def test_unwritable_store_leaves_abort(self) -> None:
         """A store that became unwritable exits as if it crashed, so the next start re-dispatches."""
         self.store.commit_log.dispatch_failed = True
-        with self.assertLogs("rocketpy.store.messagestore", "WARNING"):
+        with assert_logs(self, "rocketpy.store.messagestore", LogLevel.warn):
             self.store.shutdown()
         self.assertTrue(os.path.exists(self.config.abort_path))
         self.assertFalse(self.open_store().last_exit_ok)
@@ -199,7 +201,7 @@ class RecoveryTests(StoreCase):
         end = self.store.max_physical_offset
         last = self.store.commit_log.queue.mapped_files[-1]
         last.write_at(end - last.file_from_offset, struct.pack(">ii", 400, -626843481) + b"torn" * 30)
-        with self.assertLogs("rocketpy.store.commitlog", "WARNING"):
+        with assert_logs(self, "rocketpy.store.commitlog", LogLevel.warn):
             store = self.crash()
         self.assertFalse(store.last_exit_ok)
         self.assertEqual(store.max_physical_offset, end)
@@ -215,7 +217,7 @@ class RecoveryTests(StoreCase):
         mf = self.store.commit_log.queue.find_mapped_file_by_offset(bad.commit_log_offset)
         assert mf is not None
         mf.write_at(bad.commit_log_offset - mf.file_from_offset + 90, b"XX")
-        with self.assertLogs("rocketpy.store.commitlog", "WARNING"):
+        with assert_logs(self, "rocketpy.store.commitlog", LogLevel.warn):
             store = self.restart()
         self.assertEqual(store.max_physical_offset, bad.commit_log_offset)
         kept = msgs[: msgs.index(bad)]
@@ -275,7 +277,7 @@ class PutStatusTests(StoreCase):
             seen.append(self.store.put_message(message()).status)
         stall.during = second_writer
         self.store.commit_log.dispatchers.append(stall)
-        with self.assertLogs("rocketpy.store.commitlog", "WARNING"):
+        with assert_logs(self, "rocketpy.store.commitlog", LogLevel.warn):
             put_ok(self, self.store, message())
         self.assertEqual(seen, [PutMessageStatus.OS_PAGECACHE_BUSY])
         self.assertEqual(self.store.stats.failures["OS_PAGECACHE_BUSY"], 1)
@@ -283,7 +285,7 @@ class PutStatusTests(StoreCase):
     def test_disk_full_refuses_until_freed(self) -> None:
         """Over 90 % disk use puts get SERVICE_NOT_AVAILABLE until a later check sees space again."""
         self.store.retention.measure = lambda path: 0.95
-        with self.assertLogs("rocketpy.store.retention", "ERROR"):
+        with assert_logs(self, "rocketpy.store.retention", LogLevel.error):
             self.store.clean_expired_files()
         self.assertEqual(self.store.put_message(message()).status, PutMessageStatus.SERVICE_NOT_AVAILABLE)
         self.store.retention.measure = lambda path: 0.50

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 
+from twisted.logger import LogLevel
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.retention import Retention, check_disk, is_time_to_delete, used_ratio
 from rocketpy.store.status import GetMessageStatus
+from tests.logs import assert_logs
 from tests.store.test_commitlog import SIZE, T0, FakeClock, message, put_ok, small_config
 
 HOUR_MS = 3_600_000
@@ -120,7 +122,7 @@ class RetentionUnitTests(SynchronousTestCase):
         """The disk-full flag is set above 90 % and cleared when use falls again."""
         usage = [0.95]
         retention = Retention(MessageStoreConfig(), lambda: T0, lambda path: usage[0])
-        with self.assertLogs("rocketpy.store.retention", "ERROR"):
+        with assert_logs(self, "rocketpy.store.retention", LogLevel.error):
             retention.check(["/"])
         self.assertTrue(retention.disk_full)
         usage[0] = 0.6
