@@ -17,6 +17,7 @@ from rocketpy.bench.cli import Options, main, run_bench
 from rocketpy.bench.runs import Limits, Run
 from rocketpy.bench.stats import RunStats, progress_line
 from rocketpy.testing import BrokerFixture
+from tests.processes import LogWatcher
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -161,6 +162,18 @@ class LiveTests(TestCase):
         self.assertEqual(status, 1)
         self.assertTrue(err.startswith("rocketpy-bench: cannot send to topic 'BenchmarkTest': "), err)
         self.assertEqual(len(err.splitlines()), 1, err)
+
+    async def test_interrupted(self) -> None:
+        """Ctrl-C (SIGINT) of a run without limits still prints the summary, and the exit status is 0."""
+        async with BrokerFixture(reactor) as ns:
+            bench = LogWatcher()
+            reactor.spawnProcess(bench, sys.executable, [sys.executable, "-m", "rocketpy.bench", "produce", "-n", ns,
+                                                         "-t", "Endless"], env={**os.environ, "PYTHONPATH": ROOT})
+            self.addCleanup(bench.kill)
+            await bench.wait_for("send TPS")
+            await bench.kill("INT")
+        self.assertEqual(bench.exit_code, 0, bench.output)
+        self.assertRegex(bench.output, r"send: \d+ messages in [\d.]+ s, \d+ TPS, 0 failed\nRT\(ms\): avg ")
 
     async def test_command(self) -> None:
         """``python -m rocketpy.bench`` (the console script's main) runs and prints the JSON figures."""
