@@ -8,7 +8,7 @@ from typing import cast
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
-from twisted.logger import LogLevel, capturedLogs
+from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.ha.config import HAConfig, ha_listen_endpoint
@@ -133,6 +133,16 @@ class TransferTests(SynchronousTestCase):
         self.assertEqual(self.service.slave_count, 1)
         link.proto.connectionLost()
         self.assertEqual((self.service.slave_count, self.clock.getDelayedCalls()), (0, []))
+
+    def test_connected_and_lost_are_logged_with_the_slave(self) -> None:
+        """Both lines name the slave's address; the second says how far it had acknowledged."""
+        with capturedLogs() as events:
+            link = Link(self.service)
+            link.ack(2 * FILE + 100)
+            link.proto.connectionLost()
+        lines = [formatEvent(e) for e in events if "HA slave 192.168.1.1:54321" in formatEvent(e)]
+        self.assertEqual(lines, ["HA slave 192.168.1.1:54321 connected (1 now)",
+                                 "HA slave 192.168.1.1:54321 lost, acknowledged up to 2100 (0 left)"])
 
 
 class SyncMasterTests(SynchronousTestCase):

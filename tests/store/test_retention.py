@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from twisted.logger import LogLevel
+from twisted.logger import LogLevel, capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.store.config import MessageStoreConfig
@@ -128,3 +128,21 @@ class RetentionUnitTests(SynchronousTestCase):
         usage[0] = 0.6
         retention.check(["/"])
         self.assertFalse(retention.disk_full)
+
+    def test_disk_warnings_name_the_fullest_path(self) -> None:
+        """Crossing 75 % logs one warning, crossing 90 % one error, both naming the fullest partition's
+        path; staying there logs nothing more."""
+        usage = {"/data": 0.5, "/logs": 0.8}
+        retention = Retention(MessageStoreConfig(), lambda: T0, usage.__getitem__)
+        with assert_logs(self, "rocketpy.store.retention", LogLevel.warn) as warned:
+            retention.check(usage)
+        self.assertEqual(warned, ["disk of /logs 80% used, over the 75% limit: expired commit-log files are deleted "
+                                  "whatever the hour"])
+        with capturedLogs() as again:
+            retention.check(usage)
+        self.assertEqual(list(again), [])
+        usage["/data"] = 0.93
+        with assert_logs(self, "rocketpy.store.retention", LogLevel.error) as full:
+            retention.check(usage)
+        self.assertEqual(full, ["disk of /data full: 93% used (limit 90%), puts are refused"])
+
