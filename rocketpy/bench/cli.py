@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from typing import Any, TextIO
@@ -138,6 +139,9 @@ def main(argv: list[str] | None = None) -> None:
         options.parseOptions(sys.argv[1:] if argv is None else argv)
     except usage.UsageError as e:
         print(f"rocketpy-bench: {e}\n{options}", file=sys.stderr)
+        sys.exit(2)
+    if importlib.util.find_spec("hdrh") is None:
+        print("rocketpy-bench: the hdrhistogram package is missing: pip install 'rocketpy[bench]'", file=sys.stderr)
         sys.exit(2)
     from twisted.internet.task import react
 

@@ -77,21 +77,25 @@ async def produce(run: Run, producer: Producer, topic: str, size: int, window: i
                   batch: int = 32, tags: str | None = None) -> None:
     """Send ``size``-byte messages with ``window`` requests in flight until the run ends.
 
-    The first message goes alone, before the clock starts: when it fails (no route, name server
-    unreachable) the run ends with a :class:`BenchError` naming the reason.
+    The first message goes alone (its RT includes the route lookup): when it fails (no route,
+    name server unreachable) the run ends with a :class:`BenchError` naming the reason.
     """
     body = os.urandom(size)  # incompressible, as the client compresses bodies over 4 KiB
 
     def message() -> Message:
         return new_message(topic, body, tags=tags)
 
+    run.start()
+    began = run.reactor.seconds()
     try:
         await producer.send(message())
     except Exception as e:
+        run.stop()
         raise BenchError(f"cannot send to topic {topic!r}: {e}") from None
+    run.stats.record(run.reactor.seconds() - began)
     per_request = batch if mode == "batch" else 1
     send = _sender(producer, mode)
-    left = [run.limits.count]
+    left = [None if run.limits.count is None else run.limits.count - 1]
 
     def claim() -> int:
         """How many messages the next request carries (0: the run is over)."""
@@ -115,7 +119,6 @@ async def produce(run: Run, producer: Producer, topic: str, size: int, window: i
         if left[0] == 0:
             run.stop()
 
-    run.start()
     await gatherResults([Deferred.fromCoroutine(sender()) for _ in range(window)])
     run.stop()
 
