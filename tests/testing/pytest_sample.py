@@ -11,6 +11,7 @@ def test_produce_and_consume(rocketpy_broker: str) -> None:
         sent = producer.send(new_message("Orders", b"order-1", tags="new"))
     with PushConsumer("CG", rocketpy_broker).subscribe("Orders", "new") as consumer:
         received = consumer.receive(timeout=10)
+    assert received is not None, "nothing received in 10 s"
     assert received.body == b"order-1"
     assert received.msg_id == sent.offset_msg_id
 

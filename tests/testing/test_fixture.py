@@ -34,8 +34,7 @@ async def refused(addr: str) -> bool:
         protocol = await TCP4ClientEndpoint(reactor, host, int(port)).connect(Factory.forProtocol(Protocol))
     except ConnectionRefusedError:
         return True
-    assert protocol.transport is not None
-    protocol.transport.loseConnection()
+    protocol.transport.loseConnection()  # type: ignore[attr-defined]
     return False
 
 

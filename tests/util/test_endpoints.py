@@ -37,9 +37,8 @@ class ServerEndpointTests(TestCase):
         port = await server_endpoint(reactor, f"fd:{sock.fileno()}").listen(Factory.forProtocol(Recording))
         self.addCleanup(port.stopListening)
         sock.close()
-        self.assertEqual(port.getHost().port, port_number)
+        self.assertEqual(port.getHost().port, port_number)  # type: ignore[attr-defined]
         client = await TCP4ClientEndpoint(reactor, "127.0.0.1", port_number).connect(Factory.forProtocol(Protocol))
         server = await accepted
         for side in (client, server):
-            assert side.transport is not None
-            side.transport.loseConnection()
+            side.transport.loseConnection()  # type: ignore[union-attr]
