@@ -31,6 +31,7 @@ BUILDS_ON: dict[str, tuple[str, ...]] = {
     "tap": ("broker", "namesrv"),  # twistd options and the service tree
     "testing": ("tap", "blocking"),  # doubles and harnesses for users' tests
     "admin": ("client",),  # the admin command line
+    "bench": ("client",),  # the rocketpy-bench load generator
 }
 
 
