@@ -126,7 +126,8 @@ async def _finish(run: Run, work: Any, client: Any, options: Options, out: TextI
         await client.shutdown()
     figures = run.summary()
     if sub["json"]:
-        print(json.dumps({"command": options.subCommand, **figures}), file=out)
+        settings = {name: sub[name] for name in ("topic", "mode", "size", "window", "batch") if name in sub}
+        print(json.dumps({"command": options.subCommand, **settings, **figures}), file=out)
     else:
         for line in summary_lines("send" if options.subCommand == "produce" else "receive", figures):
             print(line, file=out)

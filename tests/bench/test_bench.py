@@ -133,6 +133,8 @@ class LiveTests(TestCase):
                 self.assertEqual(status, 0, err)
                 figures = json.loads(out)
                 self.assertEqual((figures["messages"], figures["failed"]), (count, 0), mode)
+                self.assertEqual((figures["command"], figures["mode"], figures["window"], figures["size"]),
+                                 ("produce", mode, 8, 128))
                 self.assertGreater(figures["rt_max_ms"], 0, mode)
                 sent += count
             status, out, err = await self.bench("consume", "-n", ns, "-t", "Bench", "--from-first", "--count",
