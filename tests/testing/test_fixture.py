@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
@@ -99,13 +100,18 @@ class BrokerFixtureTests(TestCase):
 
 class BlockingBrokerTests(SynchronousTestCase):
     def test_script(self) -> None:
-        """``with rocketpy.testing.broker()``: a script sends and pulls back with the blocking client."""
+        """``with rocketpy.testing.broker()``: a script sends and pulls back with the blocking client; once
+        the block ends, the broker's thread pools are gone."""
+        before = {t.ident for t in threading.enumerate()}
         with rocketpy.testing.broker() as namesrv_addr:
+            self.assertTrue({t.name for t in threading.enumerate()} >= {"PoolThread-rocketpy-store-0"})
             with Producer("PG", namesrv_addr) as producer:
                 sent = producer.send(Message("Script", b"hello"))
             with PullConsumer("CG", namesrv_addr) as consumer:
                 pulled = consumer.pull(sent.queue, "*", 0)
         self.assertEqual([m.body for m in pulled.messages], [b"hello"])
+        left = [t.name for t in threading.enumerate() if t.ident not in before and t.name != "rocketpy-reactor"]
+        self.assertEqual(left, [])
 
 
 class PytestTests(TestCase):
