@@ -150,7 +150,7 @@ class LiveTests(TestCase):
                                                   str(count))
                 self.assertEqual(status, 0, err)
             status, out, err = await self.bench("consume", "-n", ns, "-t", "Tagged", "--tags", "B", "--from-first",
-                                                "--duration", "1.5")
+                                                "--duration", "3")
             self.assertEqual(status, 0, err)
             self.assertIn("receive: 20 messages", out)
 
@@ -159,12 +159,12 @@ class LiveTests(TestCase):
         async with BrokerFixture(reactor) as ns:
             status, out, err = await self.bench("produce", "-n", ns, "-t", "Timed", "--duration", "2.2", "-w", "4")
         self.assertEqual(status, 0, err)
-        lines = out.splitlines()
-        self.assertEqual(len(lines), 4, out)
-        for line in lines[:2]:
+        *progress, summary, latency = out.splitlines()
+        self.assertIn(len(progress), (1, 2), out)  # at 1 s and 2 s (a loaded machine may skip one)
+        for line in progress:
             self.assertRegex(line, r"^send TPS \d+ \| RT\(ms\) avg [\d.]+ p99 [\d.]+ max [\d.]+ \| failed 0 \| total \d+$")
-        self.assertRegex(lines[2], r"^send: \d+ messages in 2\.\d s, \d+ TPS, 0 failed$")
-        self.assertTrue(lines[3].startswith("RT(ms): avg "))
+        self.assertRegex(summary, r"^send: \d+ messages in 2\.\d s, \d+ TPS, 0 failed$")
+        self.assertTrue(latency.startswith("RT(ms): avg "))
 
     async def test_errors(self) -> None:
         """A topic that does not exist and a name server nobody listens on end the run with one line and status 1."""
