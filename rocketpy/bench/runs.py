@@ -143,7 +143,7 @@ async def consume(run: Run, consumer: PushConsumer, topic: str, expression: str 
             if run.more():
                 run.stats.record(max(0.0, now - msg.born_timestamp / 1000))
         if run.limits.count is not None and run.stats.ok >= run.limits.count:
-            run.stop()
+            run.reactor.callLater(0, run.stop)  # once this message's offset is updated: shutdown commits it
         return ConsumeResult.CONSUME_SUCCESS
 
     consumer.subscribe(topic, expression)

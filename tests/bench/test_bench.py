@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 from rocketpy.bench.cli import Options, main, run_bench
 from rocketpy.bench.runs import Limits, Run
 from rocketpy.bench.stats import RunStats, progress_line
+from rocketpy.client.admin import AdminClient
 from rocketpy.testing import BrokerFixture
 from tests.processes import LogWatcher
 
@@ -141,6 +142,12 @@ class LiveTests(TestCase):
                                                 str(sent), "--json")
             self.assertEqual(status, 0, err)
             self.assertEqual(json.loads(out)["messages"], sent)
+            admin = AdminClient(reactor, ns)
+            try:  # the last message's offset was committed before the consumer stopped
+                stats = await admin.consume_stats("BenchmarkConsumer", "Bench")
+            finally:
+                await admin.close()
+            self.assertEqual((stats.total_lag, sum(q.consumer_offset for q in stats.queues)), (0, sent))
 
     async def test_tags(self) -> None:
         """--tags on produce sets the messages' tag; on consume it filters: only B's arrive in the run."""
