@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IReactorTime
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from zope.interface import implementer
@@ -199,6 +199,7 @@ class ClientInstance:
         self._heartbeat_loop = LoopingCall(self.send_heartbeat)
         self._heartbeat_loop.clock = reactor
         self._loops: list[Deferred[Any]] = []
+        self._heartbeat_call: IDelayedCall | None = None
         self._processor_registered = False
 
     # members and lifecycle
@@ -243,6 +244,9 @@ class ClientInstance:
         for loop in (self._route_loop, self._heartbeat_loop):
             if loop.running:
                 loop.stop()
+        if self._heartbeat_call is not None and self._heartbeat_call.active():
+            self._heartbeat_call.cancel()
+        self._heartbeat_call = None
         for d in self._loops:
             await d
         self._loops = []
@@ -320,11 +324,27 @@ class ClientInstance:
         if route is None:
             return None
         self.routes[topic] = route
+        new_address = False
         for broker in route.broker_datas:
+            known = self.broker_addrs.get(broker.broker_name, {})
+            new_address = new_address or not set(broker.broker_addrs.values()) <= set(known.values())
             self.broker_addrs[broker.broker_name] = dict(broker.broker_addrs)
         for member in list(self.members):
             member.on_route(topic, route)
+        if new_address:
+            self._heartbeat_soon()
         return route
+
+    def _heartbeat_soon(self) -> None:
+        """A broker just learnt of: heartbeat on the next reactor turn rather than at the next
+        30 s tick, so it knows this client's groups from its first request (e.g. for
+        GET_PRODUCER_CONNECTION_LIST and consumer-id notifications)."""
+        if self._heartbeat_call is None and self._heartbeat_loop.running:
+            self._heartbeat_call = self.reactor.callLater(0, self._heartbeat_now)
+
+    def _heartbeat_now(self) -> None:
+        self._heartbeat_call = None
+        Deferred.fromCoroutine(self.send_heartbeat())  # it logs its own errors
 
     async def _refresh_routes(self) -> None:
         topics = {t for m in self.members for t in m.topics()}

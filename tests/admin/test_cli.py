@@ -154,7 +154,6 @@ class ConsumerTests(AdminTestCase):
         self.assertIn("ConsumeType: CONSUME_PASSIVELY\nMessageModel: CLUSTERING", connection)
         subscriptions = (await self.admin_json("consumerConnection", "-g", "CG"))["subscriptions"]
         self.assertEqual(subscriptions, {"Watched": "*", "%RETRY%CG": "*"})
-        await producer.instance.send_heartbeat()  # a producer shows up with its (30 s) heartbeat
         producers = await self.admin_json("producerConnection", "-g", "PG", "-t", "Watched")
         self.assertEqual([p["client_id"] for p in producers], [producer.instance.client_id])
 

@@ -151,14 +151,18 @@ class RouteTests(ProducerTestCase):
         self.assertEqual({f["defaultTopicQueueNums"] for _, f in self.sends()}, {"4"})
 
     def test_route_refresh_and_heartbeat(self) -> None:
-        """Every 30 s the used topics' routes are refreshed and brokers get a producer heartbeat."""
+        """Brokers first seen in a route get a heartbeat at once; then every 30 s the used topics'
+        routes are refreshed and brokers get a producer heartbeat."""
         p = self.producer()
         self.successResultOf(p.send(Message("T", b"x")))
         routes = len(self.remoting.sent(RequestCode.GET_ROUTEINFO_BY_TOPIC))
         self.assertEqual(self.remoting.sent(RequestCode.HEART_BEAT), [])
+        self.clock.advance(0)
+        first = self.remoting.sent(RequestCode.HEART_BEAT)
+        self.assertEqual(sorted(a for a, _ in first), ["10.0.0.1:10911", "10.0.0.2:10911"])
         self.clock.advance(30)
         self.assertEqual(len(self.remoting.sent(RequestCode.GET_ROUTEINFO_BY_TOPIC)), routes + 1)
-        beats = self.remoting.sent(RequestCode.HEART_BEAT)
+        beats = self.remoting.sent(RequestCode.HEART_BEAT)[len(first):]  # the same brokers: no extra beat
         self.assertEqual(sorted(a for a, _ in beats), ["10.0.0.1:10911", "10.0.0.2:10911"])
         body = json.loads(beats[0][1].body)
         self.assertEqual(body, {"clientID": "10.0.0.9@1", "consumerDataSet": [], "producerDataSet": [{"groupName": "PG"}]})
