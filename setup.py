@@ -18,10 +18,13 @@ setup(
     extras_require={
         # rocketmq==0.4.4 bundles the official Apache RocketMQ C++ client
         # (librocketmq.so): the interop tests drive it against our broker.
-        "test": ["rocketmq==0.4.4", "PyYAML>=5.1", "twisted[tls]>=24.7", "pytest", "hdrhistogram>=0.10"],
+        "test": ["rocketmq==0.4.4", "PyYAML>=5.1", "twisted[tls]>=24.7", "pytest", "hdrhistogram>=0.10", "lz4>=4",
+                 "zstandard>=0.22"],
         # --acl-enable reads plain_acl.yml; --tls-* and clients' tls=True need pyOpenSSL (doc/security.md)
         "acl": ["PyYAML>=5.1"],
         "tls": ["twisted[tls]>=24.7"],
+        # LZ4 and ZSTD message bodies (RocketMQ 5 clients; doc/features.md).
+        "compression": ["lz4>=4", "zstandard>=0.22"],
         "dev": ["rocketmq==0.4.4", "mypy", "mypy-zope"],
         # rocketpy-bench: latency percentiles from an HDR histogram; benchmarks/peers.py drives
         # Redis Streams (the Debian redis-server) through redis-py.

@@ -29,10 +29,11 @@ from rocketpy.client import consumer as _consumer, producer as _producer, push a
 from rocketpy.client.message import new_message
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.results import ConsumeResult, PullResult, SendResult
+from rocketpy.client.subscription import MessageSelector, Selector
 from rocketpy.common.message import Message, MessageExt
 from rocketpy.common.route import MessageQueue
 
-__all__ = ["Message", "MessageExt", "MessageQueue", "new_message", "ConsumeResult", "Producer", "PullConsumer",
+__all__ = ["Message", "MessageExt", "MessageQueue", "MessageSelector", "new_message", "ConsumeResult", "Producer", "PullConsumer",
            "PushConsumer", "ReactorThread", "reactor_thread"]
 
 T = TypeVar("T")
@@ -167,6 +168,10 @@ class Producer(_Blocking):
     def send(self, msg: Message, timeout: float | None = None) -> SendResult:
         return self._call("send", msg, timeout)
 
+    def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
+        """Send a request and return its reply (see :meth:`rocketpy.client.Producer.request`)."""
+        return self._call("request", msg, timeout)  # type: ignore[no-any-return]
+
     def send_async(self, msg: Message, timeout: float | None = None) -> Future[SendResult]:
         """Returns at once; the Future completes with the result or the error."""
         return self._rt.submit(self._async.send_async, msg, timeout)
@@ -193,7 +198,7 @@ class PullConsumer(_Blocking):
     def fetch_subscribe_queues(self, topic: str) -> list[MessageQueue]:
         return self._call("fetch_subscribe_queues", topic)
 
-    def pull(self, queue: MessageQueue, expression: str | None, offset: int, max_nums: int = 32,
+    def pull(self, queue: MessageQueue, expression: Selector, offset: int, max_nums: int = 32,
              timeout: float = 10.0, block: bool = False) -> PullResult:
         return self._call("pull", queue, expression, offset, max_nums, timeout, block)
 
@@ -240,7 +245,7 @@ class PushConsumer(_Blocking):
         self._inbox.put((msgs[0], d))
         return d
 
-    def subscribe(self, topic: str, expression: str = "*") -> PushConsumer:
+    def subscribe(self, topic: str, expression: Selector = "*") -> PushConsumer:
         """Subscribe; returns self so calls chain."""
         self._call("subscribe", topic, expression)
         return self

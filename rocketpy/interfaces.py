@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from zope.interface import Attribute, Interface
 
@@ -109,7 +109,12 @@ class IStoreService(Interface):
         """Call ``hook(result)`` for every appended put that waits for its store (HA replication)."""
 
     def append_to_commit_log(offset: int, data: bytes) -> Deferred[bool]:
-        """HA slave: append bytes replicated from the master."""
+        """HA slave: append bytes replicated from the master; the queues the dispatched records
+        reached are then announced to the arrival listeners."""
+
+    def set_consumer_positions(snapshot: Callable[[], Sequence[tuple[str, str, int, int]]]) -> None:
+        """Where retention reads every group's ``(group, topic, queue_id, offset)`` (above 85 % disk use
+        only files they all consumed are deleted)."""
 
     def execute_delete_files_manually() -> None:
         """The next retention passes ignore ``delete_when`` (TRIGGER_DELETE_FILES)."""
@@ -125,8 +130,10 @@ class IStoreService(Interface):
     def get_message(
         group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
         tag_filter: Callable[[int], bool] | None = None,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> Deferred[GetMessageResult]:
-        """Up to ``max_msg_nums`` stored records of a queue from ``offset``, filtered by tag code."""
+        """Up to ``max_msg_nums`` stored records of a queue from ``offset``, filtered by tag code,
+        then by ``record_filter`` on each stored record (SQL92)."""
 
     def get_offset_in_queue_by_time(topic: str, queue_id: int, timestamp_ms: int) -> Deferred[int]:
         """The queue offset of the first message stored at or after ``timestamp_ms``."""
@@ -203,8 +210,9 @@ class IMessageStore(Interface):
     def flush_consume_queues(least_pages: int = 0) -> None:
         """Make the consume queues and the index durable."""
 
-    def clean_expired_files() -> int:
-        """Delete expired commit-log files (and what only they needed); how many went."""
+    def clean_expired_files(positions: Iterable[tuple[str, str, int, int]] = ()) -> int:
+        """Delete expired commit-log files (and what only they needed); how many went. Above 85 %
+        ``positions`` (every group's committed offsets) decide which files are consumed."""
 
     def execute_delete_files_manually() -> None:
         """The next clean passes ignore ``delete_when``."""
@@ -212,11 +220,15 @@ class IMessageStore(Interface):
     def append_to_commit_log(offset: int, data: bytes) -> bool:
         """HA slave: append replicated bytes at ``offset`` and dispatch whole records."""
 
+    def append_replicated(offset: int, data: bytes) -> tuple[bool, dict[tuple[str, int], None]]:
+        """:meth:`append_to_commit_log`, and the queues records were dispatched to since the last call."""
+
     # -- reads (any thread)
 
     def get_message(
         group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
         tag_filter: Callable[[int], bool] | None = None,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetMessageResult:
         """Up to ``max_msg_nums`` stored records of a queue from ``offset``."""
 

@@ -42,6 +42,10 @@ DEFAULTS: dict[str, str] = {
     "auto-create-topic-enable": "true",
     "default-topic-queue-nums": "8",
     "slave-read-enable": "false",
+    "enable-property-filter": "false",
+    "clean-file-forcibly-enable": "false",
+    "trace-topic-enable": "false",
+    "msg-trace-topic-name": "RMQ_SYS_TRACE_TOPIC",
     "message-delay-level": DEFAULT_DELAY_LEVELS,
     "gc-threshold": str(DEFAULT_GEN0_THRESHOLD),
 }
@@ -62,6 +66,10 @@ JAVA_KEYS = {
     "defaultTopicQueueNums": "default-topic-queue-nums",
     "haMasterAddress": "ha-master-address",
     "slaveReadEnable": "slave-read-enable",
+    "enablePropertyFilter": "enable-property-filter",
+    "cleanFileForciblyEnable": "clean-file-forcibly-enable",
+    "traceTopicEnable": "trace-topic-enable",
+    "msgTraceTopicName": "msg-trace-topic-name",
     "messageDelayLevel": "message-delay-level",
     "aclEnable": "acl-enable",
     "tls.server.mode": "tls-mode",
@@ -69,7 +77,8 @@ JAVA_KEYS = {
     "tls.server.keyPath": "tls-key",
     "tls.server.trustCertPath": "tls-ca",
 }
-_BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable")
+_BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable", "enable-property-filter",
+                 "clean-file-forcibly-enable", "trace-topic-enable")
 _INT_OPTIONS = (
     "commit-log-file-size", "consume-queue-file-size", "max-hash-slot-num", "max-index-num",
     "broker-id", "default-topic-queue-nums", "gc-threshold",
@@ -135,6 +144,12 @@ class Options(usage.Options):
         ["ha-listen", None, None, "a master's HA endpoint for its slaves [default: tcp:<listen port + 1>]"],
         ["ha-master-address", None, None, "a slave's master HA ip:port [default: from the name server]"],
         ["slave-read-enable", None, None, "a master lagging in memory sends consumers to its slave [default: false]"],
+        ["enable-property-filter", None, None, "serve SQL92 subscriptions (true | false) [default: false]"],
+        ["clean-file-forcibly-enable", None, None,
+         "above 85 % disk use delete the oldest files even when unconsumed (RocketMQ's rule); false refuses "
+         "puts while a group still has messages in the oldest file [default: false]"],
+        ["trace-topic-enable", None, None, "create the message trace topic (true | false) [default: false]"],
+        ["msg-trace-topic-name", None, None, "the message trace topic [default: RMQ_SYS_TRACE_TOPIC]"],
         ["message-delay-level", None, None, 'delay of each DELAY level, units s m h d [default: "1s 5s 10s … 2h"]'],
         ["gc-threshold", None, None,
          f"the garbage collector's first-generation threshold; 0 keeps Python's [default: {DEFAULT_GEN0_THRESHOLD}]"],
@@ -330,6 +345,9 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
             slave_read_enable=options["slave-read-enable"],
             acl_enable=bool(options.get("acl-enable")),
             acl_file=os.path.expanduser(options["acl-file"]) if options.get("acl-file") else None,
+            enable_property_filter=options["enable-property-filter"],
+            trace_topic_enable=options["trace-topic-enable"],
+            msg_trace_topic_name=options["msg-trace-topic-name"],
         )
         store_config = MessageStoreConfig(
             store_path_root_dir=os.path.expanduser(options["store-dir"]),
@@ -340,6 +358,7 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
             max_index_num=options["max-index-num"],
             broker_role=options["broker-role"],
             message_delay_level=options["message-delay-level"],
+            clean_file_forcibly_enable=options["clean-file-forcibly-enable"],
         )
         BrokerService(reactor, config, store_config, tls=options.get("tls")).setServiceParent(top)
     for key in options.get("ignored-config-keys", []):

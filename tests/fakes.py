@@ -7,7 +7,7 @@ every subclass the tests make) with ``verifyObject``, so a fake cannot drift fro
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -151,6 +151,9 @@ class FakeStoreService:
     def add_arrival_listener(self, listener: Callable[[str, int, int], None]) -> None:
         self.listeners.append(listener)
 
+    def set_consumer_positions(self, snapshot: Callable[[], Sequence[tuple[str, str, int, int]]]) -> None:
+        self.positions = snapshot
+
     def add_put_hook(self, hook: PutHook) -> None:
         self.put_hooks.append(hook)
 
@@ -175,6 +178,7 @@ class FakeStoreService:
     def get_message(
         self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
         tag_filter: Callable[[int], bool] | None = None,
+        record_filter: Callable[[bytes], bool] | None = None,
     ) -> Deferred[GetMessageResult]:
         """The store's status table (doc/store.md), over the in-memory queue."""
         self.reads.append((group, topic, queue_id, offset, max_msg_nums))
@@ -199,8 +203,9 @@ class FakeStoreService:
         while position < high and len(found) < max_msg_nums:
             physical, size, code = queue[position]
             position += 1
-            if tag_filter is None or tag_filter(code):
-                found.append(bytes(self.log[physical:physical + size]))
+            record = bytes(self.log[physical:physical + size])
+            if (tag_filter is None or tag_filter(code)) and (record_filter is None or record_filter(record)):
+                found.append(record)
         if not found:
             return result(GetMessageStatus.NO_MATCHED_MESSAGE, position)
         return result(GetMessageStatus.FOUND, position, found)
@@ -456,8 +461,9 @@ class FakeMessageStore:
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         self.events.append(("flush_cq", least_pages))
 
-    def clean_expired_files(self) -> int:
+    def clean_expired_files(self, positions: Iterable[tuple[str, str, int, int]] = ()) -> int:
         self.events.append("clean")
+        self.positions = list(positions)
         return 0
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
@@ -477,8 +483,12 @@ class FakeMessageStore:
         self.max_physical_offset += len(data)
         return True
 
+    def append_replicated(self, offset: int, data: bytes) -> tuple[bool, dict[tuple[str, int], None]]:
+        return self.append_to_commit_log(offset, data), {}
+
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    tag_filter: Callable[[int], bool] | None = None) -> GetMessageResult:
+                    tag_filter: Callable[[int], bool] | None = None,
+                    record_filter: Callable[[bytes], bool] | None = None) -> GetMessageResult:
         self.events.append("get")
         return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE)
 

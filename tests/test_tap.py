@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+from unittest import mock
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, fail, succeed
@@ -116,6 +117,38 @@ class OptionsTests(SynchronousTestCase):
         self.assertEqual(_parse("--config", path)["message-delay-level"], "3s 4m")
         e = self.assertRaises(usage.UsageError, _parse, "--message-delay-level", "1s 5x")
         self.assertIn("--message-delay-level", str(e))
+
+    def test_enable_property_filter(self) -> None:
+        """--enable-property-filter (enablePropertyFilter in broker.conf) reaches BrokerConfig; off by default."""
+        self.assertIs(_parse()["enable-property-filter"], False)
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("enablePropertyFilter=true\n")
+        self.assertIs(_parse("--config", path)["enable-property-filter"], True)
+        top = makeService(_parse("--role", "broker", "--store-dir", self.mktemp(), "--enable-property-filter", "true"),
+                          MemoryReactorClock())
+        self.assertTrue(list(top)[1].config.enable_property_filter)
+        self.assertIn("--enable-property-filter", str(self.assertRaises(
+            usage.UsageError, _parse, "--enable-property-filter", "yes")))
+
+    def test_clean_file_forcibly_enable(self) -> None:
+        """--clean-file-forcibly-enable (cleanFileForciblyEnable) reaches the store config; off by default."""
+        store_dir = self.mktemp()
+        for argv, expected in (((), False), (("--clean-file-forcibly-enable", "true"), True)):
+            built: list[MessageStoreConfig] = []
+            with mock.patch("rocketpy.broker.controller.BrokerService.__init__",
+                            lambda self, reactor, config, store_config: built.append(store_config)):
+                makeService(_parse("--role", "broker", "--store-dir", store_dir, *argv), MemoryReactorClock())
+            self.assertIs(built[0].clean_file_forcibly_enable, expected)
+
+    def test_trace_topic_enable(self) -> None:
+        """--trace-topic-enable (traceTopicEnable) creates the trace topic with one queue; off by default."""
+        for argv, expected in (((), None), (("--trace-topic-enable", "true"), 1),
+                               (("--trace-topic-enable", "true", "--msg-trace-topic-name", "MyTrace"), 1)):
+            top = makeService(_parse("--role", "broker", "--store-dir", self.mktemp(), *argv), MemoryReactorClock())
+            name = argv[-1] if "--msg-trace-topic-name" in argv else "RMQ_SYS_TRACE_TOPIC"
+            config = list(top)[1].topics.select_topic_config(name)
+            self.assertEqual(config and config.read_queue_nums, expected)
 
     def test_endpoint_port(self) -> None:
         """Ports are read from both tcp endpoint forms."""
@@ -347,6 +380,10 @@ class BrokerServiceTests(SynchronousTestCase):
         self.assertEqual([port[0] for port in self.reactor.tcpServers], [10911, 10912])
         self.assertEqual(self.store_config.store_host, ("192.0.2.1", 10911))
         self.assertEqual(len(self.broker.store.listeners), 2)
+        self.broker.offsets.commit_offset("h", "G", "T", 0, 3)
+        self.assertEqual(self.broker.store.positions()[:2],  # retention's guard: groups, then delay levels
+                         [("G", "T", 0, 3), ("(delayed messages)", "SCHEDULE_TOPIC_XXXX", 0, 0)])
+        self.assertEqual(len(self.broker.store.positions()), 1 + 18)
         self.assertTrue(self.pool.started)
         self.successResultOf(self.broker.stopService())
 

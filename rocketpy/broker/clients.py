@@ -253,6 +253,11 @@ class ProducerManager:
     def groups(self) -> list[str]:
         return list(self._groups)
 
+    def find_channel(self, client_id: str) -> IChannel | None:
+        """The newest live connection of the client ``client_id`` in any producer group (reply pushes)."""
+        infos = [i for chans in self._groups.values() for i in chans.values() if i.client_id == client_id]
+        return max(infos, key=lambda i: i.last_update).channel if infos else None
+
     def producer_table(self) -> dict[str, list[dict[str, Any]]]:
         """Every group's producers as Java's ProducerInfo (GET_ALL_PRODUCER_INFO)."""
         return {

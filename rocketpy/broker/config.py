@@ -53,6 +53,13 @@ class BrokerConfig:
     #: Plain ACL (doc/security.md): check every request against ``acl_file`` (a ``plain_acl.yml``).
     acl_enable: bool = False
     acl_file: str | None = None
+    #: Serve SQL92 subscriptions (``enablePropertyFilter``; off in RocketMQ too).
+    enable_property_filter: bool = False
+    #: Store replies on ``<cluster>_REPLY_TOPIC`` after pushing them (``storeReplyMessageEnable``).
+    store_reply_message_enable: bool = True
+    #: Create the message trace topic at start (``traceTopicEnable``, ``msgTraceTopicName``).
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
 
     @property
     def advertised_host(self) -> str:

@@ -37,6 +37,7 @@ from rocketpy.broker.processors import (
 from rocketpy.broker.pull import PullMessageProcessor
 from rocketpy.broker.query import QueryMessageProcessor
 from rocketpy.broker.schedule import DelayOffsetProcessor, DelayOffsetTable, ScheduleMessageService
+from rocketpy.broker.reply import REPLY_CODES, ReplyMessageProcessor
 from rocketpy.broker.send import SendMessageProcessor
 from rocketpy.broker.sendback import SendBackProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
@@ -105,6 +106,7 @@ class BrokerService(Service):
             default_topic_queue_nums=config.default_topic_queue_nums,
             cluster_topic_enable=config.cluster_topic_enable,
             broker_topic_enable=config.broker_topic_enable,
+            trace_topic=config.msg_trace_topic_name if config.trace_topic_enable else None,
         )
         self.subscriptions = SubscriptionGroupManager(
             reactor, os.path.join(in_config_dir, "subscriptionGroup.json"), config.auto_create_subscription_group
@@ -169,6 +171,8 @@ class BrokerService(Service):
         self.delay_offsets = DelayOffsetTable(os.path.join(store_config.config_dir, "delayOffset.json"))
         levels = [ms / 1000 for ms in store_config.delay_level_table()]
         self.schedule = ScheduleMessageService(self.store, self._reactor, levels, self.delay_offsets)
+        # retention above 85 % keeps files holding unconsumed or undelivered messages (doc/features.md)
+        self.store.set_consumer_positions(lambda: self.offsets.positions() + self.delay_offsets.positions(len(levels)))
         self.transactions = TransactionStore(self.store, store_config.store_host)
         self.transaction_check = TransactionCheckService(
             self.transactions, self.producers, self.offsets, self._reactor, config.transaction_check_interval,
@@ -198,6 +202,7 @@ class BrokerService(Service):
             self._reactor, self.client, self.topics, self.offsets, self.subscriptions, self.delay_offsets,
         )
         self.registration.add_master_listener(self._master_learnt)
+        self.store.add_arrival_listener(lambda topic, queue_id, _max: self.topics.learn_queue(topic, queue_id))
 
     def _master_learnt(self, master_addr: str | None, ha_addr: str | None) -> None:
         """A slave's registration answer names its master (RocketMQ updates both each time)."""
@@ -228,6 +233,14 @@ class BrokerService(Service):
         )
         for code in SEND_CODES:
             self.server.register_processor(code, send)
+        reply = ReplyMessageProcessor(
+            self.store, self.topics, store_config.store_host, cluster_name=self.config.cluster_name,
+            max_message_size=store_config.max_message_size, region=self.config.region_id,
+            trace_on=self.config.trace_on, groups=self.subscriptions, producers=self.producers,
+            clock=self._reactor, store_reply=self.config.store_reply_message_enable,
+        )
+        for code in REPLY_CODES:
+            self.server.register_processor(code, reply)
         pull = PullMessageProcessor(
             self.store,
             self.topics,
@@ -236,6 +249,7 @@ class BrokerService(Service):
             commit_offset=self.offsets.commit_offset if self.config.broker_role != "SLAVE" else None,
             groups=self.subscriptions,
             slave_readable=self.config.slave_read_enable,
+            property_filter=self.config.enable_property_filter,
         )
         self.server.register_processor(RequestCode.PULL_MESSAGE, pull)
         if self.hold is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, TypeVar
 
-from rocketpy.broker.filter import EXPRESSION_TAG, SUB_ALL, parse_tags
+from rocketpy.broker.filter import EXPRESSION_TAG, SUB_ALL, is_tag_type, parse_tags
 from rocketpy.common.message import java_hash
 
 
@@ -74,7 +74,9 @@ class SubscriptionData:
     def build(
         cls, topic: str, sub_string: str | None, sub_version: int = 0, expression_type: str | None = None
     ) -> SubscriptionData:
-        """Java ``FilterAPI.buildSubscriptionData``: tags split from the subscription string."""
+        """Java ``FilterAPI.build``: tags split from a tag expression; an SQL92 one is kept whole."""
+        if not is_tag_type(expression_type):
+            return cls(topic, (sub_string or "").strip(), frozenset(), sub_version, str(expression_type))
         tags = parse_tags(sub_string)
         text = (sub_string or "").strip() if tags else SUB_ALL
         return cls(topic, text, tags, sub_version, expression_type or EXPRESSION_TAG)

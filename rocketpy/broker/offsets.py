@@ -65,6 +65,11 @@ class ConsumerOffsetManager(JsonConfigFile):
         """Every committed queue offset of ``group`` on ``topic`` (queue id → offset)."""
         return dict(self._table.get(offset_key(topic, group), {}))
 
+    def positions(self) -> list[tuple[str, str, int, int]]:
+        """Every committed ``(group, topic, queue_id, offset)`` (what retention must not delete unread)."""
+        return [(group, topic, qid, offset) for topic, group in self._keys()
+                for qid, offset in self._table[offset_key(topic, group)].items()]
+
     def topics_of_group(self, group: str) -> set[str]:
         """Topics ``group`` committed offsets for."""
         return {t for t, g in self._keys() if g == group}

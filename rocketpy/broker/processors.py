@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from zope.interface import implementer
 
+from rocketpy.broker.filter import PropertyFilterDisabled, SubscriptionParseError, build_filter
 from rocketpy.broker.clients import ClientChannelInfo, ConsumerManager, ProducerManager
 from rocketpy.broker.config import BrokerConfig
 from rocketpy.broker.heartbeat import HeartbeatError, MessageModel, parse_heartbeat
@@ -132,7 +133,7 @@ class ClientManageProcessor(TableProcessor):
         self.handlers = {
             RequestCode.HEART_BEAT: self.heart_beat,
             RequestCode.UNREGISTER_CLIENT: self.unregister_client,
-            RequestCode.CHECK_CLIENT_CONFIG: lambda channel, request: ok_response(request),
+            RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
 
     def heart_beat(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
@@ -155,6 +156,24 @@ class ClientManageProcessor(TableProcessor):
             t.producers.register_producer(
                 group_name, ClientChannelInfo(channel, data.client_id, request.language, request.version)
             )
+        return ok_response(request)
+
+    def check_client_config(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (46): can this broker serve the body's ``subscriptionData``?
+
+        Java clients ask it at start for every non-tag subscription: SQL92 needs
+        ``enablePropertyFilter`` (else SYSTEM_ERROR) and an expression that compiles (else 23).
+        """
+        body = body_json(request) if request.body else None
+        sub = body.get("subscriptionData") if isinstance(body, dict) else None
+        if not isinstance(sub, dict):
+            return ok_response(request)
+        try:
+            build_filter(sub.get("subString"), sub.get("expressionType"), self._t.config.enable_property_filter)
+        except PropertyFilterDisabled as e:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, str(e)) from None
+        except SubscriptionParseError as e:
+            raise Rejected(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e)) from None
         return ok_response(request)
 
     def unregister_client(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:

@@ -16,7 +16,7 @@ from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from rocketpy.broker.filter import SubscriptionParseError, TagFilter, build_tag_filter
+from rocketpy.broker.filter import MessageFilter, PropertyFilterDisabled, SqlFilter, SubscriptionParseError, build_filter
 from rocketpy.broker.longpoll import PullRequestHoldService
 from rocketpy.broker.processors import Rejected
 from rocketpy.broker.subscription import SubscriptionGroupManager
@@ -122,6 +122,7 @@ class PullMessageProcessor:
     :param groups: consumer group settings (unknown group 26, consumption disabled 16,
         which broker to suggest when slow); None allows every group.
     :param slave_readable: when the store suggests reading from a slave, send clients there.
+    :param property_filter: ``enablePropertyFilter``: serve SQL92 subscriptions (else SYSTEM_ERROR).
     """
 
     log = Logger()
@@ -135,8 +136,10 @@ class PullMessageProcessor:
         commit_offset: CommitOffset | None = None,
         groups: SubscriptionGroupManager | None = None,
         slave_readable: bool = False,
+        property_filter: bool = False,
     ) -> None:
         self._groups = groups
+        self._property_filter = property_filter
         self._store = store
         self._topics = topics
         self._hold = hold
@@ -167,8 +170,8 @@ class PullMessageProcessor:
 
     # -- checks -------------------------------------------------------------
 
-    def _check(self, header: PullHeader) -> TagFilter:
-        """Group, topic, queue id and subscription checks; the tag filter to read with."""
+    def _check(self, header: PullHeader) -> MessageFilter:
+        """Group, topic, queue id and subscription checks; the filter to read with."""
         if self._groups is not None:
             group = self._groups.find_subscription_group_config(header.consumer_group)
             if group is None:
@@ -196,7 +199,9 @@ class PullMessageProcessor:
         else:
             expression, kind = self._registered_subscription(header)
         try:
-            return build_tag_filter(expression, kind)
+            return build_filter(expression, kind, self._property_filter)
+        except PropertyFilterDisabled as e:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, str(e)) from None
         except SubscriptionParseError as e:
             raise Rejected(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e)) from None
 
@@ -218,17 +223,15 @@ class PullMessageProcessor:
         channel: Any,
         request: RemotingCommand,
         header: PullHeader,
-        tag_filter: TagFilter,
+        tag_filter: MessageFilter,
         allow_suspend: bool,
     ) -> Deferred[RemotingCommand | None]:
-        d: Deferred[GetMessageResult] = self._store.get_message(
-            header.consumer_group,
-            header.topic,
-            header.queue_id,
-            header.queue_offset,
-            header.max_msg_nums,
-            None if tag_filter.matches_all else tag_filter,
-        )
+        args = (header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums)
+        d: Deferred[GetMessageResult]
+        if isinstance(tag_filter, SqlFilter):
+            d = self._store.get_message(*args, None, tag_filter.matches_record)
+        else:
+            d = self._store.get_message(*args, None if tag_filter.matches_all else tag_filter)
         return d.addCallback(self._respond, channel, request, header, tag_filter, allow_suspend)
 
     def _respond(
@@ -237,7 +240,7 @@ class PullMessageProcessor:
         channel: Any,
         request: RemotingCommand,
         header: PullHeader,
-        tag_filter: TagFilter,
+        tag_filter: MessageFilter,
         allow_suspend: bool,
     ) -> RemotingCommand | Deferred[RemotingCommand | None]:
         code = _code(result.status, header.queue_offset)

@@ -59,6 +59,14 @@ class DelayOffsetTable(JsonConfigFile):
         for level, offset in (obj.get("offsetTable") or {}).items():
             self.offsets[int(level)] = int(offset)
 
+    def positions(self, levels: int) -> list[tuple[str, str, int, int]]:
+        """The delivery progress of ``levels`` levels as consumer positions (retention keeps undelivered ones)."""
+        return [(DELAYED_MESSAGES, SCHEDULE_TOPIC, level - 1, self.offsets.get(level, 0)) for level in range(1, levels + 1)]
+
+
+#: The name retention's log gives to delayed messages not yet delivered.
+DELAYED_MESSAGES = "(delayed messages)"
+
 
 def delivered_message(parked: MessageExt) -> MessageExt:
     """The message a parked one becomes when due: its real topic and queue, no DELAY, WAIT false."""

@@ -51,6 +51,7 @@ class TopicConfigManager(JsonConfigFile):
         default_topic_queue_nums: int = 8,
         cluster_topic_enable: bool = True,
         broker_topic_enable: bool = True,
+        trace_topic: str | None = None,
     ) -> None:
         self._clock = clock
         self.path = path
@@ -58,10 +59,14 @@ class TopicConfigManager(JsonConfigFile):
         self._table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion(0, self._now_ms())
         self._listeners: list[Callable[[], object]] = []
+        #: topics a slave created from replicated records, until its master's table names them
+        self.learnt: set[str] = set()
         for config in self._system_topics(
             broker_name, cluster_name, default_topic_queue_nums, cluster_topic_enable, broker_topic_enable
         ):
             self._table[config.topic_name] = config
+        if trace_topic:  # traceTopicEnable: one queue, like RocketMQ
+            self._table[trace_topic] = TopicConfig(trace_topic, 1, 1)
         #: the topics the broker creates itself (GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
         self.system_topics = frozenset(self._table)
 
@@ -165,6 +170,25 @@ class TopicConfigManager(JsonConfigFile):
         self._put(config)
         return config
 
+    def learn_queue(self, topic: str, queue_id: int) -> bool:
+        """A slave saw a replicated record of ``topic`` queue ``queue_id``: make the topic readable
+        at once (RocketMQ's slave waits up to 10 s for its master's table, answering TOPIC_NOT_EXIST).
+
+        A topic the table has from the master is left alone; a learnt one grows to the queue. The
+        data version does not move, so the master's table, when it comes, is still copied and wins.
+
+        :returns: True when the table changed.
+        """
+        config = self._table.get(topic)
+        if config is not None and (topic not in self.learnt or queue_id < config.read_queue_nums):
+            return False
+        nums = max(queue_id + 1, config.read_queue_nums if config is not None else 0)
+        self._table[topic] = TopicConfig(topic, nums, nums)
+        self.learnt.add(topic)
+        self.log.info("slave learnt topic {topic} ({n} queues) from replicated records", topic=topic, n=nums)
+        self.persist()
+        return True
+
     def update_topic_config(self, config: TopicConfig) -> None:
         """Create or replace a topic (UPDATE_AND_CREATE_TOPIC)."""
         self._put(config)
@@ -206,3 +230,4 @@ class TopicConfigManager(JsonConfigFile):
         loaded = {name: TopicConfig.from_json(name, value) for name, value in table.items()}
         self.data_version = DataVersion.from_json(obj.get("dataVersion"))
         self._table.update(loaded)
+        self.learnt.difference_update(loaded)

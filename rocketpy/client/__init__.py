@@ -27,14 +27,16 @@ from rocketpy.client.process import ConsumeContext
 from rocketpy.client.producer import Producer, select_by_hash
 from rocketpy.client.push import PushConsumer
 from rocketpy.client.results import ConsumeResult, PullResult, PullStatus, SendResult, SendStatus
+from rocketpy.client.reply import RequestTimeoutError, create_reply_message
+from rocketpy.client.subscription import MessageSelector
 from rocketpy.common.message import Message, MessageExt
 from rocketpy.common.route import MessageQueue
 
 __all__ = [
     "BrokerNotFoundError", "ClientErrorCode", "ClientInstance", "ConsumeContext", "ConsumeFromWhere",
     "ConsumeResult", "ICheckForbiddenHook", "ISendMessageHook", "MQBrokerError", "MQClientError", "MQError",
-    "Message", "MessageExt", "MessageInvalidError", "MessageModel", "MessageQueue", "NoNameServerError",
+    "Message", "MessageExt", "MessageInvalidError", "MessageSelector", "MessageModel", "MessageQueue", "NoNameServerError",
     "NoRouteError", "Producer", "PullConsumer", "PullResult", "PullStatus", "PushConsumer", "RemotingConnectError",
-    "RemotingError", "RemotingSendRequestError", "RemotingTimeoutError", "RemotingTooMuchRequestError",
+    "RemotingError", "RemotingSendRequestError", "RequestTimeoutError", "create_reply_message", "RemotingTimeoutError", "RemotingTooMuchRequestError",
     "SendFailedError", "SendMessageContext", "SendResult", "SendStatus", "new_message", "select_by_hash",
 ]

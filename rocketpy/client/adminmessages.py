@@ -9,7 +9,8 @@ from rocketpy.client.errors import MQClientError
 from rocketpy.client.producer import Producer
 from rocketpy.client.results import PullStatus, SendResult
 from rocketpy.client.route import master_addresses, subscribe_queues
-from rocketpy.client.subscription import build_subscription, inflate_body
+from rocketpy.client.subscription import build_subscription
+from rocketpy.common.compression import inflate_body
 from rocketpy.common.headers import to_fields
 from rocketpy.common.message import Message, MessageConst, MessageExt, decode_offset_msg_id, decode_records
 from rocketpy.common.route import MessageQueue
@@ -218,5 +219,5 @@ def _inflated(msgs: list[MessageExt]) -> list[MessageExt]:
         try:
             inflate_body(m)
         except ValueError:
-            pass  # an LZ4/ZSTD body stays as stored
+            pass  # a corrupt body, or LZ4/ZSTD without their libraries, stays as stored
     return msgs

@@ -19,7 +19,7 @@ from rocketpy.client.results import PullResult, PullStatus, SendResult, SendStat
 from rocketpy.client.route import decode_topic_route
 from rocketpy.common.fastjson import BodyError, dump_json
 from rocketpy.common.headers import SEND_V1_NAMES, get_int, to_fields
-from rocketpy.common.message import Message, MessageExt, RecordError, decode_records, properties_to_string
+from rocketpy.common.message import Message, MessageConst, MessageExt, RecordError, decode_records, properties_to_string
 from rocketpy.common.route import MessageQueue, TopicRouteData
 from rocketpy.common.topic import TBW102
 from rocketpy.remoting.codes import RequestCode, ResponseCode
@@ -115,6 +115,8 @@ class MQClientAPI:
         """
         if batch:
             code = RequestCode.SEND_BATCH_MESSAGE
+        elif msg.properties.get(MessageConst.MESSAGE_TYPE) == "reply":  # MixAll.REPLY_MESSAGE_FLAG
+            code = RequestCode.SEND_REPLY_MESSAGE_V2 if v2 else RequestCode.SEND_REPLY_MESSAGE
         elif v2:
             code = RequestCode.SEND_MESSAGE_V2
         else:
@@ -152,6 +154,13 @@ class MQClientAPI:
     ) -> None:
         fields = to_fields(clientID=client_id, producerGroup=producer_group, consumerGroup=consumer_group)
         _check(await self._call(addr, RequestCode.UNREGISTER_CLIENT, fields, timeout), addr)
+
+    async def check_client_config(
+        self, addr: str, client_id: str, group: str, subscription: dict[str, Any], timeout: float
+    ) -> None:
+        """CHECK_CLIENT_CONFIG: can the broker serve this (SQL92) subscription? Raises MQBrokerError if not."""
+        body = _dumps({"clientId": client_id, "group": group, "subscriptionData": subscription})
+        _check(await self._call(addr, RequestCode.CHECK_CLIENT_CONFIG, {}, timeout, body), addr)
 
     # consumer
 

@@ -41,9 +41,11 @@ _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 
 def batchable(msg: Message) -> bool:
     """True when ``msg`` may travel in a batch: the broker refuses delayed batch members,
-    and a batch waits for the store as its members do by default."""
+    a batch waits for the store as its members do by default, and a reply must go as
+    SEND_REPLY_MESSAGE to be pushed to its requester."""
     props = msg.properties
-    return MessageConst.DELAY_TIME_LEVEL not in props and props.get(MessageConst.WAIT_STORE_MSG_OK) != "false"
+    return (MessageConst.DELAY_TIME_LEVEL not in props and props.get(MessageConst.WAIT_STORE_MSG_OK) != "false"
+            and MessageConst.MESSAGE_TYPE not in props)
 
 
 def entry_size(msg: Message) -> int:

@@ -21,7 +21,8 @@ from rocketpy.client.instance import ClientInstance, JoiningMember, shared_or_ne
 from rocketpy.client.results import PullResult, PullStatus
 from rocketpy.client.route import subscribe_queues
 from rocketpy.client.runninginfo import PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP, ConsumerRunningInfo
-from rocketpy.client.subscription import DecompressionError, SubscriptionData, build_subscription, inflate_body, prepare_pulled
+from rocketpy.client.subscription import Selector, SubscriptionData, build_subscription, prepare_pulled
+from rocketpy.common.compression import DecompressionError, inflate_body
 from rocketpy.common.headers import to_fields
 from rocketpy.common.message import MessageSysFlag
 from rocketpy.common.route import MASTER_ID, MessageQueue, TopicRouteData
@@ -248,20 +249,21 @@ class PullConsumer(ConsumerBase, JoiningMember):
         return Deferred.fromCoroutine(self.fetch_queues(topic))
 
     def pull(
-        self, queue: MessageQueue, expression: str | None, offset: int, max_nums: int = 32,
+        self, queue: MessageQueue, expression: Selector, offset: int, max_nums: int = 32,
         timeout: float = 10.0, block: bool = False,
     ) -> Deferred[PullResult]:
         """Read up to ``max_nums`` messages from ``offset`` of ``queue``.
 
-        :param expression: ``"*"`` or ``"TagA || TagB"``; the broker filters by tag
-            hash, the client again by tag string.
+        :param expression: ``"*"`` or ``"TagA || TagB"`` (the broker filters by tag hash, the
+            client again by tag string), or a ``MessageSelector`` (``MessageSelector.by_sql(…)``:
+            the broker filters by the message properties).
         :param block: let the broker hold the request up to 20 s for new messages
             (give a ``timeout`` above that).
         """
         return Deferred.fromCoroutine(self._pull(queue, expression, offset, max_nums, timeout, block))
 
     async def _pull(
-        self, queue: MessageQueue, expression: str | None, offset: int, max_nums: int, timeout: float, block: bool
+        self, queue: MessageQueue, expression: Selector, offset: int, max_nums: int, timeout: float, block: bool
     ) -> PullResult:
         self.check_running()
         sub = build_subscription(queue.topic, expression, 0)

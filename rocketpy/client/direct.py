@@ -9,6 +9,7 @@ from typing import Any
 from twisted.internet.defer import Deferred
 from zope.interface import implementer
 
+from rocketpy.common.compression import DecompressionError, inflate_body
 from rocketpy.common.fastjson import dump_json
 from rocketpy.common.headers import get_str
 from rocketpy.common.message import MessageExt, RecordError, decode_record
@@ -34,7 +35,8 @@ class ConsumeDirectlyProcessor:
         group = get_str(ext, "consumerGroup")
         try:
             msg = decode_record(request.body)
-        except RecordError as e:
+            inflate_body(msg)  # as Java's MessageDecoder.decode
+        except (RecordError, DecompressionError) as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad message record: {e}")
         d = self._consume(group, msg, ext.get("brokerName", ""))
         if d is None:

@@ -24,6 +24,7 @@ from rocketpy.client.api import IRemotingClient, MQClientAPI
 from rocketpy.client.direct import ConsumeDirectlyProcessor
 from rocketpy.client.errors import MQBrokerError, MQError, NoNameServerError, RemotingError
 from rocketpy.client.message import local_ip
+from rocketpy.client.reply import ReplyProcessor, RequestFutures
 from rocketpy.client.resetoffset import ResetOffsetProcessor
 from rocketpy.client.route import with_default_queue_nums
 from rocketpy.client.runninginfo import (
@@ -201,6 +202,8 @@ class ClientInstance:
         self._loops: list[Deferred[Any]] = []
         self._heartbeat_call: IDelayedCall | None = None
         self._processor_registered = False
+        #: requests waiting for their reply (``Producer.request``)
+        self.reply_futures = RequestFutures()
 
     # members and lifecycle
 
@@ -218,6 +221,8 @@ class ClientInstance:
                 RequestCode.CONSUME_MESSAGE_DIRECTLY, ConsumeDirectlyProcessor(self.consume_message_directly)
             )
             self.remoting.register_processor(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, ResetOffsetProcessor(self.reset_offset))
+            self.remoting.register_processor(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT,
+                                             ReplyProcessor(self.reply_futures, self.reactor))
             self._processor_registered = True
         if not self._route_loop.running:
             self._loops = [

@@ -9,7 +9,6 @@ budget, queue choice by :class:`MQFaultStrategy`) → :meth:`Producer._attempt`
 from __future__ import annotations
 
 import random
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -35,10 +34,13 @@ from rocketpy.client.errors import (
 from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMessageContext
 from rocketpy.client.instance import ClientInstance, JoiningMember, shared_or_new
 from rocketpy.client.latency import MQFaultStrategy
+from rocketpy.client import reply
 from rocketpy.client.message import MAX_MESSAGE_SIZE, UniqKeyGenerator, validate_message
 from rocketpy.client.results import SendResult, SendStatus
 from rocketpy.client.route import TopicPublishInfo
-from rocketpy.common.message import Message, MessageConst, MessageSysFlag, encode_batch, java_hash
+from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, SendTraceHook, TraceDispatcher
+from rocketpy.common.compression import compressor
+from rocketpy.common.message import Message, MessageConst, MessageExt, MessageSysFlag, encode_batch, java_hash
 from rocketpy.common.route import MessageQueue, TopicRouteData
 from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.interfaces import IRPCHook
@@ -96,6 +98,7 @@ class Producer(JoiningMember):
         retry_response_codes: Iterable[int] = RETRY_RESPONSE_CODES,
         compress_over: int = 4096,
         compress_level: int = 5,
+        compression: str = "zlib",
         max_message_size: int = MAX_MESSAGE_SIZE,
         default_topic_queue_nums: int = 4,
         send_latency_fault_enable: bool = False,
@@ -113,6 +116,8 @@ class Producer(JoiningMember):
         credentials: Sequence[str] | None = None,
         tls: bool | ClientTLS = False,
         tls_ca: str | None = None,
+        enable_trace: bool = False,
+        trace_topic: str = DEFAULT_TRACE_TOPIC,
     ) -> None:
         """
         :param namesrv_addrs: ``"host:port;host:port"`` or a list.
@@ -131,6 +136,10 @@ class Producer(JoiningMember):
         :param linger: seconds an idle queue holds a send for others to join it (0: none).
         :param credentials: ``(access_key, secret_key)`` for brokers with ACL on; ``tls``,
             ``tls_ca``: connect with TLS (both :class:`ClientInstance`'s, doc/security.md).
+        :param compression: codec of bodies of ``compress_over`` bytes or more: ``"zlib"`` (every
+            client reads it), ``"lz4"`` or ``"zstd"`` (RocketMQ 5 clients and rocketpy; the
+            ``compression`` extra). :raises CompressionUnavailable: when its library is missing.
+        :param enable_trace: record every send on ``trace_topic`` (RocketMQ's message trace).
         """
         self.group = group
         self._clock, self.instance = shared_or_new(
@@ -142,12 +151,17 @@ class Producer(JoiningMember):
         self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         self.retry_response_codes = frozenset(retry_response_codes)
         self.compress_over, self.compress_level = compress_over, compress_level
+        self._compress, self._compressed_flags = compressor(compression, compress_level)
         self.max_message_size = max_message_size
         self.default_topic_queue_nums = default_topic_queue_nums
         self.send_smart_msg = send_smart_msg
         self.fault_strategy = MQFaultStrategy(self._clock, send_latency_fault_enable, rng)
         self.send_message_hooks = list(send_message_hooks)
         self.check_forbidden_hooks = list(check_forbidden_hooks)
+        #: with ``enable_trace``: batches the send traces (rocketpy/client/trace.py)
+        self.tracer = TraceDispatcher(self.instance, self._clock, group, trace_topic) if enable_trace else None
+        if self.tracer is not None:
+            self.send_message_hooks.append(SendTraceHook(self.tracer))
         self._uniq = UniqKeyGenerator(rng=rng)
         self._publish: dict[str, TopicPublishInfo] = {}
         self._batcher = (
@@ -170,16 +184,25 @@ class Producer(JoiningMember):
         return self.group, None
 
     def shutdown(self) -> Deferred[None]:
-        """Send what lingers in automatic batches, then leave the client instance."""
+        """Send what lingers in automatic batches and the pending trace records (``enable_trace``),
+        then leave the client instance."""
         if self._batcher is not None:
             self._batcher.flush_all()
-        return super().shutdown()
+        leave = super().shutdown
+        if self.tracer is None:
+            return leave()
+        return self.tracer.close().addCallback(lambda _: leave())
 
     # public send API
 
     def send(self, msg: Message, timeout: float | None = None) -> Deferred[SendResult]:
         """SYNC: up to ``1 + retry_times`` attempts, all within ``timeout``."""
         return self._send_default(msg, Mode.SYNC, self._budget(timeout))
+
+    def request(self, msg: Message, timeout: float = 3.0) -> Deferred[MessageExt]:
+        """Send ``msg`` and fire with the reply its consumer sends (``create_reply_message``; RocketMQ
+        4.6 request/reply); ``RequestTimeoutError`` (10006) when none comes within ``timeout`` seconds."""
+        return Deferred.fromCoroutine(reply.request(self.instance, self._clock, self.send, msg, timeout))
 
     def send_async(self, msg: Message, timeout: float | None = None) -> Deferred[SendResult]:
         """ASYNC: bounded by the in-flight permits; retried only after network failures."""
@@ -503,8 +526,8 @@ class Producer(JoiningMember):
             if _UNIQ_KEY not in props:
                 props[_UNIQ_KEY] = self._uniq.next_id(self._clock.seconds())
             if len(body) >= self.compress_over:
-                body = zlib.compress(body, self.compress_level)
-                sys_flag |= MessageSysFlag.COMPRESSED
+                body = self._compress(body)
+                sys_flag |= self._compressed_flags
             if props.get(MessageConst.TRANSACTION_PREPARED) == "true":
                 sys_flag |= MessageSysFlag.TRANSACTION_PREPARED_TYPE
         reconsume = max_reconsume = None

@@ -24,7 +24,7 @@ from twisted.python.failure import Failure
 
 from rocketpy.client.allocate import AllocateStrategy, allocate_averagely
 from rocketpy.client.consumer import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND, ConsumerBase, MessageModel
-from rocketpy.client.errors import MQClientError, MQError, RemotingError
+from rocketpy.client.errors import MQBrokerError, MQClientError, MQError, RemotingError
 from rocketpy.client.message import local_ip
 from rocketpy.client.offsets import OffsetStore
 from rocketpy.client.process import ConcurrentConsumeService, Listener, OrderlyConsumeService, ProcessQueue
@@ -38,7 +38,8 @@ from rocketpy.client.runninginfo import (
     process_queue_info,
 )
 from rocketpy.client.stats import ConsumerStats
-from rocketpy.client.subscription import build_subscription, client_msg_id
+from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, ConsumeTracer, TraceDispatcher
+from rocketpy.client.subscription import EXPRESSION_TAG, Selector, build_subscription, client_msg_id
 from rocketpy.common.message import Message, MessageConst, MessageExt
 from rocketpy.common.route import MessageQueue
 from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
@@ -81,6 +82,8 @@ class PushConsumer(ConsumerBase):
         lock_interval: float = 20.0,
         allocate: AllocateStrategy[MessageQueue] = allocate_averagely,
         local_offset_dir: str | None = DEFAULT_LOCAL_OFFSET_DIR,
+        enable_trace: bool = False,
+        trace_topic: str = DEFAULT_TRACE_TOPIC,
         **kwargs: Any,
     ) -> None:
         """
@@ -89,6 +92,7 @@ class PushConsumer(ConsumerBase):
         :param max_reconsume_times: deliveries before the dead-letter queue; -1 means
             16 (concurrent) or unlimited (orderly).
         :param concurrency: most listener calls running at once (concurrent mode).
+        :param enable_trace: record every listener call on ``trace_topic`` (RocketMQ's message trace).
         :param local_offset_dir: broadcasting: offsets are kept in
             ``<dir>/<client id>/<group>/offsets.json`` (client id: ``client_id`` if given, else
             ``<ip>@DEFAULT`` as Java's); None keeps them in memory only.
@@ -124,6 +128,9 @@ class PushConsumer(ConsumerBase):
         if orderly:
             self._loops.append((LoopingCall(self.rebalancer.lock_all), lock_interval))
         self._cancellable: set[Deferred[Any]] = set()
+        #: with ``enable_trace``: SubBefore/SubAfter records of every listener call (rocketpy/client/trace.py)
+        self.trace_dispatcher = TraceDispatcher(self.instance, self.clock, group, trace_topic) if enable_trace else None
+        self.tracer = ConsumeTracer(self.trace_dispatcher, group) if self.trace_dispatcher is not None else None
 
     def _run_blocking(self, f: Callable[..., Any], *args: Any) -> Deferred[Any]:
         """File work off the reactor thread: the reactor's thread pool (a fake clock: in place)."""
@@ -134,8 +141,9 @@ class PushConsumer(ConsumerBase):
 
     # configuration
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Consume ``topic``'s messages matching ``expression`` (``"*"`` or ``"TagA || TagB"``)."""
+    def subscribe(self, topic: str, expression: Selector = "*") -> None:
+        """Consume ``topic``'s messages matching ``expression``: ``"*"``, ``"TagA || TagB"`` or a
+        :class:`~rocketpy.client.subscription.MessageSelector` (``MessageSelector.by_sql("a > 5")``)."""
         self.subscriptions[topic] = build_subscription(topic, expression, int(self.clock.seconds() * 1000))
 
     def unsubscribe(self, topic: str) -> None:
@@ -166,11 +174,32 @@ class PushConsumer(ConsumerBase):
                 await self.fetch_queues(topic)
             except (RemotingError, MQError) as e:  # the retry topic appears after the first heartbeat
                 self.log.info("no route for {topic} yet: {error}", topic=topic, error=e)
+        try:
+            await self._check_client_in_broker()
+        except MQError:
+            await self._shutdown()
+            raise
         await self.instance.send_heartbeat()
         await self.rebalancer.rebalance()
         for loop, interval in self._loops:
             loop.clock = self.clock
             loop.start(interval, now=False).addErrback(self._task_failed)
+
+    async def _check_client_in_broker(self) -> None:
+        """Java's ``checkClientInBroker``: a broker of each non-tag subscription must accept it.
+
+        :raises MQClientError: with the broker's code and remark (property filter off, bad expression).
+        """
+        for sub in list(self.subscriptions.values()):
+            queues = self.subscribe_info.get(sub.topic)
+            if sub.expression_type.upper() == EXPRESSION_TAG or not queues:
+                continue
+            addr = await self.broker_addr(queues[0], only_this=False)
+            try:
+                await self.api.check_client_config(addr, self.instance.client_id, self.group, sub.to_json(), self.timeout)
+            except MQBrokerError as e:
+                raise MQClientError(e.code, f"check client in broker error, subscription {sub.sub_string!r} "
+                                            f"of {sub.topic}: {e.remark}") from None
 
     def shutdown(self) -> Deferred[None]:
         """Stop pulling, persist offsets, release orderly locks, unregister."""
@@ -192,6 +221,8 @@ class PushConsumer(ConsumerBase):
         if self.orderly and self.message_model is MessageModel.CLUSTERING:
             await self.rebalancer.unlock(held)
         await self._inner_producer.shutdown()
+        if self.trace_dispatcher is not None:
+            await self.trace_dispatcher.close()
         await self.instance.unregister(self)
 
     def on_consumer_ids_changed(self, group: str) -> None:

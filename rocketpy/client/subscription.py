@@ -1,23 +1,42 @@
-"""Subscriptions (tag expressions) and what a consumer does with pulled messages."""
+"""Subscriptions (tag or SQL92 selectors) and what a consumer does with pulled messages."""
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
-from rocketpy.common.message import MessageConst, MessageExt, MessageSysFlag, java_hash
+from rocketpy.common.message import MessageConst, MessageExt, java_hash
 from rocketpy.common.route import MessageQueue
 from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 
 SUB_ALL = "*"
-#: Bits 8-10 of sysFlag name the compression (4.9.4+); 0 and 3 are zlib.
-_COMPRESSION_TYPE_MASK = 0x700
-_ZLIB_TYPES = (0x000, 0x300)
+EXPRESSION_TAG = "TAG"
+EXPRESSION_SQL92 = "SQL92"
 
 
-class DecompressionError(ValueError):
-    """A compressed body that cannot be inflated (unknown codec or corrupt)."""
+@dataclass(frozen=True, slots=True)
+class MessageSelector:
+    """Which messages of a topic a consumer wants: Java's ``MessageSelector``.
+
+    SQL92 selectors are evaluated by the broker against the message properties (``TAGS`` among
+    them); the broker must run with ``--enable-property-filter``.
+    """
+
+    expression_type: str
+    expression: str
+
+    @classmethod
+    def by_sql(cls, sql: str) -> MessageSelector:
+        """E.g. ``MessageSelector.by_sql("a > 5 AND color = 'red'")``."""
+        return cls(EXPRESSION_SQL92, sql)
+
+    @classmethod
+    def by_tag(cls, tag: str | None = SUB_ALL) -> MessageSelector:
+        """``"*"`` (or None) for every message, ``"TagA || TagB"`` for some tags."""
+        return cls(EXPRESSION_TAG, tag or SUB_ALL)
+
+
+Selector = Union[str, MessageSelector, None]
 
 
 @dataclass(slots=True)
@@ -29,7 +48,7 @@ class SubscriptionData:
     tags_set: list[str] = field(default_factory=list)
     code_set: list[int] = field(default_factory=list)
     sub_version: int = 0
-    expression_type: str = "TAG"
+    expression_type: str = EXPRESSION_TAG
 
     @property
     def matches_all(self) -> bool:
@@ -51,33 +70,21 @@ class SubscriptionData:
         }
 
 
-def build_subscription(topic: str, expression: str | None, version_ms: int) -> SubscriptionData:
-    """Parse ``"TagA || TagB"``; empty or ``*`` subscribes to everything.
+def build_subscription(topic: str, selector: Selector, version_ms: int) -> SubscriptionData:
+    """Parse ``"TagA || TagB"``; empty or ``*`` subscribes to everything; a :class:`MessageSelector`
+    of SQL92 is passed to the broker as is (no client-side re-filter).
 
     :param version_ms: the subscription version (Java uses the creation time).
     """
-    expression = (expression or "").strip()
+    if isinstance(selector, MessageSelector):
+        if selector.expression_type.upper() != EXPRESSION_TAG:
+            return SubscriptionData(topic, selector.expression.strip(), [], [], version_ms, selector.expression_type)
+        selector = selector.expression
+    expression = (selector or "").strip()
     if not expression or expression == SUB_ALL:
         return SubscriptionData(topic, SUB_ALL, [], [], version_ms)
     tags = [t.strip() for t in expression.split("||") if t.strip()]
     return SubscriptionData(topic, expression, tags, [java_hash(t) for t in tags], version_ms)
-
-
-def inflate_body(msg: MessageExt) -> None:
-    """Inflate a compressed body in place and clear the compressed flag.
-
-    :raises DecompressionError: for LZ4/ZSTD bodies or corrupt data.
-    """
-    if not msg.sys_flag & MessageSysFlag.COMPRESSED:
-        return
-    kind = msg.sys_flag & _COMPRESSION_TYPE_MASK
-    if kind not in _ZLIB_TYPES:
-        raise DecompressionError(f"compression type {kind >> 8} is not supported (only zlib)")
-    try:
-        msg.body = zlib.decompress(msg.body)
-    except zlib.error as e:
-        raise DecompressionError(f"corrupt compressed body: {e}") from None
-    msg.sys_flag &= ~(MessageSysFlag.COMPRESSED | _COMPRESSION_TYPE_MASK)
 
 
 def prepare_pulled(

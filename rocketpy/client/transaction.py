@@ -22,6 +22,7 @@ from rocketpy.client.errors import MQClientError
 from rocketpy.client.producer import Producer
 from rocketpy.client.results import SendResult, SendStatus
 from rocketpy.common.headers import get_str, to_fields
+from rocketpy.common.compression import DecompressionError, inflate_body
 from rocketpy.common.message import (
     Message,
     MessageConst,
@@ -145,6 +146,10 @@ class TransactionProducer(Producer):
         """Ask the listener about a half message and answer on ``channel``."""
         fields = request.ext_fields
         msg = decode_record(request.body)
+        try:
+            inflate_body(msg)  # as Java's MessageDecoder.decode
+        except DecompressionError as e:
+            self.log.warn("half message {id} left compressed: {error}", id=fields.get("msgId"), error=e)
         try:
             state = LocalTransactionState(await maybeDeferred(self.listener.check_local_transaction, msg))
             remark = None

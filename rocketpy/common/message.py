@@ -60,6 +60,13 @@ class MessageConst:
     CONSUME_START_TIME = "CONSUME_START_TIME"
     MSG_REGION = "MSG_REGION"
     TRACE_SWITCH = "TRACE_ON"
+    # request/reply (4.6+)
+    CORRELATION_ID = "CORRELATION_ID"
+    REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    MESSAGE_TTL = "TTL"
+    MESSAGE_TYPE = "MSG_TYPE"
+    REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
 
 
 _POW31 = [pow(31, i, 1 << 32) for i in range(256)]  # grown on demand by _powers
@@ -328,6 +335,23 @@ def _host_flags(data: bytes | memoryview, offset: int) -> int:
 def _host_v4(raw: bytes, port: int) -> tuple[str, int]:
     # Hosts repeat: the broker's own, and one per producer connection.
     return socket.inet_ntoa(raw), port
+
+
+def record_properties(data: bytes | memoryview) -> dict[str, str]:
+    """The properties of the stored record at the start of ``data``, without decoding the rest.
+
+    :raises RecordError: when the record is truncated or its properties are not UTF-8.
+    """
+    try:
+        sys_flag = _I32.unpack_from(data, 36)[0]
+        pos = 48 + (20 if sys_flag & MessageSysFlag.BORNHOST_V6 else 8) + 8
+        pos += (20 if sys_flag & MessageSysFlag.STOREHOST_V6 else 8) + 12
+        pos += 4 + _I32.unpack_from(data, pos)[0]
+        pos += 1 + data[pos]
+        props_len = _H16.unpack_from(data, pos)[0]
+        return string_to_properties(bytes(data[pos + 2 : pos + 2 + props_len]).decode())
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise RecordError(f"unreadable record properties: {e}") from e
 
 
 _I32X3 = struct.Struct(">iii")

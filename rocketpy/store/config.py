@@ -35,7 +35,10 @@ class MessageStoreConfig:
     disk_max_used_space_ratio: int = 75
     disk_space_clean_forcibly_ratio: int = 85
     disk_space_warning_level_ratio: int = 90
-    clean_file_forcibly_enable: bool = True
+    #: RocketMQ's rule above 85 %: delete the oldest files whatever their age, consumed or not.
+    #: rocketpy's default (False) deletes only files every group has consumed, and refuses puts
+    #: while the oldest one still holds unconsumed messages (doc/features.md).
+    clean_file_forcibly_enable: bool = False
     clean_resource_interval: float = 10.0
     delete_commit_log_files_interval: float = 0.1
     max_delete_files_per_run: int = 10

@@ -25,6 +25,21 @@ class DispatchRequest:
     prepared_transaction_offset: int
 
 
+class QueueRecorder:
+    """Notes which queues records were dispatched to, until taken (a slave's replicated appends)."""
+
+    def __init__(self) -> None:
+        self._queues: dict[tuple[str, int], None] = {}
+
+    def dispatch(self, request: DispatchRequest) -> None:
+        self._queues[(request.topic, request.queue_id)] = None
+
+    def take(self) -> dict[tuple[str, int], None]:
+        """The queues noted since the last call (insertion order), forgetting them."""
+        queues, self._queues = self._queues, {}
+        return queues
+
+
 class IDispatcher(Interface):
     """Follows the commit log: called after every append and for each record walked in recovery."""
 

@@ -8,7 +8,7 @@ is logged without ending the loop.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol, Sequence
 
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IReactorTime
@@ -16,6 +16,7 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 
 from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.retention import ConsumerPosition
 
 
 class FlushableStore(Protocol):
@@ -31,7 +32,7 @@ class FlushableStore(Protocol):
 
     def flush_consume_queues(self, least_pages: int = 0) -> None: ...
 
-    def clean_expired_files(self) -> int: ...
+    def clean_expired_files(self, positions: Sequence[ConsumerPosition] = ()) -> int: ...
 
 
 InPool = Callable[..., "Deferred[Any]"]
@@ -86,6 +87,8 @@ class FlushLoops:
         self.flushing_commit_log = False
         self._last_thorough_log = self._last_thorough_cq = 0.0
         self._running: list[tuple[LoopingCall, Deferred[Any]]] = []
+        #: a snapshot of every group's committed offsets, taken on the reactor for each retention check
+        self.consumer_positions: Callable[[], Sequence[ConsumerPosition]] = tuple
 
     def start(self) -> None:
         """Start the loops; their first ticks come one interval from now."""
@@ -149,6 +152,6 @@ class FlushLoops:
 
     async def clean_expired_files(self) -> None:
         """One retention check: the facade deletes what its rules allow."""
-        deleted = await self._in_pool(self._store.clean_expired_files)
+        deleted = await self._in_pool(self._store.clean_expired_files, self.consumer_positions())
         if deleted:
             self.log.info("retention deleted {count} files", count=deleted)

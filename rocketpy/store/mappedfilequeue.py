@@ -149,17 +149,19 @@ class MappedFileQueue:
         self.flushed_where = self.committed_where = min(self.flushed_where, offset)
 
     def delete_expired_files_by_time(self, now_s: float, reserved_s: float, clean_immediately: bool,
-                                     max_files: int = 10) -> int:
+                                     max_files: int = 10, consumed_below: int = 0) -> int:
         """Destroy segments older than ``reserved_s``, oldest first, never the newest one.
 
-        Stops at the first segment that is still young (unless ``clean_immediately``).
+        Stops at the first segment that is still young (unless ``clean_immediately``, or the
+        segment ends at or below ``consumed_below``: every reader is past it).
 
         :returns: how many files were destroyed.
         """
         files = self.mapped_files
         doomed = []
         for mf in files[:-1][:max_files]:
-            if not clean_immediately and now_s < mf.last_modified + reserved_s:
+            consumed = mf.file_from_offset + mf.file_size <= consumed_below
+            if not clean_immediately and now_s < mf.last_modified + reserved_s and not consumed:
                 break
             doomed.append(mf)
         if doomed:

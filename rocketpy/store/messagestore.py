@@ -10,7 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -21,10 +21,10 @@ from rocketpy.store.checkpoint import StoreCheckpoint
 from rocketpy.store.commitlog import CommitLog, wall_clock_ms
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.consumequeue import ConsumeQueueStore
-from rocketpy.store.dispatch import SupportsDispatch
+from rocketpy.store.dispatch import QueueRecorder, SupportsDispatch
 from rocketpy.store.index import IndexService
-from rocketpy.store.reads import MessageReader, TagFilter
-from rocketpy.store.retention import Retention, used_ratio
+from rocketpy.store.reads import MessageReader, RecordFilter, TagFilter
+from rocketpy.store.retention import ConsumerPosition, Retention, used_ratio
 from rocketpy.store.stats import StoreStats
 from rocketpy.store.status import GetMessageResult, PutMessageResult, PutMessageStatus, QueryMessageResult
 
@@ -64,6 +64,10 @@ class MessageStore:
         dispatchers: list[SupportsDispatch] = [self.consume_queues]
         if config.message_index_enable:
             dispatchers.append(self.index)
+        #: a slave notes the queues its replicated appends reach (arrivals, topics it learns)
+        self.replicated = QueueRecorder() if config.broker_role == "SLAVE" else None
+        if self.replicated is not None:
+            dispatchers.append(self.replicated)
         self.commit_log = CommitLog(config, dispatchers, now_ms, self.stats)
         self.reader = MessageReader(self.consume_queues, self.commit_log, config, total_memory)
         self.retention = Retention(config, now_ms)
@@ -299,9 +303,10 @@ class MessageStore:
     # -- reads (any thread) --
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    tag_filter: TagFilter | None = None) -> GetMessageResult:
+                    tag_filter: TagFilter | None = None,
+                    record_filter: RecordFilter | None = None) -> GetMessageResult:
         """Up to ``max_msg_nums`` records of a queue from ``offset`` (see :class:`MessageReader`)."""
-        return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, tag_filter)
+        return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, tag_filter, record_filter)
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written (0 for an unknown queue)."""
@@ -357,22 +362,42 @@ class MessageStore:
             return False
         return self.commit_log.append_data(offset, data)
 
+    def append_replicated(self, offset: int, data: bytes) -> tuple[bool, dict[tuple[str, int], None]]:
+        """:meth:`append_to_commit_log`, and the queues records were dispatched to since the last call."""
+        ok = self.append_to_commit_log(offset, data)
+        return ok, self.replicated.take() if self.replicated is not None else {}
+
     # -- retention --
 
-    def clean_expired_files(self) -> int:
+    def clean_expired_files(self, positions: Iterable[ConsumerPosition] = ()) -> int:
         """Measure the disk and delete expired commit-log files; consume-queue and index files
         wholly below the new minimum follow. Run it every ``clean_resource_interval``.
 
+        :param positions: every group's committed ``(group, topic, queue_id, offset)``: above 85 %
+            (without ``clean_file_forcibly_enable``) they decide which files are consumed.
         :returns: how many commit-log files were deleted.
         """
         paths = [self.config.commit_log_dir, self.config.consume_queue_dir]
         deleted = self.retention.run(self.commit_log.queue, [p for p in paths if os.path.isdir(p)] or
-                                     [self.config.store_path_root_dir])
+                                     [self.config.store_path_root_dir], lambda: self.pending_by_group(positions))
         if deleted:
             low = self.commit_log.min_offset
             self.consume_queues.delete_expired(low)
             self.index.delete_expired(low)
         return deleted
+
+    def pending_by_group(self, positions: Iterable[ConsumerPosition]) -> dict[str, int]:
+        """Per group, the commit-log offset of the oldest message it has not consumed (groups at
+        the end of all their queues are left out)."""
+        pending: dict[str, int] = {}
+        for group, topic, queue_id, offset in positions:
+            cq = self.consume_queues.get(topic, queue_id)
+            if cq is None or offset >= cq.max_offset:
+                continue
+            entry = cq.get_entry(max(offset, cq.min_offset))
+            if entry is not None and entry[0] < pending.get(group, entry[0] + 1):
+                pending[group] = entry[0]
+        return pending
 
     def execute_delete_files_manually(self) -> None:
         """TRIGGER_DELETE_FILES: the next clean passes delete expired files whatever the hour."""

@@ -16,6 +16,8 @@ from rocketpy.store.consumequeue import ConsumeQueueStore
 from rocketpy.store.status import GetMessageResult, GetMessageStatus
 
 TagFilter = Callable[[int], bool]
+#: Decides on the stored record itself (SQL92 subscriptions: its properties).
+RecordFilter = Callable[[bytes], bool]
 
 MIN_SCAN_BYTES = 16000  # doc/wire.md §5: at least 800 entries scanned per pull
 _ENTRY = struct.Struct(">qiq")
@@ -91,11 +93,14 @@ class MessageReader:
         offset: int,
         max_msg_nums: int,
         tag_filter: TagFilter | None = None,
+        record_filter: RecordFilter | None = None,
     ) -> GetMessageResult:
         """Read up to ``max_msg_nums`` records of a queue from ``offset`` (doc/wire.md §5 table).
 
         :param group: the consumer group (not used for the read itself).
         :param tag_filter: keeps entries whose tags code it accepts; None keeps all.
+        :param record_filter: then keeps the records it accepts; None keeps all. A skipped entry
+            still advances ``next_begin_offset`` (NO_MATCHED_MESSAGE when none is kept).
         """
         cq = self._queues.find(topic, queue_id)
         min_offset, max_offset = cq.min_offset, cq.max_offset
@@ -113,12 +118,13 @@ class MessageReader:
                 GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset
             )
         result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
-        scanned = self._collect(result, entries, max_msg_nums, tag_filter)
+        scanned = self._collect(result, entries, max_msg_nums, tag_filter, record_filter)
         result.next_begin_offset = offset + scanned
         return result
 
     def _collect(
-        self, result: GetMessageResult, entries: bytes, max_msg_nums: int, tag_filter: TagFilter | None
+        self, result: GetMessageResult, entries: bytes, max_msg_nums: int, tag_filter: TagFilter | None,
+        record_filter: RecordFilter | None = None,
     ) -> int:
         """Fill ``result`` from CQ ``entries``; returns how many entries were scanned."""
         config = self._config
@@ -155,10 +161,12 @@ class MessageReader:
                     result.status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 next_file_start = phy + self._log_file_size - phy % self._log_file_size
                 continue
+            next_file_start = -1
+            if record_filter is not None and not record_filter(data):
+                continue
             records.append(data)
             total_bytes += size
             result.status = GetMessageStatus.FOUND
-            next_file_start = -1
         result.suggest_pulling_from_slave = max_phy - last_phy > self._memory_limit
         return pos // CQ_UNIT_SIZE
 

@@ -29,6 +29,7 @@ from zope.interface import implementer
 from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IMessageStore, IStoreService
 from rocketpy.store.flush import FlushLoops, flush_commit_log
+from rocketpy.store.retention import ConsumerPosition
 from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters, PutCompletion, PutHook, wants_wait
 from rocketpy.store.servicereads import StoreReads
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
@@ -464,9 +465,23 @@ class StoreService(StoreReads, Service):
         """TRIGGER_DELETE_FILES: the next clean passes (in the writer pool) ignore ``delete_when``."""
         self._store.execute_delete_files_manually()
 
+    def set_consumer_positions(self, snapshot: Callable[[], Sequence[ConsumerPosition]]) -> None:
+        """Where retention reads the groups' committed offsets (called on the reactor every 10 s):
+        above 85 % it deletes only files they have all consumed (doc/features.md)."""
+        self._loops.consumer_positions = snapshot
+
     def append_to_commit_log(self, offset: int, data: bytes) -> Deferred[bool]:
-        """HA slave: append bytes replicated from the master, in the writer pool."""
-        return self._in_pool(self._store.append_to_commit_log, offset, data)
+        """HA slave: append bytes replicated from the master, in the writer pool; the queues the
+        dispatched records reached are then announced to the arrival listeners (long polls, and
+        the broker learning topics)."""
+        d: Deferred[tuple[bool, dict[tuple[str, int], None]]] = self._in_pool(
+            self._store.append_replicated, offset, data)
+        return d.addCallback(self._replicated)
+
+    def _replicated(self, result: tuple[bool, dict[tuple[str, int], None]]) -> bool:
+        ok, touched = result
+        self._notify_arrivals(touched)
+        return ok
 
 
 def _each_put(puts: list[_Put]) -> Sequence[Sequence[MessageExt]]:

@@ -29,9 +29,10 @@ class StoreReads:
         return cast(int, self._store.max_physical_offset)
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    tag_filter: Callable[[int], bool] | None = None) -> Deferred[GetMessageResult]:
+                    tag_filter: Callable[[int], bool] | None = None,
+                    record_filter: Callable[[bytes], bool] | None = None) -> Deferred[GetMessageResult]:
         return self._in_read_pool(self._store.get_message, group, topic, queue_id, offset,
-                                  max_msg_nums, tag_filter)
+                                  max_msg_nums, tag_filter, record_filter)
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> Deferred[int]:
         return self._in_read_pool(self._store.get_offset_in_queue_by_time, topic, queue_id, timestamp_ms)

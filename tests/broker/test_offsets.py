@@ -21,6 +21,14 @@ class ConsumerOffsetManagerTests(SynchronousTestCase):
         self.assertEqual(m.query_offset("H", "T", 1), -1)
         self.assertEqual(m.query_offsets("G", "T"), {1: 42})
 
+    def test_positions(self) -> None:
+        """Every committed (group, topic, queue, offset), for retention's guard."""
+        m = ConsumerOffsetManager()
+        m.commit_offset("h", "G1", "T", 0, 5)
+        m.commit_offset("h", "G1", "T", 1, 7)
+        m.commit_offset("h", "G2", "U", 3, 1)
+        self.assertEqual(sorted(m.positions()), [("G1", "T", 0, 5), ("G1", "T", 1, 7), ("G2", "U", 3, 1)])
+
     def test_negative_offsets_ignored(self) -> None:
         """ali-ons commits -1 for an untouched queue: it neither creates nor overwrites an offset."""
         m = ConsumerOffsetManager()

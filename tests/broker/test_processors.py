@@ -126,6 +126,26 @@ class ClientManageTests(ProcessorTestBase):
         self.assertCode(self.call(self.client, _request(999)), 3, "999")
 
 
+class CheckClientConfigTests(ProcessorTestBase):
+    """CHECK_CLIENT_CONFIG (46), which Java push consumers send at start for SQL92 subscriptions."""
+
+    def check(self, enabled: bool, expression: str, kind: str = "SQL92") -> RemotingCommand:
+        self.t.config.enable_property_filter = enabled
+        body = {"clientId": "c", "group": "G",
+                "subscriptionData": {"topic": "T", "subString": expression, "expressionType": kind}}
+        return self.call(self.client, _request(RequestCode.CHECK_CLIENT_CONFIG, json.dumps(body).encode()))
+
+    def test_answers(self) -> None:
+        """Tags always pass; SQL92 needs the property filter (else Java's remark) and an expression that compiles."""
+        self.assertCode(self.check(False, "TagA", "TAG"), ResponseCode.SUCCESS)
+        self.assertCode(self.check(True, "a > 5"), ResponseCode.SUCCESS)
+        disabled = self.check(False, "a > 5")
+        self.assertEqual((disabled.code, disabled.remark),
+                         (ResponseCode.SYSTEM_ERROR, "The broker does not support consumer to filter message by SQL92"))
+        self.assertCode(self.check(True, "a >"), ResponseCode.SUBSCRIPTION_PARSE_FAILED, "Invalid MessageSelector.")
+        self.assertCode(self.call(self.client, _request(RequestCode.CHECK_CLIENT_CONFIG, b"[1]")), ResponseCode.SUCCESS)
+
+
 class ConsumerManageTests(ProcessorTestBase):
     def test_consumer_list(self) -> None:
         """The live client ids, or SYSTEM_ERROR naming the group when there are none."""

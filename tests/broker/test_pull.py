@@ -170,10 +170,13 @@ class PullMessageProcessorTests(SynchronousTestCase):
         self.assertEqual(response2.code, ResponseCode.SYSTEM_ERROR)
         self.assertIn("queueOffset", response2.remark or "")
 
-    def test_sql92_not_supported(self) -> None:
-        """An SQL92 subscription: SUBSCRIPTION_PARSE_FAILED."""
+    def test_sql92_without_property_filter(self) -> None:
+        """An SQL92 subscription on a broker without enablePropertyFilter: SYSTEM_ERROR and Java's remark."""
         response = self.pull(expressionType="SQL92", subscription="a > 1")
-        self.assertEqual(response.code, ResponseCode.SUBSCRIPTION_PARSE_FAILED)  # type: ignore[union-attr]
+        assert response is not None
+        self.assertEqual(response.code, ResponseCode.SYSTEM_ERROR)
+        self.assertEqual(response.remark, "The broker does not support consumer to filter message by SQL92")
+        self.assertEqual(self.store.reads, [])
 
     def test_subscription_from_heartbeat(self) -> None:
         """Without the subscription flag the heartbeat's subscription (by tag strings) is used."""

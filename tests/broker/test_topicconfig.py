@@ -197,3 +197,27 @@ class ValidationTests(SynchronousTestCase):
         self.assertIn("forbidden", send_topic_problem("SELF_TEST_TOPIC"))
         self.assertIsNone(send_topic_problem("T1"))
         self.assertIn("illegal", send_topic_problem("T 1"))
+
+
+class SlaveLearnTests(SynchronousTestCase):
+    def test_learn_then_master_wins(self) -> None:
+        """A slave learns unknown topics (growing to the highest queue seen) without moving the data
+        version; topics from the master are never changed; the master's copy replaces learnt ones."""
+        clock = Clock()
+        slave = TopicConfigManager(clock)
+        slave.update_topic_config(TopicConfig("FromMaster", 2, 2))
+        version = slave.data_version.to_json()
+        self.assertTrue(slave.learn_queue("New", 0))
+        self.assertFalse(slave.learn_queue("New", 0))
+        self.assertTrue(slave.learn_queue("New", 3))
+        self.assertFalse(slave.learn_queue("FromMaster", 5))
+        new = slave.select_topic_config("New")
+        assert new is not None
+        self.assertEqual((new.read_queue_nums, new.write_queue_nums, new.perm), (4, 4, 6))
+        self.assertEqual(slave.select_topic_config("FromMaster").read_queue_nums, 2)  # type: ignore[union-attr]
+        self.assertEqual(slave.data_version.to_json(), version)
+        master = TopicConfigManager(clock)
+        master.update_topic_config(TopicConfig("New", 8, 8, topic_sys_flag=1))
+        slave.apply_json(master.to_json())
+        self.assertEqual(slave.learnt, set())
+        self.assertEqual(slave.select_topic_config("New").to_json(), master.select_topic_config("New").to_json())  # type: ignore[union-attr]

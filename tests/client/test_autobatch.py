@@ -11,10 +11,11 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.client import errors
 from rocketpy.client.api import Mode
-from rocketpy.client.autobatch import AutoBatcher, entry_size
+from rocketpy.client.autobatch import AutoBatcher, batchable, entry_size
 from rocketpy.client.hooks import ISendMessageHook, SendMessageContext
 from rocketpy.client.message import new_message
 from rocketpy.client.producer import Producer
+from rocketpy.client.reply import create_reply_message
 from rocketpy.client.results import SendResult, SendStatus
 from rocketpy.common.headers import expand_send_v2
 from rocketpy.common.message import Message, decode_batch, encode_batch
@@ -279,3 +280,14 @@ class ProducerAutoBatchTests(SynchronousTestCase):
         [(_, request)] = self.remoting.sent(RequestCode.SEND_BATCH_MESSAGE)
         f = expand_send_v2(request.ext_fields)
         self.assertEqual((f["batch"], f["sysFlag"], f["producerGroup"], f["topic"]), ("true", "0", "PG", "T"))
+
+
+class BatchableTests(SynchronousTestCase):
+    def test_replies_and_delays_never_batch(self) -> None:
+        """A reply (MSG_TYPE) must go as SEND_REPLY_MESSAGE to be pushed; delayed and WAIT=false messages
+        cannot join a batch either."""
+        request = Message("T", b"q", properties={"CLUSTER": "C", "CORRELATION_ID": "c", "REPLY_TO_CLIENT": "r"})
+        self.assertTrue(batchable(Message("T", b"x")))
+        self.assertFalse(batchable(create_reply_message(request, b"a")))
+        self.assertFalse(batchable(Message("T", b"x", properties={"DELAY": "2"})))
+        self.assertFalse(batchable(Message("T", b"x", properties={"WAIT": "false"})))

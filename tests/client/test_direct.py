@@ -12,6 +12,7 @@ from zope.interface.verify import verifyObject
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.push import PushConsumer
 from rocketpy.client.results import ConsumeResult
+from rocketpy.common.compression import compressor
 from rocketpy.common.message import MessageExt, encode_record
 from rocketpy.common.route import MessageQueue
 from rocketpy.interfaces import IRequestProcessor
@@ -83,3 +84,19 @@ class ConsumeDirectlyTests(PushTestCase):
         self.assertEqual(response.code, ResponseCode.SYSTEM_ERROR)
         self.assertIn("bad message record", response.remark or "")
         self.assertEqual(self.received, [])
+
+    def test_compressed_record_is_inflated(self) -> None:
+        """A ZSTD-compressed record reaches the listener inflated (Java's MessageDecoder.decode); a corrupt
+        compressed body is a SYSTEM_ERROR, never a traceback."""
+        c = self.consumer()
+        self.result = ConsumeResult.CONSUME_SUCCESS
+        compress, flags = compressor("zstd")
+        record = encode_record(MessageExt(topic="Other", body=compress(b"x" * 5000), queue_id=3, sys_flag=flags,
+                                          born_host=("10.0.0.5", 1), store_host=("10.0.0.1", 10911)))
+        self.assertEqual(self.direct(c, bytes(record)).code, ResponseCode.SUCCESS)
+        self.assertEqual(self.received, [("Other", b"x" * 5000, 0)])
+        junk = encode_record(MessageExt(topic="Other", body=b"junk", sys_flag=flags, born_host=("10.0.0.5", 1),
+                                        store_host=("10.0.0.1", 10911)))
+        response = self.direct(c, bytes(junk))
+        self.assertEqual(response.code, ResponseCode.SYSTEM_ERROR)
+        self.assertIn("corrupt ZSTD body", response.remark or "")

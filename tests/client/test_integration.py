@@ -143,6 +143,15 @@ class IntegrationTestCase(TestCase):
         self.addCleanup(p.shutdown)
         return p
 
+    async def push(self, cluster: LoopbackCluster, listener: Any, topic: str = "Push", selector: Any = "*",
+                   group: str = "CG", **kwargs: Any) -> PushConsumer:
+        c = PushConsumer(group, cluster.namesrv_addr, reactor, **kwargs)
+        c.subscribe(topic, selector)
+        c.register_listener(listener)
+        await c.start()
+        self.addCleanup(c.shutdown)
+        return c
+
 
 class SendModesTests(IntegrationTestCase):
     async def test_every_send_mode_then_pull(self) -> None:
@@ -247,14 +256,6 @@ class SendModesTests(IntegrationTestCase):
 
 
 class PushConsumerTests(IntegrationTestCase):
-    async def push(self, cluster: LoopbackCluster, listener: Any, **kwargs: Any) -> PushConsumer:
-        c = PushConsumer("CG", cluster.namesrv_addr, reactor, **kwargs)
-        c.subscribe("Push", "*")
-        c.register_listener(listener)
-        await c.start()
-        self.addCleanup(c.shutdown)
-        return c
-
     async def test_push_consumes_and_commits(self) -> None:
         """A push consumer receives what was sent before and after it started, and commits offsets."""
         cluster = await self.cluster()

@@ -10,7 +10,8 @@ from twisted.trial.unittest import SynchronousTestCase
 from rocketpy.client import errors
 from rocketpy.client.consumer import PullConsumer
 from rocketpy.client.results import PullStatus
-from rocketpy.client.subscription import DecompressionError, build_subscription, inflate_body
+from rocketpy.client.subscription import build_subscription
+from rocketpy.common.compression import DecompressionError, inflate_body
 from rocketpy.common.message import MessageExt
 from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.codes import RequestCode
@@ -28,12 +29,12 @@ class SubscriptionTests(SynchronousTestCase):
         self.assertTrue(build_subscription("T", None, 0).matches_all)
 
     def test_inflate(self) -> None:
-        """zlib bodies (type bits 0 or 3) inflate and lose the flag; LZ4 is refused."""
+        """zlib bodies (type bits 0 or 3) inflate and lose the flag; unknown types and junk are refused."""
         for flag in (0x1, 0x301):
             msg = MessageExt(topic="T", body=zlib.compress(b"data"), sys_flag=flag | 0x4)
             inflate_body(msg)
             self.assertEqual((msg.body, msg.sys_flag), (b"data", 0x4))
-        self.assertRaises(DecompressionError, inflate_body, MessageExt(topic="T", body=b"x", sys_flag=0x101))
+        self.assertRaises(DecompressionError, inflate_body, MessageExt(topic="T", body=b"x", sys_flag=0x401))
         self.assertRaises(DecompressionError, inflate_body, MessageExt(topic="T", body=b"junk", sys_flag=0x1))
 
 

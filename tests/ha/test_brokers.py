@@ -14,7 +14,11 @@ from rocketpy.broker.controller import BrokerService
 from rocketpy.client import ConsumeFromWhere, Message, MessageExt, Producer, PullConsumer, PullStatus, PushConsumer
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.results import ConsumeResult, SendStatus
+from rocketpy.common.message import decode_records
 from rocketpy.namesrv.service import NamesrvService
+from rocketpy.remoting.client import RemotingClient
+from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.service import StoreService
@@ -166,3 +170,33 @@ class BrokerPairTests(TestCase):
         pushed = await self.push_all("CG2", 40)
         self.assertEqual(sorted(pushed), sorted(b"m%d" % i for i in range(40)))
         self.assertIn("CG2", served)
+
+    async def test_slave_learns_a_topic_from_replicated_records(self) -> None:
+        """Before its 10 s config copy the slave serves a new topic's messages (RocketMQ answers
+        TOPIC_NOT_EXIST); the master's table, when copied, replaces what the slave learnt."""
+        master, slave = await self.pair("ASYNC_MASTER")
+        assert slave.slave_sync is not None
+        await slave.slave_sync.stop()  # no config copy from here on unless asked
+        self.assertIsNone(slave.topics.select_topic_config("Fresh"))
+        p = await self.producer()
+        for i in range(6):
+            await p.send(Message("Fresh", b"f%d" % i))
+        await until(lambda: caught_up(slave.store, master.store, "Fresh", 2))
+        learnt = slave.topics.select_topic_config("Fresh")
+        assert learnt is not None
+        self.assertEqual((learnt.read_queue_nums, slave.topics.learnt), (2, {"Fresh"}))
+        fields = {"consumerGroup": "CG", "topic": "Fresh", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+                  "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+                  "subVersion": "0"}
+        client = RemotingClient(reactor)
+        self.addCleanup(client.close)
+        response = await client.invoke_sync(slave.config.advertised_address,
+                                            RemotingCommand.request(RequestCode.PULL_MESSAGE, fields), 5)
+        self.assertEqual(response.code, ResponseCode.SUCCESS, response.remark)
+        self.assertEqual(len(decode_records(response.body)), master.store.get_max_offset_in_queue("Fresh", 0))
+        await slave.slave_sync.sync_all()
+        self.assertEqual(slave.topics.learnt, set())
+        copied = slave.topics.select_topic_config("Fresh")
+        mastered = master.topics.select_topic_config("Fresh")
+        assert copied is not None and mastered is not None
+        self.assertEqual(copied.to_json(), mastered.to_json())

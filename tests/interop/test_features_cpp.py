@@ -4,7 +4,7 @@ with the official C++ client.
 Uses the harness of :mod:`tests.interop.test_cpp` (a rocketpy process, C++ children). The C++
 1.2 client sends CONSUMER_SEND_MSG_BACK with only offset/group/delayLevel 0, so the broker
 chooses level 3 (10 s by default, 3 s with the short level table used here); its wrapper
-exposes no query by id.
+exposes no query by id and no SQL92 subscription (only messages it sends are filtered by SQL).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rocketpy.common.message import decode_records
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 from tests.common.fastjson import fastjson_loads
@@ -92,3 +93,20 @@ class CppFeatureTests(CppHarness):
         self.assertEqual(info["properties"]["PROP_CONSUME_TYPE"], "CONSUME_PASSIVELY")
         self.assertEqual(sorted(s["topic"] for s in info["subscriptionSet"]), [f"%RETRY%{group}", topic])
         self.assertEqual(sorted(dict(k)["queueId"] for k in info["mqTable"] if dict(k)["topic"] == topic), [0, 1, 2, 3])
+
+    def test_sql92_pull_of_cpp_properties(self) -> None:
+        """The C++ 1.2 client cannot subscribe by SQL (its wrapper's subscribe takes a tag expression
+        only), but the user properties it sends are what a broker-side SQL92 filter evaluates."""
+        self.start(extra=("--enable-property-filter", "true"))
+        topic = "InteropSql"
+        for a, color in (("3", "red"), ("7", "red"), ("9", "blue")):
+            self.produce(topic, "orderly", 1, "--order-key", "0", "--keys", f"k{a}", "--tag", "TagA",
+                         "--prop", f"a={a}", "--prop", f"color={color}")
+        fields = {"consumerGroup": "CID_INTEROP_SQL", "topic": topic, "queueId": "0", "queueOffset": "0",
+                  "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                  "subscription": "a > 5 AND color = 'red' AND TAGS = 'TagA'", "subVersion": "1",
+                  "expressionType": "SQL92"}
+        response = query(self.rocketpy.broker_port, RemotingCommand.request(RequestCode.PULL_MESSAGE, fields))
+        self.assertEqual(response.code, 0, response.remark)
+        self.assertEqual([m.keys for m in decode_records(response.body)], ["k7-0"])
+        self.assertEqual(response.ext_fields["nextBeginOffset"], "3")

@@ -149,6 +149,16 @@ class AsyncFlushTests(SynchronousTestCase):
         self.assertEqual(cq, [("flush_cq", 2)] * 59 + [("flush_cq", 0)])
         self.assertEqual(store.events.count("clean"), 6)
 
+    def test_retention_gets_consumer_positions(self) -> None:
+        """Each retention check takes a fresh snapshot of the groups' offsets on the reactor."""
+        service, store, clock, _ = make_service()
+        snapshots = iter([[("G", "T", 0, 1)], [("G", "T", 0, 2)]])
+        service.set_consumer_positions(lambda: next(snapshots))
+        clock.advance(10)
+        self.assertEqual(store.positions, [("G", "T", 0, 1)])
+        clock.advance(10)
+        self.assertEqual(store.positions, [("G", "T", 0, 2)])
+
 
 class GroupCommitTests(SynchronousTestCase):
     """SYNC_FLUSH: waiters fire after the flush covering them, or time out once."""

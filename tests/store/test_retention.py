@@ -26,12 +26,15 @@ class DecisionTests(SynchronousTestCase):
         self.assertFalse(is_time_to_delete("", 0))
 
     def test_thresholds(self) -> None:
-        """75 % allows deleting off-hours, 85 % ignores file age, 90 % refuses puts."""
-        config = MessageStoreConfig()
-        flags = [(d.over_max, d.clean_immediately, d.disk_full)
-                 for d in (check_disk(r, config) for r in (0.5, 0.8, 0.86, 0.91, -1.0))]
-        self.assertEqual(flags, [(False, False, False), (True, False, False), (True, True, False),
-                                 (True, True, True), (True, False, False)])
+        """75 % allows deleting off-hours, 85 % ignores file age (RocketMQ's rule) or guards unconsumed
+        files (rocketpy's default), 90 % refuses puts."""
+        for forcibly in (True, False):
+            config = MessageStoreConfig(clean_file_forcibly_enable=forcibly)
+            flags = [(d.over_max, d.clean_immediately, d.guarded, d.disk_full)
+                     for d in (check_disk(r, config) for r in (0.5, 0.8, 0.86, 0.91, -1.0))]
+            self.assertEqual(flags, [(False, False, False, False), (True, False, False, False),
+                                     (True, forcibly, not forcibly, False), (True, forcibly, not forcibly, True),
+                                     (True, False, False, False)])
 
     def test_max_ratio_clamped(self) -> None:
         """disk_max_used_space_ratio is clamped to 10–95 %, and forcible cleaning can be switched off."""
@@ -48,8 +51,8 @@ class DecisionTests(SynchronousTestCase):
         self.assertEqual(used_ratio(os.path.join(self.mktemp(), "missing")), -1.0)
 
 
-class StoreRetentionTests(SynchronousTestCase):
-    """Retention on a real store with 64 KiB commit-log files."""
+class StoreFixture(SynchronousTestCase):
+    """A real store with four 64 KiB commit-log files aged 100, 90, 80 and 1 h; disk use and hour injected."""
 
     def setUp(self) -> None:
         self.clock = FakeClock(T0)
@@ -70,6 +73,10 @@ class StoreRetentionTests(SynchronousTestCase):
             stamp = (T0 - age_h * HOUR_MS) / 1000
             os.utime(mf.path, (stamp, stamp))
 
+
+class StoreRetentionTests(StoreFixture):
+    """Retention on a real store with 64 KiB commit-log files."""
+
     def test_only_at_delete_hour(self) -> None:
         """Old files stay outside the delete hour and go at it, oldest first, never the newest."""
         self.assertEqual(self.store.clean_expired_files(), 0)
@@ -86,7 +93,9 @@ class StoreRetentionTests(SynchronousTestCase):
         self.assertTrue(os.path.exists(self.paths[2]))
 
     def test_disk_pressure(self) -> None:
-        """Over the max ratio old files go off-hours; over 85 % even young files go (but never the newest)."""
+        """Over the max ratio old files go off-hours; over 85 % with clean_file_forcibly_enable even young
+        files go (but never the newest), consumed or not."""
+        self.config.clean_file_forcibly_enable = True
         self.config.file_reserved_time = 85
         self.usage = 0.80
         self.assertEqual(self.store.clean_expired_files(), 2)
@@ -115,6 +124,64 @@ class StoreRetentionTests(SynchronousTestCase):
         found = self.store.get_message("g", "T", 0, low, 1)
         self.assertEqual(found.status, GetMessageStatus.FOUND)
         self.assertIsNone(self.store.look_message_by_offset(0))
+
+
+class GuardedRetentionTests(StoreFixture):
+    """rocketpy's default above 85 %: only files every group has consumed go; otherwise puts are refused."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.config.file_reserved_time = 200  # nothing is expired by age
+        self.usage = 0.87
+        cq = self.store.consume_queues.get("T", 0)
+        assert cq is not None
+        self.end = cq.max_offset
+
+    def first_in_file(self, index: int) -> int:
+        """The queue offset of the first message stored in commit-log file ``index``."""
+        cq = self.store.consume_queues.get("T", 0)
+        assert cq is not None
+        return next(i for i in range(self.end) if cq.get_entry(i)[0] >= index * SIZE)  # type: ignore[index]
+
+    def test_unconsumed_oldest_file_refuses_puts(self) -> None:
+        """A group behind in the oldest file: nothing is deleted, puts are refused, the group is named."""
+        with self.assertLogs("rocketpy.store.retention", "ERROR") as logs:
+            self.assertEqual(self.store.clean_expired_files([("G1", "T", 0, 0), ("G2", "T", 0, self.end)]), 0)
+        self.assertEqual(self.store.retention.held_by, ["G1"])
+        self.assertIn("not yet consumed by G1", logs.output[0])
+        self.assertTrue(all(os.path.exists(p) for p in self.paths))
+        self.assertEqual(self.store.put_message(message("T", b"x")).status.name, "SERVICE_NOT_AVAILABLE")
+
+    def test_consumed_files_go_then_puts_resume(self) -> None:
+        """Files every group has read past go whatever their age; once the group reaches the end the rest
+        goes too (never the newest) and puts are accepted again."""
+        behind = [("G1", "T", 0, self.first_in_file(2))]
+        with self.assertLogs("rocketpy.store.retention", "ERROR"):
+            self.assertEqual(self.store.clean_expired_files(behind), 2)
+        self.assertEqual([os.path.exists(p) for p in self.paths], [False, False, True, True])
+        self.assertEqual(self.store.retention.held_by, ["G1"])
+        self.assertFalse(self.store.is_writable())
+        self.assertEqual(self.store.clean_expired_files([("G1", "T", 0, self.end)]), 1)
+        self.assertEqual((self.store.retention.held_by, self.store.is_writable()), ([], True))
+        put_ok(self, self.store, message("T", b"again"))
+
+    def test_no_groups_is_rocketmq_rule(self) -> None:
+        """With no committed offsets nothing is held back: young files go as with RocketMQ's rule."""
+        self.assertEqual(self.store.clean_expired_files(), 3)
+        self.assertTrue(self.store.is_writable())
+
+    def test_below_85_percent_no_guard(self) -> None:
+        """Under the forcible ratio a group behind changes nothing: no deletion of young files, puts accepted."""
+        self.usage = 0.80
+        self.assertEqual(self.store.clean_expired_files([("G1", "T", 0, 0)]), 0)
+        self.assertEqual(self.store.retention.held_by, [])
+        put_ok(self, self.store, message("T", b"fine"))
+
+    def test_forcibly_enabled(self) -> None:
+        """--clean-file-forcibly-enable true restores RocketMQ's rule: unconsumed young files go."""
+        self.config.clean_file_forcibly_enable = True
+        self.assertEqual(self.store.clean_expired_files([("G1", "T", 0, 0)]), 3)
+        self.assertTrue(self.store.is_writable())
 
 
 class RetentionUnitTests(SynchronousTestCase):
