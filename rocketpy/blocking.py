@@ -170,7 +170,7 @@ class Producer(_Blocking):
 
     def request(self, msg: Message, timeout: float = 3.0) -> MessageExt:
         """Send a request and return its reply (see :meth:`rocketpy.client.Producer.request`)."""
-        return self._call("request", msg, timeout)  # type: ignore[no-any-return]
+        return self._call("request", msg, timeout)
 
     def send_async(self, msg: Message, timeout: float | None = None) -> Future[SendResult]:
         """Returns at once; the Future completes with the result or the error."""

@@ -143,10 +143,13 @@ class OptionsTests(SynchronousTestCase):
 
     def test_trace_topic_enable(self) -> None:
         """--trace-topic-enable (traceTopicEnable) creates the trace topic with one queue; off by default."""
-        for argv, expected in (((), None), (("--trace-topic-enable", "true"), 1),
-                               (("--trace-topic-enable", "true", "--msg-trace-topic-name", "MyTrace"), 1)):
+        cases: list[tuple[tuple[str, ...], str, int | None]] = [
+            ((), "RMQ_SYS_TRACE_TOPIC", None),
+            (("--trace-topic-enable", "true"), "RMQ_SYS_TRACE_TOPIC", 1),
+            (("--trace-topic-enable", "true", "--msg-trace-topic-name", "MyTrace"), "MyTrace", 1),
+        ]
+        for argv, name, expected in cases:
             top = makeService(_parse("--role", "broker", "--store-dir", self.mktemp(), *argv), MemoryReactorClock())
-            name = argv[-1] if "--msg-trace-topic-name" in argv else "RMQ_SYS_TRACE_TOPIC"
             config = list(top)[1].topics.select_topic_config(name)
             self.assertEqual(config and config.read_queue_nums, expected)
 

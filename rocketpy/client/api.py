@@ -159,7 +159,7 @@ class MQClientAPI:
         self, addr: str, client_id: str, group: str, subscription: dict[str, Any], timeout: float
     ) -> None:
         """CHECK_CLIENT_CONFIG: can the broker serve this (SQL92) subscription? Raises MQBrokerError if not."""
-        body = _dumps({"clientId": client_id, "group": group, "subscriptionData": subscription})
+        body = dump_json({"clientId": client_id, "group": group, "subscriptionData": subscription})
         _check(await self._call(addr, RequestCode.CHECK_CLIENT_CONFIG, {}, timeout, body), addr)
 
     # consumer

@@ -38,7 +38,7 @@ from rocketpy.client import reply
 from rocketpy.client.message import MAX_MESSAGE_SIZE, UniqKeyGenerator, validate_message
 from rocketpy.client.results import SendResult, SendStatus
 from rocketpy.client.route import TopicPublishInfo
-from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, SendTraceHook, TraceDispatcher
+from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, SendTraceHook, TraceDispatcher, trace_group
 from rocketpy.common.compression import compressor
 from rocketpy.common.message import Message, MessageConst, MessageExt, MessageSysFlag, encode_batch, java_hash
 from rocketpy.common.route import MessageQueue, TopicRouteData
@@ -159,7 +159,8 @@ class Producer(JoiningMember):
         self.send_message_hooks = list(send_message_hooks)
         self.check_forbidden_hooks = list(check_forbidden_hooks)
         #: with ``enable_trace``: batches the send traces (rocketpy/client/trace.py)
-        self.tracer = TraceDispatcher(self.instance, self._clock, group, trace_topic) if enable_trace else None
+        self.tracer = TraceDispatcher(
+            Producer(trace_group(group), instance=self.instance), self._clock, trace_topic) if enable_trace else None
         if self.tracer is not None:
             self.send_message_hooks.append(SendTraceHook(self.tracer))
         self._uniq = UniqKeyGenerator(rng=rng)

@@ -38,7 +38,7 @@ from rocketpy.client.runninginfo import (
     process_queue_info,
 )
 from rocketpy.client.stats import ConsumerStats
-from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, ConsumeTracer, TraceDispatcher
+from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, ConsumeTracer, TraceDispatcher, trace_group
 from rocketpy.client.subscription import EXPRESSION_TAG, Selector, build_subscription, client_msg_id
 from rocketpy.common.message import Message, MessageConst, MessageExt
 from rocketpy.common.route import MessageQueue
@@ -129,7 +129,9 @@ class PushConsumer(ConsumerBase):
             self._loops.append((LoopingCall(self.rebalancer.lock_all), lock_interval))
         self._cancellable: set[Deferred[Any]] = set()
         #: with ``enable_trace``: SubBefore/SubAfter records of every listener call (rocketpy/client/trace.py)
-        self.trace_dispatcher = TraceDispatcher(self.instance, self.clock, group, trace_topic) if enable_trace else None
+        self.trace_dispatcher = TraceDispatcher(
+            Producer(trace_group(group), reactor=self.clock, instance=self.instance), self.clock, trace_topic,
+        ) if enable_trace else None
         self.tracer = ConsumeTracer(self.trace_dispatcher, group) if self.trace_dispatcher is not None else None
 
     def _run_blocking(self, f: Callable[..., Any], *args: Any) -> Deferred[Any]:

@@ -35,6 +35,11 @@ NORMAL_MSG, TRANS_MSG_HALF, DELAY_MSG = 0, 1, 3
 CONSUME_SUCCESS_CODE, CONSUME_FAILED_CODE = 0, 4
 
 
+def trace_group(group: str) -> str:
+    """The inner trace producer's group for a traced ``group``."""
+    return f"{TRACE_GROUP_PREFIX}-{group}"
+
+
 def _text(value: object) -> str:
     """Java's ``StringBuilder.append``: None is ``null``, booleans lower-case."""
     if value is None:
@@ -76,21 +81,19 @@ class _Pending:
 class TraceDispatcher:
     """Batches trace records and sends them with an inner producer (Java ``AsyncTraceDispatcher``).
 
-    :param instance: the traced client's instance, shared by the inner producer.
+    :param producer: the inner producer (group :func:`trace_group`, on the traced client's instance),
+        started on the first flush and shut down by :meth:`close`.
     :param clock: schedules the flushes.
-    :param group: the traced group (the inner producer is ``_INNER_TRACE_PRODUCER-<group>``).
     :param topic: the trace topic.
     """
 
     log = Logger()
 
-    def __init__(self, instance: Any, clock: IReactorTime, group: str, topic: str = DEFAULT_TRACE_TOPIC,
+    def __init__(self, producer: Any, clock: IReactorTime, topic: str = DEFAULT_TRACE_TOPIC,
                  batch_size: int = 100, max_msg_size: int = 128_000, flush_interval: float = 0.1) -> None:
-        from rocketpy.client.producer import Producer  # the producer module imports this one
-
         self.topic = topic
         self._clock = clock
-        self._producer = Producer(f"{TRACE_GROUP_PREFIX}-{group}", instance=instance)
+        self._producer = producer
         self._batch_size, self._max_size, self._interval = batch_size, max_msg_size, flush_interval
         self._pending = _Pending()
         self._timer: IDelayedCall | None = None

@@ -66,7 +66,7 @@ def compressor(codec: str, level: int = 5) -> tuple[Compress, int]:
         return (lambda body: zlib.compress(body, level)), flags
     if name == "lz4":
         frame = _library("lz4.frame", "lz4")
-        return (lambda body: frame.compress(body, store_size=False)), flags  # type: ignore[no-any-return]
+        return (lambda body: frame.compress(body, store_size=False)), flags
     zstd = _library("zstandard", "zstandard").ZstdCompressor(level=level)
     return zstd.compress, flags
 
@@ -81,9 +81,9 @@ def decompress(body: bytes, sys_flag: int) -> bytes:
         if kind in (0, ZLIB_TYPE):
             return zlib.decompress(body)
         if kind == LZ4_TYPE:
-            return _library("lz4.frame", "lz4").decompress(body)  # type: ignore[no-any-return]
+            return _library("lz4.frame", "lz4").decompress(body)
         if kind == ZSTD_TYPE:  # Java streams its frames: no content size, so no one-shot decompress
-            return _library("zstandard", "zstandard").ZstdDecompressor().decompressobj().decompress(body)  # type: ignore[no-any-return]
+            return _library("zstandard", "zstandard").ZstdDecompressor().decompressobj().decompress(body)
     except CompressionUnavailable as e:
         raise DecompressionError(f"cannot inflate a {_NAMES[kind]} body: {e}") from None
     except Exception as e:  # zlib.error, lz4's RuntimeError, zstandard.ZstdError

@@ -12,7 +12,8 @@ from rocketpy.broker.topicconfig import TopicConfig, TopicConfigManager
 from rocketpy.common.message import MessageExt, decode_records
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from tests.broker.featurestore import FakeChannel, new_clock, open_store, put
+from tests.broker.featurestore import new_clock, open_store, put
+from tests.fakes import FakeChannel
 from tests.broker.test_pull import CPP_PULL
 
 

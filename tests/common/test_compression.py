@@ -6,7 +6,7 @@ import sys
 import zlib
 from unittest import mock
 
-import lz4.frame
+import lz4.frame  # type: ignore[import-untyped]
 import zstandard
 from twisted.trial.unittest import SynchronousTestCase
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from twisted.internet import reactor
 
 from rocketpy.client import (
-    ConsumeFromWhere, MessageSelector, MQBrokerError, MQClientError, PullConsumer, PullStatus, PushConsumer, new_message,
+    ConsumeFromWhere, MessageExt, MessageSelector, MQBrokerError, MQClientError, PullConsumer, PullStatus, PushConsumer, new_message,
 )
 from rocketpy.client.results import ConsumeResult
 from rocketpy.remoting.codes import ResponseCode
@@ -33,8 +33,12 @@ class SqlFilterTests(FeatureTestCase):
         await self.send_all(cluster)
         await cluster.wait_for_route("Sql")
         got: list[bytes] = []
-        c = await self.push(cluster, lambda msgs, ctx: got.extend(m.body for m in msgs) or ConsumeResult.CONSUME_SUCCESS,
-                            "Sql", MessageSelector.by_sql(SQL), "SQLCG",
+
+        def listener(msgs: list[MessageExt], context: object) -> ConsumeResult:
+            got.extend(m.body for m in msgs)
+            return ConsumeResult.CONSUME_SUCCESS
+
+        c = await self.push(cluster, listener, "Sql", MessageSelector.by_sql(SQL), "SQLCG",
                             consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
         await until(lambda: len(got) >= 2, "two matching messages")
         self.assertEqual(sorted(got), [b"m1", b"m4"])
