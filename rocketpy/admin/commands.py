@@ -14,6 +14,7 @@ from rocketpy.admin.render import human_time, table
 from rocketpy.client.admin import AdminClient
 from rocketpy.client.admintypes import ConsumeStats, GroupSettings, TopicSettings
 from rocketpy.client.subscription import client_msg_id
+from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, decode_traces
 
 
 @dataclass(slots=True)
@@ -313,6 +314,19 @@ async def query_msg_by_key(admin: AdminClient, args: Namespace) -> Output:
 async def query_msg_by_offset(admin: AdminClient, args: Namespace) -> Output:
     msg = await admin.query_message_by_offset(args.topic, args.brokerName, args.queueId, args.offset)
     return Output(msg, render.message(msg))
+
+
+@command("queryMsgTraceById", "a message's send and consume traces (message trace)",
+         arg("-i", "--msgId", required=True, help="the message id (UNIQ_KEY)"),
+         arg("-t", "--traceTopic", default=DEFAULT_TRACE_TOPIC, help="the trace topic"))
+async def query_msg_trace_by_id(admin: AdminClient, args: Namespace) -> Output:
+    traces = await admin.query_message_by_key(args.traceTopic, args.msgId)
+    records = [r for m in traces for r in decode_traces(m.body.decode("utf-8", "replace"))
+               if r.get("msgId") == args.msgId and r["traceType"] in ("Pub", "SubAfter")]
+    rows = [(r["traceType"], r.get("groupName", "-"), r.get("storeHost", "-"),
+             human_time(int(r.get("timeStamp", "0") or 0)), r.get("costTime", "-"),
+             "success" if r.get("success") == "true" else "failed") for r in records]
+    return Output(records, table(("#Type", "#Group", "#Host", "#Time", "#CostTimes", "#Status"), rows))
 
 
 def _lines(msgs: list[Any], charset: str, with_body: bool = True) -> str:

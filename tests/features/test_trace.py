@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import json
+
 from twisted.internet import reactor
 from twisted.logger import capturedLogs
 
+from rocketpy.admin.cli import execute
 from rocketpy.client import ConsumeFromWhere, Message, MessageExt, Producer, PullConsumer, PullStatus, new_message
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.results import ConsumeResult, SendStatus
@@ -75,6 +79,13 @@ class TraceTests(FeatureTestCase):
         self.assertEqual(response.code, ResponseCode.SUCCESS, response.remark)
         found = [r for m in decode_records(response.body) for r in decode_traces(m.body.decode())]
         self.assertIn(sent.msg_id, {r["msgId"] for r in found})
+        out, err = io.StringIO(), io.StringIO()  # rocketpy-admin queryMsgTraceById
+        status = await execute(reactor, ["queryMsgTraceById", "-i", sent.msg_id, "-n", cluster.namesrv_addr,
+                                         "--json"], out, err)
+        self.assertEqual((status, err.getvalue()), (0, ""))
+        shown = json.loads(out.getvalue())
+        self.assertEqual(sorted((r["traceType"], r["groupName"], r["success"]) for r in shown),
+                         [("Pub", "TPG", "true"), ("SubAfter", "TCG", "true")])
 
     async def test_trace_failure_never_fails_a_send(self) -> None:
         """With no trace topic (and no auto-creation) sends still succeed; lost traces are only logged."""
