@@ -46,10 +46,6 @@ def reply_topic(cluster: str) -> str:
     return f"{cluster}_{REPLY_TOPIC_POSTFIX}"
 
 
-def is_reply(msg: Message) -> bool:
-    return msg.properties.get(MessageConst.MESSAGE_TYPE) == REPLY_MESSAGE_FLAG
-
-
 def create_reply_message(request: Message, body: bytes) -> Message:
     """The reply to a received request message (Java ``MessageUtil.createReplyMessage``).
 
