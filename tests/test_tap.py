@@ -137,7 +137,7 @@ class OptionsTests(SynchronousTestCase):
         for argv, expected in (((), False), (("--clean-file-forcibly-enable", "true"), True)):
             built: list[MessageStoreConfig] = []
             with mock.patch("rocketpy.broker.controller.BrokerService.__init__",
-                            lambda self, reactor, config, store_config: built.append(store_config)):
+                            lambda self, reactor, config, store_config, **kwargs: built.append(store_config)):
                 makeService(_parse("--role", "broker", "--store-dir", store_dir, *argv), MemoryReactorClock())
             self.assertIs(built[0].clean_file_forcibly_enable, expected)
 
