@@ -19,7 +19,7 @@ setup(
         # rocketmq==0.4.4 bundles the official Apache RocketMQ C++ client
         # (librocketmq.so): the interop tests drive it against our broker.
         "test": ["rocketmq==0.4.4", "PyYAML>=5.1", "twisted[tls]>=24.7", "pytest", "hdrhistogram>=0.10", "lz4>=4",
-                 "zstandard>=0.22"],
+                 "zstandard>=0.22", "hypothesis>=6"],
         # --acl-enable reads plain_acl.yml; --tls-* and clients' tls=True need pyOpenSSL (doc/security.md)
         "acl": ["PyYAML>=5.1"],
         "tls": ["twisted[tls]>=24.7"],

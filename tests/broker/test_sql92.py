@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.broker.filter import PropertyFilterDisabled, SqlFilter, SubscriptionParseError, build_filter
@@ -152,3 +154,25 @@ class BuildFilterTests(SynchronousTestCase):
         f = build_filter("TagA || TagB", None, True)
         self.assertFalse(isinstance(f, SqlFilter))
         self.assertEqual(f.expression, "TagA || TagB")
+
+
+#: Pieces selectors are made of, glued at random: most results are malformed.
+PIECES = st.sampled_from([
+    "a", "b", "TAGS", " ", "(", ")", "=", "<>", ">", ">=", "<", "<=", "AND", "OR", "NOT", "BETWEEN", "IN",
+    "IS", "NULL", "TRUE", "FALSE", "1", "-", "2.5", "1E3", "99999999999", "'x'", "'it''s'", ",", "'", "#", "L",
+])
+PROPS = st.dictionaries(st.sampled_from(["a", "b", "TAGS"]),
+                        st.sampled_from(["1", "-3", "2.5", "x", "", "NaN", "99999999999", "true"]))
+
+
+class SelectorFuzzTests(SynchronousTestCase):
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(PIECES, max_size=12).map(" ".join), PROPS)
+    def test_never_a_traceback(self, expression: str, props: dict[str, str]) -> None:
+        """Any text either compiles or raises SelectorError; a compiled selector answers a bool for any properties."""
+        try:
+            selector = compile_selector(expression)
+        except SelectorError as e:
+            self.assertTrue(str(e).startswith("Invalid MessageSelector. "))
+            return
+        self.assertIn(selector.matches(props), (True, False))
