@@ -101,13 +101,14 @@ class _ConsumeService:
         """Run the listener on ``msgs``; its time goes to the consumer's statistics."""
         c = self.consumer
         started = pq.last_consume = c.clock.seconds()
-        trace = c.tracer.before(msgs) if c.tracer is not None else None
+        tracer = c.tracer
+        trace = tracer.before(msgs) if tracer is not None else None
         try:
             result = await self._listen(msgs, context)
         finally:
             c.stats.consume_time(context.queue.topic, (c.clock.seconds() - started) * 1000)
-        if trace is not None:
-            c.tracer.after(trace, result, len(msgs))  # type: ignore[union-attr]
+        if tracer is not None:
+            tracer.after(trace, result, len(msgs))
         return result
 
     async def _listen(self, msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:

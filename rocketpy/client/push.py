@@ -38,8 +38,8 @@ from rocketpy.client.runninginfo import (
     process_queue_info,
 )
 from rocketpy.client.stats import ConsumerStats
-from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, ConsumeTracer, TraceDispatcher, trace_group
 from rocketpy.client.subscription import EXPRESSION_TAG, Selector, build_subscription, client_msg_id
+from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, ConsumeTracer, TraceDispatcher, trace_group
 from rocketpy.common.message import Message, MessageConst, MessageExt
 from rocketpy.common.route import MessageQueue
 from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX

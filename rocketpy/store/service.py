@@ -29,8 +29,8 @@ from zope.interface import implementer
 from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IMessageStore, IStoreService
 from rocketpy.store.flush import FlushLoops, flush_commit_log
-from rocketpy.store.retention import ConsumerPosition
 from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters, PutCompletion, PutHook, wants_wait
+from rocketpy.store.retention import ConsumerPosition
 from rocketpy.store.servicereads import StoreReads
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
