@@ -145,10 +145,10 @@ class GuardedRetentionTests(StoreFixture):
 
     def test_unconsumed_oldest_file_refuses_puts(self) -> None:
         """A group behind in the oldest file: nothing is deleted, puts are refused, the group is named."""
-        with self.assertLogs("rocketpy.store.retention", "ERROR") as logs:
+        with assert_logs(self, "rocketpy.store.retention", LogLevel.error) as logs:
             self.assertEqual(self.store.clean_expired_files([("G1", "T", 0, 0), ("G2", "T", 0, self.end)]), 0)
         self.assertEqual(self.store.retention.held_by, ["G1"])
-        self.assertIn("not yet consumed by G1", logs.output[0])
+        self.assertIn("not yet consumed by G1;", logs[0])
         self.assertTrue(all(os.path.exists(p) for p in self.paths))
         self.assertEqual(self.store.put_message(message("T", b"x")).status.name, "SERVICE_NOT_AVAILABLE")
 
@@ -156,7 +156,7 @@ class GuardedRetentionTests(StoreFixture):
         """Files every group has read past go whatever their age; once the group reaches the end the rest
         goes too (never the newest) and puts are accepted again."""
         behind = [("G1", "T", 0, self.first_in_file(2))]
-        with self.assertLogs("rocketpy.store.retention", "ERROR"):
+        with assert_logs(self, "rocketpy.store.retention", LogLevel.error):
             self.assertEqual(self.store.clean_expired_files(behind), 2)
         self.assertEqual([os.path.exists(p) for p in self.paths], [False, False, True, True])
         self.assertEqual(self.store.retention.held_by, ["G1"])
