@@ -14,6 +14,8 @@ setup(
         "msgpack>=1.0",
         # JSON headers: orjson decodes one in less than half the stdlib's time (doc/benchmarks.md).
         "orjson>=3.8",
+        # /metrics (doc/observability.md): pure Python, no dependencies, a ~60 kB wheel.
+        "prometheus_client>=0.17",
     ],
     extras_require={
         # rocketmq==0.4.4 bundles the official Apache RocketMQ C++ client

@@ -68,7 +68,7 @@ def start_rocketpy(workdir: str, flush: str) -> tuple[subprocess.Popen[bytes], i
         "--listen", f"tcp:{broker}:interface=127.0.0.1",
         "--store-dir", os.path.join(workdir, "store"),
         "--namesrv-config-dir", os.path.join(workdir, "namesrv"),
-        "--flush-disk-type", flush,
+        "--flush-disk-type", flush, "--http", "none",
     ]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
     log = open(os.path.join(workdir, "rocketpy.log"), "ab")

@@ -63,7 +63,8 @@ def start(workdir: str, name: str, args: list[str], port: int) -> subprocess.Pop
 def start_pair(workdir: str, role: str) -> tuple[list[subprocess.Popen[bytes]], int, int]:
     """A name server + master process and a slave process; the processes and both broker ports."""
     namesrv, master, ha, slave = free_port(), free_port(), free_port(), free_port()
-    common = ["--namesrv-addr", f"127.0.0.1:{namesrv}", "--commit-log-file-size", str(64 * 1024 * 1024)]
+    common = ["--namesrv-addr", f"127.0.0.1:{namesrv}", "--commit-log-file-size", str(64 * 1024 * 1024),
+              "--http", "none"]
     first = start(workdir, "master", [
         "--namesrv-listen", f"tcp:{namesrv}:interface=127.0.0.1", "--listen", f"tcp:{master}:interface=127.0.0.1",
         "--ha-listen", f"tcp:{ha}:interface=127.0.0.1", "--broker-role", role,

@@ -87,6 +87,10 @@ class IStoreService(Interface):
     """
 
     max_physical_offset = Attribute("int: the commit-log offset after the last appended byte.")
+    min_physical_offset = Attribute("int: the start of the oldest commit-log file (0 when none).")
+    stats = Attribute("StoreStats: the store's counters (puts, bytes per topic, failures, latencies).")
+    disk_used_ratio = Attribute("float: the store partitions' used ratio at the last retention check.")
+    refused = Attribute("Counter[str]: puts refused before reaching the store, by status.")
 
     # -- writes
 
@@ -101,6 +105,9 @@ class IStoreService(Interface):
 
     def is_busy() -> bool:
         """True when puts should be refused (the broker answers SYSTEM_BUSY)."""
+
+    def queue_wait() -> float:
+        """Seconds the oldest put waiting for an append hop has waited (0 when none waits)."""
 
     def add_arrival_listener(listener: Callable[[str, int, int], None]) -> None:
         """Call ``listener(topic, queue_id, new_max_offset)`` on the reactor after appends."""
@@ -149,6 +156,9 @@ class IStoreService(Interface):
     ) -> Deferred[tuple[int, int, int, int]]:
         """Min and max store times of a queue, and of the message at ``consumer_offset`` (admin)."""
 
+    def next_store_times(positions: list[tuple[str, int, int]]) -> Deferred[list[int]]:
+        """Per ``(topic, queue id, offset)``, the store time (ms) of the message there, -1 at the end."""
+
     def query_consume_queue(
         topic: str, queue_id: int, index: int, count: int
     ) -> Deferred[tuple[int, int, list[tuple[int, int, int]] | None] | None]:
@@ -177,6 +187,9 @@ class IMessageStore(Interface):
     config = Attribute("MessageStoreConfig: flush settings, paths and limits.")
     max_physical_offset = Attribute("int: the commit-log offset after the last appended byte.")
     flushed_offset = Attribute("int: the commit-log offset up to which the log is on disk.")
+    min_physical_offset = Attribute("int: the start of the oldest commit-log file (0 when none).")
+    stats = Attribute("StoreStats: counters the writer and flush threads update.")
+    disk_used_ratio = Attribute("float: the store partitions' used ratio at the last retention check.")
 
     # -- life cycle and writes (the writer thread)
 

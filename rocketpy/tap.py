@@ -14,6 +14,7 @@ from typing import Any
 
 from twisted.application.service import MultiService, Service
 from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.python import usage
 
@@ -49,6 +50,8 @@ DEFAULTS: dict[str, str] = {
     "message-delay-level": DEFAULT_DELAY_LEVELS,
     "gc-threshold": str(DEFAULT_GEN0_THRESHOLD),
 }
+#: ``--http`` of the all-in-one role.
+DEFAULT_HTTP = "tcp:8080:interface=127.0.0.1"
 #: RocketMQ ``broker.conf`` names accepted in ``--config`` files, besides the option names.
 JAVA_KEYS = {
     "brokerName": "broker-name",
@@ -153,6 +156,9 @@ class Options(usage.Options):
         ["message-delay-level", None, None, 'delay of each DELAY level, units s m h d [default: "1s 5s 10s … 2h"]'],
         ["gc-threshold", None, None,
          f"the garbage collector's first-generation threshold; 0 keeps Python's [default: {DEFAULT_GEN0_THRESHOLD}]"],
+        ["http", None, None,
+         "endpoint serving /metrics (Prometheus), or none [default: tcp:8080:interface=127.0.0.1 "
+         "with --role all, none otherwise]"],
         ["config", "c", None, "key=value file (option names or RocketMQ broker.conf names)"],
         ["acl-file", None, None, "plain_acl.yml of --acl-enable, re-read when it changes (doc/security.md)"],
         ["tls-mode", None, None, "disabled | permissive (TLS and plain TCP) | enforcing (TLS only) "
@@ -254,11 +260,27 @@ class Options(usage.Options):
         self["namesrv-addr-list"] = [a.strip() for a in re.split(r"[;,]", self["namesrv-addr"]) if a.strip()]
         if self["ha-master-address"] is not None and not re.fullmatch(r"[^:\s]+:\d+", self["ha-master-address"]):
             raise usage.UsageError(f"--ha-master-address must be ip:port, not {self['ha-master-address']!r}")
+        self._derive_http()
         if self["ha-listen"] is None and self["broker-role"] != "SLAVE":
             try:
                 self["ha-listen"] = ha_listen_endpoint(self["listen"])
             except ValueError:
                 raise usage.UsageError("--ha-listen is needed when --listen has no tcp port") from None
+
+    def _derive_http(self) -> None:
+        """``--http``: on by default only for the all-in-one role (one broker per machine: several
+        brokers of one host would fight over a fixed port); ``none`` turns it off."""
+        if self["http"] is None:
+            self["http"] = DEFAULT_HTTP if self["role"] == "all" else "none"
+        if self["http"] == "none":
+            return
+        if self["role"] == "namesrv":
+            raise usage.UsageError("--http serves a broker's metrics: use it with --role all or broker")
+        try:
+            serverFromString(None, self["http"])
+        except Exception as e:  # ValueError, KeyError … and, for ssl:, unreadable certificate files
+            raise usage.UsageError(f"--http must be a server endpoint like {DEFAULT_HTTP}, or none; "
+                                   f"not {self['http']!r} ({type(e).__name__}: {e})") from None
 
 
 class OrderedServices(MultiService):
@@ -360,7 +382,12 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
             message_delay_level=options["message-delay-level"],
             clean_file_forcibly_enable=options["clean-file-forcibly-enable"],
         )
-        BrokerService(reactor, config, store_config, tls=options.get("tls")).setServiceParent(top)
+        broker = BrokerService(reactor, config, store_config, tls=options.get("tls"))
+        broker.setServiceParent(top)
+        if options["http"] != "none":  # added last: stopped first
+            from rocketpy.web.service import http_service
+
+            http_service(reactor, options["http"], broker).setServiceParent(top)
     for key in options.get("ignored-config-keys", []):
         log.info("config file key {key} is not used by rocketpy", key=key)
     return top

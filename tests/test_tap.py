@@ -18,6 +18,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase, TestCase
+from twisted.web.resource import Resource
 
 from rocketpy.broker.clients import ClientChannelInfo
 from rocketpy.broker.heartbeat import parse_heartbeat
@@ -268,7 +269,7 @@ class MakeServiceTests(SynchronousTestCase):
         args = [sys.executable, "-m", "twisted", "rocketpy", "--namesrv-listen",
                 f"tcp:{taken.getsockname()[1]}:interface=127.0.0.1", "--listen", "tcp:0:interface=127.0.0.1",
                 "--advertised-address", "127.0.0.1:1", "--store-dir", os.path.join(root, "store"),
-                "--namesrv-config-dir", os.path.join(root, "ns")]
+                "--namesrv-config-dir", os.path.join(root, "ns"), "--http", "none"]
         done = subprocess.run(args, capture_output=True, timeout=120, cwd=os.path.dirname(os.path.dirname(
             os.path.dirname(os.path.abspath(__file__)))))
         self.assertEqual(done.returncode, 1, done.stdout.decode(errors="replace")[-2000:])
@@ -456,3 +457,43 @@ class PortInUseTests(TestCase):
             await service.when_started()
         self.assertIn("in use", str(caught.exception).lower())
         self.flushLoggedErrors()
+
+
+class HttpOptionTests(SynchronousTestCase):
+    def test_default_follows_role(self) -> None:
+        """The all-in-one role serves /metrics on 127.0.0.1:8080; the single roles serve nothing."""
+        self.assertEqual(_parse()["http"], "tcp:8080:interface=127.0.0.1")
+        self.assertEqual(_parse("--role", "broker")["http"], "none")
+        self.assertEqual(_parse("--role", "namesrv")["http"], "none")
+        self.assertEqual(_parse("--role", "broker", "--http", "tcp:9100")["http"], "tcp:9100")
+
+    def test_config_file_key(self) -> None:
+        """``http=…`` in a --config file sets it, as every option name does."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("http=none\n")
+        self.assertEqual(_parse("--config", path)["http"], "none")
+
+    def test_bad_values(self) -> None:
+        """A malformed endpoint, or --http on a name server alone, is a usage error."""
+        for argv in (("--http", "tcp:notaport"), ("--http", "bogus:1"), ("--role", "namesrv", "--http", "tcp:9100")):
+            self.assertRaises(usage.UsageError, _parse, *argv)
+
+    def test_none_builds_no_http_service(self) -> None:
+        """``--http none`` leaves the HTTP service out, so no port is opened for it; otherwise it
+        comes last (stopped first) and listens on its endpoint once started."""
+        from rocketpy.web.service import HttpService
+
+        root = self.mktemp()
+        argv = ("--store-dir", os.path.join(root, "s"), "--namesrv-config-dir", os.path.join(root, "n"))
+        off = makeService(_parse(*argv, "--http", "none"), MemoryReactorClock())
+        self.assertFalse([s for s in off if isinstance(s, HttpService)])
+        on = list(makeService(_parse(*argv), MemoryReactorClock()))
+        self.assertIsInstance(on[-1], HttpService)
+        reactor = MemoryReactorClock()
+        http = HttpService(reactor, "tcp:8080:interface=127.0.0.1", Resource())
+        http.startService()
+        self.successResultOf(http.when_started())
+        self.assertEqual([(port, interface) for port, _, _, interface in reactor.tcpServers], [(8080, "127.0.0.1")])
+        self.successResultOf(http.stopService())
+        self.assertIsNone(http.listening_port)

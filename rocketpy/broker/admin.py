@@ -14,6 +14,7 @@ from twisted.python.failure import Failure
 from rocketpy.broker.consumestats import broker_consume_stats, consume_queue_body, consume_stats, consume_time_span
 from rocketpy.broker.processors import BrokerTables, Rejected, TableProcessor, body_json, ok_response
 from rocketpy.broker.resetoffset import reset_group_offsets
+from rocketpy.broker.traffic import topic_offsets
 from rocketpy.broker.transaction import resumed_half
 from rocketpy.common.fastjson import dump_json, object_key_map, raw_object
 from rocketpy.common.group import SubscriptionGroupConfig
@@ -165,18 +166,10 @@ class AdminBrokerProcessor(TableProcessor):
             self._t.offsets.clone_offset(src, dest, name)
         return ok_response(request)
 
-    def _total_messages(self) -> int:
-        store = self._t.store
-        return sum(
-            store.get_max_offset_in_queue(name, qid)
-            for name, config in self._t.topics.topics().items()
-            for qid in range(config.write_queue_nums)
-        )
-
     def runtime_info(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         """``{"table":{…}}`` with the keys ``mqadmin clusterList`` reads, all strings."""
         now = self._t.clock.seconds()
-        total = str(self._total_messages())
+        total = str(sum(topic_offsets(self._t.topics, self._t.store).values()))
         table = dict.fromkeys(_ZERO_RUNTIME_KEYS, "0")
         table.update(
             brokerVersionDesc=VERSION_DESC,
@@ -184,9 +177,9 @@ class AdminBrokerProcessor(TableProcessor):
             bootTimestamp=str(int(self._boot * 1000)),
             runtime=f"[ {int(now - self._boot)} seconds ]",
             msgPutTotalTodayNow=total,
-            putTps="0.0 0.0 0.0",
-            getTransferedTps="0.0 0.0 0.0",
-            commitLogDiskRatio="0.0",
+            putTps=self._tps("put"),
+            getTransferedTps=self._tps("get"),
+            commitLogDiskRatio=str(max(getattr(self._t.store, "disk_used_ratio", 0.0), 0.0)),
             commitLogMaxOffset=str(self._t.store.max_physical_offset),
             sendThreadPoolQueueCapacity="10000",
             pullThreadPoolQueueCapacity="100000",
@@ -194,6 +187,12 @@ class AdminBrokerProcessor(TableProcessor):
             heldPullRequests=str(self._t.held_pulls()),  # rocketpy's own: long polls parked now
         )
         return ok_response(request, dump_json({"table": table}))
+
+    def _tps(self, key: str) -> str:
+        """Messages ``key`` (put or got) per second over 10 s, 1 min and 10 min, as Java's broker."""
+        traffic = self._t.traffic
+        return " ".join(str(0.0 if traffic is None else traffic.total_rates(span).get(key, 0.0))
+                        for span in (10, 60, 600))
 
     def broker_config(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         props = self._t.config.to_properties()

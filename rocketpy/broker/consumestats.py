@@ -5,6 +5,7 @@ and QueryConsumeTimeSpanBody."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,23 +14,34 @@ from rocketpy.common.fastjson import dump_json, object_key_map, raw_object
 from rocketpy.common.route import MessageQueue
 
 
+def queue_offsets(tables: BrokerTables, group: str, topic: str) -> list[tuple[int, int, int]]:
+    """Per write queue of ``topic`` (none when this broker lacks it): queue id, broker offset and
+    ``group``'s committed offset (0 when none)."""
+    config = tables.topics.select_topic_config(topic)
+    if config is None:
+        return []
+    store, offsets = tables.store, tables.offsets
+    return [(queue_id, max(store.get_max_offset_in_queue(topic, queue_id), 0),
+             max(offsets.query_offset(group, topic, queue_id), 0)) for queue_id in range(config.write_queue_nums)]
+
+
 def consume_stats(tables: BrokerTables, group: str, topics: Iterable[str]) -> tuple[str, int]:
     """``group``'s ConsumeStats JSON over ``topics`` (those this broker lacks are skipped) and its
     total lag (broker offset minus committed offset, summed over the queues)."""
     entries = []
     diff = 0
+    tps = 0.0
+    rates = {} if tables.traffic is None else tables.traffic.rates()
     broker = tables.config.broker_name
     for topic in topics:
-        config = tables.topics.select_topic_config(topic)
-        if config is None:
-            continue
-        for queue_id in range(config.write_queue_nums):
-            broker_offset = max(tables.store.get_max_offset_in_queue(topic, queue_id), 0)
-            committed = max(tables.offsets.query_offset(group, topic, queue_id), 0)
+        queues = queue_offsets(tables, group, topic)
+        if queues:
+            tps += rates.get(("get", topic, group), 0.0)
+        for queue_id, broker_offset, committed in queues:
             diff += broker_offset - committed
             entries.append((MessageQueue(topic, broker, queue_id).to_json(),
                             {"brokerOffset": broker_offset, "consumerOffset": committed, "lastTimestamp": 0}))
-    return raw_object({"consumeTps": "0.0", "offsetTable": object_key_map(entries)}), diff
+    return raw_object({"consumeTps": json.dumps(tps), "offsetTable": object_key_map(entries)}), diff
 
 
 def broker_consume_stats(tables: BrokerTables, order_only: bool) -> bytes:

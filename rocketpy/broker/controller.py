@@ -42,6 +42,7 @@ from rocketpy.broker.send import SendMessageProcessor
 from rocketpy.broker.sendback import SendBackProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.broker.traffic import BrokerTraffic
 from rocketpy.ha.client import HAClient
 from rocketpy.ha.config import HAConfig, ha_listen_endpoint
 from rocketpy.ha.service import HAService
@@ -93,6 +94,7 @@ class BrokerService(Service):
         self._reactor = reactor
         self._tls = tls
         self.config = config
+        self.boot_time = reactor.seconds()
         store_config.store_host = (config.advertised_host, config.advertised_port)
         store_config.broker_role = config.broker_role
         self.store = make_store(reactor, store_config)
@@ -117,9 +119,10 @@ class BrokerService(Service):
         self.hold: PullRequestHoldService | None = None
         if config.long_polling_enable:
             self.hold = PullRequestHoldService(reactor, self.store.get_max_offset_in_queue)
+        self.traffic = BrokerTraffic(reactor, self.topics, self.store)
         self.tables = BrokerTables(
             config, self.topics, self.subscriptions, self.offsets, self.consumers, self.producers, self.store,
-            reactor, RebalanceLockManager(reactor), self._held_pulls,
+            reactor, RebalanceLockManager(reactor), self._held_pulls, self.traffic,
         )
         self._features(store_config)
         listeners: list[Any] = [ClientChannelListener(self.consumers, self.producers)]
@@ -250,6 +253,7 @@ class BrokerService(Service):
             groups=self.subscriptions,
             slave_readable=self.config.slave_read_enable,
             property_filter=self.config.enable_property_filter,
+            gets=self.traffic.gets,
         )
         self.server.register_processor(RequestCode.PULL_MESSAGE, pull)
         if self.hold is not None:
@@ -314,6 +318,7 @@ class BrokerService(Service):
             self.slave_sync.start(self.ha_client.config.sync_interval)
         for loop, interval in self._loops:
             self._loop_results.append(loop.start(interval, now=False))
+        self.traffic.start()  # after the store loaded: its first sample holds the offsets
         self._startup.succeeded()
 
     # -- periodic work ------------------------------------------------------------
@@ -347,6 +352,7 @@ class BrokerService(Service):
         for service in reversed(self._feature_services):
             if service.running:
                 await self._step(f"stop {type(service).__name__}", service.stopService)
+        self.traffic.stop()
         for loop, _ in self._loops:
             if loop.running:
                 loop.stop()

@@ -74,6 +74,10 @@ class ConsumerOffsetManager(JsonConfigFile):
         """Topics ``group`` committed offsets for."""
         return {t for t, g in self._keys() if g == group}
 
+    def pairs(self) -> list[tuple[str, str]]:
+        """Every ``(topic, group)`` with committed offsets."""
+        return self._keys()
+
     def groups_of_topic(self, topic: str) -> set[str]:
         """Groups that committed offsets for ``topic``."""
         return {g for t, g in self._keys() if t == topic}

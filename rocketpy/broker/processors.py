@@ -25,6 +25,7 @@ from rocketpy.broker.heartbeat import HeartbeatError, MessageModel, parse_heartb
 from rocketpy.broker.offsets import ConsumerOffsetManager, RebalanceLockManager
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.broker.traffic import BrokerTraffic
 from rocketpy.common.fastjson import dump_json
 from rocketpy.common.headers import HeaderError, get_int, get_str
 from rocketpy.common.route import MessageQueue
@@ -61,6 +62,8 @@ class BrokerTables:
     locks: RebalanceLockManager
     #: how many pull requests long polling holds now (GET_BROKER_RUNTIME_INFO)
     held_pulls: Callable[[], int] = lambda: 0
+    #: traffic counters and rates (GET_CONSUME_STATS, GET_BROKER_RUNTIME_INFO); None: not counted
+    traffic: BrokerTraffic | None = None
 
     def queue(self, request: RemotingCommand) -> tuple[str, int]:
         """The request's ``topic`` and ``queueId``, checked against the topic table.

@@ -21,6 +21,7 @@ from rocketpy.broker.longpoll import PullRequestHoldService
 from rocketpy.broker.processors import Rejected
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.broker.traffic import GetCounts
 from rocketpy.common.headers import HeaderError, get_int, get_str, to_fields
 from rocketpy.common.route import MASTER_ID
 from rocketpy.common.topic import is_readable
@@ -123,6 +124,7 @@ class PullMessageProcessor:
         which broker to suggest when slow); None allows every group.
     :param slave_readable: when the store suggests reading from a slave, send clients there.
     :param property_filter: ``enablePropertyFilter``: serve SQL92 subscriptions (else SYSTEM_ERROR).
+    :param gets: counts what each group pulls (rocketmq_consumer_tps); None counts nothing.
     """
 
     log = Logger()
@@ -137,7 +139,9 @@ class PullMessageProcessor:
         groups: SubscriptionGroupManager | None = None,
         slave_readable: bool = False,
         property_filter: bool = False,
+        gets: GetCounts | None = None,
     ) -> None:
+        self._gets = gets
         self._groups = groups
         self._property_filter = property_filter
         self._store = store
@@ -244,6 +248,8 @@ class PullMessageProcessor:
         allow_suspend: bool,
     ) -> RemotingCommand | Deferred[RemotingCommand | None]:
         code = _code(result.status, header.queue_offset)
+        if code != ResponseCode.SUCCESS and self._gets is not None:
+            self._gets.missed += 1
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and self._hold is not None:
             return self._hold.suspend(
                 channel,
@@ -259,7 +265,11 @@ class PullMessageProcessor:
             minOffset=result.min_offset,
             maxOffset=result.max_offset,
         )
-        body = result.body if code == ResponseCode.SUCCESS else b""
+        body = b""
+        if code == ResponseCode.SUCCESS:
+            body = result.body
+            if self._gets is not None:
+                self._gets.record(header.topic, header.consumer_group, result.message_count, len(body))
         return request.make_response(code, result.status.name, fields, body)
 
     def _suggested_broker(self, header: PullHeader, result: GetMessageResult) -> int:

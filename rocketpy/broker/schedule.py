@@ -137,6 +137,15 @@ class ScheduleMessageService(Service):
             self._persisting = None
         await self.offsets.persist()
 
+    def backlogs(self) -> dict[int, int]:
+        """Per delay level, the messages parked and not yet delivered."""
+        store, out = self._store, {}
+        for level in range(1, len(self._levels) + 1):
+            end = store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1)
+            start = max(self.offsets.offsets.get(level, 0), store.get_min_offset_in_queue(SCHEDULE_TOPIC, level - 1))
+            out[level] = max(0, end - start)
+        return out
+
     def _schedule(self, level: int, delay: float) -> None:
         if self.running:
             self._timers[level] = self._clock.callLater(delay, self._run, level)

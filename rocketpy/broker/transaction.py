@@ -287,6 +287,10 @@ class TransactionCheckService(Service):
         return max(0, self._offsets.query_offset(TRANS_GROUP, topic, 0),
                    self._tx.store.get_min_offset_in_queue(topic, 0))
 
+    def half_backlog(self) -> int:
+        """Half messages the checker has not passed yet (undecided, or decided but not yet skipped)."""
+        return max(0, self._tx.store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0) - self._offset(TRANS_HALF_TOPIC))
+
     def _commit(self, topic: str, offset: int) -> None:
         self._offsets.commit_offset("broker", TRANS_GROUP, topic, 0, offset)
 

@@ -46,6 +46,7 @@ class SlaveSession:
     """The transfer to one slave; the transport pauses it while its send buffer is full.
 
     :ivar ack_offset: the slave's last reported max offset (-1 before its first report).
+    :ivar caught_up_at: when the slave last reported the master's whole commit log (or connected).
     """
 
     log = Logger()
@@ -59,6 +60,7 @@ class SlaveSession:
         self.ack_offset = -1
         #: the slave's ``ip:port``, kept for the log line once the link is gone
         self.peer = link.peer_address()
+        self.caught_up_at = clock.seconds()
         self._next = -1  # where the next block starts; -1 until the first report
         self._reading = False
         self._paused = False
@@ -82,6 +84,8 @@ class SlaveSession:
             self._link.drop()
             return
         self.ack_offset = offset
+        if offset >= self._store.max_physical_offset:
+            self.caught_up_at = self._clock.seconds()
         self._service.slave_acked(offset)
         self.wake()
 
@@ -187,6 +191,16 @@ class HAService(Service):
     @property
     def slave_count(self) -> int:
         return len(self._sessions)
+
+    def slave_lags(self) -> list[tuple[str, int, float]]:
+        """Per connected slave: its address, the bytes it lacks and for how many seconds it
+        has lacked some (0 when it has everything)."""
+        end, now = self.store.max_physical_offset, self._reactor.seconds()
+        lags = []
+        for session in self._sessions:
+            behind = max(0, end - max(session.ack_offset, 0))
+            lags.append((session.peer, behind, now - session.caught_up_at if behind else 0.0))
+        return sorted(lags)
 
     # -- lifecycle --
 

@@ -84,6 +84,8 @@ class RemotingNode:
         self._processors: dict[int, _Registration] = {}
         self._default: _Registration | None = None
         self._channels: dict[RemotingProtocol, None] = {}
+        #: requests answered SYSTEM_BUSY because their processor rejected them (a busy store)
+        self.busy_rejections = 0
         self._scan_interval = scan_interval
         self._scan = LoopingCall(self._scan_requests)
         self._scan.clock = reactor
@@ -200,6 +202,7 @@ class RemotingNode:
         processor: Any = registration.processor  # an IBatchRequestProcessor
         try:
             if processor.reject_request():
+                self.busy_rejections += len(run)
                 for request in run:
                     self._respond(channel, request,
                                   request.make_response(ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]" + BUSY_REMARK))
@@ -258,6 +261,7 @@ class RemotingNode:
         processor = registration.processor
         try:
             if processor.reject_request():
+                self.busy_rejections += 1
                 busy = request.make_response(ResponseCode.SYSTEM_BUSY, "[REJECTREQUEST]" + BUSY_REMARK)
                 self._respond(channel, request, busy)
                 return

@@ -165,7 +165,7 @@ class CommitLog:
                     _log.warn("commit log {dir}: a put of {size} bytes held the lock {ms} ms", dir=self.queue.store_path,
                               size=total, ms=elapsed)
                 if result.status is PutMessageStatus.PUT_OK:
-                    stats.record_put(len(msgs), total, elapsed)
+                    stats.record_put(msgs[0].topic, len(msgs), total, elapsed)
                 else:
                     stats.record_failure(result.status.value)
         return results  # type: ignore[return-value]  # every slot is filled by now

@@ -268,9 +268,12 @@ class MessageStore:
 
         :returns: True when the flushed offset advanced.
         """
+        started = time.perf_counter()
         advanced = self.commit_log.flush(least_pages)
-        if advanced and self.checkpoint is not None:
-            self.checkpoint.physic_msg_timestamp = self.commit_log.queue.store_timestamp
+        if advanced:
+            self.stats.record_flush(time.perf_counter() - started)
+            if self.checkpoint is not None:
+                self.checkpoint.physic_msg_timestamp = self.commit_log.queue.store_timestamp
         return advanced
 
     def flush_consume_queues(self, least_pages: int = 0) -> None:
@@ -294,6 +297,11 @@ class MessageStore:
     def min_physical_offset(self) -> int:
         """Start of the oldest commit-log file (0 when there is none)."""
         return max(0, self.commit_log.min_offset)
+
+    @property
+    def disk_used_ratio(self) -> float:
+        """The highest used ratio of the store's partitions at the last retention check (-1: unreadable)."""
+        return self.retention.last.ratio
 
     @property
     def flushed_offset(self) -> int:

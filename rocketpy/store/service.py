@@ -13,6 +13,7 @@ waiters appended while it runs are served by the next one.
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import partial
 from typing import Any, Callable, Sequence, TypeVar, cast
 
@@ -137,6 +138,8 @@ class StoreService(StoreReads, Service):
         self._started: Deferred[None] | None = None
         self._accepting = False  # running, and the store not known to have failed loading
         self._arrival_listeners: list[ArrivalListener] = []
+        #: puts refused here before reaching the store, by status (the store counts its own)
+        self.refused: Counter[str] = Counter()
         self._flush_waiters = OffsetWaiters(reactor)
         self._completion = PutCompletion(self._flush_waiters, reactor, self._sync_flush,
                                          self._config.sync_flush_timeout)
@@ -168,7 +171,7 @@ class StoreService(StoreReads, Service):
             queue, self._queue = self._queue, []
             self._queued_messages = 0
             for put in queue:
-                put.refuse(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+                self._refuse(put, PutMessageStatus.SERVICE_NOT_AVAILABLE)
             return
         self._flush_waiters.advance(self._store.flushed_offset)
         self._ready = True
@@ -254,6 +257,10 @@ class StoreService(StoreReads, Service):
             return succeed([])
         return self._enqueue(_Put(puts, False, sum(map(len, puts))))
 
+    def queue_wait(self) -> float:
+        """Seconds the oldest put waiting for an append hop has waited (0 when none waits)."""
+        return self._reactor.seconds() - self._queued_since if self._queue else 0.0
+
     def is_busy(self) -> bool:
         """True when puts should be refused (the broker answers SYSTEM_BUSY).
 
@@ -271,9 +278,9 @@ class StoreService(StoreReads, Service):
 
     def _enqueue(self, put: _Put) -> Deferred[Any]:
         if not self._accepting:
-            put.refuse(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            self._refuse(put, PutMessageStatus.SERVICE_NOT_AVAILABLE)
         elif (self._hop_started is not None or self._queue) and self.is_busy():
-            put.refuse(PutMessageStatus.OS_PAGECACHE_BUSY)
+            self._refuse(put, PutMessageStatus.OS_PAGECACHE_BUSY)
         elif (self._inline and self._hop_started is None and not self._queue
                 and not self._delivering and self._ready and not self._in_pool.running
                 and self._store.can_append_inline(put.puts)):
@@ -286,6 +293,10 @@ class StoreService(StoreReads, Service):
             if not self._delivering:
                 self._maybe_hop()
         return put.deferred
+
+    def _refuse(self, put: _Put, status: PutMessageStatus) -> None:
+        self.refused[status.value] += len(put.puts)
+        put.refuse(status)
 
     def _append_inline(self, puts: list[_Put]) -> None:
         """ASYNC_FLUSH, writer idle: append small messages on the reactor thread, without a hop.
@@ -416,7 +427,7 @@ class StoreService(StoreReads, Service):
             self._group_commit.running = False
         for put in puts:
             if not put.deferred.called:
-                put.refuse(PutMessageStatus.UNKNOWN_ERROR)
+                self._refuse(put, PutMessageStatus.UNKNOWN_ERROR)
         self._hop_finished()
 
     def _hop_finished(self) -> None:

@@ -9,6 +9,7 @@ from twisted.internet.defer import Deferred
 
 from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IMessageStore
+from rocketpy.store.stats import StoreStats
 from rocketpy.store.status import GetMessageResult, QueryMessageResult
 
 
@@ -27,6 +28,20 @@ class StoreReads:
     @property
     def max_physical_offset(self) -> int:
         return cast(int, self._store.max_physical_offset)
+
+    @property
+    def min_physical_offset(self) -> int:
+        return cast(int, self._store.min_physical_offset)
+
+    @property
+    def stats(self) -> StoreStats:
+        """The store's counters (written by its writer thread; plain ints, read as they are)."""
+        return cast(StoreStats, self._store.stats)
+
+    @property
+    def disk_used_ratio(self) -> float:
+        """The store partitions' used ratio at the last retention check (-1: unreadable)."""
+        return cast(float, self._store.disk_used_ratio)
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     tag_filter: Callable[[int], bool] | None = None,
@@ -47,6 +62,11 @@ class StoreReads:
                                 consumer_offset: int) -> Deferred[tuple[int, int, int, int]]:
         return self._in_read_pool(self._store.query_consume_time_span, topic, queue_id, consumer_offset)
 
+    def next_store_times(self, positions: list[tuple[str, int, int]]) -> Deferred[list[int]]:
+        """Per ``(topic, queue id, offset)``, the store time (ms) of the message at that offset
+        (the oldest one when the offset is below it), -1 at the end: one read-pool hop for all."""
+        return self._in_read_pool(_next_store_times, self._store, positions)
+
     def query_consume_queue(self, topic: str, queue_id: int, index: int,
                             count: int) -> Deferred[tuple[int, int, list[tuple[int, int, int]] | None] | None]:
         return self._in_read_pool(self._store.query_consume_queue, topic, queue_id, index, count)
@@ -64,3 +84,7 @@ class StoreReads:
     def get_commit_log_data(self, offset: int, size: int = -1) -> Deferred[bytes | None]:
         """HA master: ``size`` bytes of commit log at ``offset`` (-1: to the end of its file)."""
         return self._in_read_pool(self._store.get_commit_log_data, offset, size)
+
+
+def _next_store_times(store: Any, positions: list[tuple[str, int, int]]) -> list[int]:
+    return [store.query_consume_time_span(topic, queue_id, offset)[3] for topic, queue_id, offset in positions]

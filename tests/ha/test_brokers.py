@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import reactor
 from twisted.internet.defer import gatherResults
 from twisted.trial.unittest import TestCase
@@ -22,6 +23,7 @@ from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.service import StoreService
+from rocketpy.web.metrics import render_metrics
 from tests.ports import free_port
 from tests.ha.test_replication import caught_up, until
 
@@ -104,6 +106,22 @@ class BrokerPairTests(TestCase):
         await until(lambda: master.ha is not None and master.ha.slave_count == 0)
         result = await p.send(Message("HA", b"alone"))
         self.assertEqual(result.status, SendStatus.SLAVE_NOT_AVAILABLE)
+
+    async def test_replication_metrics(self) -> None:
+        """/metrics: the master sees its slave with nothing missing once SYNC_MASTER sends are
+        answered; the slave reports its link to the master."""
+        master, slave = await self.pair("SYNC_MASTER")
+        p = await self.producer()
+        for i in range(5):
+            await p.send(Message("HA", b"m%d" % i))
+        page = (await render_metrics(master))[0].decode()
+        lags = {s.name: s for f in text_string_to_metric_families(page) for s in f.samples
+                if s.name.startswith("rocketpy_slave_lag")}
+        self.assertEqual({name: s.value for name, s in lags.items()},
+                         {"rocketpy_slave_lag_bytes": 0, "rocketpy_slave_lag_seconds": 0})
+        self.assertTrue(lags["rocketpy_slave_lag_bytes"].labels["slave"].startswith("127.0.0.1:"))
+        self.assertIn("rocketpy_slave_master_link{broker=\"broker-a\",cluster=\"DefaultCluster\"} 1.0",
+                      (await render_metrics(slave))[0].decode())
 
     async def test_consumers_read_from_slave_when_master_is_down(self) -> None:
         """With the master stopped, a pull consumer continues on the slave (also from a stale route with

@@ -127,6 +127,20 @@ class TransferTests(SynchronousTestCase):
         link.ack(FILE)
         self.assertTrue(link.transport.disconnected)
 
+    def test_slave_lags(self) -> None:
+        """A slave's lag: the bytes it lacks, and the seconds since it last had everything."""
+        link = Link(self.service)
+        end = self.store.max_physical_offset
+        self.clock.advance(3)
+        link.ack(end - 24)
+        [(address, behind, seconds)] = self.service.slave_lags()
+        self.assertEqual((address, behind, seconds), ("192.168.1.1:54321", 24, 3.0))
+        link.ack(end)
+        self.assertEqual(self.service.slave_lags(), [(address, 0, 0.0)])
+        self.store.append(b"new")
+        self.clock.advance(2)
+        self.assertEqual(self.service.slave_lags(), [(address, 3, 2.0)])
+
     def test_lost_link_leaves_no_timer(self) -> None:
         """A closed link is forgotten and its heartbeat timer cancelled."""
         link = Link(self.service)

@@ -97,7 +97,7 @@ class Rocketpy:
             "--commit-log-file-size", str(16 * 1024 * 1024),
             "--consume-queue-file-size", str(20 * 10_000),
             "--max-hash-slot-num", "10000", "--max-index-num", "40000",
-            "--flush-disk-type", self.flush, *self.extra,
+            "--flush-disk-type", self.flush, "--http", "none", *self.extra,
         ]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
         with open(self.log_path, "ab") as log:

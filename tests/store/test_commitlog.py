@@ -381,9 +381,13 @@ class LockTests(CommitLogCase):
         self.dispatcher.during = lambda: setattr(self.clock, "now", self.clock.now + 20)
         put_ok(self, self.log, message())
         self.log.put_messages([message(), message(), message()])
+        first_size = self.log.max_offset
+        self.log.put_message(message(topic="TopicB"))
         stats = self.log.stats
-        self.assertEqual((stats.puts, stats.records, stats.bytes), (2, 4, self.log.max_offset))
-        self.assertEqual(stats.latency_distribution()["<=50ms"], 1)
+        self.assertEqual((stats.puts, stats.records, stats.bytes), (3, 5, self.log.max_offset))
+        self.assertEqual(stats.topic_bytes, {"TopicA": first_size, "TopicB": self.log.max_offset - first_size})
+        self.assertEqual(stats.put_ms_total, 20 + 60 + 20)  # 20 ms per record dispatched under the lock
+        self.assertEqual(stats.latency_distribution()["<=50ms"], 2)
         self.assertEqual(stats.latency_distribution()["<=100ms"], 1)
         self.assertEqual(stats.snapshot()["max_put_ms"], 60)
 

@@ -182,6 +182,9 @@ class LifecycleTests(StoreCase):
         self.assertTrue(self.store.flush(0))
         self.assertFalse(self.store.flush(0))
         self.assertEqual(self.store.flushed_offset, self.store.max_physical_offset)
+        stats = self.store.stats  # only the flush that made bytes durable is timed
+        self.assertEqual((stats.flushes, sum(stats.flush_buckets)), (1, 1))
+        self.assertGreater(stats.flush_seconds_total, 0)
         self.store.flush_consume_queues(0)
         with open(self.config.checkpoint_path, "rb") as f:
             physic, logics, _index = struct.unpack(">qqq", f.read(24))

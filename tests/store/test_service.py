@@ -268,6 +268,8 @@ class FlowControlTests(SynchronousTestCase):
         self.assertTrue(service.is_busy())
         refused = self.successResultOf(service.put_message(message()))
         self.assertEqual(refused.status, PutMessageStatus.OS_PAGECACHE_BUSY)
+        self.successResultOf(service.put_many([[message()], [message(), message()]]))
+        self.assertEqual(service.refused, {"OS_PAGECACHE_BUSY": 3})  # counted per put (/metrics)
         pool.run_all()
         self.assertFalse(service.is_busy())
 
@@ -276,8 +278,10 @@ class FlowControlTests(SynchronousTestCase):
         service, _, clock, pool = make_stepped_service()
         service.put_message(message())
         clock.advance(0.1)
+        self.assertEqual(service.queue_wait(), 0)  # the first put is in the running hop: none waits
         service.put_message(message())
         clock.advance(0.15)
+        self.assertAlmostEqual(service.queue_wait(), 0.15)
         self.assertFalse(service.is_busy(), "the queued put waited only 150 ms")
         clock.advance(0.1)
         self.assertTrue(service.is_busy())
@@ -301,6 +305,7 @@ class LifecycleTests(SynchronousTestCase):
         service = StoreService(store, reactor, as_thread_pool(InlinePool()))
         result = self.successResultOf(service.put_message(message()))
         self.assertEqual(result.status, PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        self.assertEqual(service.refused, {"SERVICE_NOT_AVAILABLE": 1})
 
     def test_load_failure_refuses_puts(self) -> None:
         """If load() fails, queued and later puts answer SERVICE_NOT_AVAILABLE."""

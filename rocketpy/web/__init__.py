@@ -1,0 +1,1 @@
+"""The broker's HTTP endpoint (``--http``): ``/metrics`` for Prometheus (doc/observability.md)."""
