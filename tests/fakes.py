@@ -7,10 +7,11 @@ every subclass the tests make) with ``verifyObject``, so a fake cannot drift fro
 from __future__ import annotations
 
 import struct
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, fail, gatherResults, succeed
 from zope.interface import implementer
 
 from rocketpy.common.message import (
@@ -26,6 +27,7 @@ from rocketpy.interfaces import IChannel, IMessageStore, IStoreService
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.groupcommit import PutHook
+from rocketpy.store.stats import StoreStats
 from rocketpy.store.status import (
     AppendMessageResult,
     AppendMessageStatus,
@@ -106,10 +108,18 @@ class FakeStoreService:
         self.listeners: list[Callable[[str, int, int], None]] = []
         self.put_hooks: list[PutHook] = []
         self.delete_requests = 0
+        self.stats = StoreStats()
+        self.refused: Counter[str] = Counter()
+        self.disk_used_ratio = 0.0
+
+    min_physical_offset = 0
 
     @property
     def max_physical_offset(self) -> int:
         return len(self.log)
+
+    def queue_wait(self) -> float:
+        return 0.0
 
     # -- writes --
 
@@ -234,6 +244,10 @@ class FakeStoreService:
         low, end = self.get_min_offset_in_queue(topic, queue_id), self.get_max_offset_in_queue(topic, queue_id)
         stored = STORE_MS if end > low else -1
         return succeed((stored, stored, stored, STORE_MS if max(consumer_offset, low) < end else -1))
+
+    def next_store_times(self, positions: list[tuple[str, int, int]]) -> Deferred[list[int]]:
+        spans = [self.query_consume_time_span(topic, queue_id, offset) for topic, queue_id, offset in positions]
+        return gatherResults(spans).addCallback(lambda found: [span[3] for span in found])
 
     def query_consume_queue(
         self, topic: str, queue_id: int, index: int, count: int
@@ -408,6 +422,8 @@ class FakeMessageStore:
         self.on_put: Callable[[MessageExt], None] | None = None
         self.populate_wanted = False  # what populate_due answers
         self.inline_ok = False  # what can_append_inline answers
+        self.stats = StoreStats()
+        self.disk_used_ratio = 0.0
 
     def can_append_inline(self, puts: Sequence[Sequence[MessageExt]]) -> bool:
         return self.inline_ok

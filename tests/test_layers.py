@@ -28,7 +28,8 @@ BUILDS_ON: dict[str, tuple[str, ...]] = {
     "broker": ("ha", "acl"),  # the broker's processors and wiring
     "client": ("acl",),  # the Deferred producer and consumers
     "blocking": ("client",),  # the blocking facade over the client
-    "tap": ("broker", "namesrv"),  # twistd options and the service tree
+    "web": ("broker",),  # the HTTP endpoint: /metrics
+    "tap": ("broker", "namesrv", "web"),  # twistd options and the service tree
     "testing": ("tap", "blocking"),  # doubles and harnesses for users' tests
     "admin": ("client",),  # the admin command line
     "bench": ("client",),  # the rocketpy-bench load generator
