@@ -89,7 +89,7 @@ class IStoreService(Interface):
     max_physical_offset = Attribute("int: the commit-log offset after the last appended byte.")
     min_physical_offset = Attribute("int: the start of the oldest commit-log file (0 when none).")
     stats = Attribute("StoreStats: the store's counters (puts, bytes per topic, failures, latencies).")
-    disk_used_ratio = Attribute("float: the store partitions' used ratio at the last retention check.")
+    checked_disk_ratio = Attribute("float: the store partitions' used ratio at the last retention check.")
     refused = Attribute("Counter[str]: puts refused before reaching the store, by status.")
 
     # -- writes
@@ -189,7 +189,7 @@ class IMessageStore(Interface):
     flushed_offset = Attribute("int: the commit-log offset up to which the log is on disk.")
     min_physical_offset = Attribute("int: the start of the oldest commit-log file (0 when none).")
     stats = Attribute("StoreStats: counters the writer and flush threads update.")
-    disk_used_ratio = Attribute("float: the store partitions' used ratio at the last retention check.")
+    checked_disk_ratio = Attribute("float: the store partitions' used ratio at the last retention check.")
 
     # -- life cycle and writes (the writer thread)
 

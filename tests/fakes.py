@@ -110,7 +110,7 @@ class FakeStoreService:
         self.delete_requests = 0
         self.stats = StoreStats()
         self.refused: Counter[str] = Counter()
-        self.disk_used_ratio = 0.0
+        self.checked_disk_ratio = 0.0
 
     min_physical_offset = 0
 
@@ -423,7 +423,7 @@ class FakeMessageStore:
         self.populate_wanted = False  # what populate_due answers
         self.inline_ok = False  # what can_append_inline answers
         self.stats = StoreStats()
-        self.disk_used_ratio = 0.0
+        self.checked_disk_ratio = 0.0
 
     def can_append_inline(self, puts: Sequence[Sequence[MessageExt]]) -> bool:
         return self.inline_ok

@@ -179,7 +179,7 @@ class AdminBrokerProcessor(TableProcessor):
             msgPutTotalTodayNow=total,
             putTps=self._tps("put"),
             getTransferedTps=self._tps("get"),
-            commitLogDiskRatio=str(max(getattr(self._t.store, "disk_used_ratio", 0.0), 0.0)),
+            commitLogDiskRatio=str(max(self._t.store.checked_disk_ratio, 0.0)),
             commitLogMaxOffset=str(self._t.store.max_physical_offset),
             sendThreadPoolQueueCapacity="10000",
             pullThreadPoolQueueCapacity="100000",

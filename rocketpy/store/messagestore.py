@@ -299,7 +299,7 @@ class MessageStore:
         return max(0, self.commit_log.min_offset)
 
     @property
-    def disk_used_ratio(self) -> float:
+    def checked_disk_ratio(self) -> float:
         """The highest used ratio of the store's partitions at the last retention check (-1: unreadable)."""
         return self.retention.last.ratio
 

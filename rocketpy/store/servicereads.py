@@ -39,9 +39,9 @@ class StoreReads:
         return cast(StoreStats, self._store.stats)
 
     @property
-    def disk_used_ratio(self) -> float:
+    def checked_disk_ratio(self) -> float:
         """The store partitions' used ratio at the last retention check (-1: unreadable)."""
-        return cast(float, self._store.disk_used_ratio)
+        return cast(float, self._store.checked_disk_ratio)
 
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     tag_filter: Callable[[int], bool] | None = None,

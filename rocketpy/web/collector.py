@@ -159,7 +159,7 @@ class BrokerCollector(Collector):
         values += [
             ("put_message_average_size", stats.bytes / stats.puts if stats.puts else 0.0),
             ("send_threadpoolqueue_headwait_timemills", int(store.queue_wait() * 1000)),
-            ("commitlog_disk_ratio", max(store.disk_used_ratio, 0.0)),
+            ("commitlog_disk_ratio", max(store.checked_disk_ratio, 0.0)),
             ("commitlog_maxoffset", store.max_physical_offset),
             ("commitlog_minoffset", store.min_physical_offset),
             ("putmessage_entire_time_max", stats.max_put_ms),
@@ -205,7 +205,7 @@ class BrokerCollector(Collector):
                         store.max_physical_offset - store.min_physical_offset)
         yield self._own(GaugeMetricFamily(
             "rocketpy_disk_used_ratio", "Used ratio of the store's partitions at the last check (-1: unreadable)",
-            labels=OWN), store.disk_used_ratio)
+            labels=OWN), store.checked_disk_ratio)
 
     def _clients(self) -> Iterator[Metric]:
         family = GaugeMetricFamily("rocketpy_connections", "Client connections (with a heartbeat) by language",
