@@ -72,6 +72,7 @@ class BrokerFixture:
             self.namesrv_addr = "127.0.0.1:%d" % namesrv_socket.getsockname()[1]
             self.broker_addr = "127.0.0.1:%d" % broker_socket.getsockname()[1]
             args = {
+                "http": "none",  # no fixed port in tests (give {"http": "tcp:0:interface=127.0.0.1"} for one)
                 **self._options,
                 "namesrv-listen": f"fd:{namesrv_socket.fileno()}",
                 "namesrv-config-dir": os.path.join(self.root, "namesrv"),
