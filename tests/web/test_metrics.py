@@ -173,8 +173,8 @@ class MetricsTests(BrokerHttpTestCase):
         stats = fastjson.loads((await cluster.admin.invoke_sync(broker.config.advertised_address, request, 5)).body)
         self.assertGreater(stats["consumeTps"], 0)  # mqadmin consumerProgress: the same pull counts
         request = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
-        runtime = await cluster.admin.invoke_sync(broker.config.advertised_address, request, 5)
-        table = json.loads(runtime.body)["table"]
+        response = await cluster.admin.invoke_sync(broker.config.advertised_address, request, 5)
+        table = json.loads(response.body)["table"]
         for key in ("putTps", "getTransferedTps"):  # mqadmin clusterList's InTPS and OutTPS
             self.assertTrue(all(float(tps) > 0 for tps in table[key].split()), table[key])
         self.assertGreater(value(after, "rocketmq_broker_qps"), 0)
