@@ -23,8 +23,10 @@ ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
 })
 _LEFT_OUT = (SIGNATURE, UNIQUE_KEY_QUERY)
-#: SEND_BATCH_MESSAGE as RocketMQ 5 checks it (4.9 forgot it: any signed batch went through).
-_SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
+#: SEND_BATCH_MESSAGE as RocketMQ 5 checks it (4.9 forgot it: any signed batch went through), and the
+#: reply sends (4.9 forgot them too: a signed client could store a reply on any topic).
+_SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
+               RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2)
 
 
 def _is_retry(topic: str | None) -> bool:

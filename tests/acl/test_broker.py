@@ -142,6 +142,10 @@ class BrokerAclTests(TestCase):
         forged.ext_fields.update(AccessKey="RocketMQ", Signature="bm90IGEgc2lnbmF0dXJl")
         self.assert_refused(await self.call(forged), "Check signature failed for accessKey=RocketMQ")
         self.assert_refused(await self.call(send_request("TopicB"), USER), "No default permission for topic:TopicB")
+        for code in (RequestCode.SEND_REPLY_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+            other = send_request("TopicB")
+            other.code = code
+            self.assert_refused(await self.call(other, USER), "No default permission for topic:TopicB")
         pull = RemotingCommand.request(RequestCode.PULL_MESSAGE, {
             "consumerGroup": "GroupB", "topic": "TopicA", "queueId": "0", "queueOffset": "0", "maxMsgNums": "1",
             "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0", "subVersion": "0"})
