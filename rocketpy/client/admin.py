@@ -43,7 +43,7 @@ from rocketpy.common.fastjson import dump_json
 from rocketpy.common.headers import to_fields
 from rocketpy.common.properties import parse_properties
 from rocketpy.common.route import MessageQueue, NAMESPACE_ORDER_TOPIC_CONFIG
-from rocketpy.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from rocketpy.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, TBW102
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 
 __all__ = ["AdminClient", "NotFoundError", "TOOLS_CONSUMER_GROUP", "TOOLS_PRODUCER_GROUP"]
@@ -132,7 +132,7 @@ class AdminClient(MessageAdmin):
     async def create_topic(self, addr: str, settings: TopicSettings) -> None:
         """UPDATE_AND_CREATE_TOPIC on one broker; it then registers the topic with its name servers."""
         fields = to_fields(
-            topic=settings.topic, defaultTopic="TBW102", readQueueNums=settings.read_queue_nums,
+            topic=settings.topic, defaultTopic=TBW102, readQueueNums=settings.read_queue_nums,
             writeQueueNums=settings.write_queue_nums, perm=settings.perm, topicFilterType=settings.topic_filter_type,
             topicSysFlag=settings.topic_sys_flag, order=settings.order,
         )

@@ -1,5 +1,5 @@
 """What :class:`rocketpy.client.admin.AdminClient` returns: plain dataclasses, and the parsing of
-the admin bodies (spec ``remoting-protocol.md`` §3.7) into them.
+the admin bodies (doc/wire.md §9) into them.
 
 Broker bodies keyed by a MessageQueue use fastjson's object keys; name server bodies may have
 bare numeric keys (``{0:"addr"}``): both are read here, so Apache RocketMQ 4.x answers parse too.
