@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from zope.interface import Attribute, Interface
 
@@ -39,6 +39,16 @@ class IRequestProcessor(Interface):
 
     def reject_request():  # type: ignore[no-untyped-def]
         """True when the processor is overloaded: the server answers SYSTEM_BUSY."""
+
+
+class ICommandLocator(Interface):
+    """Answers several request codes, one method each (AMP's ``CommandLocator``); the server
+    registers each method under its code (:func:`rocketpy.remoting.responders.register_responders`)."""
+
+    def responders() -> Mapping[int, Callable[..., Any]]:
+        """Request code → the method answering it, called as ``method(channel, request)`` and
+        returning what :meth:`IRequestProcessor.process_request` returns; it may raise
+        ``RequestRefused``, ``HeaderError`` or ``BodyError`` to refuse the request."""
 
 
 class IBatchRequestProcessor(IRequestProcessor):

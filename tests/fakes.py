@@ -1,4 +1,5 @@
-"""Test doubles shared by the test packages: a channel, in-memory store services, a blocking store.
+"""Test doubles shared by the test packages: a channel, a server's registry, in-memory store services,
+a blocking store.
 
 Both declare the interface they stand in for, and ``tests/test_fakes.py`` checks them (and
 every subclass the tests make) with ``verifyObject``, so a fake cannot drift from the real thing.
@@ -23,8 +24,9 @@ from rocketpy.common.message import (
     patch_record,
     tags_code,
 )
-from rocketpy.interfaces import IChannel, IMessageStore, IStoreService
+from rocketpy.interfaces import IChannel, ICommandLocator, IMessageStore, IRequestProcessor, IStoreService
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.responders import register_responders
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.groupcommit import PutHook
 from rocketpy.store.stats import StoreStats
@@ -83,6 +85,27 @@ class FakeChannel:
 
     def close(self) -> None:
         self.closed = True
+
+
+class Registry:
+    """The registration side of a remoting server: the processor registered for each code."""
+
+    def __init__(self) -> None:
+        self.processors: dict[int, IRequestProcessor] = {}
+
+    def register_processor(self, code: int, processor: IRequestProcessor) -> None:
+        self.processors[code] = processor
+
+    def answer(self, channel: IChannel, request: RemotingCommand) -> Any:
+        """What the processor registered for ``request.code`` returns for it."""
+        return self.processors[request.code].process_request(channel, request)
+
+
+def registered(locator: ICommandLocator) -> Registry:
+    """A :class:`Registry` holding ``locator``'s responders, as a server would."""
+    registry = Registry()
+    register_responders(registry, locator)
+    return registry
 
 
 @implementer(IStoreService)

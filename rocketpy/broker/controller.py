@@ -50,6 +50,7 @@ from rocketpy.ha.sync import SlaveSynchronize
 from rocketpy.broker.transaction import EndTransactionProcessor, TransactionCheckService, TransactionStore
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode
+from rocketpy.remoting.responders import register_responders
 from rocketpy.remoting.server import RemotingServer
 from rocketpy.remoting.tls import ServerTLS, server_factory
 from rocketpy.store.config import MessageStoreConfig
@@ -219,8 +220,9 @@ class BrokerService(Service):
 
     def _register_processors(self, store_config: MessageStoreConfig) -> None:
         t = self.tables
-        for processor in (ClientManageProcessor(t), ConsumerManageProcessor(t), AdminBrokerProcessor(t),
-                          *self._feature_processors):
+        for locator in (ClientManageProcessor(t), ConsumerManageProcessor(t), AdminBrokerProcessor(t)):
+            register_responders(self.server, locator)
+        for processor in self._feature_processors:
             for code in processor.codes:
                 self.server.register_processor(code, processor)
         send = SendMessageProcessor(

@@ -3,8 +3,9 @@
 The admin processor is in :mod:`rocketpy.broker.admin`.
 
 Every handler answers bad input with a response code and a remark naming the
-problem (a :class:`~rocketpy.common.headers.HeaderError` becomes
-SYSTEM_ERROR); all response ext values are strings.
+problem (a :class:`Rejected`, or a :class:`~rocketpy.common.headers.HeaderError`
+as SYSTEM_ERROR, see :class:`~rocketpy.remoting.responders.Responder`); all
+response ext values are strings.
 """
 
 from __future__ import annotations
@@ -27,24 +28,20 @@ from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.broker.traffic import BrokerTraffic
 from rocketpy.common.fastjson import dump_json
-from rocketpy.common.headers import HeaderError, get_int, get_str
+from rocketpy.common.headers import get_int, get_str
 from rocketpy.common.route import MessageQueue
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, retry_topic
-from rocketpy.interfaces import IChannel, IRequestProcessor, IStoreService
+from rocketpy.interfaces import IChannel, ICommandLocator, IStoreService
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.responders import RequestRefused
 
 Handler = Callable[[IChannel, RemotingCommand], "RemotingCommand | Deferred[RemotingCommand]"]
 NOT_FOUND_REMARK = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"
 
 
-class Rejected(Exception):
-    """A request refused with ``code`` and ``remark``."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
+class Rejected(RequestRefused):
+    """A request the broker refuses with ``code`` and ``remark``."""
 
 
 @dataclass
@@ -84,37 +81,19 @@ class BrokerTables:
         return topic, queue_id
 
 
-@implementer(IRequestProcessor)
+@implementer(ICommandLocator)
 class TableProcessor:
-    """Dispatches by request code to ``handlers``; turns bad input into responses."""
+    """Request handlers over the broker's tables: ``handlers`` says which method answers which
+    code, and the server registers each under its code
+    (:func:`~rocketpy.remoting.responders.register_responders`)."""
 
     handlers: dict[int, Handler]
 
     def __init__(self, tables: BrokerTables) -> None:
         self._t = tables
 
-    def reject_request(self) -> bool:
-        return False
-
-    @property
-    def codes(self) -> list[int]:
-        """The request codes this processor serves."""
-        return list(self.handlers)
-
-    def process_request(
-        self, channel: IChannel, request: RemotingCommand
-    ) -> RemotingCommand | Deferred[RemotingCommand]:
-        handler = self.handlers.get(request.code)
-        if handler is None:
-            return request.make_response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
-            )
-        try:
-            return handler(channel, request)
-        except HeaderError as e:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-        except Rejected as e:
-            return request.make_response(e.code, e.remark)
+    def responders(self) -> dict[int, Handler]:
+        return self.handlers
 
 
 def ok_response(request: RemotingCommand, body: bytes = b"", **ext: object) -> RemotingCommand:

@@ -15,11 +15,11 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from rocketpy.common.headers import HeaderError, get_bool, get_int, get_str, to_fields
+from rocketpy.common.headers import get_bool, get_int, get_str, to_fields
 from rocketpy.common.message import body_crc
 from rocketpy.common.properties import format_properties, parse_properties
 from rocketpy.common.route import NAMESPACE_ORDER_TOPIC_CONFIG
-from rocketpy.interfaces import IRequestProcessor
+from rocketpy.interfaces import ICommandLocator
 from rocketpy.namesrv import bodies
 from rocketpy.namesrv.kvconfig import KVConfigManager
 from rocketpy.namesrv.routeinfo import FLAG_UNIT, FLAG_UNIT_SUB, RouteInfoManager
@@ -32,9 +32,9 @@ CONFIG_BLACKLIST = frozenset({"configBlackList", "configStorePath", "kvConfigPat
 _Handler = Callable[[object, RemotingCommand], "RemotingCommand | Deferred[RemotingCommand]"]
 
 
-@implementer(IRequestProcessor)
+@implementer(ICommandLocator)
 class NamesrvProcessor:
-    """Handles every name server request code in :attr:`codes`.
+    """Answers every name server request code, one method each (:meth:`responders`).
 
     :param route_info: the route tables.
     :param kv_config: the KV config (already loaded).
@@ -78,28 +78,9 @@ class NamesrvProcessor:
             RequestCode.GET_NAMESRV_CONFIG: self._get_config,
         }
 
-    @property
-    def codes(self) -> list[int]:
-        """The request codes this processor handles (register each with the server)."""
-        return list(self._handlers)
-
-    def process_request(
-        self, channel: object, request: RemotingCommand
-    ) -> RemotingCommand | Deferred[RemotingCommand]:
-        """Answer one request; unknown codes get REQUEST_CODE_NOT_SUPPORTED."""
-        handler = self._handlers.get(request.code)
-        if handler is None:
-            return request.make_response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
-            )
-        try:
-            return handler(channel, request)
-        except (HeaderError, bodies.BodyError) as e:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
-
-    def reject_request(self) -> bool:
-        """Never busy: every handler is a few dictionary operations."""
-        return False
+    def responders(self) -> dict[int, _Handler]:
+        """Request code → its handler (the server registers each under its code)."""
+        return self._handlers
 
     # -- KV config -------------------------------------------------------
 

@@ -20,6 +20,7 @@ from rocketpy.interfaces import IChannelEventListener
 from rocketpy.namesrv.kvconfig import KVConfigManager
 from rocketpy.namesrv.processor import NamesrvProcessor
 from rocketpy.namesrv.routeinfo import BROKER_EXPIRY_SECONDS, RouteInfoManager
+from rocketpy.remoting.responders import register_responders
 from rocketpy.remoting.tls import ServerTLS, server_factory
 from rocketpy.util.endpoints import server_endpoint
 from rocketpy.util.fileio import write_atomically
@@ -105,8 +106,7 @@ class NamesrvService(Service):
         clock: IReactorTime = self._reactor
         self._first_scan = clock.callLater(FIRST_SCAN_DELAY, self._start_scanner)
         self._server = self._make_server(self._reactor, [self])
-        for code in self.processor.codes:
-            self._server.register_processor(code, self.processor)
+        register_responders(self._server, self.processor)
         self._startup.begin()
         listening = maybeDeferred(lambda: server_endpoint(self._reactor, self._listen).listen(
             server_factory(self._server.factory(), self._tls, self._reactor)))

@@ -23,12 +23,12 @@ from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.message import MessageConst, MessageExt, offset_msg_id
 from rocketpy.common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TopicConfig
-from rocketpy.interfaces import IRequestProcessor
+from rocketpy.interfaces import ICommandLocator, IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectionLost, RemotingTimeoutError
 from tests.broker.test_clients import CPP_HEARTBEAT, CPP_PRODUCER_HEARTBEAT, ONS_HEARTBEAT
-from tests.fakes import CannedStoreService, FakeChannel
+from tests.fakes import CannedStoreService, FakeChannel, registered
 from tests.common.fastjson import fastjson_loads, mq_key
 
 
@@ -57,7 +57,7 @@ class ProcessorTestBase(SynchronousTestCase):
         self.admin = AdminBrokerProcessor(self.t)
 
     def call(self, processor: Any, request: RemotingCommand) -> RemotingCommand:
-        result = processor.process_request(self.channel, request)
+        result = registered(processor).answer(self.channel, request)
         if isinstance(result, Deferred):
             result = self.successResultOf(result)
         assert isinstance(result, RemotingCommand)
@@ -72,10 +72,12 @@ class ProcessorTestBase(SynchronousTestCase):
 
 class ClientManageTests(ProcessorTestBase):
     def test_interface(self) -> None:
-        """All three processors provide IRequestProcessor and accept every request."""
+        """All three are command locators whose responders, as registered, accept every request."""
         for p in (self.client, self.consumer, self.admin):
-            verifyObject(IRequestProcessor, p)
-            self.assertFalse(p.reject_request())
+            verifyObject(ICommandLocator, p)
+            for responder in registered(p).processors.values():
+                verifyObject(IRequestProcessor, responder)
+                self.assertFalse(responder.reject_request())
 
     def test_cpp_heartbeat_creates_group_and_retry_topic(self) -> None:
         """A CLUSTERING consumer's heartbeat creates its group and %RETRY% topic (1 queue, perm 6) and re-registers."""
@@ -121,9 +123,9 @@ class ClientManageTests(ProcessorTestBase):
         self.assertCode(self.call(self.client, _request(RequestCode.UNREGISTER_CLIENT)), 1, "clientID")
 
     def test_check_client_config_and_unknown_code(self) -> None:
-        """CHECK_CLIENT_CONFIG succeeds; a code the processor does not serve is REQUEST_CODE_NOT_SUPPORTED."""
+        """CHECK_CLIENT_CONFIG succeeds; other codes have no responder here (the node answers them)."""
         self.assertCode(self.call(self.client, _request(RequestCode.CHECK_CLIENT_CONFIG)), 0)
-        self.assertCode(self.call(self.client, _request(999)), 3, "999")
+        self.assertNotIn(999, self.client.responders())
 
 
 class CheckClientConfigTests(ProcessorTestBase):
@@ -364,7 +366,7 @@ class ConsumerConnectedBase(ProcessorTestBase):
     def setUp(self) -> None:
         super().setUp()
         self.consumer_channel = ConsumerChannel("10.0.0.7:5000")
-        joined = self.client.process_request(self.consumer_channel, _request(RequestCode.HEART_BEAT, CPP_HEARTBEAT))
+        joined = registered(self.client).answer(self.consumer_channel, _request(RequestCode.HEART_BEAT, CPP_HEARTBEAT))
         assert isinstance(joined, RemotingCommand)
         self.assertCode(joined, 0)
 
@@ -376,7 +378,7 @@ class ConsumerRunningInfoTests(ConsumerConnectedBase):
         """Send 307 from the admin's channel; the response Deferred (the consumer has not answered yet)."""
         request = _request(RequestCode.GET_CONSUMER_RUNNING_INFO, b"", **ext)
         request.opaque = 77
-        result = self.admin.process_request(self.channel, request)
+        result = registered(self.admin).answer(self.channel, request)
         assert isinstance(result, Deferred)
         return result
 
@@ -440,7 +442,7 @@ class ConsumeMessageDirectlyTests(ConsumerConnectedBase):
     def direct(self, msg_id: str) -> Deferred[RemotingCommand] | RemotingCommand:
         request = _request(RequestCode.CONSUME_MESSAGE_DIRECTLY, consumerGroup="CID_TAG", clientId=self.CLIENT,
                            msgId=msg_id)
-        return self.admin.process_request(self.channel, request)
+        return registered(self.admin).answer(self.channel, request)
 
     def test_record_forwarded_and_result_relayed(self) -> None:
         self.store.records[4096] = b"the record"
@@ -488,7 +490,7 @@ class ResetOffsetTests(ConsumerConnectedBase):
         body = json.loads(CPP_HEARTBEAT)
         body["clientID"] = "10.0.0.8@java"
         beat = RemotingCommand.request(RequestCode.HEART_BEAT, {}, json.dumps(body).encode(), language="JAVA")
-        self.assertCode(self.client.process_request(channel, beat), 0)  # type: ignore[arg-type]
+        self.assertCode(registered(self.client).answer(channel, beat), 0)
         return channel
 
     def test_offsets_by_time_told_to_the_clients(self) -> None:

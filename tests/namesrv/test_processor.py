@@ -13,13 +13,13 @@ from zope.interface.verify import verifyObject
 
 from rocketpy.common.properties import format_properties, parse_properties
 from rocketpy.common.topic import DataVersion, TopicConfig
-from rocketpy.interfaces import IRequestProcessor
+from rocketpy.interfaces import ICommandLocator, IRequestProcessor
 from rocketpy.namesrv.kvconfig import KVConfigManager
 from rocketpy.namesrv.processor import NamesrvProcessor
 from rocketpy.namesrv.routeinfo import FLAG_UNIT, RouteInfoManager
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from tests.fakes import FakeChannel
+from tests.fakes import FakeChannel, registered
 from tests.namesrv.helpers import register_request
 
 C = RequestCode
@@ -36,13 +36,14 @@ class ProcessorTestBase(SynchronousTestCase):
         self.kv = KVConfigManager(self.kv_path)
         self.kv.load()
         self.processor = NamesrvProcessor(self.routes, self.kv, self.clock, {"productEnvName": "center"})
+        self.server = registered(self.processor)
         self.channel = FakeChannel("127.0.0.1:40001")
         self.addCleanup(lambda: self.assertEqual(self.channel.sent, [], "the name server never calls brokers"))
 
     def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
         request = RemotingCommand.request(code, ext, body)
         request.opaque = 42
-        result = self.processor.process_request(self.channel, request)
+        result = self.server.answer(self.channel, request)
         # the KV writes answer once written
         response = self.successResultOf(result) if isinstance(result, Deferred) else result
         assert response.is_response and response.opaque == 42
@@ -53,16 +54,18 @@ class ProcessorTestBase(SynchronousTestCase):
         return self.call(C.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
 
     def register(self, request: RemotingCommand | None = None) -> RemotingCommand:
-        response = self.processor.process_request(self.channel, request or register_request())
+        response = self.server.answer(self.channel, request or register_request())
         assert isinstance(response, RemotingCommand) and response.is_response
         return response
 
 
 class RegisterAndRouteTests(ProcessorTestBase):
     def test_provides_interface(self) -> None:
-        """The processor provides IRequestProcessor and is never busy."""
-        self.assertTrue(verifyObject(IRequestProcessor, self.processor))
-        self.assertFalse(self.processor.reject_request())
+        """The processor is a command locator; its responders, as registered, are never busy."""
+        self.assertTrue(verifyObject(ICommandLocator, self.processor))
+        for responder in self.server.processors.values():
+            self.assertTrue(verifyObject(IRequestProcessor, responder))
+            self.assertFalse(responder.reject_request())
 
     def test_route_after_register(self) -> None:
         """After a master registers, the route body has quoted broker-id keys."""
@@ -230,7 +233,7 @@ class KVAndConfigTests(ProcessorTestBase):
             pass
         processor = NamesrvProcessor(self.routes, KVConfigManager(os.path.join(blocker, "kv.json")), self.clock)
         request = RemotingCommand.request(C.PUT_KV_CONFIG, {"namespace": "n", "key": "k", "value": "v"})
-        result = processor.process_request(self.channel, request)
+        result = registered(processor).answer(self.channel, request)
         assert isinstance(result, Deferred)
         response = self.successResultOf(result)
         self.assertEqual((response.code, (response.remark or "")[:10]), (R.SYSTEM_ERROR, "I/O error:"))
@@ -257,10 +260,9 @@ class KVAndConfigTests(ProcessorTestBase):
 
 class BadRequestTests(ProcessorTestBase):
     def test_unknown_code(self) -> None:
-        """A code the name server does not handle gets REQUEST_CODE_NOT_SUPPORTED."""
-        response = self.call(C.SEND_MESSAGE)
-        self.assertEqual((response.code, response.remark), (R.REQUEST_CODE_NOT_SUPPORTED, " request type 10 not supported"))
-        self.assertNotIn(C.SEND_MESSAGE, self.processor.codes)
+        """The name server registers no responder for a broker's code (its node answers
+        REQUEST_CODE_NOT_SUPPORTED: tests/remoting)."""
+        self.assertNotIn(C.SEND_MESSAGE, self.processor.responders())
 
     def test_missing_fields_named(self) -> None:
         """Every code with a required field answers SYSTEM_ERROR naming it when it is missing."""

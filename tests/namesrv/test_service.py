@@ -85,7 +85,7 @@ class NamesrvServiceTests(SynchronousTestCase):
         self.assertIsNotNone(service.listening_port)
         server = self.servers[-1]
         self.assertEqual(server.listeners, [service])
-        self.assertEqual(sorted(server.processors), sorted(service.processor.codes))
+        self.assertEqual(sorted(server.processors), sorted(service.processor.responders()))
         self.assertIn(RequestCode.REGISTER_BROKER, server.processors)
         self.assertTrue(verifyObject(IChannelEventListener, service))
 
