@@ -135,8 +135,7 @@ class OffsetStore:
 def encode_offsets(offsets: dict[MessageQueue, int]) -> bytes:
     """The local offsets file: ``{"offsetTable":[{"brokerName":…,"offset":…,"queueId":…,"topic":…},…]}``."""
     return dump_json({"offsetTable": [
-        {"brokerName": mq.broker_name, "offset": offset, "queueId": mq.queue_id, "topic": mq.topic}
-        for mq, offset in sorted(offsets.items())
+        dict(mq.to_json(), offset=offset) for mq, offset in sorted(offsets.items())
     ]})
 
 

@@ -62,7 +62,7 @@ class ConsumerRunningInfo:
         """The body as fastjson writes it: keys sorted, ``mqTable`` keyed by queue objects."""
         subscriptions = sorted(self.subscriptions, key=lambda s: (s.topic, s.sub_string))
         fields = {
-            "mqTable": object_key_map((queue_json(mq), self.mq_table[mq]) for mq in sorted(self.mq_table)),
+            "mqTable": object_key_map((mq.to_json(), self.mq_table[mq]) for mq in sorted(self.mq_table)),
             "properties": dump_json(self.properties).decode(),
             "statusTable": dump_json(self.status_table).decode(),
             "subscriptionSet": dump_json([s.to_json() for s in subscriptions]).decode(),
@@ -80,11 +80,6 @@ class RunningInfoSource(Protocol):
 
     def running_info(self) -> ConsumerRunningInfo:
         """This consumer's settings, subscriptions, queues and statistics."""
-
-
-def queue_json(mq: MessageQueue) -> dict[str, Any]:
-    """Java's ``MessageQueue`` JSON."""
-    return {"brokerName": mq.broker_name, "queueId": mq.queue_id, "topic": mq.topic}
 
 
 def _ms(seconds: float) -> int:
