@@ -33,6 +33,8 @@ class SubscriptionGroupManager(JsonConfigFile):
     :param auto_create: create unknown (validly named) groups on lookup.
     """
 
+    data_version: DataVersion
+
     def __init__(self, clock: IReactorTime, path: str | None = None, auto_create: bool = True) -> None:
         self._clock = clock
         self.path = path

@@ -40,6 +40,8 @@ class TopicConfigManager(JsonConfigFile):
     :param path: ``topics.json``; None keeps the table in memory only.
     """
 
+    data_version: DataVersion
+
     def __init__(
         self,
         clock: IReactorTime,

@@ -44,8 +44,8 @@ class SlaveSynchronize:
 
     log = Logger()
 
-    def __init__(self, clock: IReactorTime, client: Invoker, topics: Any, offsets: JsonConfigFile,
-                 groups: Any, delay_offsets: JsonConfigFile, timeout: float = 3.0) -> None:
+    def __init__(self, clock: IReactorTime, client: Invoker, topics: JsonConfigFile, offsets: JsonConfigFile,
+                 groups: JsonConfigFile, delay_offsets: JsonConfigFile, timeout: float = 3.0) -> None:
         self._client = client
         self._rounds = (
             ("topics", RequestCode.GET_ALL_TOPIC_CONFIG, topics, True),
@@ -94,7 +94,7 @@ class SlaveSynchronize:
         obj = json.loads(response.body)
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
-        version = getattr(table, "data_version", None)
+        version = table.data_version
         if version is not None and obj.get("dataVersion") == version.to_json():
             return  # unchanged since the last copy
         table.apply_json(obj)

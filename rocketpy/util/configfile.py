@@ -11,6 +11,7 @@ from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.logger import Logger, LogLevel
 
 from rocketpy.common.fastjson import dump_json
+from rocketpy.common.topic import DataVersion
 from rocketpy.util.fileio import read_if_exists, write_atomically
 
 
@@ -31,6 +32,8 @@ class JsonConfigFile(ABC):
 
     log = Logger()
     path: str | None = None
+    #: the table's version, for tables that keep one (topics, subscription groups)
+    data_version: DataVersion | None = None
     writer: Callable[[str, bytes], Any] = staticmethod(write_atomically)
 
     @abstractmethod
