@@ -89,12 +89,3 @@ class RebalanceLockManagerTests(SynchronousTestCase):
         self.locks.unlock_batch("G", [self.q0], "A")
         self.assertEqual(self.locks.try_lock_batch("G", [self.q0], "B"), [self.q0])
         self.locks.unlock_batch("nogroup", [self.q1], "A")
-
-    def test_queue_json(self) -> None:
-        """MessageQueue reads and writes the Java shape; malformed objects raise ValueError."""
-        obj = {"brokerName": "b", "queueId": 1, "topic": "T"}
-        self.assertEqual(MessageQueue.from_json(obj), self.q1)
-        self.assertEqual(self.q1.to_json(), obj)
-        bad: object
-        for bad in ([], {"queueId": 1}, {"topic": "T", "queueId": "x"}):
-            self.assertRaises(ValueError, MessageQueue.from_json, bad)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.common.fastjson import dump_json, object_key_map, raw_object
+from rocketpy.common.fastjson import BodyError, dump_json, loads_tolerant, object_key_map, raw_object
 from tests.common.fastjson import fastjson_loads, mq_key
 
 
@@ -35,3 +37,22 @@ class FastjsonTests(SynchronousTestCase):
         for bad in ('{{"k":1}', '{"a":1} x', '{"a" 1}', "[1 2]"):
             with self.assertRaises(ValueError, msg=bad):
                 fastjson_loads(bad)
+
+
+class TolerantJSONTests(SynchronousTestCase):
+    def test_bare_numeric_keys_quoted(self) -> None:
+        """fastjson's unquoted Long keys parse as string keys."""
+        self.assertEqual(
+            loads_tolerant(b'{"brokerAddrs":{0:"a:1", 12 :"b:1",-1:"c"}}'),
+            {"brokerAddrs": {"0": "a:1", "12": "b:1", "-1": "c"}},
+        )
+
+    def test_strings_untouched(self) -> None:
+        """Text inside strings that looks like a bare key, or escaped quotes, stays as it is."""
+        text = r'{"k":"{0:\"x\",1:2}","l":[1, 2,3],"n":{"5":1}}'
+        self.assertEqual(loads_tolerant(text), json.loads(text))
+
+    def test_malformed(self) -> None:
+        """Text that is not JSON even after quoting raises BodyError."""
+        self.assertRaises(BodyError, loads_tolerant, b"{0:")
+        self.assertRaises(BodyError, loads_tolerant, b"\xff\xfe")

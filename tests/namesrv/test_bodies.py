@@ -15,25 +15,6 @@ from rocketpy.namesrv import bodies
 from rocketpy.namesrv.bodies import RegisterBrokerBody
 
 
-class TolerantJSONTests(SynchronousTestCase):
-    def test_bare_numeric_keys_quoted(self) -> None:
-        """fastjson's unquoted Long keys parse as string keys."""
-        self.assertEqual(
-            bodies.loads_tolerant(b'{"brokerAddrs":{0:"a:1", 12 :"b:1",-1:"c"}}'),
-            {"brokerAddrs": {"0": "a:1", "12": "b:1", "-1": "c"}},
-        )
-
-    def test_strings_untouched(self) -> None:
-        """Text inside strings that looks like a bare key, or escaped quotes, stays as it is."""
-        text = r'{"k":"{0:\"x\",1:2}","l":[1, 2,3],"n":{"5":1}}'
-        self.assertEqual(bodies.loads_tolerant(text), json.loads(text))
-
-    def test_malformed(self) -> None:
-        """Text that is not JSON even after quoting raises BodyError."""
-        self.assertRaises(BodyError, bodies.loads_tolerant, b"{0:")
-        self.assertRaises(BodyError, bodies.loads_tolerant, b"\xff\xfe")
-
-
 class OutgoingTests(SynchronousTestCase):
     def route(self) -> TopicRouteData:
         return TopicRouteData(

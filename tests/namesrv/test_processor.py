@@ -11,7 +11,6 @@ from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
-from rocketpy.common.properties import format_properties, parse_properties
 from rocketpy.common.topic import DataVersion, TopicConfig
 from rocketpy.interfaces import ICommandLocator, IRequestProcessor
 from rocketpy.namesrv.kvconfig import KVConfigManager
@@ -252,10 +251,6 @@ class KVAndConfigTests(ProcessorTestBase):
         self.assertEqual((response.code, response.remark), (R.NO_PERMISSION, "Can not update config in black list."))
         self.assertNotIn("kvConfigPath", self.call(C.GET_NAMESRV_CONFIG).body.decode())
 
-    def test_properties_helpers(self) -> None:
-        """Properties text parses ``=``, ``:`` and bare keys and formats back sorted."""
-        self.assertEqual(parse_properties("!c\na=1=2\nb:x\nc\n"), {"a": "1=2", "b": "x", "c": ""})
-        self.assertEqual(format_properties({"b": "2", "a": "1"}), "a=1\nb=2\n")
 
 
 class BadRequestTests(ProcessorTestBase):
