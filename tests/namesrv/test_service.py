@@ -12,27 +12,24 @@ from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from rocketpy.common.fastjson import BodyError
-from rocketpy.interfaces import IChannelEventListener, IRequestProcessor
+from rocketpy.interfaces import IChannelEventListener
 from rocketpy.namesrv.service import NamesrvService
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.util.fileio import write_atomically
-from tests.fakes import FakeChannel
+from tests.fakes import FakeChannel, Registry
 from tests.namesrv.helpers import register_request
 from tests.store.fakes import InlinePool, ThreadlessReactor
 
 
-class FakeServer:
+class FakeServer(Registry):
     """Records what the service registers; ``close()`` fires at once."""
 
     def __init__(self, reactor: Any, listeners: Sequence[IChannelEventListener]) -> None:
+        super().__init__()
         self.reactor = reactor
         self.listeners = list(listeners)
-        self.processors: dict[int, IRequestProcessor] = {}
         self.closed = False
-
-    def register_processor(self, code: int, processor: IRequestProcessor) -> None:
-        self.processors[code] = processor
 
     def factory(self) -> ServerFactory:
         return ServerFactory()
@@ -65,9 +62,9 @@ class NamesrvServiceTests(SynchronousTestCase):
         self.addCleanup(lambda: service.running and service.stopService())
         return service
 
-    def call(self, service: NamesrvService, request: RemotingCommand, channel: object = None) -> RemotingCommand:
+    def call(self, service: NamesrvService, request: RemotingCommand, channel: FakeChannel | None = None) -> RemotingCommand:
         server = self.servers[-1]
-        response = server.processors[request.code].process_request(channel or FakeChannel(), request)
+        response = server.answer(channel or FakeChannel(), request)
         if isinstance(response, Deferred):
             response = self.successResultOf(response)
         assert isinstance(response, RemotingCommand)
