@@ -27,7 +27,6 @@ from rocketpy.broker.transaction import half_message
 from rocketpy.common.headers import HeaderError
 from rocketpy.common.message import (
     MAX_PROPERTIES_LENGTH,
-    Message,
     MessageConst,
     MessageExt,
     MessageSysFlag,

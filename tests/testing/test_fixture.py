@@ -12,7 +12,6 @@ from twisted.internet.endpoints import TCP4ClientEndpoint
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.utils import getProcessOutputAndValue
-from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 import rocketpy.testing
