@@ -269,3 +269,13 @@ class FakeCluster:
     def _send_back(self, addr: str, request: RemotingCommand, timeout: float) -> RemotingCommand:
         self.sent_back.append(dict(request.ext_fields))
         return response()
+
+
+def one_broker_cluster(clock: Clock, topic: str = "T") -> tuple[FakeCluster, FakeBroker]:
+    """A fake cluster at ``clock``'s time 1.7e9 s with one broker of one queue serving ``topic``."""
+    clock.advance(1_700_000_000)
+    cluster = FakeCluster(clock)
+    broker = cluster.add_broker("broker-a", "10.0.0.1:10911", queues=1)
+    cluster.add_topic(topic)
+    return cluster, broker
+

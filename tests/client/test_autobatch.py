@@ -24,7 +24,7 @@ from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.errors import RemotingConnectError, RemotingTimeoutError
 from zope.interface import implementer
 
-from .fakes import NAMESRV, FakeCluster
+from .fakes import NAMESRV, one_broker_cluster
 
 MQ = MessageQueue("T", "b", 0)
 
@@ -175,10 +175,7 @@ class ProducerAutoBatchTests(SynchronousTestCase):
 
     def setUp(self) -> None:
         self.clock = Clock()
-        self.clock.advance(1_700_000_000)
-        self.cluster = FakeCluster(self.clock)
-        self.broker = self.cluster.add_broker("broker-a", "10.0.0.1:10911", queues=1)
-        self.cluster.add_topic("T")
+        self.cluster, self.broker = one_broker_cluster(self.clock)
         self.remoting = self.cluster.remoting
         self.held: list[Deferred[Any]] = []
         send = self.remoting.handlers[(None, RequestCode.SEND_MESSAGE_V2)]

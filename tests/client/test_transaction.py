@@ -15,7 +15,7 @@ from rocketpy.common.headers import expand_send_v2
 from rocketpy.common.message import MessageConst, MessageExt, encode_record, string_to_properties
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
-from tests.client.fakes import NAMESRV, FakeCluster
+from tests.client.fakes import NAMESRV, one_broker_cluster
 
 
 class Listener:
@@ -48,10 +48,7 @@ class Channel:
 class TransactionProducerTests(SynchronousTestCase):
     def setUp(self) -> None:
         self.clock = Clock()
-        self.clock.advance(1_700_000_000)
-        self.cluster = FakeCluster(self.clock)
-        self.broker = self.cluster.add_broker("broker-a", "10.0.0.1:10911", queues=1)
-        self.cluster.add_topic("T")
+        self.cluster, self.broker = one_broker_cluster(self.clock)
         self.remoting = self.cluster.remoting
         self.remoting.on(RequestCode.END_TRANSACTION, lambda addr, request, timeout: None)  # oneway: no answer
 
