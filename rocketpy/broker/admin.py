@@ -104,11 +104,11 @@ class AdminBrokerProcessor(TableProcessor):
             raise Rejected(ResponseCode.SYSTEM_ERROR, problem)
         config = TopicConfig(
             topic,
-            get_int(ext, "readQueueNums"),
-            get_int(ext, "writeQueueNums"),
-            get_int(ext, "perm"),
+            get_int(ext, "readQueueNums", bits=32),
+            get_int(ext, "writeQueueNums", bits=32),
+            get_int(ext, "perm", bits=32),
             ext.get("topicFilterType") or "SINGLE_TAG",
-            get_int(ext, "topicSysFlag", 0),
+            get_int(ext, "topicSysFlag", 0, bits=32),
             get_bool(ext, "order"),
         )
         if config.read_queue_nums < 0 or config.write_queue_nums < 0:
@@ -233,8 +233,8 @@ class AdminBrokerProcessor(TableProcessor):
         ``consumerGroup``): ``count`` consume-queue entries from ``index``, the queue's bounds and
         the group's subscription to the topic."""
         ext = request.ext_fields
-        topic, queue_id = get_str(ext, "topic"), get_int(ext, "queueId")
-        index, count = get_int(ext, "index"), get_int(ext, "count")
+        topic, queue_id = get_str(ext, "topic"), get_int(ext, "queueId", bits=32)
+        index, count = get_int(ext, "index"), get_int(ext, "count", bits=32)
         group = ext.get("consumerGroup")
         subscription = self._t.consumers.find_subscription_data(group, topic) if group else None
         d = self._t.store.query_consume_queue(topic, queue_id, index, min(max(count, 0), 1000))

@@ -8,12 +8,13 @@ names and numbers, and any list may be missing. Subscriptions keep the tag
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, TypeVar
 
 from rocketpy.broker.filter import EXPRESSION_TAG, SUB_ALL, is_tag_type, parse_tags
+from rocketpy.common.errors import RequestError
+from rocketpy.common.fastjson import loads_body
 from rocketpy.common.message import java_hash
 
 
@@ -39,7 +40,7 @@ class ConsumeFromWhere(IntEnum):
 _E = TypeVar("_E", bound=IntEnum)
 
 
-class HeartbeatError(ValueError):
+class HeartbeatError(RequestError):
     """A HEART_BEAT body that cannot be understood."""
 
 
@@ -148,7 +149,7 @@ def parse_heartbeat(body: bytes) -> HeartbeatData:
     :raises HeartbeatError: when it is not JSON, lacks ``clientID`` or has wrong types.
     """
     try:
-        obj = json.loads(body)
+        obj = loads_body(body)
     except (UnicodeDecodeError, ValueError) as e:
         raise HeartbeatError(f"heartbeat body is not JSON: {e}") from None
     if not isinstance(obj, dict):

@@ -10,7 +10,6 @@ response ext values are strings.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from rocketpy.broker.offsets import ConsumerOffsetManager, RebalanceLockManager
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.broker.traffic import BrokerTraffic
-from rocketpy.common.fastjson import dump_json
+from rocketpy.common.fastjson import dump_json, loads_body
 from rocketpy.common.headers import get_int, get_str
 from rocketpy.common.route import MessageQueue
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, retry_topic
@@ -68,7 +67,7 @@ class BrokerTables:
         :raises Rejected: unknown topic (17) or queue id out of range (1).
         """
         topic = get_str(request.ext_fields, "topic")
-        queue_id = get_int(request.ext_fields, "queueId")
+        queue_id = get_int(request.ext_fields, "queueId", bits=32)
         config = self.topics.select_topic_config(topic)
         if config is None:
             raise Rejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
@@ -102,7 +101,7 @@ def ok_response(request: RemotingCommand, body: bytes = b"", **ext: object) -> R
 
 def body_json(request: RemotingCommand) -> Any:
     try:
-        return json.loads(request.body)
+        return loads_body(request.body)
     except (UnicodeDecodeError, ValueError) as e:
         raise Rejected(ResponseCode.SYSTEM_ERROR, f"request body is not JSON: {e}") from None
 

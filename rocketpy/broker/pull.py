@@ -80,10 +80,10 @@ class PullHeader:
         return cls(
             consumer_group=get_str(fields, "consumerGroup"),
             topic=get_str(fields, "topic"),
-            queue_id=get_int(fields, "queueId"),
+            queue_id=get_int(fields, "queueId", bits=32),
             queue_offset=get_int(fields, "queueOffset"),
-            max_msg_nums=get_int(fields, "maxMsgNums"),
-            sys_flag=get_int(fields, "sysFlag"),
+            max_msg_nums=get_int(fields, "maxMsgNums", bits=32),
+            sys_flag=get_int(fields, "sysFlag", bits=32),
             commit_offset=get_int(fields, "commitOffset"),
             suspend_timeout_millis=get_int(fields, "suspendTimeoutMillis"),
             subscription=fields.get("subscription"),

@@ -60,7 +60,7 @@ class QueryMessageProcessor:
     def _query(self, request: RemotingCommand) -> Deferred[RemotingCommand]:
         f = request.ext_fields
         topic, key = get_str(f, "topic"), get_str(f, "key")
-        max_num = get_int(f, "maxNum")
+        max_num = get_int(f, "maxNum", bits=32)
         begin, end = get_int(f, "beginTimestamp"), get_int(f, "endTimestamp")
         if f.get(UNIQUE_KEY_QUERY) == "true":
             max_num = DEFAULT_QUERY_MAX_NUM

@@ -71,10 +71,10 @@ class SendBackHeader:
         return cls(
             offset=get_int(f, "offset"),
             group=get_str(f, "group"),
-            delay_level=get_int(f, "delayLevel", 0),
+            delay_level=get_int(f, "delayLevel", 0, bits=32),
             origin_msg_id=get_str(f, "originMsgId", None),
             origin_topic=get_str(f, "originTopic", None),
-            max_reconsume_times=get_int(f, "maxReconsumeTimes", None),
+            max_reconsume_times=get_int(f, "maxReconsumeTimes", None, bits=32),
         )
 
 

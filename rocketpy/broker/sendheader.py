@@ -1,7 +1,8 @@
 """The header of a send request (SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE), parsed once.
 
 V2 requests carry one-letter names (``a``…``m``), the others the long names; the C++ client
-sends ``"1"`` for booleans. Integer fields follow :func:`rocketpy.common.headers.get_int`'s rules.
+sends ``"1"`` for booleans. Integer fields follow :func:`rocketpy.common.headers.get_int`'s rules,
+each within its Java type (``Integer``, or ``Long`` for ``bornTimestamp``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rocketpy.common.headers import SEND_V1_NAMES, HeaderError, get_int
+from rocketpy.common.headers import SEND_V1_NAMES, HeaderError, parse_int
 from rocketpy.remoting.command import RemotingCommand
 
 _REQUIRED: Any = object()
@@ -77,7 +78,7 @@ class SendHeader:
             _int(f, _QUEUE_NUMS, "defaultTopicQueueNums"),
             _int(f, _QUEUE_ID, "queueId"),
             _int(f, _SYS_FLAG, "sysFlag"),
-            _int(f, _BORN, "bornTimestamp"),
+            _int(f, _BORN, "bornTimestamp", bits=64),
             _int(f, _FLAG, "flag"),
             properties,
             _int(f, _RECONSUME, "reconsumeTimes", 0),
@@ -91,7 +92,7 @@ def _raw(fields: dict[str, str], short: str, name: str) -> str | None:
     return fields.get(name) if value is None else value
 
 
-def _int(fields: dict[str, str], short: str, name: str, default: Any = _REQUIRED) -> Any:
+def _int(fields: dict[str, str], short: str, name: str, default: Any = _REQUIRED, bits: int = 32) -> Any:
     """An integer header field under its one-letter or long name (the rules of :func:`get_int`)."""
     value = fields.get(short)
     if value is None:
@@ -100,9 +101,9 @@ def _int(fields: dict[str, str], short: str, name: str, default: Any = _REQUIRED
         if default is _REQUIRED:
             raise HeaderError(name, "is missing")
         return default
-    if value.isdigit() and value.isascii():  # the common case: no sign, no stray characters
+    if len(value) < 10 and value.isdigit() and value.isascii():  # the common case: small, unsigned
         return int(value)
-    return get_int({name: value}, name)
+    return parse_int(name, value, bits)
 
 
 def _bool(fields: dict[str, str], short: str, name: str) -> bool:

@@ -128,7 +128,7 @@ class EndTransactionHeader:
     def parse(cls, request: RemotingCommand) -> EndTransactionHeader:
         f = request.ext_fields
         return cls(get_str(f, "producerGroup"), get_int(f, "tranStateTableOffset"), get_int(f, "commitLogOffset"),
-                   get_int(f, "commitOrRollback"), get_bool(f, "fromTransactionCheck"), get_str(f, "msgId", ""))
+                   get_int(f, "commitOrRollback", bits=32), get_bool(f, "fromTransactionCheck"), get_str(f, "msgId", ""))
 
 
 class TransactionStore:

@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rocketpy.common.errors import RequestError
+
 
 def dump_json(obj: Any) -> bytes:
     """Compact JSON with sorted keys (fastjson's order) and ``\\u`` escapes for non-ASCII text."""
@@ -31,7 +33,18 @@ def raw_object(fields: Mapping[str, str]) -> str:
     return "{" + ",".join(json.dumps(k) + ":" + fields[k] for k in sorted(fields)) + "}"
 
 
-class BodyError(ValueError):
+def loads_body(data: str | bytes) -> Any:
+    """A request body's standard JSON.
+
+    :raises ValueError: not JSON, not UTF-8, or nested too deeply for the parser (never RecursionError).
+    """
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("body nested too deeply") from None
+
+
+class BodyError(RequestError):
     """A request body that cannot be decoded."""
 
 
@@ -52,7 +65,7 @@ def loads_tolerant(data: bytes | str) -> Any:
     """
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        return json.loads(_STRING_OR_BARE_KEY.sub(_quote_bare_key, text))
+        return loads_body(_STRING_OR_BARE_KEY.sub(_quote_bare_key, text))
     except (UnicodeDecodeError, ValueError) as e:
         raise BodyError(f"malformed JSON body: {e}") from None
 
@@ -80,7 +93,10 @@ def loads(text: str | bytes) -> Any:
     """
     if isinstance(text, bytes):
         text = text.decode("utf-8")
-    value, end = _value(text, 0)
+    try:
+        value, end = _value(text, 0)
+    except RecursionError:
+        raise ValueError("body nested too deeply") from None
     if text[_skip(text, end):]:
         raise ValueError(f"extra data at {end}")
     return value

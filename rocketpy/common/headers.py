@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from rocketpy.common.errors import RequestError
+
 _MISSING = object()
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
-class HeaderError(ValueError):
+class HeaderError(RequestError):
     """A required header field is missing or does not parse."""
 
     def __init__(self, name: str, problem: str) -> None:
@@ -32,15 +34,27 @@ def get_str(fields: Mapping[str, str], name: str, default: object = _MISSING) ->
     return value
 
 
-def get_int(fields: Mapping[str, str], name: str, default: object = _MISSING) -> int:
-    """An integer field; required unless ``default`` is given."""
+def get_int(fields: Mapping[str, str], name: str, default: object = _MISSING, bits: int = 64) -> int:
+    """An integer field; required unless ``default`` is given.
+
+    :param bits: the field's Java type: 64 for a ``Long``, 32 for an ``Integer``; a value out of
+        its range is refused here, as Java's ``parseLong``/``parseInt`` refuse it.
+    """
     value = fields.get(name)
     if value is None or value == "":
         if default is _MISSING:
             raise HeaderError(name, "is missing")
         return default  # type: ignore[return-value]
+    return parse_int(name, value, bits)
+
+
+def parse_int(name: str, value: str, bits: int = 64) -> int:
+    """``value`` of header field ``name`` as a signed integer of ``bits`` bits (:class:`HeaderError` if not)."""
     if not _INTEGER.fullmatch(value):  # what Java's parseLong accepts, no "1_000" or spaces
-        raise HeaderError(name, f"is not a number: {value!r}")
+        raise HeaderError(name, f"is not a number: {value[:32]!r}")
+    limit = 1 << (bits - 1)
+    if len(value) > 20 or not -limit <= int(value) < limit:  # 20 characters hold every 64-bit value
+        raise HeaderError(name, f"is out of range of a {bits}-bit integer: {value[:32]!r}")
     return int(value)
 
 

@@ -25,9 +25,9 @@ import orjson
 
 from rocketpy.remoting.codes import LanguageCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
-from rocketpy.remoting.errors import ProtocolError
+from rocketpy.remoting.errors import MalformedRequestError, ProtocolError
 
-__all__ = ["MAX_FRAME_LENGTH", "ProtocolError", "decode", "decode_frame", "encode"]
+__all__ = ["MAX_FRAME_LENGTH", "MalformedRequestError", "ProtocolError", "decode", "decode_frame", "encode"]
 
 #: Largest value of the length field (16 MiB), as Java's ``frameMaxLength``.
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
@@ -65,18 +65,12 @@ _json_scan = json.scanner.make_scanner(_json_decoder)  # type: ignore[arg-type]
 _orjson_loads, _orjson_dumps = orjson.loads, orjson.dumps
 
 
-def _parse_json(raw: bytes) -> Any:
-    """One JSON value from UTF-8 bytes.
-
-    orjson first (a header in about 1 µs, less than half the stdlib's time, measured in
-    doc/benchmarks.md); what it refuses goes to the stdlib's lenient parser, which accepts
-    raw control characters (U+0001/U+0002 in properties), lone surrogates and NaN as before.
+def _parse_lenient_json(raw: bytes) -> Any:
+    """One JSON value from bytes orjson refused: the stdlib's lenient parser, which accepts raw
+    control characters (U+0001/U+0002 in properties), lone surrogates and NaN. Bytes that are not
+    UTF-8 become lone surrogates too (``surrogateescape``), so :func:`_check_text` names their field.
     """
-    try:
-        return _orjson_loads(raw)
-    except orjson.JSONDecodeError:
-        pass
-    text = raw.decode("utf-8")
+    text = raw.decode("utf-8", "surrogateescape")
     try:
         value, end = _json_scan(text, 0)
     except StopIteration:  # leading whitespace or invalid: let the decoder tell which
@@ -100,7 +94,7 @@ def encode(cmd: RemotingCommand) -> bytes:
         if serialize_type == 0:
             header = _json_header(cmd)
         elif serialize_type == 2:
-            header = msgpack.packb(_header_map(cmd, None))
+            header = _msgpack_header(cmd)
         elif serialize_type == 1:
             header = _encode_binary(cmd)
         else:
@@ -138,18 +132,82 @@ def decode_frame(data: bytes, start: int, end: int) -> RemotingCommand:
         if header_end > end:
             raise ProtocolError(f"header length {info & 0xFFFFFF} exceeds frame of {end - start} bytes")
         serialize_type = info >> 24
+        raw, body = data[start + 4 : header_end], data[header_end:end]
         if serialize_type == 0:
-            header = _parse_json(data[start + 4 : header_end])
-            return _from_map(header, data[header_end:end], _JSON)
+            try:
+                header = _orjson_loads(raw)
+            except orjson.JSONDecodeError:
+                return _checked(_parse_lenient_json(raw), body, _JSON)
+            return _request(header, body, _JSON)
         if serialize_type == 2:
-            return _from_map(msgpack.unpackb(data[start + 4 : header_end], raw=False), data[header_end:end], _MSGPACK)
+            try:
+                header = msgpack.unpackb(raw, raw=False)
+            except UnicodeDecodeError:
+                return _checked(msgpack.unpackb(raw, raw=False, unicode_errors="surrogateescape"), body, _MSGPACK)
+            return _request(header, body, _MSGPACK)
         if serialize_type == 1:
-            return _decode_binary(data[start + 4 : header_end], data[header_end:end])
+            try:
+                return _decode_binary(raw, body, "strict")
+            except UnicodeDecodeError:
+                return _check_text(_decode_binary(raw, body, "surrogateescape"))
         raise ProtocolError(f"unknown serialize type {serialize_type}")
     except ProtocolError:
         raise
     except Exception as e:
         raise ProtocolError(f"malformed frame: {e!r}") from e
+
+
+def _request(header: Any, body: bytes, serialize_type: SerializeType) -> RemotingCommand:
+    """:func:`_from_map`; a header that names its request (int ``opaque`` and ``flag``) but is
+    otherwise invalid raises :class:`MalformedRequestError`, so that request can be answered."""
+    try:
+        return _from_map(header, body, serialize_type)
+    except ProtocolError as e:
+        if type(header) is not dict:
+            raise
+        code, opaque, flag = header.get("code"), header.get("opaque", 0), header.get("flag", 0)
+        if not (type(opaque) is int and _INT32_MIN <= opaque <= _INT32_MAX and type(flag) is int):
+            raise
+        stub = RemotingCommand(code if type(code) is int else 0, _OTHER.name, 0, opaque, flag, None, {}, b"",
+                               serialize_type)
+        raise MalformedRequestError(stub, str(e)) from None
+
+
+def _checked(header: Any, body: bytes, serialize_type: SerializeType) -> RemotingCommand:
+    """:func:`_request` for a header read leniently: its text is checked too."""
+    return _check_text(_request(header, body, serialize_type))
+
+
+def _not_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _check_text(command: RemotingCommand) -> RemotingCommand:
+    """*command*, unless a header string cannot be UTF-8 (a lone surrogate, or bytes that were not
+    UTF-8): then :class:`MalformedRequestError` naming the field."""
+    bad = None
+    if command.remark is not None and _not_utf8(command.remark):
+        bad = "header 'remark'"
+    for key, value in command.ext_fields.items():
+        if bad is None and (_not_utf8(key) or _not_utf8(value)):
+            bad = f"header field {key.encode('utf-8', 'replace').decode()!r}"
+    if bad is None:
+        return command
+    stub = RemotingCommand(command.code, command.language, command.version, command.opaque, command.flag, None, {},
+                           b"", command.serialize_type)
+    raise MalformedRequestError(stub, f"{bad} is not valid UTF-8 text (a lone surrogate or a non-UTF-8 byte)")
+
+
+def _msgpack_header(cmd: RemotingCommand) -> bytes:
+    header = _header_map(cmd, None)
+    try:
+        return msgpack.packb(header)
+    except UnicodeEncodeError:  # a lone surrogate: '?' as in Java's getBytes(UTF_8)
+        return msgpack.packb(header, unicode_errors="replace")
 
 
 def string_fields(fields: Any) -> dict[str, str]:
@@ -188,7 +246,8 @@ def string_fields(fields: Any) -> dict[str, str]:
 
 def _json_header(cmd: RemotingCommand) -> bytes:
     """Java's JSON header in UTF-8: orjson (≈ 0.8 µs, half the stdlib's time); the stdlib's
-    encoder for what orjson refuses, such as a lone surrogate (which then fails in UTF-8 too).
+    encoder for what orjson refuses, such as a lone surrogate, which becomes ``?`` as in Java's
+    ``String.getBytes(UTF_8)`` (so every reply can be sent).
 
     Byte-identical to the stdlib's compact ``ensure_ascii=False`` output.
     """
@@ -196,7 +255,7 @@ def _json_header(cmd: RemotingCommand) -> bytes:
     try:
         return _orjson_dumps(header)
     except orjson.JSONEncodeError:
-        return _json_encode(header).encode("utf-8")
+        return _json_encode(header).encode("utf-8", "replace")
 
 
 def _header_map(cmd: RemotingCommand, rpc_type: str | None) -> dict[str, Any]:
@@ -245,11 +304,11 @@ def _encode_binary(cmd: RemotingCommand) -> bytes:
             cmd.code, _LANGUAGE_CODES.get(cmd.language, _OTHER.value), cmd.version, cmd.opaque, cmd.flag
         )
     ]
-    remark = cmd.remark.encode("utf-8") if cmd.remark else b""
+    remark = cmd.remark.encode("utf-8", "replace") if cmd.remark else b""
     parts += (_INT32.pack(len(remark)), remark)
     entries: list[bytes] = []
     for key, value in string_fields(cmd.ext_fields).items():
-        k, v = key.encode("utf-8"), value.encode("utf-8")
+        k, v = key.encode("utf-8", "replace"), value.encode("utf-8", "replace")
         entries += (_INT16.pack(len(k)), k, _INT32.pack(len(v)), v)
     block = b"".join(entries)
     parts += (_INT32.pack(len(block)), block)
@@ -263,7 +322,7 @@ def _take(header: bytes, offset: int, size: int) -> tuple[bytes, int]:
     return header[offset:end], end
 
 
-def _decode_binary(header: bytes, body: bytes) -> RemotingCommand:
+def _decode_binary(header: bytes, body: bytes, errors: str) -> RemotingCommand:
     code, language, version, opaque, flag = _BINARY_FIXED.unpack_from(header)
     offset = _BINARY_FIXED.size
     (remark_length,) = _INT32.unpack_from(header, offset)
@@ -279,7 +338,7 @@ def _decode_binary(header: bytes, body: bytes) -> RemotingCommand:
         key, position = _take(block, position + 2, key_length)
         (value_length,) = _INT32.unpack_from(block, position)
         value, position = _take(block, position + 4, value_length)
-        ext[key.decode("utf-8")] = value.decode("utf-8")
-    remark_text = remark.decode("utf-8") if remark_length else None
+        ext[key.decode("utf-8", errors)] = value.decode("utf-8", errors)
+    remark_text = remark.decode("utf-8", errors) if remark_length else None
     return RemotingCommand(code, _LANGUAGE_NAMES.get(language, _OTHER.name), version, opaque, flag, remark_text,
                            ext, body, _ROCKETMQ)

@@ -5,6 +5,11 @@ No Twisted import: the codec raises :class:`ProtocolError` too.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocketpy.remoting.command import RemotingCommand
+
 
 class RemotingError(Exception):
     """Base class of every remoting failure."""
@@ -12,6 +17,19 @@ class RemotingError(Exception):
 
 class ProtocolError(RemotingError):
     """A frame could not be decoded (or a command could not be encoded)."""
+
+
+class MalformedRequestError(ProtocolError):
+    """A whole frame that says which request it is (code, opaque, flag) but whose header is
+    invalid, such as a field that is not UTF-8 text: the request is answered SYSTEM_ERROR with
+    this message, and the connection keeps serving.
+
+    :ivar command: the request as far as it could be read (no fields, no body).
+    """
+
+    def __init__(self, command: RemotingCommand, problem: str) -> None:
+        super().__init__(problem)
+        self.command = command
 
 
 class RemotingConnectError(RemotingError):

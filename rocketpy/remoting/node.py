@@ -19,6 +19,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from rocketpy.common.errors import RequestError
 from rocketpy.interfaces import IBatchRequestProcessor, IChannelEventListener, IRequestProcessor, IRPCHook
 from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
@@ -339,6 +340,7 @@ class RemotingNode:
 
     def _reply(self, result: Any, channel: RemotingProtocol, request: RemotingCommand) -> None:
         if result is None:
+            channel.answered()
             return
         if type(result) is not RemotingCommand:
             error = TypeError(f"processor returned {type(result).__name__}, not a RemotingCommand")
@@ -349,9 +351,11 @@ class RemotingNode:
     def _reply_failure(self, failure: Failure, channel: RemotingProtocol, request: RemotingCommand) -> None:
         refused = failure.value
         if isinstance(refused, RequestRefused):  # a hook's refusal: one line, no traceback
-            self.log.warn("request {code} from {peer} refused: {remark}", code=request.code,
-                          peer=channel.remote_address, remark=refused.remark)
-            self._respond(channel, request, request.make_response(refused.code, refused.remark))
+            self.request_refused(channel, request, refused.remark, refused.code)
+            return
+        if isinstance(refused, (RequestError, RecursionError)):  # bad input: one line, no traceback
+            self.request_refused(channel, request, str(refused) if isinstance(refused, RequestError)
+                                 else "request body nested too deeply")
             return
         self.log.failure(
             "request {code} from {peer} failed", failure, level=LogLevel.error, code=request.code,
@@ -359,10 +363,22 @@ class RemotingNode:
         )
         self._respond(channel, request, self._system_error(request, failure.value))
 
+    def request_refused(self, channel: RemotingProtocol, request: RemotingCommand, remark: str,
+                        code: int = ResponseCode.SYSTEM_ERROR) -> None:
+        """Answer *request* *code* with *remark* (invalid input, or a hook's refusal), logging one warning line."""
+        self.log.warn("request {code} from {peer} refused: {remark}", code=request.code,
+                      peer=channel.remote_address, remark=remark)
+        self._respond(channel, request, request.make_response(code, remark))
+
     def _respond(self, channel: RemotingProtocol, request: RemotingCommand, response: RemotingCommand) -> None:
         """Send *response* unless *request* is oneway; a hook or encoding error becomes SYSTEM_ERROR."""
-        if request.flag & ONEWAY_FLAG:
-            return
+        try:
+            if not request.flag & ONEWAY_FLAG:
+                self._send_response(channel, request, response)
+        finally:
+            channel.answered()
+
+    def _send_response(self, channel: RemotingProtocol, request: RemotingCommand, response: RemotingCommand) -> None:
         response.opaque = request.opaque
         response.flag |= RESPONSE_FLAG
         response.serialize_type = request.serialize_type
@@ -375,7 +391,7 @@ class RemotingNode:
             self.log.failure("cannot send response to {peer}", failure, level=LogLevel.error,
                              peer=channel.remote_address)
             if response.code != ResponseCode.SYSTEM_ERROR:
-                self._respond(channel, request, self._system_error(request, failure.value))
+                self._send_response(channel, request, self._system_error(request, failure.value))
 
     @staticmethod
     def _system_error(request: RemotingCommand, error: BaseException | None) -> RemotingCommand:

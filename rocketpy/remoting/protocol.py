@@ -24,7 +24,12 @@ from rocketpy.interfaces import IChannel
 from rocketpy.remoting.codec import MAX_FRAME_LENGTH, decode, decode_frame, encode
 from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG
 from rocketpy.remoting.command import RemotingCommand
-from rocketpy.remoting.errors import ProtocolError, RemotingConnectionLost, RemotingSendRequestError
+from rocketpy.remoting.errors import (
+    MalformedRequestError,
+    ProtocolError,
+    RemotingConnectionLost,
+    RemotingSendRequestError,
+)
 from rocketpy.remoting.pending import Release, ResponseTable
 from rocketpy.remoting.writenow import can_write_now, write_now
 
@@ -45,9 +50,12 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
     """Frames of at most 16 MiB, each decoded to a :class:`RemotingCommand`.
 
     Responses resolve this connection's :class:`ResponseTable`; requests go to
-    the owner. A malformed or oversize frame logs once and aborts only this
-    connection. Idle for ``idle_timeout`` seconds (reads and writes both count):
-    ``loseConnection``, then ``abortConnection`` after :attr:`abort_grace`.
+    the owner. A whole frame whose header is invalid but names its request is answered
+    SYSTEM_ERROR (:class:`MalformedRequestError`) and the connection goes on. A malformed or
+    oversize frame logs once and stops reading: the requests before it are answered, then the
+    connection closes (aborted if they take longer than :attr:`abort_grace`). Idle for
+    ``idle_timeout`` seconds (reads and writes both count): ``loseConnection``, then
+    ``abortConnection`` after :attr:`abort_grace`.
     """
 
     MAX_LENGTH = MAX_FRAME_LENGTH
@@ -74,6 +82,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         self._table = ResponseTable(first_opaque)
         self._lost: RemotingConnectionLost | None = None
         self._broken = False  # a fatal framing error: ignore whatever follows
+        self._unanswered = 0  # requests handed to the owner and not answered yet
         self._reading = False  # inside dataReceived: writes are collected in _out
         self._out: list[bytes] = []
         self._abort_call: IDelayedCall | None = None
@@ -129,6 +138,9 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
                     break
                 try:
                     command = decode_frame(data, start, position)
+                except MalformedRequestError as e:
+                    self._malformed(e)
+                    continue
                 except ProtocolError as e:
                     self._unprocessed = b""
                     self._fatal(e)
@@ -142,9 +154,12 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         finally:
             try:
                 if requests:  # also those before a bad frame: they arrived whole
+                    self._unanswered += len(requests)
                     self._owner.requests_received(self, requests)
             finally:
                 self._write_collected()
+                if self._broken:
+                    self._close_when_answered()
 
     def stringReceived(self, frame: bytes) -> None:
         """One frame without its length prefix (``dataReceived`` does not call this)."""
@@ -152,8 +167,12 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
             return
         try:
             command = decode(frame)
+        except MalformedRequestError as e:
+            self._malformed(e)
+            return
         except ProtocolError as e:
             self._fatal(e)
+            self._close_when_answered()
             return
         self._command_received(command)
 
@@ -162,7 +181,18 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
             if not self._table.resolve(command):
                 self._late(command)
         else:
+            self._unanswered += 1
             self._owner.request_received(self, command)
+
+    def _malformed(self, error: MalformedRequestError) -> None:
+        """A whole frame with an invalid header: answer its request SYSTEM_ERROR (drop a response)."""
+        command = error.command
+        if command.flag & RESPONSE_FLAG:
+            self.log.warn("malformed response {opaque} from {peer} dropped: {error}", opaque=command.opaque,
+                          peer=self.remote_address, error=error)
+        else:
+            self._unanswered += 1
+            self._owner.request_refused(self, command, str(error))
 
     def _late(self, command: RemotingCommand) -> None:
         self.log.debug("late response {opaque} from {peer} dropped", opaque=command.opaque, peer=self.remote_address)
@@ -237,12 +267,14 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         return succeed(None)
 
     def close(self) -> None:
-        """Close gracefully; abort if the peer has not gone after :attr:`abort_grace`."""
-        if self._lost is not None or self._abort_call is not None:
+        """Close gracefully (now, even while answers after a bad frame are due); abort if the
+        peer has not gone after :attr:`abort_grace`."""
+        if self._lost is not None:
             return
         self.closing = True
         self.transport.loseConnection()
-        self._abort_call = self._clock.callLater(self.abort_grace, self.transport.abortConnection)
+        if self._abort_call is None:
+            self._abort_call = self._clock.callLater(self.abort_grace, self.transport.abortConnection)
 
     # for the owner
 
@@ -260,7 +292,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         :raises ProtocolError: the command cannot be encoded.
         """
         data = encode(command)
-        if self._lost is not None or self._broken:
+        if self._lost is not None:
             self.log.debug("channel {peer} closed; {code} dropped", peer=self.remote_address, code=command.code)
         elif self._reading:  # the usual case: a response written while reading
             self._out.append(data)
@@ -280,6 +312,8 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         finally:
             if self._write_collected():
                 self.resetTimeout()
+            if self._broken:
+                self._close_when_answered()
 
     def _write_collected(self) -> bool:
         """End collecting writes; send what was collected in one ``writeSequence`` (True if any)."""
@@ -328,10 +362,23 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
                 self.transport.write(data)
             self.resetTimeout()
 
+    def answered(self) -> None:
+        """The owner is done with one request this channel handed it (answered, or oneway)."""
+        self._unanswered -= 1
+        if self._broken:
+            self._close_when_answered()
+
     def _fatal(self, error: ProtocolError) -> None:
+        """Stop reading; the requests already handed over are answered, then the connection closes."""
         if self._broken:
             return
         self._broken = self.closing = True
-        self.log.warn("aborting channel {peer}: {error}", peer=self.remote_address, error=error)
+        self.log.warn("closing channel {peer}: {error}", peer=self.remote_address, error=error)
         self._owner.channel_exception(self, error)
-        self.transport.abortConnection()
+        self.transport.pauseProducing()
+        if self._abort_call is None:
+            self._abort_call = self._clock.callLater(self.abort_grace, self.transport.abortConnection)
+
+    def _close_when_answered(self) -> None:
+        if self._unanswered <= 0 and not self._reading and self._lost is None:
+            self.transport.loseConnection()

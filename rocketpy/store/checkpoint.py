@@ -1,8 +1,10 @@
 """The store checkpoint: how far the commit log, the consume queues and the index are known durable.
 
 A 4 KiB file (RocketMQ ``StoreCheckpoint``): ``@0 physicMsgTimestamp``, ``@8 logicsMsgTimestamp``,
-``@16 indexMsgTimestamp``, big-endian i64 milliseconds. The values live in memory and reach the disk
-on :meth:`StoreCheckpoint.flush` (``pwrite`` + ``fdatasync``).
+``@16 indexMsgTimestamp``, big-endian i64 milliseconds. rocketpy adds ``@40 physicOffset`` (i64):
+a commit-log record boundary below which the log and the consume queues were durable, where crash
+recovery can start (0: unknown; RocketMQ 5.x uses @24 and @32, Java ignores @40). The values live
+in memory and reach the disk on :meth:`StoreCheckpoint.flush` (``pwrite`` + ``fdatasync``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import struct
 CHECKPOINT_FILE_SIZE = 4096
 RECOVERY_SAFETY_MS = 3000
 _LAYOUT = struct.Struct(">qqq")
+_OFFSET = struct.Struct(">q")
+_OFFSET_AT = 40
 
 
 class StoreCheckpoint:
@@ -26,9 +30,11 @@ class StoreCheckpoint:
         values: tuple[int, int, int] = (0, 0, 0)
         if len(data) == _LAYOUT.size:
             values = _LAYOUT.unpack(data)
-        else:
+        if os.fstat(self._fd).st_size < CHECKPOINT_FILE_SIZE:
             os.ftruncate(self._fd, CHECKPOINT_FILE_SIZE)
         self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = values
+        #: a record boundary of the commit log below which the log and the queues are durable (0: unknown)
+        self.physic_offset: int = _OFFSET.unpack(os.pread(self._fd, _OFFSET.size, _OFFSET_AT))[0]
 
     def min_timestamp(self) -> int:
         """``min(physic, logics)`` less 3 s: records stored before it are in the log and the queues."""
@@ -39,9 +45,9 @@ class StoreCheckpoint:
         return min(self.min_timestamp(), self.index_msg_timestamp)
 
     def flush(self) -> None:
-        """Write the three timestamps durably."""
+        """Write the three timestamps and the offset durably (one page, one ``fdatasync``)."""
         data = _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp)
-        os.pwrite(self._fd, data, 0)
+        os.pwrite(self._fd, data + bytes(_OFFSET_AT - len(data)) + _OFFSET.pack(self.physic_offset), 0)
         os.fdatasync(self._fd)
 
     def close(self) -> None:

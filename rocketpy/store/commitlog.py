@@ -23,7 +23,6 @@ from rocketpy.common.message import (
     MessageExt,
     MessageSysFlag,
     RecordError,
-    check_record,
     decode_record,
     encode_record,
     offset_msg_id,
@@ -35,6 +34,7 @@ from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest, SupportsDispatch
 from rocketpy.store.mappedfile import MappedFile
 from rocketpy.store.mappedfilequeue import MappedFileQueue
+from rocketpy.store.recovery import BLANK_SIZE, walk
 from rocketpy.store.stats import StoreStats
 from rocketpy.store.status import (
     AppendMessageResult,
@@ -43,13 +43,10 @@ from rocketpy.store.status import (
     PutMessageStatus,
 )
 
-BLANK_SIZE = 8  # i32 remaining, i32 BLANK_MAGIC_CODE
 LOCK_WARN_MS = 500
 RECORD_SLACK = 64 * 1024  # a record may exceed max_message_size by this much (4.9.5+)
 _PAGE_CACHE_BUSY_CEILING_MS = 10_000_000
 _HEAD = struct.Struct(">ii")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 _NO_QUEUE_OFFSET = (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE)
 _TRAN_MASK = MessageSysFlag.TRANSACTION_MASK
 
@@ -287,7 +284,7 @@ class CommitLog:
             return
         mf.store_timestamp = now
         host = self._host_hex
-        dispatch = self._dispatch
+        dispatch = self.dispatch
         for i, msgs, _bufs, total in chunk:
             for msg in msgs:
                 dispatch(msg)
@@ -312,7 +309,8 @@ class CommitLog:
             assert mf is not None
         return mf
 
-    def _dispatch(self, msg: MessageExt) -> None:
+    def dispatch(self, msg: MessageExt) -> None:
+        """Tell every dispatcher about the stored record ``msg``."""
         props = msg.properties
         tags = props.get(MessageConst.TAGS)
         code = 0
@@ -372,7 +370,7 @@ class CommitLog:
                 return False
             mf.append(data)
             # An HA block often ends inside a record: no warning for that tail.
-            self.reput_offset = self.walk(self.reput_offset, check_crc=False, dispatch=True, warn=False)
+            self.reput_offset = walk(self, self.reput_offset, check_crc=False, dispatch=True, warn=False)
         return True
 
     # -- reads (any thread) --
@@ -406,91 +404,6 @@ class CommitLog:
             return decode_record(raw)
         except RecordError:
             return None
-
-    # -- recovery (before any put) --
-
-    def walk(self, start: int, check_crc: bool, dispatch: bool, warn: bool = True) -> int:
-        """Walk the valid records from record boundary ``start``, blank fillers leading to the
-        next file, optionally dispatching each; ``warn`` logs an invalid record where the walk stops.
-
-        :returns: the end of the last valid record (where a torn tail starts).
-        """
-        files = self.queue.mapped_files
-        mf = self.queue.find_mapped_file_by_offset(start)
-        if mf is None:
-            return start
-        index = files.index(mf)
-        pos = start - mf.file_from_offset
-        while True:
-            size = check_record(mf.data, pos, mf.wrote_position, check_crc)
-            if size > 0:
-                if dispatch and not self._redispatch(mf, pos):
-                    size = -1
-                else:
-                    pos += size
-                    continue
-            if size == 0 and index + 1 < len(files):
-                index += 1
-                mf, pos = files[index], 0
-                continue
-            if warn and size < 0 and pos + BLANK_SIZE <= mf.wrote_position and any(mf.data[pos : pos + BLANK_SIZE]):
-                _log.warn("commit log {file}: invalid record at offset {offset}", file=mf.path, offset=mf.file_from_offset + pos)
-            return mf.file_from_offset + pos
-
-    def _redispatch(self, mf: MappedFile, pos: int) -> bool:
-        try:
-            msg = decode_record(mf.data, pos)  # type: ignore[arg-type]  # an mmap is a buffer
-        except RecordError as e:  # a layout check_record accepts but cannot decode (bad UTF-8)
-            _log.warn("commit log {file}: invalid record at offset {offset}: {error}", file=mf.path,
-                      offset=mf.file_from_offset + pos, error=e)
-            return False
-        msg.commit_log_offset = mf.file_from_offset + pos
-        self._dispatch(msg)
-        return True
-
-    def recover_normally(self) -> int:
-        """Clean-exit recovery: walk from the third-last file, cut after the last valid record.
-
-        :returns: the new log end.
-        """
-        files = self.queue.mapped_files
-        if not files:
-            return 0
-        end = self.walk(files[max(0, len(files) - 3)].file_from_offset, self.config.check_crc_on_recover, False)
-        self._cut(end)
-        return end
-
-    def recover_abnormally(self, safe_timestamp_ms: int) -> int:
-        """Crash recovery: walk from the newest file whose first record was stored at or before
-        ``safe_timestamp_ms``, re-dispatching every valid record; cut after the last one.
-
-        :returns: the new log end.
-        """
-        files = self.queue.mapped_files
-        if not files:
-            return 0
-        start = files[0]
-        for mf in reversed(files):
-            if check_record(mf.data, 0, mf.wrote_position) > 0:
-                born_v6 = _I32.unpack_from(mf.data, 36)[0] & MessageSysFlag.BORNHOST_V6
-                stored = _I64.unpack_from(mf.data, 68 if born_v6 else 56)[0]
-                if 0 < stored <= safe_timestamp_ms:
-                    start = mf
-                    break
-        end = self.walk(start.file_from_offset, self.config.check_crc_on_recover, True)
-        _log.info("commit log {dir}: crash recovery re-dispatched {size} bytes, from {file} (offset {offset}) to {end}",
-                  dir=self.queue.store_path, size=end - start.file_from_offset, file=start.path,
-                  offset=start.file_from_offset, end=end)
-        self._cut(end)
-        return end
-
-    def _cut(self, end: int) -> None:
-        if end < self.queue.max_offset:
-            _log.info("commit log {dir} ends at offset {end} (its files' space ends at {files_end})",
-                      dir=self.queue.store_path, end=end, files_end=self.queue.max_offset)
-        self.queue.truncate_dirty_files(end)
-        self.queue.flushed_where = self.queue.committed_where = end
-        self.reput_offset = end
 
     # -- flush and lifecycle --
 

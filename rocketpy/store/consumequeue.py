@@ -176,20 +176,31 @@ class ConsumeQueue:
         """Open this queue's files; :meth:`recover` must follow."""
         return self.files.load()
 
-    def recover(self) -> None:
+    def recover(self, durable_below: int = 0) -> None:
         """Find the end of the valid entries, starting at the third-last file, and cut there.
 
         An entry is valid iff its offset ≥ 0 and size > 0; the walk stops at the first invalid one.
+
+        :param durable_below: a commit-log offset below which every entry of this queue is known
+            durable (the checkpoint's): those are found by a binary search, not read one by one.
         """
         files = self.files.mapped_files
         if not files:
             return
         walked = files[max(0, len(files) - 3):]
-        end = walked[0].file_from_offset
+        per_file = self.file_size // CQ_UNIT_SIZE
+        known = self._durable_count(walked, per_file, durable_below)
+        first, position = known // per_file, known % per_file * CQ_UNIT_SIZE
         self.max_physic_offset = -1
-        for mf in walked:
-            valid = 0
-            for phy, size, _tags in self._entries(mf, self.file_size):
+        if known:
+            phy, size, _tags = self._entry(walked, per_file, known - 1)
+            if _is_real(phy, size):
+                self.max_physic_offset = phy + size
+        if first == len(walked):  # every walked entry is durable: the files are full
+            end = walked[-1].file_from_offset + self.file_size
+        for mf in walked[first:]:
+            valid = position
+            for phy, size, _tags in _ENTRY.iter_unpack(mf.select(position, self.file_size - position) or b""):
                 if phy < 0 or size <= 0:
                     break
                 valid += CQ_UNIT_SIZE
@@ -198,7 +209,26 @@ class ConsumeQueue:
             end = mf.file_from_offset + valid
             if valid < self.file_size:
                 break
+            position = 0
         self._cut(end)
+
+    @staticmethod
+    def _entry(walked: list[MappedFile], per_file: int, index: int) -> tuple[int, int, int]:
+        phy, size, tags = _ENTRY.unpack_from(walked[index // per_file].data, index % per_file * CQ_UNIT_SIZE)
+        return phy, size, tags
+
+    def _durable_count(self, walked: list[MappedFile], per_file: int, durable_below: int) -> int:
+        """How many entries from the start of ``walked`` point below ``durable_below``: valid and
+        durable by the checkpoint's word, so they come first, before any hole a power loss left."""
+        low, high = 0, len(walked) * per_file
+        while low < high:
+            mid = (low + high) // 2
+            phy, size, _tags = self._entry(walked, per_file, mid)
+            if 0 <= phy < durable_below and size > 0:
+                low = mid + 1
+            else:
+                high = mid
+        return low
 
     def truncate_dirty(self, commit_log_end: int) -> None:
         """Drop the entries whose record starts at or after ``commit_log_end`` (recovery cut the log)."""
@@ -260,6 +290,37 @@ class ConsumeQueue:
     def flush(self, least_pages: int = 0) -> bool:
         """Make written entries durable when ``least_pages`` pages are dirty; True if it advanced."""
         return self.files.flush(least_pages)
+
+    def first_unflushed(self) -> int:
+        """The commit-log offset of the first entry not yet flushed; -1 when every entry is."""
+        files = self.files
+        where = files.flushed_where
+        if where >= files.max_offset:
+            return -1
+        mf = files.find_mapped_file_by_offset(where, True)
+        position = max(0, where - mf.file_from_offset) if mf is not None else 0
+        while mf is not None:
+            entry = mf.select(position, CQ_UNIT_SIZE)
+            if entry is None:
+                return -1
+            phy, size, _tags = _ENTRY.unpack(entry)
+            if _is_real(phy, size):
+                return phy
+            position += CQ_UNIT_SIZE  # fillers at a queue's head point nowhere
+        return -1
+
+    def mark_unflushed_from(self, commit_log_offset: int) -> None:
+        """Count the entries of records at or after ``commit_log_offset`` as not durable."""
+        low, high = self.min_offset, self.max_offset
+        while low < high:  # entries are in commit-log order (fillers at the head point at 0)
+            mid = (low + high) // 2
+            entry = self.get_entry(mid)
+            if entry is None or entry[0] < commit_log_offset:
+                low = mid + 1
+            else:
+                high = mid
+        if low < self.max_offset:
+            self.files.mark_unflushed(low * CQ_UNIT_SIZE)
 
     def close(self) -> None:
         """Unmap the files, keeping them."""
@@ -353,15 +414,25 @@ class ConsumeQueueStore:
                         return False
         return True
 
-    def recover(self) -> None:
+    def recover(self, durable_below: int = 0) -> None:
         """Recover every queue (see :meth:`ConsumeQueue.recover`)."""
         for cq in self._all:
-            cq.recover()
+            cq.recover(durable_below)
 
     @property
     def max_physic_offset(self) -> int:
         """The highest record end any queue points at; -1 when none."""
         return max((cq.max_physic_offset for cq in self._all), default=-1)
+
+    def last_record_start(self) -> int:
+        """The commit-log offset of the record the queues' newest entry points at; 0 when none.
+
+        Records are dispatched in log order, so every record before it reached its queue."""
+        newest = max(self._all, key=lambda cq: cq.max_physic_offset, default=None)
+        if newest is None or newest.max_physic_offset < 0:
+            return 0
+        entry = newest.get_entry(newest.max_offset - 1)
+        return entry[0] if entry is not None else 0
 
     def truncate_dirty(self, commit_log_end: int) -> None:
         """Drop entries at or after ``commit_log_end`` in every queue."""
@@ -383,6 +454,26 @@ class ConsumeQueueStore:
         for cq in self._all:
             advanced = cq.flush(least_pages) or advanced
         return advanced
+
+    def mark_unflushed_from(self, commit_log_offset: int) -> None:
+        """:meth:`ConsumeQueue.mark_unflushed_from` for every queue."""
+        for cq in self._all:
+            cq.mark_unflushed_from(commit_log_offset)
+
+    def flush_for_checkpoint(self, least_pages: int, behind: int) -> int:
+        """:meth:`flush`, and every file of a queue whose first unflushed entry points below
+        ``behind``; returns the lowest commit-log offset a queue still holds unflushed (-1: none)."""
+        lowest = -1
+        for cq in self._all:
+            cq.flush(least_pages)
+            first = cq.first_unflushed()
+            if 0 <= first < behind:
+                while cq.flush(0):
+                    pass
+                first = cq.first_unflushed()
+            if first >= 0 and (lowest < 0 or first < lowest):
+                lowest = first
+        return lowest
 
     def delete_expired(self, commit_log_min: int) -> int:
         """Delete queue files wholly below ``commit_log_min``; returns how many."""

@@ -130,6 +130,14 @@ class MappedFileQueue:
         self.flushed_where = self.committed_where = where
         return advanced
 
+    def mark_unflushed(self, offset: int) -> None:
+        """Count the bytes from absolute ``offset`` on as not durable (what a crashed process wrote
+        may be in the page cache only), so that the next flushes sync them."""
+        for mf in self.mapped_files:
+            if mf.file_from_offset + self.mapped_file_size > offset:
+                mf.flushed_position = min(mf.flushed_position, max(0, offset - mf.file_from_offset))
+        self.flushed_where = min(self.flushed_where, max(offset, self.min_offset, 0))
+
     # -- truncation and deletion --
 
     def truncate_dirty_files(self, offset: int) -> None:

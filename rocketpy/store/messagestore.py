@@ -24,6 +24,7 @@ from rocketpy.store.consumequeue import ConsumeQueueStore
 from rocketpy.store.dispatch import QueueRecorder, SupportsDispatch
 from rocketpy.store.index import IndexService
 from rocketpy.store.reads import MessageReader, RecordFilter, TagFilter
+from rocketpy.store.recovery import RecoveryReport, boot_id, page_cache_intact, recover_store
 from rocketpy.store.retention import ConsumerPosition, Retention, used_ratio
 from rocketpy.store.stats import StoreStats
 from rocketpy.store.status import GetMessageResult, PutMessageResult, PutMessageStatus, QueryMessageResult
@@ -31,8 +32,10 @@ from rocketpy.store.status import GetMessageResult, PutMessageResult, PutMessage
 _log = Logger()
 
 
-def _exit_name(clean: bool) -> str:
-    return "a clean shutdown" if clean else "a crash (abort file present)"
+def _exit_name(clean: bool, process_only: bool = False) -> str:
+    if clean:
+        return "a clean shutdown"
+    return "a crash of the process (abort file names this boot)" if process_only else "a crash (abort file present)"
 
 
 #: :meth:`MessageStore.can_append_inline`: largest body, and a bound of a record's fixed fields
@@ -72,7 +75,12 @@ class MessageStore:
         self.reader = MessageReader(self.consume_queues, self.commit_log, config, total_memory)
         self.retention = Retention(config, now_ms)
         self.checkpoint: StoreCheckpoint | None = None
+        #: what the last load's recovery did
+        self.recovery: RecoveryReport | None = None
+        self._checkpoint_written: tuple[int, int, int, int] | None = None  # the values last flushed
         self.last_exit_ok = True
+        #: after a crash: only the process died (the abort file names this boot)
+        self.page_cache_intact = False
         self.running = False
         self._lock_fd = -1
         self._load_began = 0.0
@@ -89,49 +97,31 @@ class MessageStore:
             self._take_lock()
             self.last_exit_ok = not os.path.exists(self.config.abort_path)
             self._load_began = time.monotonic()
+            self.page_cache_intact = not self.last_exit_ok and page_cache_intact(self.config.abort_path)
             _log.info("store {dir}: recovering after {exit}", dir=self.config.store_path_root_dir,
-                      exit=_exit_name(self.last_exit_ok))
+                      exit=_exit_name(self.last_exit_ok, self.page_cache_intact))
             self.checkpoint = StoreCheckpoint(self.config.checkpoint_path)
+            index_trusted = self.last_exit_ok or self.page_cache_intact
             if not (self.commit_log.load() and self.consume_queues.load()
-                    and self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp)):
+                    and self.index.load(index_trusted, self.checkpoint.index_msg_timestamp)):
                 self._release_lock()
                 return False
-            self._recover()
+            report = self.recovery = recover_store(self)
+            if not self.page_cache_intact:  # the recovered state, checkpointed at once
+                self.flush_consume_queues(0)
+            log = self.commit_log
+            _log.info("store {dir} recovered after {exit} in {seconds:.3f} s: commit log [{min}, {end}) in {files} "
+                      "files, {messages} messages in {queues} queues; the walk began at {start}{how}",
+                      dir=self.config.store_path_root_dir, exit=_exit_name(self.last_exit_ok, self.page_cache_intact),
+                      seconds=time.monotonic() - self._load_began, min=max(log.min_offset, 0), end=report.end,
+                      files=len(log.queue.mapped_files), messages=sum(log.topic_queue_table.values()),
+                      queues=len(log.topic_queue_table), start=report.start,
+                      how=" (the checkpoint's offset)" if report.from_checkpoint_offset else "")
         except (OSError, StoreLockedError) as e:
             _log.error("store {dir}: cannot load: {error}", dir=self.config.store_path_root_dir, error=e)
             self._release_lock()
             return False
         return True
-
-    def _recover(self) -> None:
-        log, queues = self.commit_log, self.consume_queues
-        assert self.checkpoint is not None
-        queues.recover()
-        if not log.queue.mapped_files:
-            queues.destroy()
-            self.index.destroy()
-            end = 0
-        elif self.last_exit_ok:
-            end = log.recover_normally()
-        else:
-            safe = self.checkpoint.min_timestamp()
-            if self.config.message_index_safe:
-                safe = self.checkpoint.min_timestamp_index()
-            end = log.recover_abnormally(safe)
-        if queues.max_physic_offset >= end:
-            queues.truncate_dirty(end)
-        # What the queues miss past their newest entry (RocketMQ's reput at start-up).
-        behind = max(queues.max_physic_offset, log.min_offset)
-        if 0 <= behind < end:
-            log.walk(behind, check_crc=False, dispatch=True)
-        log.topic_queue_table = queues.queue_offset_table()
-        queues.correct_min_offset(log.min_offset)
-        _log.info("store {dir} recovered after {exit} in {seconds:.3f} s: commit log [{min}, {end}) in {files} files, "
-                  "{messages} messages in {queues} queues, {reput} bytes re-dispatched to the queues",
-                  dir=self.config.store_path_root_dir, exit=_exit_name(self.last_exit_ok),
-                  seconds=time.monotonic() - self._load_began, min=max(log.min_offset, 0), end=end,
-                  files=len(log.queue.mapped_files), messages=sum(log.topic_queue_table.values()),
-                  queues=len(log.topic_queue_table), reput=end - behind if 0 <= behind < end else 0)
 
     def _take_lock(self) -> None:
         if self._lock_fd >= 0:
@@ -148,13 +138,16 @@ class MessageStore:
         self._lock_fd = fd
 
     def start(self) -> None:
-        """Hold the lock file and create the abort file: from now on an exit without
-        :meth:`shutdown` counts as a crash.
+        """Hold the lock file and create the abort file, holding this boot's id: from now on an
+        exit without :meth:`shutdown` counts as a crash (of the process alone while the boot id
+        is the same).
 
         :raises StoreLockedError: another store runs on this directory.
         """
         self._take_lock()
         with open(self.config.abort_path, "wb") as abort:
+            abort.write(boot_id().encode())
+            abort.flush()
             os.fsync(abort.fileno())
         root = os.open(self.config.store_path_root_dir, os.O_RDONLY)
         try:
@@ -277,16 +270,32 @@ class MessageStore:
         return advanced
 
     def flush_consume_queues(self, least_pages: int = 0) -> None:
-        """Flush the consume queues; a thorough pass (0 pages) also flushes the index and the checkpoint."""
-        logics = self.consume_queues.logics_msg_timestamp  # snapshot before the queues are flushed
-        self.consume_queues.flush(least_pages)
-        if least_pages == 0 and self.checkpoint is not None:
+        """Flush the consume queues and write the checkpoint; a thorough pass (0 pages) also
+        flushes the index and advances the checkpoint's logics and index times.
+
+        A queue whose first unflushed entry points below the commit log's flushed end is flushed
+        whatever its dirty pages, so the checkpoint's offset keeps up with the log's flushes.
+        """
+        checkpoint = self.checkpoint
+        if checkpoint is None:
+            return
+        logics = self.consume_queues.logics_msg_timestamp  # snapshots before the queues are flushed
+        dispatched, flushed = self.commit_log.reput_offset, self.commit_log.flushed_offset
+        unflushed = self.consume_queues.flush_for_checkpoint(least_pages, min(dispatched, flushed))
+        if least_pages == 0:
             index_end = self.index.flush()
             if index_end:
-                self.checkpoint.index_msg_timestamp = index_end
+                checkpoint.index_msg_timestamp = index_end
             if logics:
-                self.checkpoint.logics_msg_timestamp = logics
-            self.checkpoint.flush()
+                checkpoint.logics_msg_timestamp = logics
+        # below it the log and every queue are durable: where a crash recovery can start
+        safe = min(dispatched, self.commit_log.flushed_offset)
+        checkpoint.physic_offset = safe if unflushed < 0 else min(safe, unflushed)
+        values = (checkpoint.physic_msg_timestamp, checkpoint.logics_msg_timestamp,
+                  checkpoint.index_msg_timestamp, checkpoint.physic_offset)
+        if values != self._checkpoint_written:  # idle: no write
+            checkpoint.flush()
+            self._checkpoint_written = values
 
     @property
     def max_physical_offset(self) -> int:

@@ -173,6 +173,11 @@ class StoreService(StoreReads, Service):
             for put in queue:
                 self._refuse(put, PutMessageStatus.SERVICE_NOT_AVAILABLE)
             return
+        recovery = getattr(self._store, "recovery", None)  # a MessageStore's RecoveryReport
+        if recovery is not None and not recovery.clean:
+            self.log.warn("recovered after a crash{what}: commit log walked from {start} to {end}",
+                          what=" of the process" if recovery.page_cache_intact else "", start=recovery.start,
+                          end=recovery.end)
         self._flush_waiters.advance(self._store.flushed_offset)
         self._ready = True
         self._loops.start()

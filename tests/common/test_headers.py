@@ -37,3 +37,16 @@ class HeaderTests(SynchronousTestCase):
         v1 = h.expand_send_v2(v2)
         self.assertEqual(v1, {"producerGroup": "PG", "topic": "T", "batch": "true", "bname": "x"})
         self.assertEqual(h.compact_send_v1(v1), v2)
+
+    def test_integers_within_their_java_type(self) -> None:
+        """A Long field takes every 64-bit value and an Integer field every 32-bit one; beyond (or a
+        number of any length) is a HeaderError naming the field, never a ValueError of int()."""
+        fields = {"big": "-9223372036854775808", "over": "9223372036854775808", "int": "2147483647",
+                  "long": "9" * 5000, "huge": "-493370966749666776861"}
+        self.assertEqual(h.get_int(fields, "big"), -(2**63))
+        self.assertEqual(h.get_int(fields, "int", bits=32), 2**31 - 1)
+        for name, bits in (("over", 64), ("long", 64), ("huge", 64), ("big", 32)):
+            with self.assertRaises(h.HeaderError) as raised:
+                h.get_int(fields, name, bits=bits)
+            self.assertIn(f"'{name}' is out of range of a {bits}-bit integer", str(raised.exception))
+        self.assertLess(len(str(raised.exception)), 100)  # the value is shortened in the remark

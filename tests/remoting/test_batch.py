@@ -129,13 +129,24 @@ class RunTests(SynchronousTestCase):
         self.assertEqual((self.runs.runs, [r.opaque for _, r in self.runs.requests]), ([], [1]))
 
     def test_requests_before_a_bad_frame_are_processed(self) -> None:
-        """They arrived whole: processed (a send is stored) though the connection is aborted."""
+        """They arrived whole: processed (a send is stored) and answered, then the connection closes."""
         bad = b"\x00\x00\x00\x06\x00\x00\x00\x02{x"
         self.flushLoggedErrors()
         self.protocol.dataReceived(frames((10, 1), (10, 2)) + bad + frames((10, 3)))
         self.assertEqual(self.runs.runs, [[1, 2]])
-        self.assertTrue(self.transport.disconnected)
-        self.assertEqual(self.transport.value(), b"")
+        self.assertTrue(self.transport.disconnecting)
+        self.assertEqual([c.opaque for c in read_commands(self.transport)], [1, 2])
+
+    def test_a_run_answered_later_closes_the_connection_after_a_bad_frame(self) -> None:
+        """A run stored asynchronously (a send's Deferred) is answered when it fires, then the
+        connection closes: it does not wait for the abort."""
+        later: Deferred[list[RemotingCommand]] = Deferred()
+        self.runs.results = later
+        self.protocol.dataReceived(frames((10, 1), (10, 2)) + b"\0\0\0\0")
+        self.assertFalse(self.transport.disconnecting)
+        later.callback([RemotingCommand(code=0), RemotingCommand(code=0)])
+        self.assertEqual([c.opaque for c in read_commands(self.transport)], [1, 2])
+        self.assertTrue(self.transport.disconnecting)
 
     def test_a_refusing_hook_answers_only_its_request(self) -> None:
         """An RPC hook refusing one request of a run (an ACL check): SYSTEM_ERROR for that one,

@@ -20,7 +20,7 @@ from rocketpy.remoting.codec import (
 )
 from rocketpy.remoting.codes import RESPONSE_FLAG, ResponseCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
-from rocketpy.remoting.errors import ProtocolError
+from rocketpy.remoting.errors import MalformedRequestError, ProtocolError
 
 # A SEND_MESSAGE_V2 request produced by Java 4.9.4 (doc/wire.md §1),
 # with the elided properties ("i") filled in with U+0001/U+0002 separators.
@@ -57,15 +57,38 @@ class JSONCodecTests(SynchronousTestCase):
                          + SPEC_V2_HEADER + b"payload")
 
     def test_headers_the_fast_parser_refuses_still_decode(self) -> None:
-        """Raw control characters, a lone surrogate and jsoncpp's trailing newline are accepted."""
-        raw = b'{"code":310,"extFields":{"i":"KEYS\x01k\x02","r":"\\ud800x"},"opaque":3}\n'
+        """Raw control characters and jsoncpp's trailing newline are accepted."""
+        raw = b'{"code":310,"extFields":{"i":"KEYS\x01k\x02","r":"x"},"opaque":3}\n'
         command = decode(frame(raw))
-        self.assertEqual(command.ext_fields, {"i": "KEYS\x01k\x02", "r": "\ud800x"})
+        self.assertEqual(command.ext_fields, {"i": "KEYS\x01k\x02", "r": "x"})
         self.assertEqual((command.code, command.opaque), (310, 3))
         with self.assertRaises(ProtocolError):
             decode(frame(b'{"code":310} x'))
-        with self.assertRaises(ProtocolError):
-            decode(frame(b'{"code":310,"remark":"\xff"}'))
+
+    def test_text_that_is_not_utf8_is_a_malformed_request(self) -> None:
+        """A lone surrogate or a non-UTF-8 byte in a whole frame's header names its field and its request
+        (JSON, msgpack and ROCKETMQ binary), so the request can be answered."""
+        cases = [
+            (frame(b'{"code":310,"extFields":{"i":"ok","topic":"\\ud800x"},"opaque":3}'), "'topic'"),
+            (frame(b'{"code":310,"remark":"\xff","opaque":3}'), "'remark'"),
+            (frame(b'{"code":"x","opaque":3}'), "header integers invalid"),
+            (frame(msgpack.packb({"code": 310, "opaque": 3, "extFields": {"topic": "TT"}}).replace(b"\xa2TT",
+                   b"\xa2\xff\xfe"), serialize_type=2), "'topic'"),
+        ]
+        for data, named in cases:
+            with self.assertRaises(MalformedRequestError) as raised:
+                decode(data)
+            self.assertIn(named, str(raised.exception))
+            self.assertEqual((raised.exception.command.opaque, raised.exception.command.flag), (3, 0))
+        binary = encode(RemotingCommand(code=310, opaque=3, ext_fields={"topic": "\xe9"}, serialize_type=1))
+        with self.assertRaises(MalformedRequestError) as raised:
+            decode(binary[4:].replace("\xe9".encode(), b"\xff\xff"))
+        self.assertIn("'topic'", str(raised.exception))
+        with self.assertRaises(ProtocolError):  # no opaque to answer: not a MalformedRequestError
+            try:
+                decode(frame(b'["not an object"]'))
+            except MalformedRequestError:
+                self.fail("a header that is not an object names no request")
 
     def test_response_header_is_the_recommended_shape(self) -> None:
         """A response header is Java's: sorted keys, string extFields, remark only when set."""
@@ -126,8 +149,11 @@ class JSONCodecTests(SynchronousTestCase):
         ]
         for command in commands:
             self.assertEqual(_json_header(command), _json_encode(_header_map(command, "JSON")).encode("utf-8"))
-        with self.assertRaises(ProtocolError):  # a lone surrogate has no UTF-8 form
-            encode(RemotingCommand(code=1, remark="\ud800"))
+        # a lone surrogate has no UTF-8 form: '?' as Java's getBytes(UTF_8), so the reply still goes
+        for serialize_type in (0, 1, 2):
+            reply = decode(encode(RemotingCommand(code=1, remark="a\ud800", ext_fields={"k": "\udc80"},
+                                                  serialize_type=serialize_type))[4:])
+            self.assertEqual((reply.remark, reply.ext_fields), ("a?", {"k": "?"}))
 
     def test_negative_opaque_and_unicode_round_trip(self) -> None:
         """Negative opaques (Java's counter wraps) and non-ASCII text survive JSON."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionDone
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
@@ -15,11 +16,12 @@ from zope.interface.verify import verifyObject
 
 from rocketpy.interfaces import IChannel, IChannelEventListener, IRequestProcessor, IRPCHook
 from rocketpy.remoting.codec import MAX_FRAME_LENGTH, decode, encode
+from rocketpy.remoting.codes import ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectionLost, RemotingSendRequestError
 from rocketpy.remoting.protocol import RemotingProtocol, format_address
 from rocketpy.remoting.server import RemotingServer
-from tests.remoting.helpers import RecordingHook, RecordingListener, RecordingProcessor
+from tests.remoting.helpers import RecordingHook, RecordingListener, RecordingProcessor, echo
 
 PEER = "10.0.0.1:4000"
 
@@ -49,7 +51,8 @@ class ProtocolTestCase(SynchronousTestCase):
         self.clock = Clock()
         self.listener = RecordingListener()
         self.server = RemotingServer(self.clock, listeners=[self.listener])
-        self.server.register_processor(10, RecordingProcessor())
+        self.processor = RecordingProcessor()
+        self.server.register_processor(10, self.processor)
         self.protocol = self.server.build_channel()
         self.transport = StringTransport(peerAddress=IPv4Address("TCP", "10.0.0.1", 4000))
         self.protocol.makeConnection(self.transport)
@@ -92,11 +95,11 @@ class FramingTests(ProtocolTestCase):
         self.protocol.dataReceived(data[cut:])
         self.assertEqual([(c.opaque, c.body) for c in read_commands(self.transport)], [(3, b"3")])
 
-    def test_frame_too_short_for_its_header_length_aborts(self) -> None:
-        """A frame shorter than the 4-byte header-length word is malformed: abort, one warning."""
+    def test_frame_too_short_for_its_header_length_closes(self) -> None:
+        """A frame shorter than the 4-byte header-length word is malformed: close, one warning."""
         with capturedLogs() as events:
             self.protocol.dataReceived(struct.pack(">I", 2) + b"ab" + encode(RemotingCommand(code=10, opaque=1)))
-        self.assertTrue(self.transport.disconnected)
+        self.assertTrue(self.transport.disconnecting)
         self.assertEqual([e["log_level"] for e in events], [LogLevel.warn])
         self.assertEqual(self.transport.value(), b"")
 
@@ -114,12 +117,13 @@ class FramingTests(ProtocolTestCase):
         (response,) = read_commands(self.transport)
         self.assertEqual((response.opaque, response.body), (8, b"b"))
 
-    def test_oversize_frame_aborts_with_one_log_line(self) -> None:
-        """A length over 16 MiB aborts the connection, logs one warning and fires EXCEPTION."""
+    def test_oversize_frame_closes_with_one_log_line(self) -> None:
+        """A length over 16 MiB closes the connection, logs one warning and fires EXCEPTION."""
         with capturedLogs() as events:
             self.protocol.dataReceived(struct.pack(">i", MAX_FRAME_LENGTH + 1) + b"x" * 10)
             self.protocol.dataReceived(b"more")
-        self.assertTrue(self.transport.disconnected)  # StringTransport's abort marker
+        self.assertTrue(self.transport.disconnecting)
+        self.assertEqual(self.transport.producerState, "paused")  # reads no more
         self.assertEqual([e["log_level"] for e in events], [LogLevel.warn])
         self.assertEqual(self.listener.events, [("connect", PEER), ("exception", PEER)])
 
@@ -128,15 +132,49 @@ class FramingTests(ProtocolTestCase):
         self.protocol.dataReceived(struct.pack(">i", MAX_FRAME_LENGTH))
         self.assertFalse(self.transport.disconnecting)
 
-    def test_undecodable_frame_aborts_and_ignores_the_rest(self) -> None:
-        """A bad header aborts this connection once; frames after it in the same read are ignored."""
+    def test_undecodable_frame_closes_and_ignores_the_rest(self) -> None:
+        """A bad header closes this connection once; frames after it in the same read are ignored."""
         bad = struct.pack(">iI", 6, 2) + b"{x"
         good = encode(RemotingCommand(code=10, opaque=1))
         with capturedLogs() as events:
             self.protocol.dataReceived(bad + good + bad)
-        self.assertTrue(self.transport.disconnected)
+        self.assertTrue(self.transport.disconnecting)
         self.assertEqual(len(events), 1)
         self.assertEqual(self.transport.value(), b"")
+
+    def test_requests_before_a_bad_frame_are_answered_then_closed(self) -> None:
+        """Requests that arrived whole before a bad frame are answered; only then does the connection
+        close, and it is aborted if an answer takes longer than the grace period."""
+        later: Deferred[RemotingCommand] = Deferred()
+        self.processor.respond = lambda channel, request: later if request.opaque == 2 else echo(channel, request)
+        good = encode(RemotingCommand(code=10, opaque=1)) + encode(RemotingCommand(code=10, opaque=2))
+        self.protocol.dataReceived(good + b"\0\0\0\0")
+        self.assertEqual([c.opaque for c in read_commands(self.transport)], [1])
+        self.assertFalse(self.transport.disconnecting)  # request 2 still owes its answer
+        later.callback(RemotingCommand(code=0))
+        self.assertEqual([c.opaque for c in read_commands(self.transport)], [2])
+        self.assertTrue(self.transport.disconnecting)
+
+    def test_a_request_never_answered_after_a_bad_frame_aborts_after_the_grace(self) -> None:
+        """The close does not wait for ever on a request still pending after a bad frame."""
+        self.processor.respond = lambda channel, request: Deferred()
+        self.protocol.dataReceived(encode(RemotingCommand(code=10, opaque=1)) + b"\0\0\0\0")
+        self.assertFalse(self.transport.disconnected)
+        self.clock.advance(self.protocol.abort_grace)
+        self.assertTrue(self.transport.disconnected)
+
+    def test_a_whole_frame_with_a_bad_field_is_answered_and_the_connection_serves_on(self) -> None:
+        """A header field that is not UTF-8 text: SYSTEM_ERROR naming it, one warning, next request served."""
+        header = b'{"code":10,"extFields":{"topic":"\\ud800"},"opaque":5}'
+        bad = struct.pack(">iI", 4 + len(header), len(header)) + header
+        with capturedLogs() as events:
+            self.protocol.dataReceived(bad + encode(RemotingCommand(code=10, opaque=6)))
+        first, second = read_commands(self.transport)
+        self.assertEqual((first.opaque, first.code), (5, ResponseCode.SYSTEM_ERROR))
+        self.assertIn("'topic'", first.remark)
+        self.assertEqual((second.opaque, second.code), (6, 0))
+        self.assertFalse(self.transport.disconnecting)
+        self.assertEqual([e["log_level"] for e in events], [LogLevel.warn])
 
     def test_late_response_is_dropped(self) -> None:
         """A response nobody waits for is logged at debug level and changes nothing."""

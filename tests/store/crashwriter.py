@@ -1,6 +1,6 @@
 """Child process for the crash tests: put messages through StoreService until killed.
 
-Usage: ``python -m tests.store.crashwriter STORE_DIR FLUSH_DISK_TYPE WRITE_PATH``
+Usage: ``python -m tests.store.crashwriter STORE_DIR FLUSH_DISK_TYPE WRITE_PATH [CQ_FLUSH_INTERVAL]``
 
 Prints ``ready`` once the store is loaded, then one line per acknowledged put,
 ``SEQ COMMIT_LOG_OFFSET QUEUE_ID QUEUE_OFFSET``, written after the put's Deferred fired
@@ -26,9 +26,12 @@ WINDOW = 32  # puts in flight
 TOPIC = "crash"
 
 
-def crash_config(store_dir: str, flush_disk_type: str, write_path: str) -> MessageStoreConfig:
-    """The store settings the writer and the test's recovery share."""
+def crash_config(store_dir: str, flush_disk_type: str, write_path: str,
+                 cq_flush_interval: float = 1.0) -> MessageStoreConfig:
+    """The store settings the writer and the test's recovery share (the consume-queue flush, which
+    writes the checkpoint, every ``cq_flush_interval`` seconds)."""
     return MessageStoreConfig(
+        flush_interval_consume_queue=cq_flush_interval,
         store_path_root_dir=store_dir,
         mapped_file_size_commit_log=FILE_SIZE,
         mapped_file_size_consume_queue=1000 * 20,
@@ -86,8 +89,10 @@ class Writer:
         self._next()
 
 
-def main(reactor: Any, store_dir: str, flush_disk_type: str, write_path: str) -> Deferred[None]:
-    service = StoreService(MessageStore(crash_config(store_dir, flush_disk_type, write_path)), reactor)
+def main(reactor: Any, store_dir: str, flush_disk_type: str, write_path: str,
+         cq_flush_interval: str = "1.0") -> Deferred[None]:
+    config = crash_config(store_dir, flush_disk_type, write_path, float(cq_flush_interval))
+    service = StoreService(MessageStore(config), reactor)
 
     async def run() -> None:
         reactor.addSystemEventTrigger("before", "shutdown", service.stopService)
@@ -103,4 +108,4 @@ def main(reactor: Any, store_dir: str, flush_disk_type: str, write_path: str) ->
 if __name__ == "__main__":
     from twisted.internet.task import react
 
-    react(main, sys.argv[1:4])
+    react(main, sys.argv[1:5])

@@ -63,3 +63,20 @@ class CheckpointTests(SynchronousTestCase):
         self.assertEqual(checkpoint.min_timestamp_index(), 4_000)
         checkpoint.logics_msg_timestamp = 1_000
         self.assertEqual(checkpoint.min_timestamp(), 0)
+
+    def test_recovery_offset_at_40(self) -> None:
+        """rocketpy's recovery offset is a big-endian i64 at @40, beside Java's fields; a file without
+        one (RocketMQ's, or 24 bytes long) reads as 0."""
+        os.makedirs(os.path.dirname(self.path))
+        with open(self.path, "wb") as f:
+            f.write(struct.pack(">qqq", 1, 2, 3))  # what a short, older file holds
+        checkpoint = self.open()
+        self.assertEqual((checkpoint.physic_msg_timestamp, checkpoint.physic_offset), (1, 0))
+        self.assertEqual(os.path.getsize(self.path), CHECKPOINT_FILE_SIZE)
+        checkpoint.physic_offset = 5 * 2**30 + 17
+        checkpoint.flush()
+        with open(self.path, "rb") as f:
+            data = f.read()
+        self.assertEqual(struct.unpack_from(">qqq", data), (1, 2, 3))
+        self.assertEqual(struct.unpack_from(">q", data, 40), (5 * 2**30 + 17,))
+        self.assertEqual(self.open().physic_offset, 5 * 2**30 + 17)

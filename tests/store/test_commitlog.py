@@ -26,6 +26,7 @@ from rocketpy.common.topic import SCHEDULE_TOPIC
 from rocketpy.store.commitlog import CommitLog
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest, IDispatcher
+from rocketpy.store.recovery import recover_abnormally, recover_normally
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 from tests.logs import assert_logs
 
@@ -466,7 +467,7 @@ class RecoveryTests(CommitLogCase):
         """A normal recovery ends exactly at the last record and dispatches nothing."""
         self.fill_files(3)
         end = self.log.max_offset
-        self.assertEqual(self.reopen().recover_normally(), end)
+        self.assertEqual(recover_normally(self.reopen()).end, end)
         self.assertEqual((self.log.max_offset, self.log.flushed_offset), (end, end))
         self.assertEqual(self.dispatcher.requests, [])
         put_ok(self, self.log, message())
@@ -477,7 +478,7 @@ class RecoveryTests(CommitLogCase):
         end = self.log.max_offset
         mf = self.log.queue.mapped_files[-1]
         mf.write_at(end - mf.file_from_offset, b"\x00\x00\x01\x00garbage-bytes" * 10)
-        self.assertEqual(self.reopen().recover_normally(), end)
+        self.assertEqual(recover_normally(self.reopen()).end, end)
         self.assertEqual(self.file_bytes(1)[end - SIZE :], bytes(2 * SIZE - end))
         self.assertEqual(put_ok(self, self.log, message()).append.wrote_offset, end)  # type: ignore
 
@@ -487,8 +488,8 @@ class RecoveryTests(CommitLogCase):
         last = offsets[-1]
         mf = self.log.queue.mapped_files[-1]
         mf.write_at(last - mf.file_from_offset + 100, bytes(mf.wrote_position - (last - mf.file_from_offset) - 100))
-        with assert_logs(self, "rocketpy.store.commitlog", LogLevel.warn):
-            self.assertEqual(self.reopen().recover_normally(), last)
+        with assert_logs(self, "rocketpy.store.recovery", LogLevel.warn):
+            self.assertEqual(recover_normally(self.reopen()).end, last)
         self.assertEqual(self.file_bytes(1)[last - SIZE :], bytes(2 * SIZE - last))
 
     def test_bad_crc_in_middle_stops_recovery(self) -> None:
@@ -497,8 +498,8 @@ class RecoveryTests(CommitLogCase):
         bad = next(o for o in offsets if o > SIZE + 5000)
         mf = self.log.queue.mapped_files[1]
         mf.write_at(bad - SIZE + 88, b"X")
-        with assert_logs(self, "rocketpy.store.commitlog", LogLevel.warn) as logs:
-            self.assertEqual(self.reopen().recover_normally(), bad)
+        with assert_logs(self, "rocketpy.store.recovery", LogLevel.warn) as logs:
+            self.assertEqual(recover_normally(self.reopen()).end, bad)
         self.assertIn(f"invalid record at offset {bad}", logs[0])
         self.assertEqual(len(self.log.queue.mapped_files), 2)
         self.assertEqual(self.log.max_offset, bad)
@@ -509,27 +510,46 @@ class RecoveryTests(CommitLogCase):
         self.log.queue.mapped_files[0].write_at(offsets[1] + 88, b"X")
         end = self.log.max_offset
         self.config.check_crc_on_recover = False
-        self.assertEqual(self.reopen().recover_normally(), end)
+        self.assertEqual(recover_normally(self.reopen()).end, end)
 
-    def test_abnormal_recovery_redispatches_from_checkpoint(self) -> None:
-        """After a crash every valid record from the file stored before the checkpoint is re-dispatched."""
+    def fill_three_files_100_s_apart(self) -> tuple[int, list[int]]:
+        """Three files, the n-th written at T0 + n × 100 s; the log's end and every record's offset."""
         for i in range(3):
             self.clock.now = T0 + i * 100_000
             while len(self.log.queue.mapped_files) <= i:
                 put_ok(self, self.log, message(body=b"z" * 800))
-        end = self.log.max_offset
-        written = [r.commit_log_offset for r in self.dispatcher.requests]
+        return self.log.max_offset, [r.commit_log_offset for r in self.dispatcher.requests]
+
+    def test_abnormal_recovery_redispatches_from_checkpoint(self) -> None:
+        """After a crash every valid record from the file stored before the checkpoint is re-dispatched."""
+        end, written = self.fill_three_files_100_s_apart()
         self.reopen()
-        self.assertEqual(self.log.recover_abnormally(T0 + 150_000), end)
+        self.assertEqual(recover_abnormally(self.log, T0 + 150_000).end, end)
         self.assertEqual([r.commit_log_offset for r in self.dispatcher.requests],
                          [o for o in written if o >= SIZE])
         self.reopen()
-        self.assertEqual(self.log.recover_abnormally(0), end)
+        self.assertEqual(recover_abnormally(self.log, 0).end, end)
         self.assertEqual([r.commit_log_offset for r in self.dispatcher.requests], written)
+
+    def test_abnormal_recovery_starts_at_the_checkpoint_offset(self) -> None:
+        """A checkpoint offset on a record boundary is where the walk starts: only the records from it on
+        are dispatched again. One inside a record is not trusted: the timestamp rule applies."""
+        end, written = self.fill_three_files_100_s_apart()
+        boundary = [o for o in written if o > SIZE][3]
+        self.reopen()
+        report = recover_abnormally(self.log, T0 + 150_000, boundary)
+        self.assertEqual((report.start, report.end, report.from_checkpoint_offset), (boundary, end, True))
+        self.assertEqual([r.commit_log_offset for r in self.dispatcher.requests], [o for o in written if o >= boundary])
+        self.reopen()
+        report = recover_abnormally(self.log, T0 + 150_000, boundary + 4)
+        self.assertEqual((report.start, report.end, report.from_checkpoint_offset), (SIZE, end, False))
+        self.reopen()
+        report = recover_abnormally(self.log, 0, end)  # nothing written since the checkpoint
+        self.assertEqual((report.start, report.end, self.dispatcher.requests), (end, end, []))
 
     def test_no_files(self) -> None:
         """Recovering an empty log ends at 0."""
-        self.assertEqual((self.log.recover_normally(), self.log.recover_abnormally(T0)), (0, 0))
+        self.assertEqual((recover_normally(self.log).end, recover_abnormally(self.log, T0).end), (0, 0))
 
 
 class CheckRecordTests(SynchronousTestCase):

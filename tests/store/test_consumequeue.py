@@ -12,6 +12,7 @@ from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.consumequeue import PREFILL_SIZE, ConsumeQueue, ConsumeQueueStore
 from rocketpy.store.dispatch import DispatchRequest
 from tests.logs import assert_logs
+from rocketpy.store.mappedfile import MappedFile
 
 ENTRIES_PER_FILE = 10
 FILE_SIZE = ENTRIES_PER_FILE * 20
@@ -132,6 +133,33 @@ class ConsumeQueueTests(SynchronousTestCase):
         self.assertEqual((cq.max_offset, cq.max_physic_offset), (40, 4000))
         self.assertTrue(cq.put(4000, SIZE, 0, 40))
         self.assertEqual(cq.max_offset, 41)
+
+    def test_recovery_reads_only_entries_past_the_durable_offset(self) -> None:
+        """Entries of records below the checkpoint's offset are durable: a binary search finds where
+        they end and the walk reads entry by entry only from there, stopping at the first invalid
+        entry as a walk from the third-last file does."""
+        self.fill(self.cq, 25)
+        self.cq.flush()
+        path = os.path.join(self.root, "T", "3", "%020d" % FILE_SIZE)
+        with open(path, "r+b") as f:  # entry 18 torn: a size of 0
+            f.seek(8 * 20 + 8)
+            f.write(struct.pack(">i", 0))
+        self.cq.close()
+        reads: list[tuple[int, int]] = []
+        real_select = MappedFile.select
+
+        def select(mf: MappedFile, position: int, size: int = -1) -> bytes | None:
+            reads.append((mf.file_from_offset + position, size))
+            return real_select(mf, position, size)
+        self.patch(MappedFile, "select", select)
+        for durable_below, first_read in ((0, 0), (1000, 10 * 20), (1500, 15 * 20), (1800, 18 * 20)):
+            del reads[:]
+            cq = self.open()
+            self.assertTrue(cq.load())
+            cq.recover(durable_below)
+            self.assertEqual((cq.max_offset, cq.max_physic_offset), (18, 1800), durable_below)
+            self.assertEqual(reads[0][0], first_read, durable_below)
+            cq.close()
 
     def test_truncate_dirty(self) -> None:
         """Entries whose record starts at or after the log end go, even across files."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import sys
+from typing import Callable
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
@@ -16,7 +18,7 @@ from twisted.trial.unittest import TestCase
 from rocketpy.common.message import RecordError, decode_record
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.status import GetMessageStatus
-from tests.store.crashwriter import QUEUES, TOPIC, body_of, crash_config
+from tests.store.crashwriter import FILE_SIZE, QUEUES, TOPIC, body_of, crash_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ACKS_BEFORE_KILL = 1500
@@ -25,8 +27,9 @@ ACKS_BEFORE_KILL = 1500
 class WriterProtocol(ProcessProtocol):
     """Collects the child's acknowledgement lines and kills it after ``kill_after`` of them."""
 
-    def __init__(self, kill_after: int) -> None:
+    def __init__(self, kill_after: int, until: Callable[[], bool] = lambda: True) -> None:
         self.kill_after = kill_after
+        self.until = until
         self.acks: list[tuple[int, int, int, int]] = []
         self.errors: list[str] = []
         self._buffer = b""
@@ -43,7 +46,7 @@ class WriterProtocol(ProcessProtocol):
                 self.acks.append((seq, offset, queue_id, queue_offset))
             elif fields and fields[0] == b"error":
                 self.errors.append(line.decode())
-        if len(self.acks) >= self.kill_after and not self.killed:
+        if len(self.acks) >= self.kill_after and not self.killed and self.until():
             self.killed = True
             # Let the stream run a little longer so that the kill lands among writes in flight.
             reactor.callLater(0.03, self._kill)
@@ -84,6 +87,17 @@ def last_file_end(commit_log_dir: str) -> tuple[str, int, int]:
     return path, pos, previous
 
 
+def checkpoint_offset(store_dir: str) -> int:
+    """The ``physic_offset`` of the store's checkpoint file as on disk now (0 before there is one)."""
+    try:
+        with open(os.path.join(store_dir, "checkpoint"), "rb") as f:
+            f.seek(40)
+            data = f.read(8)
+    except FileNotFoundError:
+        return 0
+    return struct.unpack(">q", data)[0] if len(data) == 8 else 0
+
+
 def tear_tail(path: str, end: int, previous: int) -> None:
     """Leave a half-written record at ``end``, as a kill in the middle of a copy would.
 
@@ -104,11 +118,20 @@ class CrashTests(TestCase):
 
     timeout = 60
 
-    async def crash_and_recover(self, flush_disk_type: str, write_path: str) -> None:
+    async def crash_and_recover(self, flush_disk_type: str, write_path: str,
+                                until_checkpoint_beyond: int | None = None, reboot: bool = False) -> MessageStore:
+        """Write, SIGKILL the writer (once its checkpoint offset is past ``until_checkpoint_beyond``),
+        tear the tail, recover in-process and check every acknowledged put; return the store.
+
+        :param reboot: recover as after a machine restart (the abort file names another boot).
+        """
         store_dir = os.path.abspath(self.mktemp())
-        writer = WriterProtocol(ACKS_BEFORE_KILL)
+        writer = WriterProtocol(ACKS_BEFORE_KILL, lambda: until_checkpoint_beyond is None
+                                or checkpoint_offset(store_dir) > until_checkpoint_beyond)
         env = dict(os.environ, PYTHONPATH=ROOT)
         args = [sys.executable, "-m", "tests.store.crashwriter", store_dir, flush_disk_type, write_path]
+        if until_checkpoint_beyond is not None:
+            args.append("0.1")  # checkpoint every 0.1 s: the kill comes soon
         reactor.spawnProcess(writer, sys.executable, args, env=env, path=ROOT)
         await writer.ended
         self.assertEqual(writer.errors, [])
@@ -118,6 +141,10 @@ class CrashTests(TestCase):
 
         path, end, previous = last_file_end(config.commit_log_dir)
         tear_tail(path, end, previous)
+        if reboot:
+            with open(config.abort_path, "w") as abort:
+                abort.write("another-boot")
+        self.checkpoint_at_kill = checkpoint_offset(store_dir)
         file_start = int(os.path.basename(path))
 
         store = MessageStore(config)
@@ -145,15 +172,37 @@ class CrashTests(TestCase):
             self.assertEqual(f.read().count(0), os.path.getsize(path) - end)
         recovered = sum(store.get_max_offset_in_queue(TOPIC, q) for q in range(QUEUES))
         self.assertGreaterEqual(recovered, len(writer.acks))
+        report = store.recovery
+        assert report is not None
+        self.assertEqual(report.page_cache_intact, not reboot)
+        if not reboot:  # only the process died: the walk starts at the last record the queues held
+            self.assertGreaterEqual(report.start, max(offset for _, offset, _, _ in writer.acks))
+        return store
 
-    def test_async_flush_pwrite(self) -> Deferred[None]:
+    async def test_recovery_starts_at_the_checkpoint(self) -> None:
+        """A crash recovery (as after a machine restart) of a store of many files walks from the
+        checkpoint's offset, written by the running store on each consume-queue flush, not from the
+        first file; nothing acknowledged is lost."""
+        three_files = 3 * FILE_SIZE
+        store = await self.crash_and_recover("ASYNC_FLUSH", "mmap", until_checkpoint_beyond=three_files,
+                                             reboot=True)
+        report = store.recovery
+        assert report is not None
+        self.assertTrue(report.from_checkpoint_offset)
+        self.assertEqual(report.start, self.checkpoint_at_kill)
+        self.assertGreater(report.start, three_files)
+        self.assertLessEqual(report.start, report.end)
+        # the new run checkpoints at once: a crash now would walk nothing
+        self.assertEqual(checkpoint_offset(store.config.store_path_root_dir), report.end)
+
+    async def test_async_flush_pwrite(self) -> None:
         """ASYNC_FLUSH, pwrite path: every acknowledged put is readable after a SIGKILL."""
-        return Deferred.fromCoroutine(self.crash_and_recover("ASYNC_FLUSH", "pwrite"))
+        await self.crash_and_recover("ASYNC_FLUSH", "pwrite")
 
-    def test_async_flush_mmap(self) -> Deferred[None]:
+    async def test_async_flush_mmap(self) -> None:
         """ASYNC_FLUSH, mmap path: the same through mmap writes."""
-        return Deferred.fromCoroutine(self.crash_and_recover("ASYNC_FLUSH", "mmap"))
+        await self.crash_and_recover("ASYNC_FLUSH", "mmap")
 
-    def test_sync_flush(self) -> Deferred[None]:
+    async def test_sync_flush(self) -> None:
         """SYNC_FLUSH: every put acknowledged after its group-commit flush survives."""
-        return Deferred.fromCoroutine(self.crash_and_recover("SYNC_FLUSH", "pwrite"))
+        await self.crash_and_recover("SYNC_FLUSH", "pwrite")

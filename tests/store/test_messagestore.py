@@ -13,6 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.common.message import MessageExt, decode_record
 from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store import recovery
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.status import GetMessageStatus, PutMessageStatus
 from tests.logs import assert_logs
@@ -204,7 +205,7 @@ class RecoveryTests(StoreCase):
         end = self.store.max_physical_offset
         last = self.store.commit_log.queue.mapped_files[-1]
         last.write_at(end - last.file_from_offset, struct.pack(">ii", 400, -626843481) + b"torn" * 30)
-        with assert_logs(self, "rocketpy.store.commitlog", LogLevel.warn):
+        with assert_logs(self, "rocketpy.store.recovery", LogLevel.warn):
             store = self.crash()
         self.assertFalse(store.last_exit_ok)
         self.assertEqual(store.max_physical_offset, end)
@@ -220,7 +221,7 @@ class RecoveryTests(StoreCase):
         mf = self.store.commit_log.queue.find_mapped_file_by_offset(bad.commit_log_offset)
         assert mf is not None
         mf.write_at(bad.commit_log_offset - mf.file_from_offset + 90, b"XX")
-        with assert_logs(self, "rocketpy.store.commitlog", LogLevel.warn):
+        with assert_logs(self, "rocketpy.store.recovery", LogLevel.warn):
             store = self.restart()
         self.assertEqual(store.max_physical_offset, bad.commit_log_offset)
         kept = msgs[: msgs.index(bad)]
@@ -228,6 +229,52 @@ class RecoveryTests(StoreCase):
         self.assertEqual(store.get_max_offset_in_queue("T", bad.queue_id), bad.queue_offset)
         self.assertEqual(store.commit_log.topic_queue_table["T-%d" % bad.queue_id], bad.queue_offset)
         self.assertIsNone(store.look_message_by_offset(bad.commit_log_offset))
+
+    def test_process_crash_keeps_the_index_and_walks_from_the_last_queued_record(self) -> None:
+        """The abort file names this boot (only the process died): the index keeps its files and the
+        walk starts at the last record the queues hold, whatever the checkpoint says."""
+        msgs = self.put_many(100)
+        self.store.flush(0)
+        self.store.flush_consume_queues(2)  # a tick: the checkpoint follows the flushed log
+        checkpointed = self.store.max_physical_offset
+        msgs += self.put_many(100, topic="U")
+        with open(self.config.abort_path) as f:
+            self.assertEqual(f.read(), recovery.boot_id())
+        store = self.crash()
+        report = store.recovery
+        assert report is not None
+        self.assertTrue(report.page_cache_intact)
+        self.assertEqual((report.start, report.end), (msgs[-1].commit_log_offset, store.max_physical_offset))
+        self.assertEqual(len(store.query_message("T", "key3", 10, 0, T0 * 2).records), 1)  # stored long before
+        self.assertEqual(self.queue_bodies("U", 0, store), [m.body for m in msgs[100::2]])
+        # what the dead process wrote after its checkpoint is not counted durable until flushed again
+        assert store.checkpoint is not None
+        self.assertEqual((store.flushed_offset, store.checkpoint.physic_offset), (checkpointed, checkpointed))
+        queue = store.consume_queues.get("U", 0)
+        assert queue is not None
+        self.assertEqual(queue.first_unflushed(), msgs[100].commit_log_offset)
+        self.assertTrue(store.flush(0))
+        store.flush_consume_queues(2)
+        self.assertEqual(store.checkpoint.physic_offset, store.max_physical_offset)
+
+    def test_crash_after_a_reboot_walks_from_the_checkpoint(self) -> None:
+        """The abort file names another boot (the machine restarted): recovery trusts only what the
+        checkpoint says was durable and dispatches every record from its offset again."""
+        first = self.put_many(100)
+        self.store.flush(0)
+        self.store.flush_consume_queues(2)  # a tick: the checkpoint follows the flushed log
+        checkpointed = self.store.max_physical_offset
+        later = self.put_many(50, topic="U")
+        with open(self.config.abort_path, "w") as f:
+            f.write("another-boot")
+        store = self.crash()
+        report = store.recovery
+        assert report is not None
+        self.assertEqual((report.page_cache_intact, report.from_checkpoint_offset, report.start),
+                         (False, True, checkpointed))
+        self.assertEqual(self.queue_bodies("T", 1, store), [m.body for m in first[1::2]])
+        self.assertEqual(self.queue_bodies("U", 1, store), [m.body for m in later[1::2]])
+        self.assertEqual(len(store.query_message("U", "key20", 10, 0, T0 * 2).records), 1)  # indexed again
 
     def test_crash_rebuilds_lost_queues(self) -> None:
         """After a crash that lost the consume queues, recovery re-dispatches the log into new ones."""
