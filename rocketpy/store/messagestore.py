@@ -116,7 +116,8 @@ class MessageStore:
                       seconds=time.monotonic() - self._load_began, min=max(log.min_offset, 0), end=report.end,
                       files=len(log.queue.mapped_files), messages=sum(log.topic_queue_table.values()),
                       queues=len(log.topic_queue_table), start=report.start,
-                      how=" (the checkpoint's offset)" if report.from_checkpoint_offset else "")
+                      how=" (the queues' newest record or the checkpoint's offset)" if report.page_cache_intact
+                      else " (the checkpoint's offset)" if report.from_checkpoint_offset else "")
         except (OSError, StoreLockedError) as e:
             _log.error("store {dir}: cannot load: {error}", dir=self.config.store_path_root_dir, error=e)
             self._release_lock()

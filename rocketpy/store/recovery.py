@@ -143,8 +143,8 @@ def recover_abnormally(log: CommitLog, safe_timestamp_ms: int, safe_offset: int 
     check_crc = log.config.check_crc_on_recover
     if safe_offset > 0 and _is_boundary(log, safe_offset):
         end = walk(log, safe_offset, check_crc, True)
-        _log.info("commit log {dir}: crash recovery re-dispatched {size} bytes, from the checkpoint's offset "
-                  "{offset} to {end}", dir=log.queue.store_path, size=end - safe_offset, offset=safe_offset, end=end)
+        _log.info("commit log {dir}: crash recovery re-dispatched {size} bytes, from offset {offset} to {end}",
+                  dir=log.queue.store_path, size=end - safe_offset, offset=safe_offset, end=end)
         cut(log, end)
         return RecoveryReport(False, safe_offset, end, True)
     start = files[0]

@@ -35,9 +35,10 @@ class CrashLogTests(TestCase):
         return watcher
 
     async def test_recovery_after_sigkill_is_logged(self) -> None:
-        """After 300 sends and a SIGKILL, the restarted broker logs that it recovers after a crash, then
-        that it recovered: how long it took, the commit-log range and the 300 messages, and from where
-        the crash recovery re-dispatched how many bytes."""
+        """After 300 sends and a SIGKILL, the restarted broker logs that it recovers after a crash of the
+        process, then that it recovered: how long it took, the commit-log range and the 300 messages,
+        and from where the crash recovery re-dispatched how many bytes (only what followed the
+        checkpoint or the queues' newest record: doc/store.md, Recovery)."""
         root = os.path.abspath(self.mktemp())
         ports = free_port(), free_port()
         first = self.start(root, *ports)
@@ -55,8 +56,9 @@ class CrashLogTests(TestCase):
         await second.wait_for("broker broker-a listening")
         log = second.output
         store = os.path.join(root, "store")
-        self.assertIn(f"store {store}: recovering after a crash (abort file present)", log)
-        recovered = re.search(rf"store {re.escape(store)} recovered after a crash \(abort file present\) in "
+        self.assertIn(f"store {store}: recovering after a crash of the process (abort file names this boot)", log)
+        recovered = re.search(rf"store {re.escape(store)} recovered after a crash of the process \(abort file names "
+                              r"this boot\) in "
                               r"([\d.]+) s: commit log \[0, (\d+)\) in 1 files, (\d+) messages in (\d+) queues", log)
         self.assertIsNotNone(recovered, log[-3000:])
         assert recovered is not None
@@ -65,6 +67,7 @@ class CrashLogTests(TestCase):
         self.assertGreater(int(end), 300 * 100)
         self.assertEqual(int(messages), 300)
         self.assertGreaterEqual(int(queues), 1)
-        walked = re.search(r"crash recovery re-dispatched (\d+) bytes, from \S+00000000000000000000 \(offset 0\) to "
-                           rf"{end}", log)
+        walked = re.search(rf"crash recovery re-dispatched (\d+) bytes, from offset (\d+) to {end}", log)
         self.assertIsNotNone(walked, log[-3000:])
+        assert walked is not None
+        self.assertLess(int(walked.group(1)), int(end) // 2)  # not the whole log again
