@@ -21,13 +21,15 @@ setup(
         # rocketmq==0.4.4 bundles the official Apache RocketMQ C++ client
         # (librocketmq.so): the interop tests drive it against our broker.
         "test": ["rocketmq==0.4.4", "PyYAML>=5.1", "twisted[tls]>=24.7", "pytest", "hdrhistogram>=0.10", "lz4>=4",
-                 "zstandard>=0.22", "hypothesis>=6"],
+                 "zstandard>=0.22", "hypothesis>=6", "grpcio>=1.85.1", "protobuf>=7.35.1,<8"],
+        # The RocketMQ 5.x gRPC endpoint (doc/grpc.md); rocketpy/grpc/v2 was generated for these.
+        "grpc": ["grpcio>=1.85.1", "protobuf>=7.35.1,<8"],
         # --acl-enable reads plain_acl.yml; --tls-* and clients' tls=True need pyOpenSSL (doc/security.md)
         "acl": ["PyYAML>=5.1"],
         "tls": ["twisted[tls]>=24.7"],
         # LZ4 and ZSTD message bodies (RocketMQ 5 clients; doc/features.md).
         "compression": ["lz4>=4", "zstandard>=0.22"],
-        "dev": ["rocketmq==0.4.4", "mypy", "mypy-zope"],
+        "dev": ["rocketmq==0.4.4", "mypy", "mypy-zope", "grpcio-tools>=1.85.1"],
         # rocketpy-bench: latency percentiles from an HDR histogram; benchmarks/peers.py drives
         # Redis Streams (the Debian redis-server) through redis-py.
         "bench": ["hdrhistogram>=0.10", "redis>=5", "hiredis"],

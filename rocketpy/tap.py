@@ -18,11 +18,13 @@ from twisted.internet.endpoints import serverFromString
 from twisted.logger import Logger
 from twisted.python import usage
 
+from rocketpy.grpc.endpoint import listen_address
 from rocketpy.ha.config import ha_listen_endpoint
 from rocketpy.store.config import DEFAULT_DELAY_LEVELS
 from rocketpy.util.gctuning import DEFAULT_GEN0_THRESHOLD, GCThresholdService
 
 ROLES = ("all", "namesrv", "broker")
+DEFAULT_GRPC_LISTEN = "tcp:8081:interface=127.0.0.1"
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 BROKER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
 DEFAULTS: dict[str, str] = {
@@ -159,6 +161,10 @@ class Options(usage.Options):
         ["http", None, None,
          "endpoint serving /metrics (Prometheus), or none [default: tcp:8080:interface=127.0.0.1 "
          "with --role all, none otherwise]"],
+        ["grpc-listen", None, None,
+         "RocketMQ 5.x gRPC endpoint, or none [default: tcp:8081:interface=127.0.0.1 with --role all, else none]"],
+        ["grpc-advertised-address", None, None,
+         "host:port that the gRPC QueryRoute returns [default: the address the client reached]"],
         ["config", "c", None, "key=value file (option names or RocketMQ broker.conf names)"],
         ["acl-file", None, None, "plain_acl.yml of --acl-enable, re-read when it changes (doc/security.md)"],
         ["tls-mode", None, None, "disabled | permissive (TLS and plain TCP) | enforcing (TLS only) "
@@ -192,6 +198,7 @@ class Options(usage.Options):
         self._validate()
         self._derive(from_file.get("advertised-host"))
         self._security()
+        self._grpc()
 
     def _security(self) -> None:
         """Check the ACL file and the TLS files now, so a mistake is a usage error, not a failed start."""
@@ -223,6 +230,25 @@ class Options(usage.Options):
         except TLSConfigError as e:
             raise usage.UsageError(f"TLS: {e}") from None
         self["tls"] = tls
+    def _grpc(self) -> None:
+        """``grpc-listen`` (None when off) and ``grpc-advertised`` ((host, port) or None)."""
+        self["grpc-explicit"] = self["grpc-listen"] is not None
+        if self["grpc-listen"] is None:
+            self["grpc-listen"] = DEFAULT_GRPC_LISTEN if self["role"] == "all" else "none"
+        if self["grpc-listen"] == "none" or self["role"] == "namesrv":
+            self["grpc-listen"] = None
+        else:
+            try:
+                listen_address(self["grpc-listen"])
+            except ValueError as e:
+                raise usage.UsageError(str(e)) from None
+        self["grpc-advertised"] = None
+        address = self["grpc-advertised-address"]
+        if address is not None:
+            if not re.fullmatch(r"[^:\s]+:\d+", address):
+                raise usage.UsageError(f"--grpc-advertised-address must be host:port, not {address!r}")
+            host, _, port = address.rpartition(":")
+            self["grpc-advertised"] = (host, int(port))
 
     def _validate(self) -> None:
         for name, allowed in (("role", ROLES), ("flush-disk-type", FLUSH_TYPES), ("broker-role", BROKER_ROLES)):
@@ -334,6 +360,21 @@ class OrderedServices(MultiService):
             await maybeDeferred(service.stopService)
 
 
+def _grpc_service(reactor: Any, options: Options, broker: Any, delays_ms: list[int], log: Logger,
+                  top: MultiService) -> None:
+    """The 5.x gRPC endpoint beside the broker (doc/grpc.md); skipped when grpcio is not installed
+    and the endpoint was not asked for explicitly."""
+    try:
+        from rocketpy.grpc.server import GrpcService, broker_messaging
+    except ImportError as e:
+        if options["grpc-explicit"]:
+            raise usage.UsageError(f"--grpc-listen needs pip install 'rocketpy[grpc]' ({e})") from None
+        log.info("no gRPC endpoint for 5.x clients: pip install 'rocketpy[grpc]' to add it")
+        return
+    GrpcService(reactor, options["grpc-listen"],
+                lambda: broker_messaging(reactor, broker, delays_ms, options["grpc-advertised"])).setServiceParent(top)
+
+
 def makeService(options: Options, reactor: Any = None) -> MultiService:
     """The name server and/or broker of ``options``; nothing is opened or started here."""
     if reactor is None:
@@ -388,6 +429,8 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
             from rocketpy.web.service import http_service
 
             http_service(reactor, options["http"], broker).setServiceParent(top)
+        if options["grpc-listen"] is not None:
+            _grpc_service(reactor, options, broker, store_config.delay_level_table(), log, top)
     for key in options.get("ignored-config-keys", []):
         log.info("config file key {key} is not used by rocketpy", key=key)
     return top

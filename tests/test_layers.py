@@ -29,7 +29,8 @@ BUILDS_ON: dict[str, tuple[str, ...]] = {
     "client": ("acl",),  # the Deferred producer and consumers
     "blocking": ("client",),  # the blocking facade over the client
     "web": ("broker",),  # the HTTP endpoint: /metrics
-    "tap": ("broker", "namesrv", "web"),  # twistd options and the service tree
+    "grpc": ("broker",),  # the RocketMQ 5.x gRPC endpoint over the broker
+    "tap": ("broker", "namesrv", "web", "grpc"),  # twistd options and the service tree
     "testing": ("tap", "blocking"),  # doubles and harnesses for users' tests
     "admin": ("client",),  # the admin command line
     "bench": ("client",),  # the rocketpy-bench load generator

@@ -236,6 +236,7 @@ class BrokerService(Service):
             groups=self.subscriptions,
             clock=self._reactor,
         )
+        self.send_processor = send  # the 5.x gRPC endpoint stores through it too (rocketpy/grpc)
         for code in SEND_CODES:
             self.server.register_processor(code, send)
         reply = ReplyMessageProcessor(

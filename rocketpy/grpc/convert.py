@@ -1,0 +1,154 @@
+"""v2 ``Message`` ⇄ the 4.x message shapes, as the Java proxy's ``SendMessageActivity`` and
+``GrpcConverter`` convert them (property names of RocketMQ's ``MessageConst``)."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from typing import Any
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rocketpy.common.message import MessageConst, MessageExt, MessageSysFlag, properties_to_string
+from rocketpy.grpc.status import GrpcError
+from rocketpy.grpc.v2 import definition_pb2 as pb
+from rocketpy.remoting.codes import RequestCode
+from rocketpy.remoting.command import RemotingCommand
+
+SHARDING_KEY = "__SHARDINGKEY"
+BORN_HOST = "__BORNHOST"
+TRACE_CONTEXT = "TRACE_CONTEXT"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+KEY_SEPARATOR = " "
+TBW102 = "TBW102"
+#: Properties the broker or proxy set: not the user's, and not accepted from the user.
+SYSTEM_PROPERTIES = frozenset({
+    MessageConst.KEYS, MessageConst.TAGS, MessageConst.WAIT_STORE_MSG_OK, MessageConst.DELAY_TIME_LEVEL,
+    MessageConst.RETRY_TOPIC, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID,
+    MessageConst.TRANSACTION_PREPARED, MessageConst.PRODUCER_GROUP, MessageConst.MIN_OFFSET,
+    MessageConst.MAX_OFFSET, MessageConst.ORIGIN_MESSAGE_ID, MessageConst.RECONSUME_TIME,
+    MessageConst.MAX_RECONSUME_TIMES, MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageConst.CLUSTER,
+    MessageConst.TRANSACTION_CHECK_TIMES, MessageConst.TRAN_PREPARED_QUEUE_OFFSET,
+    MessageConst.CONSUME_START_TIME, MessageConst.MSG_REGION, MessageConst.TRACE_SWITCH,
+    SHARDING_KEY, BORN_HOST, TRACE_CONTEXT, TIMER_DELIVER_MS, "__STARTDELIVERTIME", "TIMER_DELAY_SEC",
+    "POP_CK", "1ST_POP_TIME", "BORN_TIMESTAMP",
+})
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def millis(ts: Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+def timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def duration_ms(d: Duration) -> int:
+    return d.seconds * 1000 + d.nanos // 1_000_000
+
+
+def duration(ms: int) -> Duration:
+    return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def send_request(msg: pb.Message, producer_group: str, queue_id: int, max_body_size: int) -> RemotingCommand:
+    """The SEND_MESSAGE request the broker's send processor stores (checks as the Java proxy).
+
+    :raises GrpcError: for a message the proxy refuses (empty body, bad key, reserved property …).
+    """
+    sysp = msg.system_properties
+    if not msg.body:
+        raise GrpcError(pb.Code.MESSAGE_BODY_EMPTY, "message body cannot be empty")
+    if len(msg.body) > max_body_size:
+        raise GrpcError(pb.Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed the max {max_body_size}")
+    if not sysp.message_id:
+        raise GrpcError(pb.Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
+    if sysp.message_type in (pb.MessageType.DELAY, pb.MessageType.TRANSACTION) or sysp.HasField(
+            "delivery_timestamp"):
+        raise GrpcError(pb.Code.UNSUPPORTED, f"{pb.MessageType.Name(sysp.message_type)} messages are not "
+                                             "supported by this rocketpy yet (doc/grpc.md)")
+    props: dict[str, str] = {}
+    for key, value in msg.user_properties.items():
+        if key in SYSTEM_PROPERTIES:
+            raise GrpcError(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property is used by system: {key}")
+        if _CONTROL.search(key) or _CONTROL.search(value):
+            raise GrpcError(pb.Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "the key or value of a property cannot "
+                                                                  "contain control character")
+        props[key] = value
+    if sysp.HasField("tag"):
+        if not sysp.tag.strip() or "|" in sysp.tag or _CONTROL.search(sysp.tag):
+            raise GrpcError(pb.Code.ILLEGAL_MESSAGE_TAG, f"tag {sysp.tag!r} is illegal")
+        props[MessageConst.TAGS] = sysp.tag
+    for key in sysp.keys:
+        if not key.strip() or _CONTROL.search(key):
+            raise GrpcError(pb.Code.ILLEGAL_MESSAGE_KEY, "key cannot be blank or contain control character")
+    if sysp.keys:
+        props[MessageConst.KEYS] = KEY_SEPARATOR.join(sysp.keys)
+    props[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = sysp.message_id
+    props[MessageConst.PRODUCER_GROUP] = producer_group
+    if sysp.HasField("message_group"):
+        props[SHARDING_KEY] = sysp.message_group
+    if sysp.HasField("trace_context"):
+        props[TRACE_CONTEXT] = sysp.trace_context
+    if sysp.born_host:
+        props[BORN_HOST] = sysp.born_host
+    born = millis(sysp.born_timestamp) if sysp.HasField("born_timestamp") else 0
+    sys_flag = MessageSysFlag.COMPRESSED if sysp.body_encoding == pb.Encoding.GZIP else 0
+    fields = {
+        "producerGroup": producer_group, "topic": msg.topic.name, "defaultTopic": TBW102,
+        "defaultTopicQueueNums": "8", "queueId": str(queue_id), "sysFlag": str(sys_flag),
+        "bornTimestamp": str(born), "flag": "0", "properties": properties_to_string(props),
+        "reconsumeTimes": "0", "unitMode": "false", "batch": "false",
+    }
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, bytes(msg.body))
+
+
+def _message_type(ext: MessageExt) -> Any:
+    props = ext.properties
+    if props.get(MessageConst.TRANSACTION_PREPARED) == "true":
+        return pb.MessageType.TRANSACTION
+    if SHARDING_KEY in props:
+        return pb.MessageType.FIFO
+    if TIMER_DELIVER_MS in props or MessageConst.DELAY_TIME_LEVEL in props:
+        return pb.MessageType.DELAY
+    return pb.MessageType.NORMAL
+
+
+def crc32_hex(body: bytes) -> str:
+    """The CRC32 body digest as the 5.x clients check it: 8 upper-case hex digits."""
+    return f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
+
+
+def to_v2(ext: MessageExt, receipt_handle: str, attempt: int, invisible_ms: int) -> pb.Message:
+    """A stored message as a ReceiveMessage response's ``Message`` (``GrpcConverter.buildMessage``)."""
+    props = ext.properties
+    sysp = pb.SystemProperties(
+        message_id=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or ext.msg_id,
+        body_digest=pb.Digest(type=pb.DigestType.CRC32, checksum=crc32_hex(ext.body)),
+        body_encoding=pb.Encoding.GZIP if ext.sys_flag & MessageSysFlag.COMPRESSED else pb.Encoding.IDENTITY,
+        message_type=_message_type(ext),
+        born_timestamp=timestamp(ext.born_timestamp),
+        born_host=props.get(BORN_HOST) or ext.born_host[0],
+        store_timestamp=timestamp(ext.store_timestamp),
+        store_host=f"{ext.store_host[0]}:{ext.store_host[1]}",
+        receipt_handle=receipt_handle,
+        queue_id=ext.queue_id,
+        queue_offset=ext.queue_offset,
+        invisible_duration=duration(invisible_ms),
+        delivery_attempt=attempt,
+    )
+    tag = props.get(MessageConst.TAGS)
+    if tag:
+        sysp.tag = tag
+    keys = props.get(MessageConst.KEYS)
+    if keys:
+        sysp.keys.extend(k for k in keys.split(KEY_SEPARATOR) if k)
+    if SHARDING_KEY in props:
+        sysp.message_group = props[SHARDING_KEY]
+    if TRACE_CONTEXT in props:
+        sysp.trace_context = props[TRACE_CONTEXT]
+    user = {k: v for k, v in props.items() if k not in SYSTEM_PROPERTIES}
+    return pb.Message(topic=pb.Resource(name=ext.topic), user_properties=user, system_properties=sysp,
+                      body=ext.body)

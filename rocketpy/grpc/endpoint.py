@@ -1,0 +1,23 @@
+"""The ``--grpc-listen`` endpoint string → the address grpcio binds (no grpcio import here:
+``twistd rocketpy`` checks its options before loading the gRPC extra)."""
+
+from __future__ import annotations
+
+
+def listen_address(endpoint: str) -> str:
+    """``tcp:8081:interface=127.0.0.1`` → ``127.0.0.1:8081`` (what grpcio binds).
+
+    :raises ValueError: for anything but a ``tcp:PORT[:interface=HOST]`` endpoint.
+    """
+    parts = endpoint.split(":")
+    if len(parts) < 2 or parts[0] not in ("tcp", "tcp6"):
+        raise ValueError(f"--grpc-listen must be tcp:PORT[:interface=HOST], not {endpoint!r}")
+    port, host = parts[1].removeprefix("port="), "0.0.0.0"
+    for extra in parts[2:]:
+        key, _, value = extra.partition("=")
+        if key != "interface" or not value:
+            raise ValueError(f"--grpc-listen accepts only interface=HOST after the port, not {extra!r}")
+        host = value
+    if not port.isdigit():
+        raise ValueError(f"--grpc-listen port must be a number, not {port!r}")
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,276 @@
+"""The MessagingService RPCs, run on the reactor thread: requests in, responses out.
+
+:class:`Messaging` is what :mod:`rocketpy.grpc.server` calls for each RPC (after hopping
+from gRPC's thread to the reactor). Each method returns the response message, or a Deferred
+of it; statuses and messages follow the Java proxy's activities (``RouteActivity``,
+``ClientActivity``, ``SendMessageActivity``, ``ReceiveMessageActivity``, ``AckMessageActivity``,
+``ChangeInvisibleDurationActivity``).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.internet.interfaces import IReactorTime
+from twisted.logger import Logger
+
+from rocketpy.broker.filter import SubscriptionParseError, build_tag_filter
+from rocketpy.broker.send import SendMessageProcessor
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.message import java_hash
+from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, send_topic_problem
+from rocketpy.grpc import convert, settings as defaults
+from rocketpy.grpc.pop import PopService
+from rocketpy.grpc.receipts import AckOutcome
+from rocketpy.grpc.settings import ClientSettings
+from rocketpy.grpc.status import GrpcError, from_remoting, ok, overall, status
+from rocketpy.grpc.v2 import definition_pb2 as pb
+from rocketpy.grpc.v2 import service_pb2 as rpc
+from rocketpy.remoting.codes import ResponseCode
+from rocketpy.remoting.command import RemotingCommand
+
+MIN_INVISIBLE_MS = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv
+MAX_INVISIBLE_MS = 12 * 3600 * 1000  # ProxyConfig.maxInvisibleTimeMills
+TBW102 = "TBW102"
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Who is calling: the ``x-mq-client-id`` header and the peer address (``ip:port``)."""
+
+    client_id: str
+    peer: str = "0.0.0.0:0"
+
+
+@dataclass(frozen=True, slots=True)
+class _Channel:
+    """What the 4.x send processor reads of a connection: the peer address."""
+
+    remote_address: str
+
+
+class Messaging:
+    """The RPCs over one broker's topics, send path and store.
+
+    :param advertised: ``(host, port)`` that QueryRoute returns; None echoes the endpoint the
+        client reached (the Java proxy's local mode).
+    """
+
+    log = Logger()
+
+    def __init__(self, clock: IReactorTime, broker_name: str, topics: TopicConfigManager,
+                 send: SendMessageProcessor, pop: PopService, retry_delays_ms: list[int],
+                 auto_create_topic: bool = True, advertised: tuple[str, int] | None = None,
+                 rng: random.Random | None = None) -> None:
+        self._clock = clock
+        self._broker_name = broker_name
+        self._topics = topics
+        self._send = send
+        self.pop = pop
+        self.settings = ClientSettings(retry_delays_ms)
+        self._auto_create = auto_create_topic
+        self.advertised = advertised
+        self._rng = rng or random.Random()
+
+    # -- route ------------------------------------------------------------------
+
+    def _topic(self, resource: pb.Resource, peer: str) -> TopicConfig:
+        name = resource.name
+        problem = send_topic_problem(name) if name else "topic name cannot be empty"
+        if problem is not None:
+            raise GrpcError(pb.Code.ILLEGAL_TOPIC, problem)
+        config = self._topics.select_topic_config(name)
+        if config is None and self._auto_create:
+            config = self._topics.create_topic_in_send_message_method(name, TBW102, peer, 8)
+        if config is None:
+            raise GrpcError(pb.Code.TOPIC_NOT_FOUND, f"topic {name} not found")
+        return config
+
+    def _broker(self, endpoints: pb.Endpoints) -> pb.Broker:
+        if self.advertised is not None:
+            host, port = self.advertised
+            endpoints = pb.Endpoints(scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=port)])
+        return pb.Broker(name=self._broker_name, id=0, endpoints=endpoints)
+
+    def query_route(self, ctx: CallContext, request: rpc.QueryRouteRequest) -> rpc.QueryRouteResponse:
+        config = self._topic(request.topic, ctx.peer)
+        broker = self._broker(request.endpoints)
+        queues = []
+        read, write = bool(config.perm & PERM_READ), bool(config.perm & PERM_WRITE)
+        both = min(config.read_queue_nums, config.write_queue_nums) if read and write else 0
+        plan: list[Any] = ([pb.Permission.READ] * ((config.read_queue_nums - both) if read else 0)
+                + [pb.Permission.WRITE] * ((config.write_queue_nums - both) if write else 0)
+                + [pb.Permission.READ_WRITE] * both)
+        if not read and not write:
+            plan = [pb.Permission.NONE] * max(1, config.read_queue_nums, config.write_queue_nums)
+        # 4.x topics carry no message type: every type is accepted (the Java proxy's MIXED).
+        types = [pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION]
+        for queue_id, permission in enumerate(plan):
+            queues.append(pb.MessageQueue(topic=request.topic, id=queue_id, permission=permission, broker=broker,
+                                          accept_message_types=types))
+        return rpc.QueryRouteResponse(status=ok(), message_queues=queues)
+
+    def query_assignment(self, ctx: CallContext,
+                         request: rpc.QueryAssignmentRequest) -> rpc.QueryAssignmentResponse:
+        _check_group(request.group)
+        config = self._topic(request.topic, ctx.peer)
+        if not config.perm & PERM_READ or config.read_queue_nums <= 0:
+            return rpc.QueryAssignmentResponse(status=status(pb.Code.FORBIDDEN, "no readable queue"))
+        queue = pb.MessageQueue(topic=request.topic, id=-1, permission=_permission(config.perm),
+                                broker=self._broker(request.endpoints))
+        return rpc.QueryAssignmentResponse(status=ok(), assignments=[pb.Assignment(message_queue=queue)])
+
+    # -- clients ------------------------------------------------------------------
+
+    def telemetry(self, ctx: CallContext, command: rpc.TelemetryCommand) -> rpc.TelemetryCommand | None:
+        """Settings in, merged settings out; other commands are reports that need no answer."""
+        if command.WhichOneof("command") != "settings":
+            return None
+        merged = self.settings.update(ctx.client_id, command.settings)
+        return rpc.TelemetryCommand(status=ok(), settings=merged)
+
+    def heartbeat(self, ctx: CallContext, request: rpc.HeartbeatRequest) -> rpc.HeartbeatResponse:
+        found = self.settings.get(ctx.client_id)
+        if found is None:
+            return rpc.HeartbeatResponse(status=status(pb.Code.UNRECOGNIZED_CLIENT_TYPE,
+                                                       "cannot find client settings for this client"))
+        if found.client_type in (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER):
+            _check_group(request.group)
+        elif found.client_type != pb.ClientType.PRODUCER:
+            return rpc.HeartbeatResponse(status=status(pb.Code.UNRECOGNIZED_CLIENT_TYPE,
+                                                       pb.ClientType.Name(found.client_type)))
+        return rpc.HeartbeatResponse(status=ok())
+
+    def notify_client_termination(self, ctx: CallContext, request: rpc.NotifyClientTerminationRequest
+                                  ) -> rpc.NotifyClientTerminationResponse:
+        if self.settings.remove(ctx.client_id) is None:
+            return rpc.NotifyClientTerminationResponse(status=status(
+                pb.Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"))
+        return rpc.NotifyClientTerminationResponse(status=ok())
+
+    # -- send ---------------------------------------------------------------------
+
+    def send_message(self, ctx: CallContext, request: rpc.SendMessageRequest) -> Deferred[rpc.SendMessageResponse]:
+        return Deferred.fromCoroutine(self._send_message(ctx, request))
+
+    async def _send_message(self, ctx: CallContext, request: rpc.SendMessageRequest) -> rpc.SendMessageResponse:
+        if not request.messages:
+            raise GrpcError(pb.Code.MESSAGE_CORRUPTED, "no message to send")
+        topic = request.messages[0].topic
+        if any(m.topic.name != topic.name for m in request.messages):
+            raise GrpcError(pb.Code.MESSAGE_CORRUPTED, "topic in message is not same")
+        config = self._topic(topic, ctx.peer)
+        if config.write_queue_nums <= 0:
+            raise GrpcError(pb.Code.FORBIDDEN, f"topic {topic.name} has no writable queue")
+        group = request.messages[0].system_properties.message_group
+        queue_id = (abs(java_hash(group)) if group else self._rng.randrange(1 << 31)) % config.write_queue_nums
+        producer_group = f"grpc-{ctx.client_id}"
+        channel = _Channel(ctx.peer)
+        entries = []
+        for msg in request.messages:
+            command = convert.send_request(msg, producer_group, queue_id, defaults.MAX_MESSAGE_SIZE)
+            response: RemotingCommand = await _as_deferred(self._send.process_request(channel, command))
+            if response.code != ResponseCode.SUCCESS:
+                raise GrpcError(from_remoting(response.code, response.remark).code,
+                                response.remark or str(response.code))
+            fields = response.ext_fields
+            entries.append(rpc.SendResultEntry(status=ok(), message_id=msg.system_properties.message_id,
+                                               offset=int(fields.get("queueOffset", "0"))))
+        return rpc.SendMessageResponse(status=overall({e.status.code for e in entries}), entries=entries)
+
+    # -- receive, ack, invisibility ------------------------------------------------
+
+    def receive_message(self, ctx: CallContext, request: rpc.ReceiveMessageRequest,
+                        remaining_ms: int | None) -> Deferred[list[rpc.ReceiveMessageResponse]]:
+        """The whole response stream: a status, the messages, then the delivery timestamp."""
+        return Deferred.fromCoroutine(self._receive(ctx, request, remaining_ms))
+
+    async def _receive(self, ctx: CallContext, request: rpc.ReceiveMessageRequest,
+                       remaining_ms: int | None) -> list[rpc.ReceiveMessageResponse]:
+        try:
+            stream = await self._receive_stream(ctx, request, remaining_ms)
+        except GrpcError as e:
+            stream = [rpc.ReceiveMessageResponse(status=status(e.code, e.message))]
+        stream.append(rpc.ReceiveMessageResponse(delivery_timestamp=convert.timestamp(self.pop.now_ms())))
+        return stream
+
+    async def _receive_stream(self, ctx: CallContext, request: rpc.ReceiveMessageRequest,
+                              remaining_ms: int | None) -> list[rpc.ReceiveMessageResponse]:
+        found = self.settings.get(ctx.client_id)
+        if found is None:
+            raise GrpcError(pb.Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+        poll_ms = (convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout")
+                   else defaults.MAX_LONG_POLLING_MS)
+        poll_ms = min(max(poll_ms, defaults.MIN_LONG_POLLING_MS), defaults.MAX_LONG_POLLING_MS)
+        if remaining_ms is not None and poll_ms > remaining_ms:
+            if remaining_ms < defaults.MIN_LONG_POLLING_MS:
+                raise GrpcError(pb.Code.ILLEGAL_POLLING_TIME, "The deadline time remaining is not enough for "
+                                                              "polling, please check network condition")
+            poll_ms = remaining_ms
+        _check_group(request.group)
+        topic = request.message_queue.topic
+        self._topic(topic, ctx.peer)
+        invisible_ms = convert.duration_ms(request.invisible_duration)
+        if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+            raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME,
+                            f"the invisibleTime is too small or too large, min: {MIN_INVISIBLE_MS}, "
+                            f"max: {MAX_INVISIBLE_MS}, invisibleTime: {invisible_ms}")
+        expression = request.filter_expression
+        if expression.type == pb.FilterType.SQL:
+            raise GrpcError(pb.Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filtering is not supported")
+        try:
+            tag_filter = build_tag_filter(expression.expression or "*")
+        except SubscriptionParseError as e:
+            raise GrpcError(pb.Code.ILLEGAL_FILTER_EXPRESSION, str(e)) from None
+        batch = max(1, request.batch_size)
+        received = await self.pop.receive(request.group.name, topic.name, batch, invisible_ms, poll_ms, tag_filter)
+        if not received:
+            return [rpc.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))]
+        stream = [rpc.ReceiveMessageResponse(status=ok())]
+        for ext, lease in received:
+            stream.append(rpc.ReceiveMessageResponse(
+                message=convert.to_v2(ext, lease.handle, lease.attempt, invisible_ms)))
+        return stream
+
+    def ack_message(self, ctx: CallContext, request: rpc.AckMessageRequest) -> rpc.AckMessageResponse:
+        _check_group(request.group)
+        entries = []
+        for entry in request.entries:
+            outcome = self.pop.ack(request.group.name, request.topic.name, entry.receipt_handle)
+            code = pb.Code.OK if outcome is AckOutcome.OK else pb.Code.INVALID_RECEIPT_HANDLE
+            entries.append(rpc.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                status=status(code, None if code == pb.Code.OK else outcome.value)))
+        return rpc.AckMessageResponse(status=overall({e.status.code for e in entries}), entries=entries)
+
+    def change_invisible_duration(self, ctx: CallContext, request: rpc.ChangeInvisibleDurationRequest
+                                  ) -> rpc.ChangeInvisibleDurationResponse:
+        _check_group(request.group)
+        invisible_ms = convert.duration_ms(request.invisible_duration)
+        if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+            raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"the invisibleTime is too large, max: "
+                                                            f"{MAX_INVISIBLE_MS}, invisibleTime: {invisible_ms}")
+        outcome, handle = self.pop.change_invisible(request.group.name, request.topic.name, request.receipt_handle,
+                                                    invisible_ms)
+        if outcome is not AckOutcome.OK:
+            return rpc.ChangeInvisibleDurationResponse(status=status(pb.Code.INVALID_RECEIPT_HANDLE, outcome.value))
+        return rpc.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
+
+
+def _check_group(group: pb.Resource) -> None:
+    if not group.name or send_topic_problem(group.name) is not None:
+        raise GrpcError(pb.Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {group.name!r} is illegal")
+
+
+def _permission(perm: int) -> Any:
+    read, write = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+    if read and write:
+        return pb.Permission.READ_WRITE
+    return pb.Permission.READ if read else pb.Permission.WRITE if write else pb.Permission.NONE
+
+
+def _as_deferred(result: Any) -> Deferred[Any]:
+    return result if isinstance(result, Deferred) else succeed(result)

@@ -1,0 +1,175 @@
+"""POP consumption for 5.x consumers: receive with invisibility, ack, change invisibility.
+
+Per (group, topic, queue) a *cursor* is the next queue offset never handed out; received
+messages are leased in a :class:`~rocketpy.grpc.receipts.ReceiptTable`. The group's consumer
+offset (what ``mqadmin consumerProgress`` shows, shared with 4.x pull) is the lowest offset
+still in flight, or the cursor. A lease past its expiry is handed out again, attempt + 1.
+A new group starts at offset 0 when the queue still holds its first message, else at its end
+(RocketMQ's ``ConsumeInitMode.MAX`` with ``initPopOffsetByCheckMsgInMem``).
+"""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.logger import Logger
+
+from rocketpy.broker.filter import TagFilter
+from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.message import MessageExt, decode_record
+from rocketpy.grpc.receipts import AckOutcome, Lease, ReceiptTable
+from rocketpy.interfaces import IStoreService
+
+Received = list[tuple[MessageExt, Lease]]
+
+
+class PopService:
+    """Receive, ack and change-invisibility over the broker's store and offsets."""
+
+    log = Logger()
+
+    def __init__(self, clock: IReactorTime, store: IStoreService, topics: TopicConfigManager,
+                 offsets: ConsumerOffsetManager, client_host: str = "grpc") -> None:
+        self._clock = clock
+        self._store = store
+        self._topics = topics
+        self._offsets = offsets
+        self._host = client_host
+        self.receipts = ReceiptTable()
+        self._cursors: dict[tuple[str, str, int], int] = {}
+        self._reading: set[tuple[str, str, int]] = set()
+        #: topic → waiting receives, woken by an arrival or a lease expiry.
+        self._waiters: dict[str, list[Deferred[None]]] = {}
+        self._wakeups: dict[str, IDelayedCall] = {}
+
+    def now_ms(self) -> int:
+        return int(self._clock.seconds() * 1000)
+
+    def message_arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """The store's arrival listener: wake the receives long-polling ``topic``."""
+        self._wake(topic)
+
+    def _wake(self, topic: str) -> None:
+        for d in self._waiters.pop(topic, []):
+            if not d.called:
+                d.callback(None)
+
+    # -- receive ------------------------------------------------------------------
+
+    async def receive(self, group: str, topic: str, batch: int, invisible_ms: int, poll_ms: int,
+                      tag_filter: TagFilter) -> Received:
+        """Up to ``batch`` messages, waiting up to ``poll_ms`` for the first."""
+        deadline = self.now_ms() + poll_ms
+        while True:
+            found = await self._take(group, topic, batch, invisible_ms, tag_filter)
+            left = deadline - self.now_ms()
+            if found or left <= 0:
+                return found
+            await self._wait(group, topic, left)
+
+    def _wait(self, group: str, topic: str, left_ms: int) -> Deferred[None]:
+        d: Deferred[None] = Deferred()
+        self._waiters.setdefault(topic, []).append(d)
+        expiry = self.receipts.next_expiry(group, topic)
+        wait_ms = left_ms if expiry is None else max(1, min(left_ms, expiry - self.now_ms() + 1))
+        def timed_out() -> None:
+            if not d.called:
+                d.callback(None)
+
+        def settled(result: object) -> object:
+            if timer.active():
+                timer.cancel()
+            return result
+
+        timer = self._clock.callLater(wait_ms / 1000, timed_out)
+        d.addBoth(settled)
+        return d
+
+    async def _take(self, group: str, topic: str, batch: int, invisible_ms: int,
+                    tag_filter: TagFilter) -> Received:
+        found: Received = []
+        now = self.now_ms()
+        for lease in self.receipts.take_expired(group, topic, now, batch):
+            ext = await self._store.look_message_by_offset(lease.commit_log_offset)
+            if ext is None:  # deleted by retention meanwhile
+                self._commit(group, topic, lease.queue_id)
+                continue
+            renewed = self.receipts.lease(group, topic, lease.queue_id, lease.offset, lease.commit_log_offset,
+                                          lease.attempt + 1, now, invisible_ms)
+            found.append((ext, renewed))
+        config = self._topics.select_topic_config(topic)
+        queues = config.read_queue_nums if config is not None else 0
+        for queue_id in range(queues):
+            if len(found) >= batch:
+                break
+            found.extend(await self._read_queue(group, topic, queue_id, batch - len(found), invisible_ms,
+                                                tag_filter))
+        return found
+
+    async def _read_queue(self, group: str, topic: str, queue_id: int, wanted: int, invisible_ms: int,
+                          tag_filter: TagFilter) -> Received:
+        key = (group, topic, queue_id)
+        if key in self._reading:  # another receive of the group reads this queue now
+            return []
+        self._reading.add(key)
+        try:
+            cursor = self._cursor(key)
+            if cursor >= self._store.get_max_offset_in_queue(topic, queue_id):
+                return []
+            result = await self._store.get_message(group, topic, queue_id, cursor, wanted,
+                                                   None if tag_filter.matches_all else tag_filter)
+            now = self.now_ms()
+            found: Received = []
+            for record in result.records:
+                ext = decode_record(record)
+                if not tag_filter.matches_tag(ext.tags):
+                    continue
+                lease = self.receipts.lease(group, topic, queue_id, ext.queue_offset, ext.commit_log_offset,
+                                            ext.reconsume_times + 1, now, invisible_ms)
+                found.append((ext, lease))
+            self._cursors[key] = max(cursor, result.next_begin_offset)
+            self._commit(group, topic, queue_id)
+            return found
+        finally:
+            self._reading.discard(key)
+
+    def _cursor(self, key: tuple[str, str, int]) -> int:
+        cursor = self._cursors.get(key)
+        if cursor is None:
+            group, topic, queue_id = key
+            cursor = self._offsets.query_offset(group, topic, queue_id)
+            if cursor < 0:
+                first = self._store.get_min_offset_in_queue(topic, queue_id)
+                cursor = 0 if first == 0 else self._store.get_max_offset_in_queue(topic, queue_id)
+            self._cursors[key] = cursor
+        return cursor
+
+    def _commit(self, group: str, topic: str, queue_id: int) -> None:
+        """The group's consumer offset: the lowest offset in flight, or the cursor."""
+        cursor = self._cursors.get((group, topic, queue_id))
+        if cursor is None:
+            return
+        lowest = self.receipts.lowest_offset(group, topic, queue_id)
+        self._offsets.commit_offset(self._host, group, topic, queue_id, cursor if lowest is None else lowest)
+
+    # -- ack and invisibility -------------------------------------------------------
+
+    def ack(self, group: str, topic: str, handle: str) -> AckOutcome:
+        outcome, lease = self.receipts.ack(group, topic, handle, self.now_ms())
+        if lease is not None:
+            self._commit(group, topic, lease.queue_id)
+        return outcome
+
+    def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> tuple[AckOutcome, str]:
+        """A new handle for a live lease, invisible for ``invisible_ms`` from now."""
+        outcome, lease = self.receipts.renew(group, topic, handle, self.now_ms(), invisible_ms)
+        if lease is not None and invisible_ms == 0:
+            self._wake(topic)
+        return outcome, "" if lease is None else lease.handle
+
+    def stop(self) -> None:
+        """Answer every waiting receive now (the endpoint is closing)."""
+        for topic in list(self._waiters):
+            self._wake(topic)
+

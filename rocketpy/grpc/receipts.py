@@ -1,0 +1,131 @@
+"""In-flight receipts of POP consumption: which received messages are invisible until when.
+
+A :class:`Lease` is one delivery of one message to one consumer group: the message stays
+invisible until ``expires_ms``, and comes back (with ``attempt + 1``) if not acked by then.
+The table is plain data with no Twisted and no clock of its own (callers pass ``now_ms``),
+so a later step can checkpoint it to disk (:meth:`ReceiptTable.leases` lists everything).
+
+A receipt handle is ``"<expires_ms>_<seq>_<queue_id>_<offset>"``: its own expiry can be read
+without the table (an acked handle and an expired one are told apart as the Java proxy does:
+an expired handle is INVALID_RECEIPT_HANDLE, an already acked one acks again without error).
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+class AckOutcome(enum.Enum):
+    OK = "ok"
+    EXPIRED = "receipt handle is expired"
+    INVALID = "receipt handle is invalid"
+
+
+@dataclass(slots=True)
+class Lease:
+    """One delivery of the message at ``(topic, queue_id, offset)`` to ``group``."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    commit_log_offset: int
+    attempt: int
+    expires_ms: int
+    handle: str = ""
+
+
+def handle_expiry(handle: str) -> int | None:
+    """The expiry written into a handle, or None when it is not one of ours."""
+    head, _, rest = handle.partition("_")
+    if not rest or not head.isdigit():
+        return None
+    return int(head)
+
+
+class ReceiptTable:
+    """The leases of every group and topic, by handle and by queue."""
+
+    def __init__(self) -> None:
+        self._by_handle: dict[str, Lease] = {}
+        #: (group, topic, queue_id) → {offset: lease}; a message has at most one live lease.
+        self._by_queue: dict[tuple[str, str, int], dict[int, Lease]] = {}
+        self._seq = itertools.count(1)
+
+    def __len__(self) -> int:
+        return len(self._by_handle)
+
+    def leases(self) -> Iterator[Lease]:
+        return iter(list(self._by_handle.values()))
+
+    def lease(self, group: str, topic: str, queue_id: int, offset: int, commit_log_offset: int,
+              attempt: int, now_ms: int, invisible_ms: int) -> Lease:
+        """Make the message invisible for ``invisible_ms``; a new handle."""
+        lease = Lease(group, topic, queue_id, offset, commit_log_offset, attempt, now_ms + invisible_ms)
+        self._add(lease)
+        return lease
+
+    def _add(self, lease: Lease) -> None:
+        lease.handle = f"{lease.expires_ms}_{next(self._seq)}_{lease.queue_id}_{lease.offset}"
+        self._by_handle[lease.handle] = lease
+        self._by_queue.setdefault((lease.group, lease.topic, lease.queue_id), {})[lease.offset] = lease
+
+    def _remove(self, lease: Lease) -> None:
+        del self._by_handle[lease.handle]
+        key = (lease.group, lease.topic, lease.queue_id)
+        queue = self._by_queue[key]
+        del queue[lease.offset]
+        if not queue:
+            del self._by_queue[key]
+
+    def _live(self, group: str, topic: str, handle: str, now_ms: int) -> Lease | AckOutcome:
+        expiry = handle_expiry(handle)
+        if expiry is None:
+            return AckOutcome.INVALID
+        lease = self._by_handle.get(handle)
+        if expiry < now_ms or (lease is not None and lease.expires_ms < now_ms):
+            return AckOutcome.EXPIRED
+        if lease is None or lease.group != group or lease.topic != topic:
+            return AckOutcome.OK  # acked before (or another group's): nothing in flight to end
+        return lease
+
+    def ack(self, group: str, topic: str, handle: str, now_ms: int) -> tuple[AckOutcome, Lease | None]:
+        """End a lease: the message is consumed. The lease ended, if one did."""
+        found = self._live(group, topic, handle, now_ms)
+        if isinstance(found, AckOutcome):
+            return found, None
+        self._remove(found)
+        return AckOutcome.OK, found
+
+    def renew(self, group: str, topic: str, handle: str, now_ms: int,
+              invisible_ms: int) -> tuple[AckOutcome, Lease | None]:
+        """Change a live lease's invisibility to ``now + invisible_ms``; it gets a new handle."""
+        found = self._live(group, topic, handle, now_ms)
+        if isinstance(found, AckOutcome):
+            return (AckOutcome.INVALID if found is AckOutcome.OK else found), None
+        self._remove(found)
+        found.expires_ms = now_ms + invisible_ms
+        self._add(found)
+        return AckOutcome.OK, found
+
+    def take_expired(self, group: str, topic: str, now_ms: int, limit: int) -> list[Lease]:
+        """Up to ``limit`` leases of ``group`` on ``topic`` past their expiry, removed from the table."""
+        due = [lease for lease in self._by_handle.values()
+               if lease.group == group and lease.topic == topic and lease.expires_ms < now_ms]
+        due.sort(key=lambda lease: lease.expires_ms)
+        for lease in due[:limit]:
+            self._remove(lease)
+        return due[:limit]
+
+    def next_expiry(self, group: str, topic: str) -> int | None:
+        """The earliest expiry among ``group``'s leases on ``topic``."""
+        return min((lease.expires_ms for lease in self._by_handle.values()
+                    if lease.group == group and lease.topic == topic), default=None)
+
+    def lowest_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The smallest queue offset still in flight: the group's progress cannot pass it."""
+        queue = self._by_queue.get((group, topic, queue_id))
+        return min(queue) if queue else None

@@ -1,0 +1,267 @@
+"""``GrpcService``: grpcio's asyncio server on its own thread, every RPC handed to the reactor.
+
+grpc.aio runs on an asyncio loop in one thread owned by this service (started in
+``startService``, ended in ``stopService``). A handler does no broker work there: it hops to
+the reactor with ``callFromThread``, runs :class:`~rocketpy.grpc.messaging.Messaging` there,
+and awaits the result through an asyncio future settled with ``call_soon_threadsafe``. A
+long poll therefore holds neither a thread nor the reactor (doc/grpc.md, "Threads").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar, cast
+
+import grpc
+from twisted.application.service import Service
+from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.interfaces import IReactorFromThreads
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from rocketpy.grpc.endpoint import listen_address
+from rocketpy.grpc.messaging import CallContext, Messaging
+from rocketpy.grpc.status import GrpcError, status
+from rocketpy.grpc.v2 import service_pb2 as rpc
+from rocketpy.grpc.v2 import service_pb2_grpc
+
+T = TypeVar("T")
+GRACE_SECONDS = 1.0
+
+
+class ReactorHop:
+    """Runs a function on the reactor from asyncio code and awaits its (Deferred) result."""
+
+    def __init__(self, reactor: IReactorFromThreads) -> None:
+        self._reactor = reactor
+
+    async def __call__(self, f: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        deferreds: list[Deferred[Any]] = []
+
+        def settle(result: Any) -> None:
+            if future.done():
+                return
+            if isinstance(result, Failure):
+                future.set_exception(cast(BaseException, result.value))
+            else:
+                future.set_result(result)
+
+        def run() -> None:
+            d = maybeDeferred(f, *args)
+            deferreds.append(d)
+            d.addBoth(lambda result: loop.call_soon_threadsafe(settle, result))
+
+        self._reactor.callFromThread(run)
+        try:
+            return await future
+        except asyncio.CancelledError:  # the client went away: stop waiting on the reactor too
+            def cancel() -> None:
+                for d in deferreds:
+                    d.cancel()
+
+            self._reactor.callFromThread(cancel)
+            raise
+
+
+def _context(context: grpc.aio.ServicerContext) -> CallContext:
+    metadata = dict(context.invocation_metadata() or ())
+    peer = context.peer() or ""  # "ipv4:127.0.0.1:5555"
+    if peer.startswith(("ipv4:", "ipv6:")):
+        peer = peer.split(":", 1)[1]
+    return CallContext(str(metadata.get("x-mq-client-id", "")), peer)
+
+
+class Servicer(service_pb2_grpc.MessagingServiceServicer):
+    """The asyncio side of every RPC: read the context, hop to the reactor, answer."""
+
+    log = Logger()
+
+    def __init__(self, messaging: Messaging, hop: ReactorHop) -> None:
+        self._messaging = messaging
+        self._hop = hop
+
+    async def _unary(self, method: Callable[..., Any], request: Any, context: grpc.aio.ServicerContext,
+                     response_type: Callable[..., Any]) -> Any:
+        try:
+            return await self._hop(method, _context(context), request)
+        except GrpcError as e:
+            return response_type(status=status(e.code, e.message))
+        except Exception as e:  # a bug: the client gets INTERNAL_SERVER_ERROR, the log the traceback
+            self.log.failure("gRPC {method} failed", Failure(e), method=method.__name__)
+            return response_type(status=status(50001, f"{type(e).__name__}: {e}"))
+
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        return await self._unary(self._messaging.query_route, request, context, rpc.QueryRouteResponse)
+
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        return await self._unary(self._messaging.query_assignment, request, context, rpc.QueryAssignmentResponse)
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        return await self._unary(self._messaging.heartbeat, request, context, rpc.HeartbeatResponse)
+
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        return await self._unary(self._messaging.send_message, request, context, rpc.SendMessageResponse)
+
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        return await self._unary(self._messaging.ack_message, request, context, rpc.AckMessageResponse)
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        return await self._unary(self._messaging.change_invisible_duration, request, context,
+                                 rpc.ChangeInvisibleDurationResponse)
+
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        return await self._unary(self._messaging.notify_client_termination, request, context,
+                                 rpc.NotifyClientTerminationResponse)
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        remaining = context.time_remaining()
+        remaining_ms = None if remaining is None else int(remaining * 1000)
+        try:
+            stream = await self._hop(self._messaging.receive_message, _context(context), request, remaining_ms)
+        except Exception as e:
+            self.log.failure("gRPC ReceiveMessage failed", Failure(e))
+            stream = [rpc.ReceiveMessageResponse(status=status(50001, f"{type(e).__name__}: {e}"))]
+        for response in stream:
+            yield response
+
+    async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+        call = _context(context)
+        async for command in request_iterator:
+            try:
+                answer = await self._hop(self._messaging.telemetry, call, command)
+            except Exception as e:
+                self.log.failure("gRPC Telemetry failed", Failure(e))
+                await context.abort(grpc.StatusCode.INTERNAL, f"process client telemetryCommand failed. {e}")
+            if answer is not None:
+                yield answer
+
+
+class GrpcService(Service):
+    """Serves :class:`Messaging` on ``listen`` (``tcp:PORT:interface=HOST``) from a loop thread.
+
+    :param make_messaging: builds the Messaging on the reactor at start (the broker is started by then).
+    """
+
+    log = Logger()
+
+    def __init__(self, reactor: Any, listen: str, make_messaging: Callable[[], Messaging]) -> None:
+        self._reactor = reactor
+        self._address = listen_address(listen)
+        self._make_messaging = make_messaging
+        self.messaging: Messaging | None = None
+        self.port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: grpc.aio.Server | None = None
+        self._thread_done: Deferred[None] | None = None
+
+    def startService(self) -> None:
+        super().startService()
+        self._started: Deferred[None] = Deferred.fromCoroutine(self._start())
+
+    def when_started(self) -> Deferred[None]:
+        """A new Deferred: fires once listening, fails when the endpoint cannot start."""
+        return _chain(self._started)
+
+    async def _start(self) -> None:
+        self.messaging = self._make_messaging()
+        loop = self._loop = asyncio.new_event_loop()
+        self._thread_done = Deferred()
+        thread = threading.Thread(target=self._run_loop, args=(loop,), name="rocketpy-grpc", daemon=True)
+        thread.start()
+        servicer = Servicer(self.messaging, ReactorHop(self._reactor))
+        self.port = await self._in_loop(self._serve(servicer))
+        self.log.info("gRPC (RocketMQ 5.x) endpoint listening on {address} (port {port})",
+                      address=self._address, port=self.port)
+
+    async def _serve(self, servicer: Servicer) -> int:
+        server = self._server = grpc.aio.server()
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)
+        port = server.add_insecure_port(self._address)
+        await server.start()
+        return port
+
+    def _run_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            done = self._thread_done
+            if done is not None:
+                self._reactor.callFromThread(done.callback, None)
+
+    def stopService(self) -> Deferred[None]:
+        super().stopService()
+        return Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self) -> None:
+        try:
+            await self._started
+        except Exception:
+            pass
+        if self.messaging is not None:
+            self.messaging.pop.stop()
+        loop, server = self._loop, self._server
+        if loop is None:
+            return
+        if server is not None:
+            try:
+                await self._in_loop(server.stop(GRACE_SECONDS))
+            except Exception:
+                self.log.failure("gRPC server stop failed")
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread_done is not None:
+            await self._thread_done
+        self._loop = self._server = None
+
+    def _in_loop(self, coro: Any) -> Deferred[Any]:
+        """Run ``coro`` on the loop thread; a Deferred (fired on the reactor) of its result."""
+        assert self._loop is not None
+        d: Deferred[Any] = Deferred()
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+        def done(f: concurrent.futures.Future[Any]) -> None:
+            error = f.exception()
+            if error is None:
+                self._reactor.callFromThread(d.callback, f.result())
+            else:
+                self._reactor.callFromThread(d.errback, Failure(error))
+
+        future.add_done_callback(done)
+        return d
+
+
+def _chain(d: Deferred[Any]) -> Deferred[None]:
+    """A new Deferred that fires (or fails) when ``d`` does; ``d`` keeps its result."""
+    out: Deferred[None] = Deferred()
+
+    def passed(result: Any) -> Any:
+        out.callback(None)
+        return result
+
+    def failed(failure: Failure) -> None:
+        out.errback(failure)
+
+    d.addCallbacks(passed, failed)
+    return out
+
+
+
+def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
+                     advertised: tuple[str, int] | None = None) -> Messaging:
+    """The :class:`Messaging` of a ``BrokerService``: its topics, send processor, store and offsets.
+
+    :param retry_delays_ms: the consumers' retry back-off (the broker's delay levels).
+    """
+    from rocketpy.grpc.pop import PopService
+
+    pop = PopService(reactor, broker.store, broker.topics, broker.offsets)
+    broker.store.add_arrival_listener(pop.message_arrived)
+    return Messaging(reactor, broker.config.broker_name, broker.topics, broker.send_processor, pop, retry_delays_ms,
+                     auto_create_topic=broker.config.auto_create_topic_enable, advertised=advertised)

@@ -1,0 +1,150 @@
+"""The gRPC endpoint against a real broker on loopback, driven by stubs generated from the v2 protos."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import grpc
+from twisted.internet import reactor
+from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.threads import deferToThreadPool
+from twisted.python.threadpool import ThreadPool
+from twisted.trial.unittest import TestCase
+
+from rocketpy.client import Producer, new_message
+from rocketpy.grpc.server import GrpcService, broker_messaging
+from rocketpy.grpc.v2 import definition_pb2 as pb
+from rocketpy.grpc.v2 import service_pb2 as rpc
+from rocketpy.grpc.v2.service_pb2_grpc import MessagingServiceStub
+from tests.client.test_integration import LoopbackCluster
+
+T = TypeVar("T")
+CLIENT_ID = "test-client@1"
+
+
+class GrpcEndpointTests(TestCase):
+    """QueryRoute, Telemetry, SendMessage, ReceiveMessage, AckMessage and ChangeInvisibleDuration."""
+
+    async def _start(self) -> None:
+        self.cluster = LoopbackCluster(self)
+        self.addCleanup(self.cluster.close)
+        await self.cluster.add_broker("broker-a")
+        self.broker = self.cluster.brokers["broker-a"]
+        service = GrpcService(reactor, "tcp:0:interface=127.0.0.1",
+                              lambda: broker_messaging(reactor, self.broker, [1000, 5000]))
+        service.startService()
+        self.addCleanup(service.stopService)
+        await service.when_started()
+        self.service = service
+        self.pool = ThreadPool(1, 2, "grpc-test-client")
+        self.pool.start()
+        self.addCleanup(self.pool.stop)
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{service.port}")
+        self.addCleanup(self.channel.close)
+        self.stub = MessagingServiceStub(self.channel)
+        self.endpoints = pb.Endpoints(scheme=pb.AddressScheme.IPv4,
+                                      addresses=[pb.Address(host="127.0.0.1", port=service.port)])
+
+    def _call(self, f: Callable[..., T], *args: Any) -> Any:
+        return deferToThreadPool(cast(IReactorFromThreads, reactor), self.pool, f, *args)
+
+    def _unary(self, method: str, request: Any) -> Any:
+        return self._call(getattr(self.stub, method), request, None, [("x-mq-client-id", CLIENT_ID)])
+
+    def _settings(self, settings: pb.Settings) -> Any:
+        def exchange() -> Any:
+            command = rpc.TelemetryCommand(settings=settings)
+            stream = self.stub.Telemetry(iter([command]), metadata=[("x-mq-client-id", CLIENT_ID)])
+            return next(stream)
+        return self._call(exchange)
+
+    def _receive(self, group: str, topic: str, invisible: int = 10, poll: int = 5) -> Any:
+        request = rpc.ReceiveMessageRequest(
+            group=pb.Resource(name=group), batch_size=16,
+            message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+            filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"))
+        request.invisible_duration.seconds = invisible
+        request.long_polling_timeout.seconds = poll
+        return self._call(lambda: list(self.stub.ReceiveMessage(
+            request, timeout=poll + 5, metadata=[("x-mq-client-id", CLIENT_ID)])))
+
+    def _message(self, topic: str, body: bytes, tag: str = "TagA") -> pb.Message:
+        sysp = pb.SystemProperties(tag=tag, keys=["k1"], message_id=uuid.uuid4().hex.upper(),
+                                   message_type=pb.MessageType.NORMAL)
+        return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=sysp,
+                          user_properties={"color": "blue"})
+
+    async def test_route_and_settings(self) -> None:
+        """QueryRoute advertises the endpoint the client reached; the settings come back merged."""
+        await self._start()
+        route = await self._unary("QueryRoute", rpc.QueryRouteRequest(topic=pb.Resource(name="T5"),
+                                                                       endpoints=self.endpoints))
+        self.assertEqual(route.status.code, pb.Code.OK)
+        self.assertEqual(len(route.message_queues), 8)
+        queue = route.message_queues[0]
+        self.assertEqual(queue.permission, pb.Permission.READ_WRITE)
+        self.assertEqual(queue.broker.name, "broker-a")
+        self.assertEqual(queue.broker.endpoints.addresses[0].port, self.service.port)
+        bad = await self._unary("QueryRoute", rpc.QueryRouteRequest(topic=pb.Resource(name="bad topic!"),
+                                                                     endpoints=self.endpoints))
+        self.assertEqual(bad.status.code, pb.Code.ILLEGAL_TOPIC)
+        beat = await self._unary("Heartbeat", rpc.HeartbeatRequest(client_type=pb.ClientType.PRODUCER))
+        self.assertEqual(beat.status.code, pb.Code.UNRECOGNIZED_CLIENT_TYPE)
+        answer = await self._settings(pb.Settings(client_type=pb.ClientType.PRODUCER,
+                                                  publishing=pb.Publishing(topics=[pb.Resource(name="T5")])))
+        self.assertEqual(answer.status.code, pb.Code.OK)
+        self.assertEqual(answer.settings.publishing.max_body_size, 4 * 1024 * 1024)
+        self.assertEqual(answer.settings.backoff_policy.max_attempts, 3)
+        beat = await self._unary("Heartbeat", rpc.HeartbeatRequest(client_type=pb.ClientType.PRODUCER))
+        self.assertEqual(beat.status.code, pb.Code.OK)
+        bye = await self._unary("NotifyClientTermination", rpc.NotifyClientTerminationRequest())
+        self.assertEqual(bye.status.code, pb.Code.OK)
+
+    async def test_send_receive_ack(self) -> None:
+        """A 5.x send and a 4.x send are both received; an ack ends a lease, an unacked one comes back."""
+        await self._start()
+        await self._settings(pb.Settings(client_type=pb.ClientType.SIMPLE_CONSUMER,
+                                         subscription=pb.Subscription(group=pb.Resource(name="G5"))))
+        sent = await self._unary("SendMessage", rpc.SendMessageRequest(messages=[self._message("T5", b"five")]))
+        self.assertEqual(sent.status.code, pb.Code.OK, sent)
+        empty = await self._unary("SendMessage", rpc.SendMessageRequest(messages=[self._message("T5", b"")]))
+        self.assertEqual(empty.status.code, pb.Code.MESSAGE_BODY_EMPTY)
+        producer = Producer("PG4", self.cluster.namesrv_addr, reactor)
+        await producer.start()
+        self.addCleanup(producer.shutdown)
+        result = await producer.send(new_message("T5", b"four", tags="TagB"))
+        self.assertTrue(result.msg_id)
+
+        stream = await self._receive("G5", "T5")
+        self.assertEqual(stream[0].status.code, pb.Code.OK)
+        self.assertTrue(stream[-1].HasField("delivery_timestamp"))
+        messages = {m.message.body: m.message for m in stream[1:-1]}
+        self.assertEqual(set(messages), {b"five", b"four"})
+        five = messages[b"five"]
+        self.assertEqual(five.system_properties.message_id, sent.entries[0].message_id)
+        self.assertEqual(five.system_properties.tag, "TagA")
+        self.assertEqual(five.user_properties["color"], "blue")
+        self.assertEqual(five.system_properties.delivery_attempt, 1)
+        self.assertEqual(messages[b"four"].system_properties.tag, "TagB")
+
+        ack = await self._unary("AckMessage", rpc.AckMessageRequest(
+            group=pb.Resource(name="G5"), topic=pb.Resource(name="T5"),
+            entries=[rpc.AckMessageEntry(message_id=five.system_properties.message_id,
+                                         receipt_handle=five.system_properties.receipt_handle)]))
+        self.assertEqual(ack.status.code, pb.Code.OK)
+        bogus = await self._unary("AckMessage", rpc.AckMessageRequest(
+            group=pb.Resource(name="G5"), topic=pb.Resource(name="T5"),
+            entries=[rpc.AckMessageEntry(message_id="x", receipt_handle="garbage")]))
+        self.assertEqual(bogus.entries[0].status.code, pb.Code.INVALID_RECEIPT_HANDLE)
+
+        four = messages[b"four"]
+        change = await self._unary("ChangeInvisibleDuration", rpc.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name="G5"), topic=pb.Resource(name="T5"),
+            receipt_handle=four.system_properties.receipt_handle, message_id=four.system_properties.message_id))
+        self.assertEqual(change.status.code, pb.Code.OK)
+        again = await self._receive("G5", "T5")
+        bodies = [m.message.body for m in again if m.HasField("message")]
+        self.assertEqual(bodies, [b"four"])  # the acked one never comes back
+        self.assertEqual(again[1].message.system_properties.delivery_attempt, 2)
