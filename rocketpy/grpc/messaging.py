@@ -199,9 +199,8 @@ class Messaging:
 
     async def _receive_stream(self, ctx: CallContext, request: rpc.ReceiveMessageRequest,
                               remaining_ms: int | None) -> list[rpc.ReceiveMessageResponse]:
-        found = self.settings.get(ctx.client_id)
-        if found is None:
-            raise GrpcError(pb.Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+        # The request carries all a receive needs: a SimpleConsumer may receive before its
+        # Telemetry settings arrived (it does not wait for them), so none are required here.
         poll_ms = (convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout")
                    else defaults.MAX_LONG_POLLING_MS)
         poll_ms = min(max(poll_ms, defaults.MIN_LONG_POLLING_MS), defaults.MAX_LONG_POLLING_MS)

@@ -1,0 +1,93 @@
+"""Drive the official RocketMQ 5.x Python client (PyPI ``rocketmq-python-client``) from a child process.
+
+Run by the interpreter of the virtual environment that :mod:`tests.interop.v5venv` makes (its
+``rocketmq`` package is not the C++ wrapper's). Prints one JSON object per line:
+
+``produce --endpoint E --topic T --count N`` prints ``{"event": "sent", "i", "message_id"}`` per
+message, then ``{"event": "done"}``.
+``consume --endpoint E --topic T --group G --expect N`` receives (invisible ``--invisible`` s),
+acks unless ``--no-ack``, prints ``{"event": "message", "body", "tag", "message_id",
+"delivery_attempt", "properties"}`` per message and ``{"event": "done", "count"}`` once it has
+``--expect`` messages or at ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+
+def emit(**event: Any) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def produce(args: argparse.Namespace) -> None:
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    producer = Producer(ClientConfiguration(args.endpoint, Credentials()), (args.topic,))
+    producer.startup()
+    try:
+        for i in range(args.count):
+            msg = Message()
+            msg.topic = args.topic
+            msg.body = f"{args.body_prefix}-{i}".encode()
+            msg.tag = args.tag
+            msg.keys = f"key-{i}"
+            msg.add_property("index", str(i))
+            receipt = producer.send(msg)
+            emit(event="sent", i=i, message_id=receipt.message_id)
+    finally:
+        producer.shutdown()
+    emit(event="done")
+
+
+def consume(args: argparse.Namespace) -> None:
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    consumer = SimpleConsumer(ClientConfiguration(args.endpoint, Credentials()), args.group,
+                              {args.topic: FilterExpression(args.filter)}, await_duration=args.await_duration)
+    consumer.startup()
+    count = 0
+    deadline = time.monotonic() + args.timeout
+    try:
+        while count < args.expect and time.monotonic() < deadline:
+            for msg in consumer.receive(16, args.invisible) or []:
+                count += 1
+                emit(event="message", body=msg.body.decode(errors="replace"), tag=msg.tag,
+                     message_id=msg.message_id, delivery_attempt=msg.delivery_attempt,
+                     properties=dict(msg.properties or {}))
+                if not args.no_ack:
+                    consumer.ack(msg)
+    finally:
+        consumer.shutdown()
+    emit(event="done", count=count)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("produce")
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--tag", default="TagA")
+    p.add_argument("--body-prefix", default="v5")
+    c = sub.add_parser("consume")
+    c.add_argument("--group", required=True)
+    c.add_argument("--expect", type=int, required=True)
+    c.add_argument("--invisible", type=int, default=15)
+    c.add_argument("--await-duration", type=int, default=5)
+    c.add_argument("--filter", default="*")
+    c.add_argument("--timeout", type=float, default=60)
+    c.add_argument("--no-ack", action="store_true")
+    for command in (p, c):
+        command.add_argument("--endpoint", required=True)
+        command.add_argument("--topic", required=True)
+    args = parser.parse_args()
+    produce(args) if args.command == "produce" else consume(args)
+
+
+if __name__ == "__main__":
+    main()
