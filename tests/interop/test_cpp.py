@@ -82,6 +82,7 @@ class Rocketpy:
         self.extra = extra  # more ``twist rocketpy`` options
         self.namesrv_port, self.broker_port = free_port(), free_port()
         self.ha_port = free_port()  # not listen port + 1, which another test may hold
+        self.grpc_port = free_port()  # the 5.x endpoint (not its default 8081: tests run in parallel)
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(workdir, "rocketpy.log")
@@ -92,6 +93,7 @@ class Rocketpy:
             "--namesrv-listen", f"tcp:{self.namesrv_port}:interface=127.0.0.1",
             "--listen", f"tcp:{self.broker_port}:interface=127.0.0.1",
             "--ha-listen", f"tcp:{self.ha_port}:interface=127.0.0.1",
+            "--grpc-listen", f"tcp:{self.grpc_port}:interface=127.0.0.1",
             "--store-dir", os.path.join(self.workdir, "store"),
             "--namesrv-config-dir", os.path.join(self.workdir, "namesrv"),
             "--commit-log-file-size", str(16 * 1024 * 1024),

@@ -1,0 +1,110 @@
+"""The official RocketMQ 5.x Python client (``rocketmq-python-client``) against a rocketpy process.
+
+The client runs from its own virtual environment (:mod:`tests.interop.v5venv`) through
+``v5_client.py``; rocketpy runs as in :mod:`tests.interop.test_cpp`, with its gRPC endpoint on
+a free port. 4.x senders are rocketpy's blocking Producer and, when it loads, the C++ client.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+from twisted.trial.unittest import SkipTest
+
+from tests.interop.test_cpp import _SKIP as CPP_SKIP
+from rocketpy.remoting.codes import RequestCode
+from rocketpy.remoting.command import RemotingCommand
+from tests.interop.test_cpp import REPO, CppHarness, Rocketpy, query
+from tests.interop.v5venv import v5_python
+
+HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "v5_client.py")
+CHILD_TIMEOUT = 90.0
+SEND_4X = """
+import sys
+from rocketpy.blocking import Message, Producer
+producer = Producer("PG4", sys.argv[1]).start()
+for i in range(int(sys.argv[3])):
+    producer.send(Message(sys.argv[2], f"py4-{i}".encode(), properties={"TAGS": "Tag4", "index": str(i)}))
+producer.shutdown()
+"""
+
+
+class V5ClientTests(CppHarness):
+    """Sends and receives of the 5.x client, alone and across protocol generations."""
+
+    def setUp(self) -> None:
+        try:
+            self.python5 = v5_python()
+        except RuntimeError as e:
+            raise SkipTest(f"cannot install the RocketMQ 5.x client in a venv: {e}") from None
+        self.workdir = os.path.abspath(self.mktemp())
+        self.home = os.path.join(self.workdir, "home")
+        os.makedirs(self.home)
+        self.rocketpy = Rocketpy(self.workdir)
+        self.addCleanup(self.rocketpy.stop)
+        self.rocketpy.start()
+        self.endpoint = f"127.0.0.1:{self.rocketpy.grpc_port}"
+
+    def v5(self, *args: str) -> list[dict[str, Any]]:
+        """Run the 5.x harness; its JSON events (a failure shows its stderr and rocketpy's log)."""
+        env = dict(os.environ, HOME=self.home)
+        env.pop("PYTHONPATH", None)  # the venv's rocketmq, not the C++ wrapper or this repo
+        try:
+            done = subprocess.run([self.python5, HARNESS, *args, "--endpoint", self.endpoint], env=env,
+                                  capture_output=True, text=True, timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired as e:
+            self.fail(f"5.x client {args!r} timed out:\n{e.stderr!r}\n--- rocketpy ---\n{self.rocketpy.log_tail()}")
+        events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode != 0 or not events or events[-1]["event"] != "done":
+            self.fail(f"5.x client {args!r} failed ({done.returncode}):\n{done.stderr[-3000:]}\n"
+                      f"--- rocketpy ---\n{self.rocketpy.log_tail()}")
+        return events
+
+    def received(self, topic: str, group: str, expect: int) -> list[dict[str, Any]]:
+        events = self.v5("consume", "--topic", topic, "--group", group, "--expect", str(expect), "--timeout", "30")
+        return [e for e in events if e["event"] == "message"]
+
+    def test_v5_producer_to_simple_consumer(self) -> None:
+        """5.x Producer → 5.x SimpleConsumer: bodies, tags, ids and properties arrive, acked once."""
+        sent = [e for e in self.v5("produce", "--topic", "T5", "--count", "5", "--tag", "TagA")
+                if e["event"] == "sent"]
+        self.assertEqual(len(sent), 5)
+        got = self.received("T5", "G5", 5)
+        self.assertEqual(sorted(e["body"] for e in got), [f"v5-{i}" for i in range(5)])
+        self.assertEqual({e["message_id"] for e in got}, {e["message_id"] for e in sent})
+        self.assertEqual({e["tag"] for e in got}, {"TagA"})
+        self.assertEqual(sorted(e["properties"]["index"] for e in got), [str(i) for i in range(5)])
+        self.assertEqual({e["delivery_attempt"] for e in got}, {1})
+        # All five were acked: the group's committed offsets (4.x admin view) reach the queues' ends.
+        stats = query(self.rocketpy.broker_port, RemotingCommand.request(
+            RequestCode.GET_CONSUME_STATS, {"consumerGroup": "G5", "topic": "T5"})).body.decode()
+        pairs = [(int(b), int(c)) for b, c in re.findall(r'"brokerOffset":(\d+),"consumerOffset":(\d+)', stats)]
+        self.assertEqual((sum(b for b, _ in pairs), sum(c for _, c in pairs)), (5, 5), stats)
+
+    def test_4x_producers_to_simple_consumer(self) -> None:
+        """rocketpy's 4.x Producer (and the C++ one when it loads) → 5.x SimpleConsumer."""
+        env = dict(os.environ, PYTHONPATH=REPO)
+        subprocess.run([sys.executable, "-c", SEND_4X, self.rocketpy.namesrv, "T4", "3"], env=env, check=True,
+                       timeout=CHILD_TIMEOUT)
+        expected = [f"py4-{i}" for i in range(3)]
+        if CPP_SKIP is None:
+            self.produce("T4", "sync", 2, "--body-prefix", "cpp", "--tag", "TagC")
+            expected += ["cpp-0", "cpp-1"]
+        got = self.received("T4", "G4", len(expected))
+        self.assertEqual(sorted(e["body"] for e in got), sorted(expected))
+        self.assertEqual({e["tag"] for e in got if e["body"].startswith("py4")}, {"Tag4"})
+
+    def test_v5_producer_to_cpp_push_consumer(self) -> None:
+        """5.x Producer → the 4.x C++ push consumer: the same store serves both generations."""
+        if CPP_SKIP is not None:
+            raise SkipTest(CPP_SKIP)
+        self.v5("produce", "--topic", "T45", "--count", "3", "--tag", "TagA")
+        got = self.consume("T45", "G45", 3)
+        self.assertEqual(sorted(base64.b64decode(e["body"]) for e in got), [f"v5-{i}".encode() for i in range(3)])
+        self.assertEqual({e["tags"] for e in got}, {"TagA"})
