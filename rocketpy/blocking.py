@@ -21,7 +21,6 @@ from typing import Any, Callable, TypeVar
 
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.threads import deferToThreadPool
-from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
@@ -32,12 +31,12 @@ from rocketpy.client.results import ConsumeResult, PullResult, SendResult
 from rocketpy.client.subscription import MessageSelector, Selector
 from rocketpy.common.message import Message, MessageExt
 from rocketpy.common.route import MessageQueue
+from rocketpy.util.wakeups import CoalescedJobs
 
 __all__ = ["Message", "MessageExt", "MessageQueue", "MessageSelector", "new_message", "ConsumeResult", "Producer", "PullConsumer",
            "PushConsumer", "ReactorThread", "reactor_thread"]
 
 T = TypeVar("T")
-_log = Logger()
 
 
 class ReactorThread:
@@ -49,8 +48,8 @@ class ReactorThread:
         except ImportError:  # not Linux
             from twisted.internet.selectreactor import SelectReactor as ReactorClass
         self.reactor: Any = ReactorClass()
-        self._jobs: list[Callable[[], object]] = []
-        self._jobs_lock = threading.Lock()
+        # callFromThread writes to the reactor's waker every time: one wake-up per run of calls
+        self._jobs = CoalescedJobs(self.reactor.callFromThread)
         self._thread = threading.Thread(
             target=self.reactor.run, kwargs={"installSignalHandlers": False}, name="rocketpy-reactor", daemon=True
         )
@@ -80,26 +79,8 @@ class ReactorThread:
             else:
                 future.set_result(result)
 
-        self._run_soon(lambda: maybeDeferred(f, *args, **kwargs).addBoth(settle))
+        self._jobs.run_soon(lambda: maybeDeferred(f, *args, **kwargs).addBoth(settle))
         return future
-
-    def _run_soon(self, job: Callable[[], object]) -> None:
-        """Queue ``job`` for the reactor thread; only the first job of a run wakes the reactor
-        (``callFromThread`` writes to its waker every time: one system call per job)."""
-        with self._jobs_lock:
-            self._jobs.append(job)
-            wake = len(self._jobs) == 1
-        if wake:
-            self.reactor.callFromThread(self._run_jobs)
-
-    def _run_jobs(self) -> None:
-        with self._jobs_lock:
-            jobs, self._jobs = self._jobs, []
-        for job in jobs:
-            try:
-                job()
-            except Exception:  # one job's error must not drop the others
-                _log.failure("a blocking call's job failed")
 
     def stop(self, timeout: float = 5.0) -> None:
         if self._thread.is_alive():

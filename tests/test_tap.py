@@ -269,7 +269,7 @@ class MakeServiceTests(SynchronousTestCase):
         args = [sys.executable, "-m", "twisted", "rocketpy", "--namesrv-listen",
                 f"tcp:{taken.getsockname()[1]}:interface=127.0.0.1", "--listen", "tcp:0:interface=127.0.0.1",
                 "--advertised-address", "127.0.0.1:1", "--store-dir", os.path.join(root, "store"),
-                "--namesrv-config-dir", os.path.join(root, "ns"), "--http", "none"]
+                "--namesrv-config-dir", os.path.join(root, "ns"), "--http", "none", "--grpc-listen", "none"]
         done = subprocess.run(args, capture_output=True, timeout=120, cwd=os.path.dirname(os.path.dirname(
             os.path.dirname(os.path.abspath(__file__)))))
         self.assertEqual(done.returncode, 1, done.stdout.decode(errors="replace")[-2000:])

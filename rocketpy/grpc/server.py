@@ -27,19 +27,28 @@ from rocketpy.grpc.messaging import CallContext, Messaging
 from rocketpy.grpc.status import GrpcError, status
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.grpc.v2 import service_pb2_grpc
+from rocketpy.util.wakeups import CoalescedJobs
 
 T = TypeVar("T")
 GRACE_SECONDS = 1.0
 
 
 class ReactorHop:
-    """Runs a function on the reactor from asyncio code and awaits its (Deferred) result."""
+    """Runs functions on the reactor from asyncio code and awaits their (Deferred) results.
+
+    Both directions coalesce wake-ups (:class:`~rocketpy.util.wakeups.CoalescedJobs`): calls
+    arriving together reach the reactor in one turn, results go back to the loop in one.
+    """
 
     def __init__(self, reactor: IReactorFromThreads) -> None:
-        self._reactor = reactor
+        self._to_reactor = CoalescedJobs(reactor.callFromThread)
+        self._to_loop: CoalescedJobs | None = None
 
     async def __call__(self, f: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
+        if self._to_loop is None:
+            self._to_loop = CoalescedJobs(loop.call_soon_threadsafe)
+        to_loop = self._to_loop
         future: asyncio.Future[Any] = loop.create_future()
         deferreds: list[Deferred[Any]] = []
 
@@ -54,9 +63,9 @@ class ReactorHop:
         def run() -> None:
             d = maybeDeferred(f, *args)
             deferreds.append(d)
-            d.addBoth(lambda result: loop.call_soon_threadsafe(settle, result))
+            d.addBoth(lambda result: to_loop.run_soon(lambda: settle(result)))
 
-        self._reactor.callFromThread(run)
+        self._to_reactor.run_soon(run)
         try:
             return await future
         except asyncio.CancelledError:  # the client went away: stop waiting on the reactor too
@@ -64,7 +73,7 @@ class ReactorHop:
                 for d in deferreds:
                     d.cancel()
 
-            self._reactor.callFromThread(cancel)
+            self._to_reactor.run_soon(cancel)
             raise
 
 
