@@ -183,8 +183,9 @@ class BrokerService(Service):
             config.transaction_timeout, config.transaction_check_max,
         )
         self._feature_services: list[Service] = [self.schedule, self.transaction_check] if master else []
+        self.send_back = SendBackProcessor(self.store, self.topics, self.subscriptions, lambda: master)
         self._feature_processors: list[Any] = [
-            SendBackProcessor(self.store, self.topics, self.subscriptions, lambda: master),
+            self.send_back,
             DelayOffsetProcessor(self.delay_offsets),
             EndTransactionProcessor(self.transactions, lambda: master),
             QueryMessageProcessor(self.store),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
@@ -19,17 +19,19 @@ from twisted.logger import Logger
 
 from rocketpy.broker.filter import SubscriptionParseError, build_tag_filter
 from rocketpy.broker.send import SendMessageProcessor
+from rocketpy.broker.sendback import DEFAULT_MAX_RECONSUME_TIMES, SendBackProcessor
+from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.message import java_hash
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, send_topic_problem
 from rocketpy.grpc import convert, settings as defaults
 from rocketpy.grpc.pop import PopService
-from rocketpy.grpc.receipts import AckOutcome
+from rocketpy.grpc.receipts import AckOutcome, Lease
 from rocketpy.grpc.settings import ClientSettings
 from rocketpy.grpc.status import GrpcError, from_remoting, ok, overall, status
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
-from rocketpy.remoting.codes import ResponseCode
+from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 
 MIN_INVISIBLE_MS = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv
@@ -62,18 +64,34 @@ class Messaging:
     log = Logger()
 
     def __init__(self, clock: IReactorTime, broker_name: str, topics: TopicConfigManager,
-                 send: SendMessageProcessor, pop: PopService, retry_delays_ms: list[int],
-                 auto_create_topic: bool = True, advertised: tuple[str, int] | None = None,
-                 rng: random.Random | None = None) -> None:
+                 groups: SubscriptionGroupManager, send: SendMessageProcessor, send_back: SendBackProcessor,
+                 pop: PopService, retry_delays_ms: list[int], auto_create_topic: bool = True,
+                 advertised: tuple[str, int] | None = None, rng: random.Random | None = None) -> None:
         self._clock = clock
         self._broker_name = broker_name
         self._topics = topics
+        self._groups = groups
         self._send = send
+        self._send_back = send_back
         self.pop = pop
-        self.settings = ClientSettings(retry_delays_ms)
+        pop.dead_letter = self._dead_letter
+        self.settings = ClientSettings(retry_delays_ms, self._retry_max_times)
         self._auto_create = auto_create_topic
         self.advertised = advertised
         self._rng = rng or random.Random()
+
+    def _retry_max_times(self, group: str) -> int:
+        config = self._groups.find_subscription_group_config(group) if group else None
+        return DEFAULT_MAX_RECONSUME_TIMES if config is None else config.retry_max_times
+
+    def _dead_letter(self, group: str, lease: Lease) -> Deferred[bool]:
+        """The message of ``lease`` to ``%DLQ%<group>``, as the Java proxy does it: a
+        CONSUMER_SEND_MSG_BACK with delay level -1."""
+        fields = {"offset": str(lease.commit_log_offset), "group": group, "delayLevel": "-1",
+                  "originTopic": lease.topic, "maxReconsumeTimes": str(self._retry_max_times(group))}
+        request = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, fields)
+        d = self._send_back.process_request(cast(Any, _Channel(self._broker_name)), request)
+        return d.addCallback(lambda response: response.code == ResponseCode.SUCCESS)
 
     # -- route ------------------------------------------------------------------
 
@@ -225,7 +243,9 @@ class Messaging:
         except SubscriptionParseError as e:
             raise GrpcError(pb.Code.ILLEGAL_FILTER_EXPRESSION, str(e)) from None
         batch = max(1, request.batch_size)
-        received = await self.pop.receive(request.group.name, topic.name, batch, invisible_ms, poll_ms, tag_filter)
+        max_attempts = self._retry_max_times(request.group.name) + 1
+        received = await self.pop.receive(request.group.name, topic.name, batch, invisible_ms, poll_ms, tag_filter,
+                                          max_attempts)
         if not received:
             return [rpc.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))]
         stream = [rpc.ReceiveMessageResponse(status=ok())]
@@ -244,6 +264,20 @@ class Messaging:
                 message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                 status=status(code, None if code == pb.Code.OK else outcome.value)))
         return rpc.AckMessageResponse(status=overall({e.status.code for e in entries}), entries=entries)
+
+    def forward_message_to_dead_letter_queue(self, ctx: CallContext,
+                                             request: rpc.ForwardMessageToDeadLetterQueueRequest
+                                             ) -> Deferred[rpc.ForwardMessageToDeadLetterQueueResponse]:
+        return Deferred.fromCoroutine(self._forward(request))
+
+    async def _forward(self, request: rpc.ForwardMessageToDeadLetterQueueRequest
+                       ) -> rpc.ForwardMessageToDeadLetterQueueResponse:
+        _check_group(request.group)
+        outcome = await self.pop.forward_to_dead_letter(request.group.name, request.topic.name, request.receipt_handle)
+        if outcome is not AckOutcome.OK:
+            return rpc.ForwardMessageToDeadLetterQueueResponse(
+                status=status(pb.Code.INVALID_RECEIPT_HANDLE, outcome.value))
+        return rpc.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
     def change_invisible_duration(self, ctx: CallContext, request: rpc.ChangeInvisibleDurationRequest
                                   ) -> rpc.ChangeInvisibleDurationResponse:

@@ -10,6 +10,8 @@ A new group starts at offset 0 when the queue still holds its first message, els
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
@@ -22,6 +24,8 @@ from rocketpy.grpc.receipts import AckOutcome, Lease, ReceiptTable
 from rocketpy.interfaces import IStoreService
 
 Received = list[tuple[MessageExt, Lease]]
+#: ``(group, lease) -> Deferred[bool]``: move the leased message to the group's DLQ; True once stored.
+DeadLetter = Callable[[str, Lease], "Deferred[bool]"]
 
 
 class PopService:
@@ -30,12 +34,14 @@ class PopService:
     log = Logger()
 
     def __init__(self, clock: IReactorTime, store: IStoreService, topics: TopicConfigManager,
-                 offsets: ConsumerOffsetManager, client_host: str = "grpc") -> None:
+                 offsets: ConsumerOffsetManager, dead_letter: DeadLetter | None = None,
+                 client_host: str = "grpc") -> None:
         self._clock = clock
         self._store = store
         self._topics = topics
         self._offsets = offsets
         self._host = client_host
+        self.dead_letter = dead_letter
         self.receipts = ReceiptTable()
         self._cursors: dict[tuple[str, str, int], int] = {}
         self._reading: set[tuple[str, str, int]] = set()
@@ -58,11 +64,15 @@ class PopService:
     # -- receive ------------------------------------------------------------------
 
     async def receive(self, group: str, topic: str, batch: int, invisible_ms: int, poll_ms: int,
-                      tag_filter: TagFilter) -> Received:
-        """Up to ``batch`` messages, waiting up to ``poll_ms`` for the first."""
+                      tag_filter: TagFilter, max_attempts: int = 0) -> Received:
+        """Up to ``batch`` messages, waiting up to ``poll_ms`` for the first.
+
+        :param max_attempts: a message not acked after this many deliveries goes to the
+            group's dead-letter queue instead of coming back (0: no limit).
+        """
         deadline = self.now_ms() + poll_ms
         while True:
-            found = await self._take(group, topic, batch, invisible_ms, tag_filter)
+            found = await self._take(group, topic, batch, invisible_ms, tag_filter, max_attempts)
             left = deadline - self.now_ms()
             if found or left <= 0:
                 return found
@@ -87,10 +97,12 @@ class PopService:
         return d
 
     async def _take(self, group: str, topic: str, batch: int, invisible_ms: int,
-                    tag_filter: TagFilter) -> Received:
+                    tag_filter: TagFilter, max_attempts: int) -> Received:
         found: Received = []
         now = self.now_ms()
         for lease in self.receipts.take_expired(group, topic, now, batch):
+            if max_attempts and lease.attempt >= max_attempts and await self._to_dead_letter(group, lease):
+                continue
             ext = await self._store.look_message_by_offset(lease.commit_log_offset)
             if ext is None:  # deleted by retention meanwhile
                 self._commit(group, topic, lease.queue_id)
@@ -153,6 +165,20 @@ class PopService:
         lowest = self.receipts.lowest_offset(group, topic, queue_id)
         self._offsets.commit_offset(self._host, group, topic, queue_id, cursor if lowest is None else lowest)
 
+    async def _to_dead_letter(self, group: str, lease: Lease) -> bool:
+        """Move an expired lease's message to the DLQ; False (it comes back) when that failed."""
+        if self.dead_letter is None:
+            return False
+        try:
+            moved = await self.dead_letter(group, lease)
+        except Exception:
+            self.log.failure("moving {topic}:{queue}:{offset} of {group} to its DLQ failed",
+                             topic=lease.topic, queue=lease.queue_id, offset=lease.offset, group=group)
+            moved = False
+        if moved:
+            self._commit(group, lease.topic, lease.queue_id)
+        return moved
+
     # -- ack and invisibility -------------------------------------------------------
 
     def ack(self, group: str, topic: str, handle: str) -> AckOutcome:
@@ -160,6 +186,16 @@ class PopService:
         if lease is not None:
             self._commit(group, topic, lease.queue_id)
         return outcome
+
+    async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> AckOutcome:
+        """ForwardMessageToDeadLetterQueue: a live lease's message to the DLQ, then the lease ends."""
+        found = self.receipts.live(group, topic, handle, self.now_ms())
+        if not isinstance(found, Lease):
+            return AckOutcome.INVALID if found is AckOutcome.OK else found
+        if self.dead_letter is None or not await self.dead_letter(group, found):
+            raise RuntimeError("the dead-letter queue did not take the message")
+        self.ack(group, topic, handle)
+        return AckOutcome.OK
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> tuple[AckOutcome, str]:
         """A new handle for a live lease, invisible for ``invisible_ms`` from now."""

@@ -81,7 +81,8 @@ class ReceiptTable:
         if not queue:
             del self._by_queue[key]
 
-    def _live(self, group: str, topic: str, handle: str, now_ms: int) -> Lease | AckOutcome:
+    def live(self, group: str, topic: str, handle: str, now_ms: int) -> Lease | AckOutcome:
+        """The live lease of ``handle``; else why not (OK means acked before)."""
         expiry = handle_expiry(handle)
         if expiry is None:
             return AckOutcome.INVALID
@@ -94,7 +95,7 @@ class ReceiptTable:
 
     def ack(self, group: str, topic: str, handle: str, now_ms: int) -> tuple[AckOutcome, Lease | None]:
         """End a lease: the message is consumed. The lease ended, if one did."""
-        found = self._live(group, topic, handle, now_ms)
+        found = self.live(group, topic, handle, now_ms)
         if isinstance(found, AckOutcome):
             return found, None
         self._remove(found)
@@ -103,7 +104,7 @@ class ReceiptTable:
     def renew(self, group: str, topic: str, handle: str, now_ms: int,
               invisible_ms: int) -> tuple[AckOutcome, Lease | None]:
         """Change a live lease's invisibility to ``now + invisible_ms``; it gets a new handle."""
-        found = self._live(group, topic, handle, now_ms)
+        found = self.live(group, topic, handle, now_ms)
         if isinstance(found, AckOutcome):
             return (AckOutcome.INVALID if found is AckOutcome.OK else found), None
         self._remove(found)

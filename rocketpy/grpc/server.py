@@ -123,6 +123,10 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
         return await self._unary(self._messaging.change_invisible_duration, request, context,
                                  rpc.ChangeInvisibleDurationResponse)
 
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        return await self._unary(self._messaging.forward_message_to_dead_letter_queue, request, context,
+                                 rpc.ForwardMessageToDeadLetterQueueResponse)
+
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
         return await self._unary(self._messaging.notify_client_termination, request, context,
                                  rpc.NotifyClientTerminationResponse)
@@ -272,5 +276,6 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
 
     pop = PopService(reactor, broker.store, broker.topics, broker.offsets)
     broker.store.add_arrival_listener(pop.message_arrived)
-    return Messaging(reactor, broker.config.broker_name, broker.topics, broker.send_processor, pop, retry_delays_ms,
+    return Messaging(reactor, broker.config.broker_name, broker.topics, broker.subscriptions, broker.send_processor,
+                     broker.send_back, pop, retry_delays_ms,
                      auto_create_topic=broker.config.auto_create_topic_enable, advertised=advertised)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rocketpy.grpc.convert import duration
 from rocketpy.grpc.v2 import definition_pb2 as pb
 
@@ -12,16 +14,17 @@ PRODUCER_BACKOFF_MAX_MS = 1000
 RECEIVE_BATCH_SIZE = 32
 MAX_LONG_POLLING_MS = 30_000
 MIN_LONG_POLLING_MS = 5_000
-DEFAULT_RETRY_MAX_TIMES = 16
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 
 
 class ClientSettings:
     """The last Settings each client (by ``x-mq-client-id``) sent."""
 
-    def __init__(self, retry_delays_ms: list[int], max_body_size: int = MAX_MESSAGE_SIZE) -> None:
+    def __init__(self, retry_delays_ms: list[int], retry_max_times: Callable[[str], int] = lambda group: 16,
+                 max_body_size: int = MAX_MESSAGE_SIZE) -> None:
         self._raw: dict[str, pb.Settings] = {}
         self._retry_delays_ms = retry_delays_ms
+        self._retry_max_times = retry_max_times
         self._max_body_size = max_body_size
 
     def update(self, client_id: str, settings: pb.Settings) -> pb.Settings:
@@ -52,7 +55,7 @@ class ClientSettings:
             subscription.receive_batch_size = RECEIVE_BATCH_SIZE
             subscription.long_polling_timeout.CopyFrom(duration(MAX_LONG_POLLING_MS))
             subscription.fifo = False
-            settings.backoff_policy.max_attempts = DEFAULT_RETRY_MAX_TIMES + 1
+            settings.backoff_policy.max_attempts = self._retry_max_times(subscription.group.name) + 1
             customized = settings.backoff_policy.customized_backoff
             del customized.next[:]
             customized.next.extend(duration(ms) for ms in self._retry_delays_ms)

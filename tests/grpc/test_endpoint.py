@@ -148,3 +148,20 @@ class GrpcEndpointTests(TestCase):
         bodies = [m.message.body for m in again if m.HasField("message")]
         self.assertEqual(bodies, [b"four"])  # the acked one never comes back
         self.assertEqual(again[1].message.system_properties.delivery_attempt, 2)
+
+    async def test_forward_to_dead_letter_queue(self) -> None:
+        """ForwardMessageToDeadLetterQueue stores the message on %DLQ%<group> and ends its lease."""
+        await self._start()
+        sent = await self._unary("SendMessage", rpc.SendMessageRequest(messages=[self._message("TD", b"bad")]))
+        self.assertEqual(sent.status.code, pb.Code.OK)
+        [_, received, _] = await self._receive("GD", "TD")
+        sysp = received.message.system_properties
+        request = rpc.ForwardMessageToDeadLetterQueueRequest(
+            group=pb.Resource(name="GD"), topic=pb.Resource(name="TD"), receipt_handle=sysp.receipt_handle,
+            message_id=sysp.message_id, delivery_attempt=1, max_delivery_attempts=17)
+        forwarded = await self._unary("ForwardMessageToDeadLetterQueue", request)
+        self.assertEqual(forwarded.status.code, pb.Code.OK, forwarded)
+        self.assertEqual(self.broker.store.get_max_offset_in_queue("%DLQ%GD", 0), 1)
+        again = await self._unary("ForwardMessageToDeadLetterQueue", request)
+        self.assertEqual(again.status.code, pb.Code.INVALID_RECEIPT_HANDLE)
+        self.assertEqual(len(self.service.messaging.pop.receipts), 0)  # type: ignore[union-attr]

@@ -1,0 +1,155 @@
+"""POP consumption on a real store with a Clock: invisibility, redelivery, acks, offsets, DLQ, long polls."""
+
+from __future__ import annotations
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.broker.filter import build_tag_filter
+from rocketpy.broker.offsets import ConsumerOffsetManager
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.common.topic import TopicConfig
+from rocketpy.grpc.pop import PopService, Received
+from rocketpy.grpc.receipts import AckOutcome, Lease, ReceiptTable
+from tests.broker.featurestore import new_clock, open_store, put
+
+ALL = build_tag_filter("*")
+
+
+class ReceiptTableTests(SynchronousTestCase):
+    """Leases by handle and by queue, with the outcomes the endpoint maps to status codes."""
+
+    def test_ack_outcomes(self) -> None:
+        """A live handle acks once; again it is OK (already acked); expired or garbage is not."""
+        table = ReceiptTable()
+        lease = table.lease("G", "T", 0, 5, 500, 1, now_ms=1000, invisible_ms=10_000)
+        self.assertEqual(table.ack("G", "T", lease.handle, 2000), (AckOutcome.OK, lease))
+        self.assertEqual(table.ack("G", "T", lease.handle, 2000), (AckOutcome.OK, None))
+        self.assertEqual(table.ack("G", "T", lease.handle, 20_000)[0], AckOutcome.EXPIRED)
+        self.assertEqual(table.ack("G", "T", "garbage", 2000)[0], AckOutcome.INVALID)
+        self.assertEqual(len(table), 0)
+
+    def test_renew_and_lowest_offset(self) -> None:
+        """Renewing gives a new handle (the old one is dead); the lowest offset in flight holds progress."""
+        table = ReceiptTable()
+        first = table.lease("G", "T", 0, 5, 500, 1, 1000, 10_000)
+        table.lease("G", "T", 0, 6, 600, 1, 1000, 10_000)
+        old = first.handle
+        outcome, renewed = table.renew("G", "T", old, 2000, 60_000)
+        self.assertEqual(outcome, AckOutcome.OK)
+        assert renewed is not None
+        self.assertNotEqual(renewed.handle, old)
+        self.assertEqual(renewed.expires_ms, 62_000)
+        self.assertEqual(table.ack("G", "T", old, 2000), (AckOutcome.OK, None))  # nothing in flight under it
+        self.assertEqual(table.lowest_offset("G", "T", 0), 5)
+        table.ack("G", "T", renewed.handle, 3000)
+        self.assertEqual(table.lowest_offset("G", "T", 0), 6)
+        self.assertEqual(table.take_expired("G", "T", 20_000, 10)[0].offset, 6)
+        self.assertIsNone(table.lowest_offset("G", "T", 0))
+
+
+class PopServiceTests(SynchronousTestCase):
+    def setUp(self) -> None:
+        self.clock = new_clock()
+        self.store = open_store(self, self.clock)
+        self.topics = TopicConfigManager(self.clock)
+        self.topics.update_topic_config(TopicConfig("T", 2, 2))
+        self.offsets = ConsumerOffsetManager()
+        self.dead: list[tuple[str, Lease]] = []
+        self.pop = PopService(self.clock, self.store, self.topics, self.offsets, self._dead_letter)
+        self.store.add_arrival_listener(self.pop.message_arrived)
+
+    def _dead_letter(self, group: str, lease: Lease) -> Deferred[bool]:
+        self.dead.append((group, lease))
+        return succeed(True)
+
+    def put(self, body: bytes, queue_id: int = 0, tag: str = "A") -> None:
+        put(self, self.store, MessageExt(topic="T", body=body, queue_id=queue_id, properties={MessageConst.TAGS: tag}))
+
+    def receive(self, batch: int = 10, max_attempts: int = 0, tag: str = "*") -> Received:
+        d = Deferred.fromCoroutine(self.pop.receive("G", "T", batch, 10_000, 0, build_tag_filter(tag), max_attempts))
+        return self.successResultOf(d)
+
+    def test_invisible_until_expiry_then_back(self) -> None:
+        """A received message is invisible for its duration, then comes back with attempt 2."""
+        self.put(b"one")
+        self.put(b"two", queue_id=1)
+        first = self.receive()
+        self.assertEqual(sorted((m.body, lease.attempt) for m, lease in first), [(b"one", 1), (b"two", 1)])
+        self.assertEqual(self.receive(), [])
+        self.clock.advance(9)
+        self.assertEqual(self.receive(), [])
+        self.clock.advance(2)
+        again = self.receive()
+        self.assertEqual(sorted((m.body, lease.attempt) for m, lease in again), [(b"one", 2), (b"two", 2)])
+
+    def test_ack_moves_the_group_offset(self) -> None:
+        """The committed offset is the lowest offset in flight; acks move it, acked messages stay gone."""
+        for i in range(3):
+            self.put(b"m%d" % i)
+        got = self.receive()
+        self.assertEqual(self.offsets.query_offset("G", "T", 0), 0)
+        handles = [lease.handle for _, lease in got]
+        self.assertEqual(self.pop.ack("G", "T", handles[1]), AckOutcome.OK)
+        self.assertEqual(self.offsets.query_offset("G", "T", 0), 0)
+        self.assertEqual(self.pop.ack("G", "T", handles[0]), AckOutcome.OK)
+        self.assertEqual(self.offsets.query_offset("G", "T", 0), 2)
+        self.pop.ack("G", "T", handles[2])
+        self.assertEqual(self.offsets.query_offset("G", "T", 0), 3)
+        self.clock.advance(60)
+        self.assertEqual(self.receive(), [])
+        self.assertEqual(self.pop.ack("G", "T", handles[0]), AckOutcome.EXPIRED)
+
+    def test_tag_filter_and_batch(self) -> None:
+        """Only matching tags are leased; skipped ones still move the cursor; a batch is a maximum."""
+        self.put(b"a1", tag="A")
+        self.put(b"b1", tag="B")
+        self.put(b"a2", tag="A")
+        self.assertEqual([m.body for m, _ in self.receive(batch=1, tag="A")], [b"a1"])
+        self.assertEqual([m.body for m, _ in self.receive(tag="A")], [b"a2"])
+
+    def test_dead_letter_after_max_attempts(self) -> None:
+        """A message not acked after the maximum deliveries goes to the DLQ, not back to the consumer."""
+        self.put(b"poison")
+        for attempt in (1, 2):
+            [(msg, lease)] = self.receive(max_attempts=2)
+            self.assertEqual(lease.attempt, attempt)
+            self.clock.advance(11)
+        self.assertEqual(self.receive(max_attempts=2), [])
+        self.assertEqual([(group, lease.offset) for group, lease in self.dead], [("G", 0)])
+        self.assertEqual(self.offsets.query_offset("G", "T", 0), 1)
+
+    def test_change_invisible_and_forward(self) -> None:
+        """ChangeInvisibleDuration(0) makes a message visible again; forwarding ends its lease."""
+        self.put(b"x")
+        [(_, lease)] = self.receive()
+        outcome, handle = self.pop.change_invisible("G", "T", lease.handle, 0)
+        self.assertEqual(outcome, AckOutcome.OK)
+        self.clock.advance(0.002)
+        [(_, again)] = self.receive()
+        self.assertEqual(again.attempt, 2)
+        forwarded = self.successResultOf(Deferred.fromCoroutine(
+            self.pop.forward_to_dead_letter("G", "T", again.handle)))
+        self.assertEqual(forwarded, AckOutcome.OK)
+        self.assertEqual(len(self.dead), 1)
+        self.clock.advance(60)
+        self.assertEqual(self.receive(), [])
+
+    def test_long_poll_woken_by_arrival(self) -> None:
+        """A receive with nothing to take waits; a new message answers it before the poll ends."""
+        d = Deferred.fromCoroutine(self.pop.receive("G", "T", 10, 10_000, 5_000, ALL))
+        self.assertNoResult(d)
+        self.put(b"late")
+        self.assertEqual([m.body for m, _ in self.successResultOf(d)], [b"late"])
+        self.assertEqual([c for c in self.clock.getDelayedCalls() if "timed_out" in repr(c)], [])  # timer gone
+        empty = Deferred.fromCoroutine(self.pop.receive("G", "T", 10, 10_000, 5_000, ALL))
+        self.clock.advance(4.9)
+        self.assertNoResult(empty)
+        self.clock.advance(0.2)
+        self.assertEqual(self.successResultOf(empty), [])
+
+    def test_new_group_starts_at_the_first_message(self) -> None:
+        """A group without an offset starts at 0 while the queue still holds its first message."""
+        self.put(b"before")
+        self.assertEqual([m.body for m, _ in self.receive()], [b"before"])
