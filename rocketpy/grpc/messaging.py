@@ -25,7 +25,7 @@ from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.message import java_hash
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, send_topic_problem
 from rocketpy.grpc import convert, settings as defaults
-from rocketpy.grpc.pop import PopService
+from rocketpy.grpc.pop import DEFAULT_INVISIBLE_MS, PopService
 from rocketpy.grpc.receipts import AckOutcome, Lease
 from rocketpy.grpc.settings import ClientSettings
 from rocketpy.grpc.status import GrpcError, from_remoting, ok, overall, status
@@ -150,6 +150,10 @@ class Messaging:
         merged = self.settings.update(ctx.client_id, command.settings)
         return rpc.TelemetryCommand(status=ok(), settings=merged)
 
+    def telemetry_closed(self, ctx: CallContext) -> None:
+        """The client's Telemetry stream ended: it is gone (its auto-renewed leases run out)."""
+        self.pop.client_gone(ctx.client_id)
+
     def heartbeat(self, ctx: CallContext, request: rpc.HeartbeatRequest) -> rpc.HeartbeatResponse:
         found = self.settings.get(ctx.client_id)
         if found is None:
@@ -164,6 +168,7 @@ class Messaging:
 
     def notify_client_termination(self, ctx: CallContext, request: rpc.NotifyClientTerminationRequest
                                   ) -> rpc.NotifyClientTerminationResponse:
+        self.pop.client_gone(ctx.client_id)
         if self.settings.remove(ctx.client_id) is None:
             return rpc.NotifyClientTerminationResponse(status=status(
                 pb.Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"))
@@ -231,7 +236,10 @@ class Messaging:
         topic = request.message_queue.topic
         self._topic(topic, ctx.peer)
         invisible_ms = convert.duration_ms(request.invisible_duration)
-        if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+        renew_for = ctx.client_id if request.auto_renew else None
+        if renew_for is not None:  # a PushConsumer: this endpoint keeps its messages invisible
+            invisible_ms = DEFAULT_INVISIBLE_MS
+        elif not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
             raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME,
                             f"the invisibleTime is too small or too large, min: {MIN_INVISIBLE_MS}, "
                             f"max: {MAX_INVISIBLE_MS}, invisibleTime: {invisible_ms}")
@@ -245,7 +253,7 @@ class Messaging:
         batch = max(1, request.batch_size)
         max_attempts = self._retry_max_times(request.group.name) + 1
         received = await self.pop.receive(request.group.name, topic.name, batch, invisible_ms, poll_ms, tag_filter,
-                                          max_attempts)
+                                          max_attempts, renew_for)
         if not received:
             return [rpc.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))]
         stream = [rpc.ReceiveMessageResponse(status=ok())]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from rocketpy.broker.filter import TagFilter
@@ -22,6 +23,12 @@ from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.message import MessageExt, decode_record
 from rocketpy.grpc.receipts import AckOutcome, Lease, ReceiptTable
 from rocketpy.interfaces import IStoreService
+
+#: ProxyConfig defaults of the Java proxy's receipt-handle renewal (PushConsumer receives).
+DEFAULT_INVISIBLE_MS = 60_000
+RENEW_PERIOD_S = 5.0
+RENEW_AHEAD_MS = 10_000
+RENEW_MAX_MS = 3 * 3600 * 1000
 
 Received = list[tuple[MessageExt, Lease]]
 #: ``(group, lease) -> Deferred[bool]``: move the leased message to the group's DLQ; True once stored.
@@ -47,7 +54,8 @@ class PopService:
         self._reading: set[tuple[str, str, int]] = set()
         #: topic → waiting receives, woken by an arrival or a lease expiry.
         self._waiters: dict[str, list[Deferred[None]]] = {}
-        self._wakeups: dict[str, IDelayedCall] = {}
+        self._renewer = LoopingCall(self.renew_due)
+        self._renewer.clock = clock
 
     def now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
@@ -64,15 +72,19 @@ class PopService:
     # -- receive ------------------------------------------------------------------
 
     async def receive(self, group: str, topic: str, batch: int, invisible_ms: int, poll_ms: int,
-                      tag_filter: TagFilter, max_attempts: int = 0) -> Received:
+                      tag_filter: TagFilter, max_attempts: int = 0, renew_for: str | None = None) -> Received:
         """Up to ``batch`` messages, waiting up to ``poll_ms`` for the first.
 
         :param max_attempts: a message not acked after this many deliveries goes to the
             group's dead-letter queue instead of coming back (0: no limit).
+        :param renew_for: the client id whose leases this endpoint keeps renewing until they
+            are acked or their invisibility changed (up to three hours), or None.
         """
         deadline = self.now_ms() + poll_ms
         while True:
             found = await self._take(group, topic, batch, invisible_ms, tag_filter, max_attempts)
+            for _, lease in found:
+                lease.renewed_for = renew_for
             left = deadline - self.now_ms()
             if found or left <= 0:
                 return found
@@ -204,8 +216,26 @@ class PopService:
             self._wake(topic)
         return outcome, "" if lease is None else lease.handle
 
+    def renew_due(self) -> None:
+        """Extend the auto-renewed leases that expire within RENEW_AHEAD_MS."""
+        now = self.now_ms()
+        for lease in self.receipts.due_for_renewal(now + RENEW_AHEAD_MS):
+            if now - lease.leased_ms >= RENEW_MAX_MS:
+                lease.renewed_for = None  # renewed long enough: let it come back
+            else:
+                self.receipts.extend(lease, now + DEFAULT_INVISIBLE_MS)
+
+    def client_gone(self, client_id: str) -> None:
+        """Stop renewing a client's leases: they come back once their invisibility runs out."""
+        self.receipts.stop_renewing(client_id)
+
+    def start(self) -> None:
+        self._renewer.start(RENEW_PERIOD_S, now=False)
+
     def stop(self) -> None:
-        """Answer every waiting receive now (the endpoint is closing)."""
+        """Stop renewing and answer every waiting receive now (the endpoint is closing)."""
+        if self._renewer.running:
+            self._renewer.stop()
         for topic in list(self._waiters):
             self._wake(topic)
 

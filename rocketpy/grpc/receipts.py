@@ -8,6 +8,8 @@ so a later step can checkpoint it to disk (:meth:`ReceiptTable.leases` lists eve
 A receipt handle is ``"<expires_ms>_<seq>_<queue_id>_<offset>"``: its own expiry can be read
 without the table (an acked handle and an expired one are told apart as the Java proxy does:
 an expired handle is INVALID_RECEIPT_HANDLE, an already acked one acks again without error).
+Auto-renewal (a PushConsumer's receives) extends a lease under its handle, so the table's
+expiry wins over the handle's while the lease is in it.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ class Lease:
     attempt: int
     expires_ms: int
     handle: str = ""
+    #: the client whose lease the endpoint renews until acked (a PushConsumer's auto_renew).
+    renewed_for: str | None = None
+    leased_ms: int = 0
 
 
 def handle_expiry(handle: str) -> int | None:
@@ -64,7 +69,8 @@ class ReceiptTable:
     def lease(self, group: str, topic: str, queue_id: int, offset: int, commit_log_offset: int,
               attempt: int, now_ms: int, invisible_ms: int) -> Lease:
         """Make the message invisible for ``invisible_ms``; a new handle."""
-        lease = Lease(group, topic, queue_id, offset, commit_log_offset, attempt, now_ms + invisible_ms)
+        lease = Lease(group, topic, queue_id, offset, commit_log_offset, attempt, now_ms + invisible_ms,
+                      leased_ms=now_ms)
         self._add(lease)
         return lease
 
@@ -83,14 +89,16 @@ class ReceiptTable:
 
     def live(self, group: str, topic: str, handle: str, now_ms: int) -> Lease | AckOutcome:
         """The live lease of ``handle``; else why not (OK means acked before)."""
-        expiry = handle_expiry(handle)
-        if expiry is None:
-            return AckOutcome.INVALID
         lease = self._by_handle.get(handle)
-        if expiry < now_ms or (lease is not None and lease.expires_ms < now_ms):
+        if lease is None:  # acked before, or expired and handed out again: the handle tells which
+            expiry = handle_expiry(handle)
+            if expiry is None:
+                return AckOutcome.INVALID
+            return AckOutcome.EXPIRED if expiry < now_ms else AckOutcome.OK
+        if lease.expires_ms < now_ms:
             return AckOutcome.EXPIRED
-        if lease is None or lease.group != group or lease.topic != topic:
-            return AckOutcome.OK  # acked before (or another group's): nothing in flight to end
+        if lease.group != group or lease.topic != topic:
+            return AckOutcome.INVALID
         return lease
 
     def ack(self, group: str, topic: str, handle: str, now_ms: int) -> tuple[AckOutcome, Lease | None]:
@@ -109,8 +117,24 @@ class ReceiptTable:
             return (AckOutcome.INVALID if found is AckOutcome.OK else found), None
         self._remove(found)
         found.expires_ms = now_ms + invisible_ms
+        found.renewed_for = None  # the client took over its invisibility
         self._add(found)
         return AckOutcome.OK, found
+
+    def extend(self, lease: Lease, expires_ms: int) -> None:
+        """Auto-renewal: a later expiry under the same handle (the client keeps acking with it)."""
+        lease.expires_ms = expires_ms
+
+    def due_for_renewal(self, before_ms: int) -> list[Lease]:
+        """Auto-renewed leases that expire before ``before_ms``."""
+        return [lease for lease in self._by_handle.values()
+                if lease.renewed_for is not None and lease.expires_ms < before_ms]
+
+    def stop_renewing(self, client_id: str) -> None:
+        """A client went away: its leases run out and come back."""
+        for lease in self._by_handle.values():
+            if lease.renewed_for == client_id:
+                lease.renewed_for = None
 
     def take_expired(self, group: str, topic: str, now_ms: int, limit: int) -> list[Lease]:
         """Up to ``limit`` leases of ``group`` on ``topic`` past their expiry, removed from the table."""

@@ -44,6 +44,10 @@ class ReactorHop:
         self._to_reactor = CoalescedJobs(reactor.callFromThread)
         self._to_loop: CoalescedJobs | None = None
 
+    def run_soon(self, job: Callable[[], object]) -> None:
+        """Run ``job`` on the reactor; nothing waits for it."""
+        self._to_reactor.run_soon(job)
+
     async def __call__(self, f: Callable[..., Any], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         if self._to_loop is None:
@@ -93,6 +97,10 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, messaging: Messaging, hop: ReactorHop) -> None:
         self._messaging = messaging
         self._hop = hop
+
+    def _to_reactor(self, f: Callable[..., Any], *args: Any) -> None:
+        """Run ``f`` on the reactor without waiting for it (safe while this call is cancelled)."""
+        self._hop.run_soon(lambda: f(*args))
 
     async def _unary(self, method: Callable[..., Any], request: Any, context: grpc.aio.ServicerContext,
                      response_type: Callable[..., Any]) -> Any:
@@ -144,14 +152,17 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
         call = _context(context)
-        async for command in request_iterator:
-            try:
-                answer = await self._hop(self._messaging.telemetry, call, command)
-            except Exception as e:
-                self.log.failure("gRPC Telemetry failed", Failure(e))
-                await context.abort(grpc.StatusCode.INTERNAL, f"process client telemetryCommand failed. {e}")
-            if answer is not None:
-                yield answer
+        try:
+            async for command in request_iterator:
+                try:
+                    answer = await self._hop(self._messaging.telemetry, call, command)
+                except Exception as e:
+                    self.log.failure("gRPC Telemetry failed", Failure(e))
+                    await context.abort(grpc.StatusCode.INTERNAL, f"process client telemetryCommand failed. {e}")
+                if answer is not None:
+                    yield answer
+        finally:
+            self._to_reactor(self._messaging.telemetry_closed, call)
 
 
 class GrpcService(Service):
@@ -182,6 +193,7 @@ class GrpcService(Service):
 
     async def _start(self) -> None:
         self.messaging = self._make_messaging()
+        self.messaging.pop.start()
         loop = self._loop = asyncio.new_event_loop()
         self._thread_done = Deferred()
         thread = threading.Thread(target=self._run_loop, args=(loop,), name="rocketpy-grpc", daemon=True)

@@ -149,6 +149,23 @@ class PopServiceTests(SynchronousTestCase):
         self.clock.advance(0.2)
         self.assertEqual(self.successResultOf(empty), [])
 
+    def test_auto_renewal_until_acked_or_client_gone(self) -> None:
+        """A PushConsumer's lease is renewed under the same handle; it runs out once its client is gone."""
+        self.pop.start()
+        self.addCleanup(self.pop.stop)
+        self.put(b"held")
+        self.put(b"acked")
+        d = Deferred.fromCoroutine(self.pop.receive("G", "T", 10, 60_000, 0, ALL, renew_for="client-1"))
+        leases = {m.body: lease for m, lease in self.successResultOf(d)}
+        for _ in range(40):  # 200 s: far past the 60 s invisibility
+            self.clock.advance(5)
+        self.assertEqual(self.receive(), [])
+        self.assertEqual(self.pop.ack("G", "T", leases[b"acked"].handle), AckOutcome.OK)
+        self.pop.client_gone("client-1")
+        self.clock.advance(61)
+        [(msg, lease)] = self.receive()
+        self.assertEqual((msg.body, lease.attempt), (b"held", 2))
+
     def test_new_group_starts_at_the_first_message(self) -> None:
         """A group without an offset starts at 0 while the queue still holds its first message."""
         self.put(b"before")

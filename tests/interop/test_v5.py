@@ -87,6 +87,15 @@ class V5ClientTests(CppHarness):
         pairs = [(int(b), int(c)) for b, c in re.findall(r'"brokerOffset":(\d+),"consumerOffset":(\d+)', stats)]
         self.assertEqual((sum(b for b, _ in pairs), sum(c for _, c in pairs)), (5, 5), stats)
 
+    def test_push_consumer_redelivers_after_failure(self) -> None:
+        """5.x PushConsumer: a FAILURE answer brings the message back (attempt 2) after the back-off."""
+        self.v5("produce", "--topic", "TP", "--count", "3")
+        events = self.v5("push", "--topic", "TP", "--group", "GP", "--expect", "3", "--fail-times", "1",
+                         "--timeout", "40")
+        self.assertEqual(events[-1]["count"], 3)
+        attempts = sorted((e["body"], e["delivery_attempt"]) for e in events if e["event"] == "message")
+        self.assertEqual(attempts, sorted((f"v5-{i}", n) for i in range(3) for n in (1, 2)))
+
     def test_4x_producers_to_simple_consumer(self) -> None:
         """rocketpy's 4.x Producer (and the C++ one when it loads) → 5.x SimpleConsumer."""
         env = dict(os.environ, PYTHONPATH=REPO)

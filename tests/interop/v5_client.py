@@ -9,6 +9,9 @@ message, then ``{"event": "done"}``.
 acks unless ``--no-ack``, prints ``{"event": "message", "body", "tag", "message_id",
 "delivery_attempt", "properties"}`` per message and ``{"event": "done", "count"}`` once it has
 ``--expect`` messages or at ``--timeout``.
+``push --endpoint E --topic T --group G --expect N [--fail-times K]`` runs a PushConsumer whose
+listener answers FAILURE while a message's delivery attempt is at most K; it prints every
+delivery as ``consume`` does and ``{"event": "done", "count"}`` after N successes or ``--timeout``.
 """
 
 from __future__ import annotations
@@ -67,6 +70,38 @@ def consume(args: argparse.Namespace) -> None:
     emit(event="done", count=count)
 
 
+def push(args: argparse.Namespace) -> None:
+    import threading
+
+    from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, MessageListener,
+                          PushConsumer)
+
+    lock, done = threading.Lock(), threading.Event()
+    delivered: list[Any] = []
+
+    class Listener(MessageListener):
+        def consume(self, msg: Any) -> Any:
+            with lock:
+                emit(event="message", body=msg.body.decode(errors="replace"), tag=msg.tag,
+                     message_id=msg.message_id, delivery_attempt=msg.delivery_attempt,
+                     properties=dict(msg.properties or {}))
+                if msg.delivery_attempt <= args.fail_times:
+                    return ConsumeResult.FAILURE
+                delivered.append(msg.message_id)
+                if len(delivered) >= args.expect:
+                    done.set()
+            return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(ClientConfiguration(args.endpoint, Credentials()), args.group, Listener(),
+                            {args.topic: FilterExpression(args.filter)})
+    consumer.startup()
+    try:
+        done.wait(args.timeout)
+    finally:
+        consumer.shutdown()
+    emit(event="done", count=len(delivered))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
@@ -82,11 +117,17 @@ def main() -> None:
     c.add_argument("--filter", default="*")
     c.add_argument("--timeout", type=float, default=60)
     c.add_argument("--no-ack", action="store_true")
-    for command in (p, c):
+    u = sub.add_parser("push")
+    u.add_argument("--group", required=True)
+    u.add_argument("--expect", type=int, required=True)
+    u.add_argument("--filter", default="*")
+    u.add_argument("--timeout", type=float, default=60)
+    u.add_argument("--fail-times", type=int, default=0, help="answer FAILURE while delivery_attempt <= this")
+    for command in (p, c, u):
         command.add_argument("--endpoint", required=True)
         command.add_argument("--topic", required=True)
     args = parser.parse_args()
-    produce(args) if args.command == "produce" else consume(args)
+    {"produce": produce, "consume": consume, "push": push}[args.command](args)
 
 
 if __name__ == "__main__":
