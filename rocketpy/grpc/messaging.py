@@ -33,6 +33,7 @@ from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.util.configfile import JsonConfigFile
 
 MIN_INVISIBLE_MS = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv
 MAX_INVISIBLE_MS = 12 * 3600 * 1000  # ProxyConfig.maxInvisibleTimeMills
@@ -76,6 +77,8 @@ class Messaging:
         self.pop = pop
         pop.dead_letter = self._dead_letter
         self.settings = ClientSettings(retry_delays_ms, self._retry_max_times)
+        #: the POP state's file (rocketpy.grpc.checkpoint), when it is kept on disk
+        self.checkpoint: JsonConfigFile | None = None
         self._auto_create = auto_create_topic
         self.advertised = advertised
         self._rng = rng or random.Random()

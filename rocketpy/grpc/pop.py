@@ -11,6 +11,7 @@ A new group starts at offset 0 when the queue still holds its first message, els
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -215,6 +216,26 @@ class PopService:
         if lease is not None and invisible_ms == 0:
             self._wake(topic)
         return outcome, "" if lease is None else lease.handle
+
+    # -- checkpoint -----------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Cursors and leases as JSON (auto-renewal is not kept: its clients reconnect anyway)."""
+        return {
+            "cursors": [[g, t, q, c] for (g, t, q), c in self._cursors.items()],
+            "leases": [[x.group, x.topic, x.queue_id, x.offset, x.commit_log_offset, x.attempt, x.expires_ms,
+                        x.handle, x.leased_ms] for x in self.receipts.leases()],
+        }
+
+    def restore(self, obj: dict[str, Any]) -> None:
+        """Merge a :meth:`snapshot`. :raises ValueError: or ``TypeError`` when it is malformed."""
+        for group, topic, queue_id, cursor in obj.get("cursors", []):
+            self._cursors[(str(group), str(topic), int(queue_id))] = int(cursor)
+        for group, topic, queue_id, offset, clo, attempt, expires, handle, leased in obj.get("leases", []):
+            self.receipts.restore(Lease(str(group), str(topic), int(queue_id), int(offset), int(clo), int(attempt),
+                                        int(expires), str(handle), leased_ms=int(leased)))
+
+    # -- auto-renewal -----------------------------------------------------------------
 
     def renew_due(self) -> None:
         """Extend the auto-renewed leases that expire within RENEW_AHEAD_MS."""

@@ -76,6 +76,19 @@ class ReceiptTable:
 
     def _add(self, lease: Lease) -> None:
         lease.handle = f"{lease.expires_ms}_{next(self._seq)}_{lease.queue_id}_{lease.offset}"
+        self._index(lease)
+
+    def restore(self, lease: Lease) -> None:
+        """Put back a lease from a checkpoint, under its handle; new handles never repeat it."""
+        parts = lease.handle.split("_")
+        if len(parts) != 4 or not parts[1].isdigit() or handle_expiry(lease.handle) is None:
+            raise ValueError(f"not a receipt handle: {lease.handle!r}")
+        seq = int(parts[1])
+        probe = next(self._seq)
+        self._seq = itertools.count(max(probe, seq + 1))
+        self._index(lease)
+
+    def _index(self, lease: Lease) -> None:
         self._by_handle[lease.handle] = lease
         self._by_queue.setdefault((lease.group, lease.topic, lease.queue_id), {})[lease.offset] = lease
 

@@ -10,6 +10,7 @@ long poll therefore holds neither a thread nor the reactor (doc/grpc.md, "Thread
 from __future__ import annotations
 
 import asyncio
+import os
 import concurrent.futures
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -19,9 +20,11 @@ import grpc
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, maybeDeferred
 from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from rocketpy.grpc.checkpoint import CHECKPOINT_INTERVAL_S
 from rocketpy.grpc.endpoint import listen_address
 from rocketpy.grpc.messaging import CallContext, Messaging
 from rocketpy.grpc.status import GrpcError, status
@@ -182,6 +185,7 @@ class GrpcService(Service):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: grpc.aio.Server | None = None
         self._thread_done: Deferred[None] | None = None
+        self._checkpoints: LoopingCall | None = None
 
     def startService(self) -> None:
         super().startService()
@@ -194,6 +198,11 @@ class GrpcService(Service):
     async def _start(self) -> None:
         self.messaging = self._make_messaging()
         self.messaging.pop.start()
+        checkpoint = self.messaging.checkpoint
+        if checkpoint is not None:
+            self._checkpoints = LoopingCall(checkpoint.persist)
+            self._checkpoints.clock = self._reactor
+            self._checkpoints.start(CHECKPOINT_INTERVAL_S, now=False)
         loop = self._loop = asyncio.new_event_loop()
         self._thread_done = Deferred()
         thread = threading.Thread(target=self._run_loop, args=(loop,), name="rocketpy-grpc", daemon=True)
@@ -230,8 +239,12 @@ class GrpcService(Service):
             await self._started
         except Exception:
             pass
+        if self._checkpoints is not None and self._checkpoints.running:
+            self._checkpoints.stop()
         if self.messaging is not None:
             self.messaging.pop.stop()
+            if self.messaging.checkpoint is not None:
+                await self.messaging.checkpoint.persist()
         loop, server = self._loop, self._server
         if loop is None:
             return
@@ -284,10 +297,18 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
 
     :param retry_delays_ms: the consumers' retry back-off (the broker's delay levels).
     """
+    from rocketpy.grpc.checkpoint import PopCheckpoint
     from rocketpy.grpc.pop import PopService
 
     pop = PopService(reactor, broker.store, broker.topics, broker.offsets)
     broker.store.add_arrival_listener(pop.message_arrived)
-    return Messaging(reactor, broker.config.broker_name, broker.topics, broker.subscriptions, broker.send_processor,
+    offsets_path = broker.offsets.path
+    checkpoint = PopCheckpoint(pop, None if offsets_path is None else
+                               os.path.join(os.path.dirname(offsets_path), "popReceipts.json"))
+    checkpoint.writer = broker.offsets.writer  # the broker's config pool, off the reactor
+    checkpoint.load()
+    messaging = Messaging(reactor, broker.config.broker_name, broker.topics, broker.subscriptions, broker.send_processor,
                      broker.send_back, pop, retry_delays_ms,
                      auto_create_topic=broker.config.auto_create_topic_enable, advertised=advertised)
+    messaging.checkpoint = checkpoint
+    return messaging

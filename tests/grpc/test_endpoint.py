@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -165,3 +166,13 @@ class GrpcEndpointTests(TestCase):
         again = await self._unary("ForwardMessageToDeadLetterQueue", request)
         self.assertEqual(again.status.code, pb.Code.INVALID_RECEIPT_HANDLE)
         self.assertEqual(len(self.service.messaging.pop.receipts), 0)  # type: ignore[union-attr]
+
+    async def test_stop_writes_the_checkpoint(self) -> None:
+        """Stopping the endpoint writes the in-flight receipts to <store>/config/popReceipts.json."""
+        await self._start()
+        await self._unary("SendMessage", rpc.SendMessageRequest(messages=[self._message("TC", b"kept")]))
+        [_, received, _] = await self._receive("GC", "TC")
+        await self.service.stopService()
+        path = os.path.join(os.path.dirname(self.broker.offsets.path or ""), "popReceipts.json")
+        with open(path) as f:
+            self.assertIn(received.message.system_properties.receipt_handle, f.read())

@@ -10,8 +10,10 @@ from rocketpy.broker.offsets import ConsumerOffsetManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.message import MessageConst, MessageExt
 from rocketpy.common.topic import TopicConfig
+from rocketpy.grpc.checkpoint import PopCheckpoint
 from rocketpy.grpc.pop import PopService, Received
 from rocketpy.grpc.receipts import AckOutcome, Lease, ReceiptTable
+from rocketpy.util.configfile import ConfigFileError
 from tests.broker.featurestore import new_clock, open_store, put
 
 ALL = build_tag_filter("*")
@@ -165,6 +167,33 @@ class PopServiceTests(SynchronousTestCase):
         self.clock.advance(61)
         [(msg, lease)] = self.receive()
         self.assertEqual((msg.body, lease.attempt), (b"held", 2))
+
+    def test_checkpoint_survives_a_restart(self) -> None:
+        """Leases and cursors written to popReceipts.json come back: old handles ack, unacked ones return."""
+        for i in range(3):
+            self.put(b"m%d" % i)
+        handles = {m.body: lease.handle for m, lease in self.receive()}
+        self.pop.ack("G", "T", handles[b"m0"])
+        path = self.mktemp()
+        self.successResultOf(PopCheckpoint(self.pop, path).persist())
+
+        restarted = PopService(self.clock, self.store, self.topics, self.offsets, self._dead_letter)
+        PopCheckpoint(restarted, path).load()
+        self.assertEqual(restarted.ack("G", "T", handles[b"m1"]), AckOutcome.OK)
+        self.assertEqual(restarted.ack("G", "T", handles[b"m0"]), AckOutcome.OK)  # acked before the restart
+        self.pop = restarted
+        self.assertEqual(self.receive(), [])  # the cursor was kept: nothing is read twice
+        self.clock.advance(11)
+        self.assertEqual([(m.body, lease.attempt) for m, lease in self.receive()], [(b"m2", 2)])
+        fresh = restarted.receipts.lease("G", "T", 0, 9, 0, 1, restarted.now_ms(), 10_000)
+        self.assertNotIn(fresh.handle, handles.values())
+
+    def test_malformed_checkpoint(self) -> None:
+        """A checkpoint that is not one is a ConfigFileError (the broker refuses to start on it)."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write('{"leases": [["G", "T", 0, 0, 0, 1, 5, "no-handle", 0]]}')
+        self.assertRaises(ConfigFileError, PopCheckpoint(self.pop, path).load)
 
     def test_new_group_starts_at_the_first_message(self) -> None:
         """A group without an offset starts at 0 while the queue still holds its first message."""
