@@ -57,7 +57,8 @@ class BrokerFixture:
 
     def __init__(self, reactor: Any, options: dict[str, str] | None = None) -> None:
         self._reactor = reactor
-        self._options = {**SMALL_STORE, **(options or {})}
+        # no 5.x gRPC endpoint unless asked for: its default port 8081 is one per machine
+        self._options = {**SMALL_STORE, "grpc-listen": "none", **(options or {})}
         #: the temporary directory of the store and the name server's config, while running
         self.root: str | None = None
         self._started: list[IService] = []
