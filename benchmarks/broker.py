@@ -71,6 +71,7 @@ def start_rocketpy(workdir: str, flush: str, grpc_port: int | None = None) -> tu
         "--namesrv-config-dir", os.path.join(workdir, "namesrv"),
         "--flush-disk-type", flush, "--http", "none",
         "--grpc-listen", "none" if grpc_port is None else f"tcp:{grpc_port}:interface=127.0.0.1",
+        "--ha-listen", f"tcp:{free_port()}:interface=127.0.0.1",  # listen port + 1 may be taken
     ]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
     log = open(os.path.join(workdir, "rocketpy.log"), "ab")

@@ -31,6 +31,7 @@ sys.path.insert(0, HERE)
 
 import grpc  # noqa: E402
 
+import client as client_bench  # noqa: E402
 from broker import free_port, process_cpu, start_rocketpy  # noqa: E402
 from rocketpy.grpc.v2 import definition_pb2 as pb  # noqa: E402
 from rocketpy.grpc.v2 import service_pb2 as rpc  # noqa: E402
@@ -68,7 +69,8 @@ def sends_in_flight(stub: MessagingServiceStub, seconds: float, in_flight: int) 
     return n + len(window)
 
 
-def receives(stub: MessagingServiceStub, seconds: float) -> int:
+def receives(stub: MessagingServiceStub, seconds: float, available: int) -> int:
+    """Receive and ack until ``available`` messages were taken (no empty long poll) or time is up."""
     request = rpc.ReceiveMessageRequest(
         group=pb.Resource(name="BenchGroup"), batch_size=32,
         message_queue=pb.MessageQueue(topic=pb.Resource(name=TOPIC), id=-1),
@@ -76,11 +78,9 @@ def receives(stub: MessagingServiceStub, seconds: float) -> int:
     request.invisible_duration.seconds = 60
     request.long_polling_timeout.seconds = 5
     n, end = 0, time.monotonic() + seconds
-    while time.monotonic() < end:
-        got = [r.message for r in stub.ReceiveMessage(request, timeout=10, metadata=METADATA)
+    while time.monotonic() < end and n < available:
+        got = [r.message for r in stub.ReceiveMessage(request, timeout=30, metadata=METADATA)
                if r.HasField("message")]
-        if not got:
-            break
         entries = [rpc.AckMessageEntry(message_id=m.system_properties.message_id,
                                        receipt_handle=m.system_properties.receipt_handle) for m in got]
         ack = stub.AckMessage(rpc.AckMessageRequest(group=request.group, topic=pb.Resource(name=TOPIC),
@@ -104,12 +104,13 @@ def sends_4x(namesrv: str, seconds: float) -> int:
         producer.shutdown()
 
 
-def measured(name: str, pid: int, run: Callable[[], int]) -> None:
+def measured(name: str, pid: int, run: Callable[[], int]) -> int:
     cpu0, t0 = process_cpu(pid), time.monotonic()
     n = run()
     elapsed, cpu1 = time.monotonic() - t0, process_cpu(pid)
     cpu = "" if cpu0 is None or cpu1 is None or not n else f"  broker CPU {(cpu1 - cpu0) / n * 1e6:7.1f} µs/msg"
     print(f"{name:18s} {n / elapsed:9.0f} msg/s{cpu}", flush=True)
+    return n
 
 
 def main() -> None:
@@ -121,15 +122,15 @@ def main() -> None:
     grpc_port = free_port()
     process, _ = start_rocketpy(workdir, "ASYNC_FLUSH", grpc_port)
     try:
-        namesrv_port = int(process.args[process.args.index("--namesrv-listen") + 1].split(":")[1])  # type: ignore
+        namesrv_port = client_bench._namesrv_port(process)
         with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
             stub = MessagingServiceStub(channel)
             grpc.channel_ready_future(channel).result(timeout=30)
-            sends_one_at_a_time(stub, 0.5)  # warm up: topic creation, connections
-            measured("grpc send/1", process.pid, lambda: sends_one_at_a_time(stub, options.seconds))
-            measured(f"grpc send/{options.in_flight}", process.pid,
-                     lambda: sends_in_flight(stub, options.seconds, options.in_flight))
-            measured("grpc receive+ack", process.pid, lambda: receives(stub, options.seconds))
+            sent = sends_one_at_a_time(stub, 0.5)  # warm up: topic creation, connections
+            sent += measured("grpc send/1", process.pid, lambda: sends_one_at_a_time(stub, options.seconds))
+            sent += measured(f"grpc send/{options.in_flight}", process.pid,
+                             lambda: sends_in_flight(stub, options.seconds, options.in_flight))
+            measured("grpc receive+ack", process.pid, lambda: receives(stub, options.seconds, sent))
         measured("4.x send/1", process.pid, lambda: sends_4x(f"127.0.0.1:{namesrv_port}", options.seconds))
     finally:
         process.terminate()
