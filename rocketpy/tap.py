@@ -233,8 +233,12 @@ class Options(usage.Options):
     def _grpc(self) -> None:
         """``grpc-listen`` (None when off) and ``grpc-advertised`` ((host, port) or None)."""
         self["grpc-explicit"] = self["grpc-listen"] is not None
+        if self["acl-enable"] and self["grpc-explicit"] and self["grpc-listen"] != "none":
+            raise usage.UsageError("--acl-enable: the 5.x gRPC endpoint does not check ACL yet (doc/grpc.md); "
+                                   "leave out --grpc-listen")
         if self["grpc-listen"] is None:
-            self["grpc-listen"] = DEFAULT_GRPC_LISTEN if self["role"] == "all" else "none"
+            on = self["role"] == "all" and not self["acl-enable"]  # never a way around the ACL
+            self["grpc-listen"] = DEFAULT_GRPC_LISTEN if on else "none"
         if self["grpc-listen"] == "none" or self["role"] == "namesrv":
             self["grpc-listen"] = None
         else:

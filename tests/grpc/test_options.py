@@ -1,0 +1,65 @@
+"""``--grpc-listen`` and ``--grpc-advertised-address``: defaults per role, mistakes as usage errors."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from twisted.internet.testing import MemoryReactorClock
+from twisted.python import usage
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.grpc.endpoint import listen_address
+from rocketpy.grpc.server import GrpcService
+from rocketpy.tap import makeService
+from tests.acl.test_broker import ACL
+from tests.test_tap import _parse
+
+
+class GrpcOptionsTests(SynchronousTestCase):
+    def test_defaults_per_role(self) -> None:
+        """On at 127.0.0.1:8081 with --role all; off with --role broker and namesrv, and with none."""
+        self.assertEqual(_parse()["grpc-listen"], "tcp:8081:interface=127.0.0.1")
+        self.assertIsNone(_parse("--role", "broker")["grpc-listen"])
+        self.assertIsNone(_parse("--role", "namesrv")["grpc-listen"])
+        self.assertIsNone(_parse("--grpc-listen", "none")["grpc-listen"])
+        self.assertEqual(_parse("--role", "broker", "--grpc-listen", "tcp:9081")["grpc-listen"], "tcp:9081")
+        self.assertIsNone(_parse()["grpc-advertised"])
+        self.assertEqual(_parse("--grpc-advertised-address", "proxy.example:8081")["grpc-advertised"],
+                         ("proxy.example", 8081))
+
+    def test_mistakes(self) -> None:
+        """Endpoints grpcio cannot bind and malformed addresses are usage errors naming the option."""
+        for argv, words in ((["--grpc-listen", "unix:/tmp/x"], "tcp:PORT"),
+                            (["--grpc-listen", "tcp:80a"], "port must be a number"),
+                            (["--grpc-listen", "tcp:8081:backlog=5"], "interface=HOST"),
+                            (["--grpc-advertised-address", "nope"], "host:port")):
+            error = self.assertRaises(usage.UsageError, _parse, *argv)
+            self.assertIn(words, str(error))
+
+    def test_listen_address(self) -> None:
+        """The endpoint string as grpcio binds it (IPv6 hosts in brackets, all interfaces by default)."""
+        self.assertEqual(listen_address("tcp:8081:interface=127.0.0.1"), "127.0.0.1:8081")
+        self.assertEqual(listen_address("tcp:port=0"), "0.0.0.0:0")
+        self.assertEqual(listen_address("tcp6:0"), "[::]:0")
+        self.assertEqual(listen_address("tcp6:8081:interface=\\:\\:1"), "[::1]:8081")
+
+    def test_acl_turns_it_off(self) -> None:
+        """With --acl-enable the endpoint (which does not check ACL yet) is off, and cannot be asked for."""
+        acl = os.path.abspath(self.mktemp())
+        with open(acl, "w") as f:
+            f.write(ACL)
+        self.assertIsNone(_parse("--acl-enable", "--acl-file", acl)["grpc-listen"])
+        error = self.assertRaises(usage.UsageError, _parse, "--acl-enable", "--acl-file", acl,
+                                  "--grpc-listen", "tcp:8081")
+        self.assertIn("does not check ACL", str(error))
+
+    def test_service_built_without_io(self) -> None:
+        """makeService adds the endpoint after the broker, with no thread or port yet."""
+        threads = threading.active_count()
+        top = makeService(_parse("--store-dir", self.mktemp(), "--namesrv-config-dir", self.mktemp()),
+                          MemoryReactorClock())
+        self.assertIsInstance(list(top)[-1], GrpcService)
+        self.assertEqual(threading.active_count(), threads)
+        top = makeService(_parse("--store-dir", self.mktemp(), "--grpc-listen", "none"), MemoryReactorClock())
+        self.assertNotIn(GrpcService, [type(s) for s in top])
