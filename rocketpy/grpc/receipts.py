@@ -58,6 +58,8 @@ class ReceiptTable:
         self._by_handle: dict[str, Lease] = {}
         #: (group, topic, queue_id) → {offset: lease}; a message has at most one live lease.
         self._by_queue: dict[tuple[str, str, int], dict[int, Lease]] = {}
+        #: (group, topic) → {handle: lease}: what a receive scans for expired leases
+        self._by_topic: dict[tuple[str, str], dict[str, Lease]] = {}
         self._seq = itertools.count(1)
 
     def __len__(self) -> int:
@@ -91,6 +93,7 @@ class ReceiptTable:
     def _index(self, lease: Lease) -> None:
         self._by_handle[lease.handle] = lease
         self._by_queue.setdefault((lease.group, lease.topic, lease.queue_id), {})[lease.offset] = lease
+        self._by_topic.setdefault((lease.group, lease.topic), {})[lease.handle] = lease
 
     def _remove(self, lease: Lease) -> None:
         del self._by_handle[lease.handle]
@@ -99,6 +102,11 @@ class ReceiptTable:
         del queue[lease.offset]
         if not queue:
             del self._by_queue[key]
+        topic_key = (lease.group, lease.topic)
+        leases = self._by_topic[topic_key]
+        del leases[lease.handle]
+        if not leases:
+            del self._by_topic[topic_key]
 
     def live(self, group: str, topic: str, handle: str, now_ms: int) -> Lease | AckOutcome:
         """The live lease of ``handle``; else why not (OK means acked before)."""
@@ -151,8 +159,7 @@ class ReceiptTable:
 
     def take_expired(self, group: str, topic: str, now_ms: int, limit: int) -> list[Lease]:
         """Up to ``limit`` leases of ``group`` on ``topic`` past their expiry, removed from the table."""
-        due = [lease for lease in self._by_handle.values()
-               if lease.group == group and lease.topic == topic and lease.expires_ms < now_ms]
+        due = [lease for lease in self._by_topic.get((group, topic), {}).values() if lease.expires_ms < now_ms]
         due.sort(key=lambda lease: lease.expires_ms)
         for lease in due[:limit]:
             self._remove(lease)
@@ -160,8 +167,7 @@ class ReceiptTable:
 
     def next_expiry(self, group: str, topic: str) -> int | None:
         """The earliest expiry among ``group``'s leases on ``topic``."""
-        return min((lease.expires_ms for lease in self._by_handle.values()
-                    if lease.group == group and lease.topic == topic), default=None)
+        return min((lease.expires_ms for lease in self._by_topic.get((group, topic), {}).values()), default=None)
 
     def lowest_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The smallest queue offset still in flight: the group's progress cannot pass it."""
