@@ -20,6 +20,8 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    #: RocketMQ 5: the group's POP consumers get each queue in order, one batch in flight (5.x FIFO)
+    consume_message_orderly: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -27,6 +29,7 @@ class SubscriptionGroupConfig:
             "consumeBroadcastEnable": self.consume_broadcast_enable,
             "consumeEnable": self.consume_enable,
             "consumeFromMinEnable": self.consume_from_min_enable,
+            "consumeMessageOrderly": self.consume_message_orderly,
             "groupName": self.group_name,
             "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
             "retryMaxTimes": self.retry_max_times,
@@ -53,4 +56,5 @@ class SubscriptionGroupConfig:
             int(obj.get("brokerId", d.broker_id)),
             int(obj.get("whichBrokerWhenConsumeSlowly", d.which_broker_when_consume_slowly)),
             bool(obj.get("notifyConsumerIdsChangedEnable", d.notify_consumer_ids_changed_enable)),
+            bool(obj.get("consumeMessageOrderly", d.consume_message_orderly)),
         )

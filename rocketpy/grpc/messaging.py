@@ -19,9 +19,10 @@ from twisted.logger import Logger
 
 from rocketpy.broker.filter import SubscriptionParseError, build_tag_filter
 from rocketpy.broker.send import SendMessageProcessor
-from rocketpy.broker.sendback import DEFAULT_MAX_RECONSUME_TIMES, SendBackProcessor
+from rocketpy.broker.sendback import SendBackProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import java_hash
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, send_topic_problem
 from rocketpy.grpc import convert, settings as defaults
@@ -76,16 +77,20 @@ class Messaging:
         self._send_back = send_back
         self.pop = pop
         pop.dead_letter = self._dead_letter
-        self.settings = ClientSettings(retry_delays_ms, self._retry_max_times)
+        self.settings = ClientSettings(retry_delays_ms, self._group_config)
         #: the POP state's file (rocketpy.grpc.checkpoint), when it is kept on disk
         self.checkpoint: JsonConfigFile | None = None
         self._auto_create = auto_create_topic
         self.advertised = advertised
         self._rng = rng or random.Random()
 
-    def _retry_max_times(self, group: str) -> int:
+    def _group_config(self, group: str) -> SubscriptionGroupConfig:
+        """The group's settings (created with the defaults, as on a 4.x heartbeat)."""
         config = self._groups.find_subscription_group_config(group) if group else None
-        return DEFAULT_MAX_RECONSUME_TIMES if config is None else config.retry_max_times
+        return SubscriptionGroupConfig(group) if config is None else config
+
+    def _retry_max_times(self, group: str) -> int:
+        return self._group_config(group).retry_max_times
 
     def _dead_letter(self, group: str, lease: Lease) -> Deferred[bool]:
         """The message of ``lease`` to ``%DLQ%<group>``, as the Java proxy does it: a
@@ -140,9 +145,12 @@ class Messaging:
         config = self._topic(request.topic, ctx.peer)
         if not config.perm & PERM_READ or config.read_queue_nums <= 0:
             return rpc.QueryAssignmentResponse(status=status(pb.Code.FORBIDDEN, "no readable queue"))
-        queue = pb.MessageQueue(topic=request.topic, id=-1, permission=_permission(config.perm),
-                                broker=self._broker(request.endpoints))
-        return rpc.QueryAssignmentResponse(status=ok(), assignments=[pb.Assignment(message_queue=queue)])
+        broker, permission = self._broker(request.endpoints), _permission(config.perm)
+        ids = range(config.read_queue_nums) if self._group_config(request.group.name).consume_message_orderly else [-1]
+        assignments = [pb.Assignment(message_queue=pb.MessageQueue(topic=request.topic, id=queue_id,
+                                                                   permission=permission, broker=broker))
+                       for queue_id in ids]
+        return rpc.QueryAssignmentResponse(status=ok(), assignments=assignments)
 
     # -- clients ------------------------------------------------------------------
 
@@ -254,9 +262,12 @@ class Messaging:
         except SubscriptionParseError as e:
             raise GrpcError(pb.Code.ILLEGAL_FILTER_EXPRESSION, str(e)) from None
         batch = max(1, request.batch_size)
-        max_attempts = self._retry_max_times(request.group.name) + 1
+        # The queue id is not used: as the Java proxy (ReceiveMessageQueueSelector), the request's
+        # broker is popped as a whole (queue -1), whichever queue the client picked.
+        group = self._group_config(request.group.name)
         received = await self.pop.receive(request.group.name, topic.name, batch, invisible_ms, poll_ms, tag_filter,
-                                          max_attempts, renew_for)
+                                          group.retry_max_times + 1, renew_for,
+                                          fifo=group.consume_message_orderly)
         if not received:
             return [rpc.ReceiveMessageResponse(status=status(pb.Code.MESSAGE_NOT_FOUND, "no new message"))]
         stream = [rpc.ReceiveMessageResponse(status=ok())]

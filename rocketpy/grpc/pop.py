@@ -73,17 +73,20 @@ class PopService:
     # -- receive ------------------------------------------------------------------
 
     async def receive(self, group: str, topic: str, batch: int, invisible_ms: int, poll_ms: int,
-                      tag_filter: TagFilter, max_attempts: int = 0, renew_for: str | None = None) -> Received:
+                      tag_filter: TagFilter, max_attempts: int = 0, renew_for: str | None = None,
+                      fifo: bool = False) -> Received:
         """Up to ``batch`` messages, waiting up to ``poll_ms`` for the first.
 
         :param max_attempts: a message not acked after this many deliveries goes to the
             group's dead-letter queue instead of coming back (0: no limit).
         :param renew_for: the client id whose leases this endpoint keeps renewing until they
             are acked or their invisibility changed (up to three hours), or None.
+        :param fifo: a FIFO group: a queue with a message in flight gives nothing more until that
+            one is acked (or comes back, then in order with the rest of its batch).
         """
         deadline = self.now_ms() + poll_ms
         while True:
-            found = await self._take(group, topic, batch, invisible_ms, tag_filter, max_attempts)
+            found = await self._take(group, topic, batch, invisible_ms, tag_filter, max_attempts, fifo)
             for _, lease in found:
                 lease.renewed_for = renew_for
             left = deadline - self.now_ms()
@@ -109,27 +112,40 @@ class PopService:
         d.addBoth(settled)
         return d
 
-    async def _take(self, group: str, topic: str, batch: int, invisible_ms: int,
-                    tag_filter: TagFilter, max_attempts: int) -> Received:
+    async def _take(self, group: str, topic: str, batch: int, invisible_ms: int, tag_filter: TagFilter,
+                    max_attempts: int, fifo: bool) -> Received:
         found: Received = []
-        now = self.now_ms()
-        for lease in self.receipts.take_expired(group, topic, now, batch):
+        if not fifo:
+            expired = self.receipts.take_expired(group, topic, self.now_ms(), batch)
+            found.extend(await self._redeliver(group, expired, invisible_ms, max_attempts))
+        config = self._topics.select_topic_config(topic)
+        for queue_id in range(config.read_queue_nums if config is not None else 0):
+            if len(found) >= batch:
+                break
+            if fifo:
+                if self.receipts.queue_busy(group, topic, queue_id, self.now_ms()):
+                    continue  # one batch in flight per queue: order within each message group
+                expired = self.receipts.take_queue(group, topic, queue_id)
+                if expired:
+                    found.extend(await self._redeliver(group, expired, invisible_ms, max_attempts))
+                    continue
+            found.extend(await self._read_queue(group, topic, queue_id, batch - len(found), invisible_ms,
+                                                tag_filter))
+        return found
+
+    async def _redeliver(self, group: str, expired: list[Lease], invisible_ms: int, max_attempts: int) -> Received:
+        """Expired leases (out of the table) leased again in order, attempt + 1, or to the DLQ."""
+        found: Received = []
+        for lease in expired:
             if max_attempts and lease.attempt >= max_attempts and await self._to_dead_letter(group, lease):
                 continue
             ext = await self._store.look_message_by_offset(lease.commit_log_offset)
             if ext is None:  # deleted by retention meanwhile
-                self._commit(group, topic, lease.queue_id)
+                self._commit(group, lease.topic, lease.queue_id)
                 continue
-            renewed = self.receipts.lease(group, topic, lease.queue_id, lease.offset, lease.commit_log_offset,
-                                          lease.attempt + 1, now, invisible_ms)
+            renewed = self.receipts.lease(group, lease.topic, lease.queue_id, lease.offset, lease.commit_log_offset,
+                                          lease.attempt + 1, self.now_ms(), invisible_ms)
             found.append((ext, renewed))
-        config = self._topics.select_topic_config(topic)
-        queues = config.read_queue_nums if config is not None else 0
-        for queue_id in range(queues):
-            if len(found) >= batch:
-                break
-            found.extend(await self._read_queue(group, topic, queue_id, batch - len(found), invisible_ms,
-                                                tag_filter))
         return found
 
     async def _read_queue(self, group: str, topic: str, queue_id: int, wanted: int, invisible_ms: int,
@@ -198,6 +214,8 @@ class PopService:
         outcome, lease = self.receipts.ack(group, topic, handle, self.now_ms())
         if lease is not None:
             self._commit(group, topic, lease.queue_id)
+            if self.receipts.lowest_offset(group, topic, lease.queue_id) is None:
+                self._wake(topic)  # the queue is free: a FIFO receive waiting on it can go on
         return outcome
 
     async def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> AckOutcome:

@@ -165,6 +165,17 @@ class ReceiptTable:
             self._remove(lease)
         return due[:limit]
 
+    def queue_busy(self, group: str, topic: str, queue_id: int, now_ms: int) -> bool:
+        """Whether a lease of the queue is still invisible (a FIFO queue then waits)."""
+        return any(lease.expires_ms >= now_ms for lease in self._by_queue.get((group, topic, queue_id), {}).values())
+
+    def take_queue(self, group: str, topic: str, queue_id: int) -> list[Lease]:
+        """Every lease of the queue, by offset, removed from the table."""
+        leases = sorted(self._by_queue.get((group, topic, queue_id), {}).values(), key=lambda lease: lease.offset)
+        for lease in leases:
+            self._remove(lease)
+        return leases
+
     def next_expiry(self, group: str, topic: str) -> int | None:
         """The earliest expiry among ``group``'s leases on ``topic``."""
         return min((lease.expires_ms for lease in self._by_topic.get((group, topic), {}).values()), default=None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.grpc.convert import duration
 from rocketpy.grpc.v2 import definition_pb2 as pb
 
@@ -20,11 +21,12 @@ MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 class ClientSettings:
     """The last Settings each client (by ``x-mq-client-id``) sent."""
 
-    def __init__(self, retry_delays_ms: list[int], retry_max_times: Callable[[str], int] = lambda group: 16,
+    def __init__(self, retry_delays_ms: list[int],
+                 group_config: Callable[[str], SubscriptionGroupConfig] = SubscriptionGroupConfig,
                  max_body_size: int = MAX_MESSAGE_SIZE) -> None:
         self._raw: dict[str, pb.Settings] = {}
         self._retry_delays_ms = retry_delays_ms
-        self._retry_max_times = retry_max_times
+        self._group_config = group_config
         self._max_body_size = max_body_size
 
     def update(self, client_id: str, settings: pb.Settings) -> pb.Settings:
@@ -54,8 +56,9 @@ class ClientSettings:
             subscription = settings.subscription
             subscription.receive_batch_size = RECEIVE_BATCH_SIZE
             subscription.long_polling_timeout.CopyFrom(duration(MAX_LONG_POLLING_MS))
-            subscription.fifo = False
-            settings.backoff_policy.max_attempts = self._retry_max_times(subscription.group.name) + 1
+            group = self._group_config(subscription.group.name)
+            subscription.fifo = group.consume_message_orderly
+            settings.backoff_policy.max_attempts = group.retry_max_times + 1
             customized = settings.backoff_policy.customized_backoff
             del customized.next[:]
             customized.next.extend(duration(ms) for ms in self._retry_delays_ms)

@@ -15,6 +15,7 @@ from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import TestCase
 
 from rocketpy.client import Producer, new_message
+from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.grpc.server import GrpcService, broker_messaging
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
@@ -149,6 +150,32 @@ class GrpcEndpointTests(TestCase):
         bodies = [m.message.body for m in again if m.HasField("message")]
         self.assertEqual(bodies, [b"four"])  # the acked one never comes back
         self.assertEqual(again[1].message.system_properties.delivery_attempt, 2)
+
+    async def test_fifo_group(self) -> None:
+        """A consumeMessageOrderly group: fifo in its settings, one assignment per queue, FIFO messages
+        carry their group."""
+        await self._start()
+        self.broker.subscriptions.update_subscription_group_config(
+            SubscriptionGroupConfig("GF", consume_message_orderly=True))
+        answer = await self._settings(pb.Settings(client_type=pb.ClientType.PUSH_CONSUMER,
+                                                  subscription=pb.Subscription(group=pb.Resource(name="GF"))))
+        self.assertTrue(answer.settings.subscription.fifo)
+        assigned = await self._unary("QueryAssignment", rpc.QueryAssignmentRequest(
+            topic=pb.Resource(name="TF"), group=pb.Resource(name="GF"), endpoints=self.endpoints))
+        self.assertEqual([a.message_queue.id for a in assigned.assignments], list(range(8)))
+        plain = await self._unary("QueryAssignment", rpc.QueryAssignmentRequest(
+            topic=pb.Resource(name="TF"), group=pb.Resource(name="G5"), endpoints=self.endpoints))
+        self.assertEqual([a.message_queue.id for a in plain.assignments], [-1])
+        msgs = [self._message("TF", b"f%d" % i) for i in range(3)]
+        for msg in msgs:
+            msg.system_properties.message_group = "order-1"
+            msg.system_properties.message_type = pb.MessageType.FIFO
+            await self._unary("SendMessage", rpc.SendMessageRequest(messages=[msg]))
+        stream = await self._receive("GF", "TF")
+        received = [r.message for r in stream if r.HasField("message")]
+        self.assertEqual([m.body for m in received], [b"f0", b"f1", b"f2"])
+        self.assertEqual({(m.system_properties.message_group, m.system_properties.message_type) for m in received},
+                         {("order-1", pb.MessageType.FIFO)})
 
     async def test_forward_to_dead_letter_queue(self) -> None:
         """ForwardMessageToDeadLetterQueue stores the message on %DLQ%<group> and ends its lease."""

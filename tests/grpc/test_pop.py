@@ -195,6 +195,40 @@ class PopServiceTests(SynchronousTestCase):
             f.write('{"leases": [["G", "T", 0, 0, 0, 1, 5, "no-handle", 0]]}')
         self.assertRaises(ConfigFileError, PopCheckpoint(self.pop, path).load)
 
+    def fifo(self, batch: int = 2) -> list[tuple[bytes, int]]:
+        d = Deferred.fromCoroutine(self.pop.receive("G", "T", batch, 10_000, 0, ALL, fifo=True))
+        return [(m.body, lease.attempt) for m, lease in self.successResultOf(d)]
+
+    def test_fifo_one_batch_in_flight_per_queue(self) -> None:
+        """FIFO: a queue gives its next messages only once its batch is acked; expired, the batch
+        comes back whole and in order; other queues go on meanwhile."""
+        for i in range(5):
+            self.put(b"a%d" % i, queue_id=0)
+        self.put(b"b0", queue_id=1)
+        self.assertEqual(self.fifo(), [(b"a0", 1), (b"a1", 1)])
+        self.assertEqual(self.fifo(), [(b"b0", 1)])  # a0, a1 in flight: queue 0 waits, queue 1 goes on
+        self.assertEqual(self.fifo(), [])
+        [b0] = [lease for lease in self.pop.receipts.leases() if lease.queue_id == 1]
+        self.pop.ack("G", "T", b0.handle)
+        self.clock.advance(11)
+        self.assertEqual(self.fifo(batch=1), [(b"a0", 2), (b"a1", 2)])  # the whole batch, in order
+        leases = {lease.offset: lease for lease in self.pop.receipts.leases() if lease.queue_id == 0}
+        self.pop.ack("G", "T", leases[0].handle)
+        self.assertEqual(self.fifo(), [])  # a1 still in flight
+        self.pop.ack("G", "T", leases[1].handle)
+        self.assertEqual(self.fifo(batch=10), [(b"a2", 1), (b"a3", 1), (b"a4", 1)])
+
+    def test_fifo_long_poll_woken_by_ack(self) -> None:
+        """A FIFO receive waiting on a busy queue is answered when the queue's last lease is acked."""
+        self.put(b"x0")
+        self.put(b"x1")
+        [(_, lease)] = self.successResultOf(Deferred.fromCoroutine(
+            self.pop.receive("G", "T", 1, 10_000, 0, ALL, fifo=True)))
+        d = Deferred.fromCoroutine(self.pop.receive("G", "T", 1, 10_000, 5_000, ALL, fifo=True))
+        self.assertNoResult(d)
+        self.pop.ack("G", "T", lease.handle)
+        self.assertEqual([m.body for m, _ in self.successResultOf(d)], [b"x1"])
+
     def test_new_group_starts_at_the_first_message(self) -> None:
         """A group without an offset starts at 0 while the queue still holds its first message."""
         self.put(b"before")

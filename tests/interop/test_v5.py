@@ -96,6 +96,15 @@ class V5ClientTests(CppHarness):
         attempts = sorted((e["body"], e["delivery_attempt"]) for e in events if e["event"] == "message")
         self.assertEqual(attempts, sorted((f"v5-{i}", n) for i in range(3) for n in (1, 2)))
 
+    def test_fifo_group_in_order(self) -> None:
+        """A FIFO message group (5.x Producer) reaches a consumeMessageOrderly group's SimpleConsumer in order."""
+        body = json.dumps({"groupName": "GF", "consumeMessageOrderly": True}).encode()
+        request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+        self.assertEqual(query(self.rocketpy.broker_port, request).code, 0)
+        self.v5("produce", "--topic", "TF", "--count", "6", "--message-group", "order-1")
+        got = self.received("TF", "GF", 6)
+        self.assertEqual([e["body"] for e in got], [f"v5-{i}" for i in range(6)])
+
     def test_4x_producers_to_simple_consumer(self) -> None:
         """rocketpy's 4.x Producer (and the C++ one when it loads) → 5.x SimpleConsumer."""
         env = dict(os.environ, PYTHONPATH=REPO)

@@ -41,6 +41,8 @@ def produce(args: argparse.Namespace) -> None:
             msg.tag = args.tag
             msg.keys = f"key-{i}"
             msg.add_property("index", str(i))
+            if args.message_group:
+                msg.message_group = args.message_group
             receipt = producer.send(msg)
             emit(event="sent", i=i, message_id=receipt.message_id)
     finally:
@@ -109,6 +111,7 @@ def main() -> None:
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--tag", default="TagA")
     p.add_argument("--body-prefix", default="v5")
+    p.add_argument("--message-group", default="", help="send FIFO messages of this group")
     c = sub.add_parser("consume")
     c.add_argument("--group", required=True)
     c.add_argument("--expect", type=int, required=True)
