@@ -10,6 +10,7 @@ from typing import Any, TypeVar, cast
 import grpc
 from twisted.internet import reactor
 from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import TestCase
@@ -203,3 +204,40 @@ class GrpcEndpointTests(TestCase):
         path = os.path.join(os.path.dirname(self.broker.offsets.path or ""), "popReceipts.json")
         with open(path) as f:
             self.assertIn(received.message.system_properties.receipt_handle, f.read())
+
+    async def test_abandoned_long_poll_leases_nothing(self) -> None:
+        """A client that cancels its long poll leaves no waiter behind: a message sent afterwards goes
+        to the next receive, not to the abandoned call."""
+        await self._start()
+        request = rpc.ReceiveMessageRequest(
+            group=pb.Resource(name="GA"), batch_size=16,
+            message_queue=pb.MessageQueue(topic=pb.Resource(name="TA"), id=-1),
+            filter_expression=pb.FilterExpression(type=pb.FilterType.TAG, expression="*"))
+        request.invisible_duration.seconds = 60
+        request.long_polling_timeout.seconds = 20
+        pop = self.service.messaging.pop  # type: ignore[union-attr]
+        await self._unary("QueryRoute", rpc.QueryRouteRequest(topic=pb.Resource(name="TA"), endpoints=self.endpoints))
+        call = self.stub.ReceiveMessage(request, timeout=30, metadata=[("x-mq-client-id", CLIENT_ID)])
+
+        def drain() -> Any:
+            try:
+                return list(call)
+            except grpc.RpcError as e:
+                return e.code()
+
+        drained = self._call(drain)
+        await self._until(lambda: any(pop._waiters.values()))
+        call.cancel()
+        self.assertEqual(await drained, grpc.StatusCode.CANCELLED)
+        await self._until(lambda: not any(not d.called for ws in pop._waiters.values() for d in ws))
+        await self._unary("SendMessage", rpc.SendMessageRequest(messages=[self._message("TA", b"after")]))
+        stream = await self._receive("GA", "TA")
+        self.assertEqual([r.message.body for r in stream if r.HasField("message")], [b"after"])
+
+    async def _until(self, condition: Callable[[], bool], seconds: float = 10.0) -> None:
+        """Until ``condition()`` holds, checking every 10 ms of the reactor's time."""
+        for _ in range(int(seconds * 100)):
+            if condition():
+                return
+            await deferLater(reactor, 0.01, lambda: None)
+        self.fail(f"{condition} did not hold within {seconds} s")
