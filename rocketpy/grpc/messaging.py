@@ -17,7 +17,9 @@ from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 
+from rocketpy.broker.clients import ClientChannelInfo, ConsumerManager, ProducerManager
 from rocketpy.broker.filter import SubscriptionParseError, build_tag_filter
+from rocketpy.broker.heartbeat import ConsumeFromWhere, ConsumeType, ConsumerData, MessageModel, SubscriptionData
 from rocketpy.broker.send import SendMessageProcessor
 from rocketpy.broker.sendback import SendBackProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
@@ -26,6 +28,7 @@ from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import java_hash
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, send_topic_problem
 from rocketpy.grpc import convert, settings as defaults
+from rocketpy.grpc.channel import GrpcClientChannel
 from rocketpy.grpc.pop import DEFAULT_INVISIBLE_MS, PopService
 from rocketpy.grpc.receipts import AckOutcome, Lease
 from rocketpy.grpc.settings import ClientSettings
@@ -68,7 +71,8 @@ class Messaging:
     def __init__(self, clock: IReactorTime, broker_name: str, topics: TopicConfigManager,
                  groups: SubscriptionGroupManager, send: SendMessageProcessor, send_back: SendBackProcessor,
                  pop: PopService, retry_delays_ms: list[int], auto_create_topic: bool = True,
-                 advertised: tuple[str, int] | None = None, rng: random.Random | None = None) -> None:
+                 advertised: tuple[str, int] | None = None, rng: random.Random | None = None,
+                 consumers: ConsumerManager | None = None, producers: ProducerManager | None = None) -> None:
         self._clock = clock
         self._broker_name = broker_name
         self._topics = topics
@@ -83,6 +87,9 @@ class Messaging:
         self._auto_create = auto_create_topic
         self.advertised = advertised
         self._rng = rng or random.Random()
+        self._consumers = consumers
+        self._producers = producers
+        self._channels: dict[str, GrpcClientChannel] = {}
 
     def _group_config(self, group: str) -> SubscriptionGroupConfig:
         """The group's settings (created with the defaults, as on a 4.x heartbeat)."""
@@ -172,17 +179,56 @@ class Messaging:
                                                        "cannot find client settings for this client"))
         if found.client_type in (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER):
             _check_group(request.group)
-        elif found.client_type != pb.ClientType.PRODUCER:
+            self._register_consumer(ctx, request.group.name, found)
+        elif found.client_type == pb.ClientType.PRODUCER:
+            self._register_producer(ctx, found)
+        else:
             return rpc.HeartbeatResponse(status=status(pb.Code.UNRECOGNIZED_CLIENT_TYPE,
                                                        pb.ClientType.Name(found.client_type)))
         return rpc.HeartbeatResponse(status=ok())
 
+    def _channel_info(self, ctx: CallContext, settings: pb.Settings) -> ClientChannelInfo:
+        channel = self._channels.get(ctx.client_id)
+        if channel is None:
+            channel = self._channels[ctx.client_id] = GrpcClientChannel(ctx.client_id, ctx.peer)
+        language = pb.Language.Name(settings.user_agent.language) if settings.HasField("user_agent") else "OTHER"
+        return ClientChannelInfo(channel, ctx.client_id, language)
+
+    def _register_consumer(self, ctx: CallContext, group: str, settings: pb.Settings) -> None:
+        """In the broker's consumer table, as ``ClientActivity.registerConsumer`` (CONSUME_PASSIVELY)."""
+        if self._consumers is None:
+            return
+        subscriptions = [SubscriptionData.build(entry.topic.name, entry.expression.expression or "*")
+                         for entry in settings.subscription.subscriptions]
+        data = ConsumerData(group, ConsumeType.CONSUME_PASSIVELY, MessageModel.CLUSTERING,
+                            ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, subscriptions)
+        self._consumers.register_consumer(data, self._channel_info(ctx, settings), notify=False)
+
+    def _register_producer(self, ctx: CallContext, settings: pb.Settings) -> None:
+        """In the broker's producer table, one group per topic (the Java proxy's producer group)."""
+        if self._producers is None:
+            return
+        for topic in settings.publishing.topics:
+            self._producers.register_producer(topic.name, self._channel_info(ctx, settings))
+
+    def _unregister(self, client_id: str, settings: pb.Settings) -> None:
+        channel = self._channels.pop(client_id, None)
+        if channel is None:
+            return
+        if self._consumers is not None and settings.HasField("subscription"):
+            self._consumers.unregister_consumer(settings.subscription.group.name, channel, notify=False)
+        if self._producers is not None:
+            for topic in settings.publishing.topics:
+                self._producers.unregister_producer(topic.name, channel)
+
     def notify_client_termination(self, ctx: CallContext, request: rpc.NotifyClientTerminationRequest
                                   ) -> rpc.NotifyClientTerminationResponse:
         self.pop.client_gone(ctx.client_id)
-        if self.settings.remove(ctx.client_id) is None:
+        settings = self.settings.remove(ctx.client_id)
+        if settings is None:
             return rpc.NotifyClientTerminationResponse(status=status(
                 pb.Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"))
+        self._unregister(ctx.client_id, settings)
         return rpc.NotifyClientTerminationResponse(status=ok())
 
     # -- send ---------------------------------------------------------------------
@@ -201,7 +247,7 @@ class Messaging:
             raise GrpcError(pb.Code.FORBIDDEN, f"topic {topic.name} has no writable queue")
         group = request.messages[0].system_properties.message_group
         queue_id = (abs(java_hash(group)) if group else self._rng.randrange(1 << 31)) % config.write_queue_nums
-        producer_group = f"grpc-{ctx.client_id}"
+        producer_group = topic.name  # as the Java proxy: the topic is the producer group (transaction checks)
         channel = _Channel(ctx.peer)
         entries = []
         for msg in request.messages:

@@ -309,6 +309,7 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
     checkpoint.load()
     messaging = Messaging(reactor, broker.config.broker_name, broker.topics, broker.subscriptions, broker.send_processor,
                      broker.send_back, pop, retry_delays_ms,
-                     auto_create_topic=broker.config.auto_create_topic_enable, advertised=advertised)
+                     auto_create_topic=broker.config.auto_create_topic_enable, advertised=advertised,
+                     consumers=broker.consumers, producers=broker.producers)
     messaging.checkpoint = checkpoint
     return messaging

@@ -14,13 +14,17 @@ from twisted.internet.task import deferLater
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import TestCase
+from zope.interface.verify import verifyObject
 
 from rocketpy.client import Producer, new_message
 from rocketpy.common.group import SubscriptionGroupConfig
+from rocketpy.grpc.channel import NotDeliverable
 from rocketpy.grpc.server import GrpcService, broker_messaging
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.grpc.v2.service_pb2_grpc import MessagingServiceStub
+from rocketpy.interfaces import IChannel
+from rocketpy.remoting.command import RemotingCommand
 from tests.client.test_integration import LoopbackCluster
 
 T = TypeVar("T")
@@ -241,3 +245,31 @@ class GrpcEndpointTests(TestCase):
                 return
             await deferLater(reactor, 0.01, lambda: None)
         self.fail(f"{condition} did not hold within {seconds} s")
+
+    async def test_clients_in_the_broker_tables(self) -> None:
+        """Heartbeats put 5.x clients in the broker's consumer and producer tables (what admin tools
+        list); NotifyClientTermination takes them out."""
+        await self._start()
+        await self._settings(pb.Settings(
+            client_type=pb.ClientType.SIMPLE_CONSUMER, user_agent=pb.UA(language=pb.Language.PYTHON),
+            subscription=pb.Subscription(group=pb.Resource(name="GR"), subscriptions=[pb.SubscriptionEntry(
+                topic=pb.Resource(name="TR"), expression=pb.FilterExpression(expression="TagA"))])))
+        beat = await self._unary("Heartbeat", rpc.HeartbeatRequest(group=pb.Resource(name="GR"),
+                                                                  client_type=pb.ClientType.SIMPLE_CONSUMER))
+        self.assertEqual(beat.status.code, pb.Code.OK)
+        group = self.broker.consumers.get_consumer_group_info("GR")
+        assert group is not None
+        [info] = group.channels.values()
+        self.assertEqual((info.client_id, info.language), (CLIENT_ID, "PYTHON"))
+        self.assertEqual(group.subscriptions["TR"].sub_string, "TagA")
+        self.assertTrue(verifyObject(IChannel, info.channel))
+        self.failureResultOf(info.channel.invoke_sync(RemotingCommand.request(1), 3), NotDeliverable)
+        bye = await self._unary("NotifyClientTermination", rpc.NotifyClientTerminationRequest(
+            group=pb.Resource(name="GR")))
+        self.assertEqual(bye.status.code, pb.Code.OK)
+        self.assertIsNone(self.broker.consumers.find_channel("GR", CLIENT_ID))
+
+        await self._settings(pb.Settings(client_type=pb.ClientType.PRODUCER,
+                                         publishing=pb.Publishing(topics=[pb.Resource(name="TR")])))
+        await self._unary("Heartbeat", rpc.HeartbeatRequest(client_type=pb.ClientType.PRODUCER))
+        self.assertEqual([i.client_id for i in self.broker.producers.channels_of("TR")], [CLIENT_ID])
