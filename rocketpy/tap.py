@@ -429,12 +429,12 @@ def makeService(options: Options, reactor: Any = None) -> MultiService:
         )
         broker = BrokerService(reactor, config, store_config, tls=options.get("tls"))
         broker.setServiceParent(top)
+        if options["grpc-listen"] is not None:
+            _grpc_service(reactor, options, broker, store_config.delay_level_table(), log, top)
         if options["http"] != "none":  # added last: stopped first
             from rocketpy.web.service import http_service
 
             http_service(reactor, options["http"], broker).setServiceParent(top)
-        if options["grpc-listen"] is not None:
-            _grpc_service(reactor, options, broker, store_config.delay_level_table(), log, top)
     for key in options.get("ignored-config-keys", []):
         log.info("config file key {key} is not used by rocketpy", key=key)
     return top
