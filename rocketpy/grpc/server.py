@@ -28,6 +28,7 @@ from rocketpy.grpc.checkpoint import CHECKPOINT_INTERVAL_S
 from rocketpy.grpc.endpoint import listen_address
 from rocketpy.grpc.messaging import CallContext, Messaging
 from rocketpy.grpc.status import GrpcError, status
+from rocketpy.grpc.v2.definition_pb2 import Code
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.grpc.v2 import service_pb2_grpc
 from rocketpy.util.wakeups import CoalescedJobs
@@ -85,11 +86,15 @@ class ReactorHop:
 
 
 def _context(context: grpc.aio.ServicerContext) -> CallContext:
+    """Who calls. :raises GrpcError: CLIENT_ID_REQUIRED without ``x-mq-client-id`` (as the Java proxy)."""
     metadata = dict(context.invocation_metadata() or ())
+    client_id = str(metadata.get("x-mq-client-id", "")).strip()
+    if not client_id:
+        raise GrpcError(Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
     peer = context.peer() or ""  # "ipv4:127.0.0.1:5555"
     if peer.startswith(("ipv4:", "ipv6:")):
         peer = peer.split(":", 1)[1]
-    return CallContext(str(metadata.get("x-mq-client-id", "")), peer)
+    return CallContext(client_id, peer)
 
 
 class Servicer(service_pb2_grpc.MessagingServiceServicer):
@@ -113,7 +118,7 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
             return response_type(status=status(e.code, e.message))
         except Exception as e:  # a bug: the client gets INTERNAL_SERVER_ERROR, the log the traceback
             self.log.failure("gRPC {method} failed", Failure(e), method=method.__name__)
-            return response_type(status=status(50001, f"{type(e).__name__}: {e}"))
+            return response_type(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))
 
     async def QueryRoute(self, request: Any, context: Any) -> Any:
         return await self._unary(self._messaging.query_route, request, context, rpc.QueryRouteResponse)
@@ -147,14 +152,20 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
         remaining_ms = None if remaining is None else int(remaining * 1000)
         try:
             stream = await self._hop(self._messaging.receive_message, _context(context), request, remaining_ms)
+        except GrpcError as e:
+            stream = [rpc.ReceiveMessageResponse(status=status(e.code, e.message))]
         except Exception as e:
             self.log.failure("gRPC ReceiveMessage failed", Failure(e))
-            stream = [rpc.ReceiveMessageResponse(status=status(50001, f"{type(e).__name__}: {e}"))]
+            stream = [rpc.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))]
         for response in stream:
             yield response
 
     async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
-        call = _context(context)
+        try:
+            call = _context(context)
+        except GrpcError as e:  # ClientActivity.processTelemetryException: a 4xxxx code is INVALID_ARGUMENT
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"process client telemetryCommand failed. {e}")
+            return
         try:
             async for command in request_iterator:
                 try:

@@ -109,6 +109,21 @@ class GrpcEndpointTests(TestCase):
         bye = await self._unary("NotifyClientTermination", rpc.NotifyClientTerminationRequest())
         self.assertEqual(bye.status.code, pb.Code.OK)
 
+    async def test_client_id_required(self) -> None:
+        """Without x-mq-client-id: CLIENT_ID_REQUIRED in the status, INVALID_ARGUMENT on Telemetry."""
+        await self._start()
+        route = await self._call(self.stub.QueryRoute, rpc.QueryRouteRequest(topic=pb.Resource(name="T5"),
+                                                                              endpoints=self.endpoints))
+        self.assertEqual(route.status.code, pb.Code.CLIENT_ID_REQUIRED)
+
+        def telemetry() -> Any:
+            try:
+                return list(self.stub.Telemetry(iter([rpc.TelemetryCommand(settings=pb.Settings())])))
+            except grpc.RpcError as e:
+                return e.code()
+
+        self.assertEqual(await self._call(telemetry), grpc.StatusCode.INVALID_ARGUMENT)
+
     async def test_send_receive_ack(self) -> None:
         """A 5.x send and a 4.x send are both received; an ack ends a lease, an unacked one comes back."""
         await self._start()
