@@ -23,16 +23,17 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-import grpc  # noqa: E402
-
 import client as client_bench  # noqa: E402
+import grpc  # noqa: E402
 from broker import free_port, process_cpu, start_rocketpy  # noqa: E402
+
 from rocketpy.grpc.v2 import definition_pb2 as pb  # noqa: E402
 from rocketpy.grpc.v2 import service_pb2 as rpc  # noqa: E402
 from rocketpy.grpc.v2.service_pb2_grpc import MessagingServiceStub  # noqa: E402

@@ -33,8 +33,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import grpc  # noqa: E402
-
 from broker import free_port, process_cpu  # noqa: E402
+
 from rocketpy.grpc.v2 import definition_pb2 as pb  # noqa: E402
 from rocketpy.grpc.v2 import service_pb2 as rpc  # noqa: E402
 from rocketpy.grpc.v2 import service_pb2_grpc  # noqa: E402

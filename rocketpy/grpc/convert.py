@@ -10,7 +10,12 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rocketpy.common.message import MessageConst, MessageExt, MessageSysFlag, properties_to_string
+from rocketpy.common.message import (
+    MessageConst,
+    MessageExt,
+    MessageSysFlag,
+    properties_to_string,
+)
 from rocketpy.grpc.status import GrpcError
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.remoting.codes import RequestCode

@@ -19,7 +19,13 @@ from twisted.logger import Logger
 
 from rocketpy.broker.clients import ClientChannelInfo, ConsumerManager, ProducerManager
 from rocketpy.broker.filter import SubscriptionParseError, build_tag_filter
-from rocketpy.broker.heartbeat import ConsumeFromWhere, ConsumeType, ConsumerData, MessageModel, SubscriptionData
+from rocketpy.broker.heartbeat import (
+    ConsumeFromWhere,
+    ConsumerData,
+    ConsumeType,
+    MessageModel,
+    SubscriptionData,
+)
 from rocketpy.broker.send import SendMessageProcessor
 from rocketpy.broker.sendback import SendBackProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
@@ -27,7 +33,8 @@ from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import java_hash
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, send_topic_problem
-from rocketpy.grpc import convert, settings as defaults
+from rocketpy.grpc import convert
+from rocketpy.grpc import settings as defaults
 from rocketpy.grpc.channel import GrpcClientChannel
 from rocketpy.grpc.pop import DEFAULT_INVISIBLE_MS, PopService
 from rocketpy.grpc.receipts import AckOutcome, Lease

@@ -10,11 +10,11 @@ long poll therefore holds neither a thread nor the reactor (doc/grpc.md, "Thread
 from __future__ import annotations
 
 import asyncio
-import os
 import concurrent.futures
+import os
 import threading
 from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import grpc
 from twisted.application.service import Service
@@ -28,12 +28,11 @@ from rocketpy.grpc.checkpoint import CHECKPOINT_INTERVAL_S
 from rocketpy.grpc.endpoint import listen_address
 from rocketpy.grpc.messaging import CallContext, Messaging
 from rocketpy.grpc.status import GrpcError, status
-from rocketpy.grpc.v2.definition_pb2 import Code
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.grpc.v2 import service_pb2_grpc
+from rocketpy.grpc.v2.definition_pb2 import Code
 from rocketpy.util.wakeups import CoalescedJobs
 
-T = TypeVar("T")
 GRACE_SECONDS = 1.0
 
 
@@ -248,8 +247,8 @@ class GrpcService(Service):
     async def _stop(self) -> None:
         try:
             await self._started
-        except Exception:
-            pass
+        except Exception:  # a failed start was reported by when_started(); stop what did start
+            self.log.info("gRPC endpoint stopping after a failed start")
         if self._checkpoints is not None and self._checkpoints.running:
             self._checkpoints.stop()
         if self.messaging is not None:

@@ -115,7 +115,7 @@ class PopServiceTests(SynchronousTestCase):
         """A message not acked after the maximum deliveries goes to the DLQ, not back to the consumer."""
         self.put(b"poison")
         for attempt in (1, 2):
-            [(msg, lease)] = self.receive(max_attempts=2)
+            [(_, lease)] = self.receive(max_attempts=2)
             self.assertEqual(lease.attempt, attempt)
             self.clock.advance(11)
         self.assertEqual(self.receive(max_attempts=2), [])
@@ -126,7 +126,7 @@ class PopServiceTests(SynchronousTestCase):
         """ChangeInvisibleDuration(0) makes a message visible again; forwarding ends its lease."""
         self.put(b"x")
         [(_, lease)] = self.receive()
-        outcome, handle = self.pop.change_invisible("G", "T", lease.handle, 0)
+        outcome, _ = self.pop.change_invisible("G", "T", lease.handle, 0)
         self.assertEqual(outcome, AckOutcome.OK)
         self.clock.advance(0.002)
         [(_, again)] = self.receive()

@@ -17,9 +17,9 @@ from typing import Any
 
 from twisted.trial.unittest import SkipTest
 
-from tests.interop.test_cpp import _SKIP as CPP_SKIP
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
+from tests.interop.test_cpp import _SKIP as CPP_SKIP
 from tests.interop.test_cpp import REPO, CppHarness, Rocketpy, query
 from tests.interop.v5venv import v5_python
 

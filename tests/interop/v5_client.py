@@ -51,7 +51,12 @@ def produce(args: argparse.Namespace) -> None:
 
 
 def consume(args: argparse.Namespace) -> None:
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    from rocketmq import (
+        ClientConfiguration,
+        Credentials,
+        FilterExpression,
+        SimpleConsumer,
+    )
 
     consumer = SimpleConsumer(ClientConfiguration(args.endpoint, Credentials()), args.group,
                               {args.topic: FilterExpression(args.filter)}, await_duration=args.await_duration)
@@ -75,8 +80,14 @@ def consume(args: argparse.Namespace) -> None:
 def push(args: argparse.Namespace) -> None:
     import threading
 
-    from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, MessageListener,
-                          PushConsumer)
+    from rocketmq import (
+        ClientConfiguration,
+        ConsumeResult,
+        Credentials,
+        FilterExpression,
+        MessageListener,
+        PushConsumer,
+    )
 
     lock, done = threading.Lock(), threading.Event()
     delivered: list[Any] = []
