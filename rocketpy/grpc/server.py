@@ -34,6 +34,9 @@ from rocketpy.grpc.v2.definition_pb2 import Code
 from rocketpy.util.wakeups import CoalescedJobs
 
 GRACE_SECONDS = 1.0
+#: ProxyConfig.grpcMaxInboundMessageSize: a SendMessage of several 4 MiB bodies still arrives, and
+#: too large a body gets MESSAGE_BODY_TOO_LARGE instead of grpcio's RESOURCE_EXHAUSTED.
+MAX_INBOUND_MESSAGE_SIZE = 130 * 1024 * 1024
 
 
 class ReactorHop:
@@ -223,7 +226,8 @@ class GrpcService(Service):
                       address=self._address, port=self.port)
 
     async def _serve(self, servicer: Servicer) -> int:
-        server = self._server = grpc.aio.server()
+        server = self._server = grpc.aio.server(
+            options=[("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_SIZE)])
         service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)
         port = server.add_insecure_port(self._address)
         await server.start()

@@ -133,6 +133,9 @@ class GrpcEndpointTests(TestCase):
         self.assertEqual(sent.status.code, pb.Code.OK, sent)
         empty = await self._unary("SendMessage", rpc.SendMessageRequest(messages=[self._message("T5", b"")]))
         self.assertEqual(empty.status.code, pb.Code.MESSAGE_BODY_EMPTY)
+        big = await self._unary("SendMessage", rpc.SendMessageRequest(
+            messages=[self._message("T5", b"x" * (4 * 1024 * 1024 + 1))]))
+        self.assertEqual(big.status.code, pb.Code.MESSAGE_BODY_TOO_LARGE)
         producer = Producer("PG4", self.cluster.namesrv_addr, reactor)
         await producer.start()
         self.addCleanup(producer.shutdown)
