@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import grpc
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -199,10 +199,11 @@ class GrpcService(Service):
         self._server: grpc.aio.Server | None = None
         self._thread_done: Deferred[None] | None = None
         self._checkpoints: LoopingCall | None = None
+        self._started: Deferred[None] = succeed(None)
 
     def startService(self) -> None:
         super().startService()
-        self._started: Deferred[None] = Deferred.fromCoroutine(self._start())
+        self._started = Deferred.fromCoroutine(self._start())
 
     def when_started(self) -> Deferred[None]:
         """A new Deferred: fires once listening, fails when the endpoint cannot start."""
@@ -245,6 +246,8 @@ class GrpcService(Service):
                 self._reactor.callFromThread(done.callback, None)
 
     def stopService(self) -> Deferred[None]:
+        if not self.running:  # never started, or stopped already
+            return succeed(None)
         super().stopService()
         return Deferred.fromCoroutine(self._stop())
 

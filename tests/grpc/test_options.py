@@ -63,3 +63,8 @@ class GrpcOptionsTests(SynchronousTestCase):
         self.assertEqual(threading.active_count(), threads)
         top = makeService(_parse("--store-dir", self.mktemp(), "--grpc-listen", "none"), MemoryReactorClock())
         self.assertNotIn(GrpcService, [type(s) for s in top])
+
+    def test_stop_before_start(self) -> None:
+        """Stopping an endpoint that never started does nothing (no loop, no thread)."""
+        service = GrpcService(MemoryReactorClock(), "tcp:0:interface=127.0.0.1", lambda: None)  # type: ignore
+        self.successResultOf(service.stopService())
