@@ -64,7 +64,8 @@ class _Waiting:
 
 @dataclass(slots=True)
 class _Queue:
-    """One queue's state: requests in flight and sends waiting for them."""
+    """One queue's state: requests in flight and sends waiting for them. Kept while the producer
+    lives (one per queue it sends to, as its routes' queues are): cheaper than a new one per lone send."""
 
     in_flight: int = 0
     waiting: list[_Waiting] = field(default_factory=list)
@@ -129,8 +130,6 @@ class AutoBatcher:
         queue.in_flight -= 1
         if queue.waiting and queue.linger_call is None:
             self._flush(key, queue)
-        elif queue.in_flight == 0 and not queue.waiting and self._queues.get(key) is queue:
-            del self._queues[key]
         return result
 
     def _flush(self, key: _Key, queue: _Queue) -> None:

@@ -68,7 +68,7 @@ class AutoBatcherTests(SynchronousTestCase):
         self.assertEqual((msg.properties["UNIQ_KEY"], timeout, ids), ("U1", 3.0, None))
         self.requests.answer(0, 7)
         self.assertEqual(self.successResultOf(d).queue_offset, 7)
-        self.assertEqual(b._queues, {})  # an idle queue leaves no state behind
+        self.assertEqual([(q.in_flight, q.waiting) for q in b._queues.values()], [(0, [])])  # idle again
 
     def test_sends_wait_for_the_one_in_flight_then_go_as_one_batch(self) -> None:
         """Each member gets its own UNIQ_KEY, store id and queue offset."""
@@ -122,7 +122,7 @@ class AutoBatcherTests(SynchronousTestCase):
         self.requests.made[1][3].errback(RemotingConnectError("a", "gone"))
         for d in rest:
             self.failureResultOf(d, RemotingConnectError)
-        self.assertEqual(b._queues, {})
+        self.assertEqual([(q.in_flight, q.waiting) for q in b._queues.values()], [(0, [])])
 
     def test_member_past_its_deadline_times_out(self) -> None:
         b = self.batcher()
