@@ -28,7 +28,7 @@ class CrashLogTests(TestCase):
                 "--ha-listen", f"tcp:{free_port()}:interface=127.0.0.1",
                 "--store-dir", os.path.join(root, "store"), "--namesrv-config-dir", os.path.join(root, "ns"),
                 "--commit-log-file-size", str(1024 * 1024), "--consume-queue-file-size", "6000",
-                "--max-hash-slot-num", "100", "--max-index-num", "400", "--grpc-listen", "none"]
+                "--max-hash-slot-num", "100", "--max-index-num", "400", "--grpc-listen", "none", "--http", "none"]
         env = {**os.environ, "PYTHONPATH": ROOT}
         reactor.spawnProcess(watcher, sys.executable, args, env=env, path=ROOT)
         self.addCleanup(watcher.kill)
