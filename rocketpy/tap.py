@@ -10,18 +10,25 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from twisted.application.service import MultiService, Service
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import serverFromString
-from twisted.logger import Logger
+from twisted.logger import Logger, LogLevel
 from twisted.python import usage
+from twisted.python.failure import Failure
 
 from rocketpy.grpc.endpoint import listen_address
 from rocketpy.ha.config import ha_listen_endpoint
 from rocketpy.store.config import DEFAULT_DELAY_LEVELS
 from rocketpy.util.gctuning import DEFAULT_GEN0_THRESHOLD, GCThresholdService
+from rocketpy.util.service import OrderedMultiService
+
+if TYPE_CHECKING:
+    from rocketpy.broker.config import BrokerConfig
+    from rocketpy.store.config import MessageStoreConfig
+
+_Tree = TypeVar("_Tree", bound=OrderedMultiService)
 
 ROLES = ("all", "namesrv", "broker")
 DEFAULT_GRPC_LISTEN = "tcp:8081:interface=127.0.0.1"
@@ -313,38 +320,27 @@ class Options(usage.Options):
                                    f"not {self['http']!r} ({type(e).__name__}: {e})") from None
 
 
-class OrderedServices(MultiService):
-    """Starts children in order and stops them one after another in reverse order.
-
-    The broker (added last) then unregisters from the name server before that
-    stops, instead of racing it as ``MultiService``'s concurrent stop would.
+class OrderedServices(OrderedMultiService):
+    """``twistd rocketpy``'s top service: the ordered tree (:class:`OrderedMultiService`) whose
+    failed start stops the process.
 
     :param exit_process: ends the process with a status, once the reactor has shut down after
         a failed start (twistd's runners would exit 0); default :func:`os._exit`.
     """
 
-    log = Logger()
-
     def __init__(self, reactor: Any, exit_process: Callable[[int], object] = os._exit) -> None:
         super().__init__()
         self._reactor = reactor
         self._exit_process = exit_process
-        self._failed = False
 
-    def startService(self) -> None:
-        super().startService()
-        for service in self:
-            when_started = getattr(service, "when_started", None)
-            if when_started is not None:
-                when_started().addErrback(self._start_failed)
+    def startService(self) -> Deferred[None]:
+        return super().startService().addErrback(self._start_failed)
 
-    def _start_failed(self, failure: Any) -> None:
+    def _start_failed(self, failure: Failure) -> None:
         """A part that cannot start (a port in use, a locked store) stops the whole process,
-        which then exits with status 1 (after every service stopped)."""
-        self.log.critical("rocketpy cannot start ({error}): stopping", error=failure.getErrorMessage())
-        if self._failed:
-            return
-        self._failed = True
+        which then exits with status 1 (after every started part stopped)."""
+        self.log.failure("rocketpy cannot start ({error}): stopping", failure, level=LogLevel.critical,
+                         error=failure.getErrorMessage())
         self._reactor.addSystemEventTrigger("after", "shutdown", self._exit_failed)
         # twistd starts services before reactor.run(): stop once it runs
         self._reactor.callWhenRunning(self._reactor.stop)
@@ -355,18 +351,9 @@ class OrderedServices(MultiService):
                 stream.flush()
         self._exit_process(1)
 
-    def stopService(self) -> Deferred[None]:
-        Service.stopService(self)
-        return Deferred.fromCoroutine(self._stop_in_reverse())
 
-    async def _stop_in_reverse(self) -> None:
-        for service in reversed(list(self)):
-            await maybeDeferred(service.stopService)
-
-
-def _grpc_service(reactor: Any, options: Options, broker: Any, delays_ms: list[int], log: Logger,
-                  top: MultiService) -> None:
-    """The 5.x gRPC endpoint beside the broker (doc/grpc.md); skipped when grpcio is not installed
+def _grpc_service(reactor: Any, options: Options, broker: Any, delays_ms: list[int], log: Logger) -> Any:
+    """The 5.x gRPC endpoint beside the broker (doc/grpc.md); None when grpcio is not installed
     and the endpoint was not asked for explicitly."""
     try:
         from rocketpy.grpc.server import GrpcService, broker_messaging
@@ -374,67 +361,81 @@ def _grpc_service(reactor: Any, options: Options, broker: Any, delays_ms: list[i
         if options["grpc-explicit"]:
             raise usage.UsageError(f"--grpc-listen needs pip install 'rocketpy[grpc]' ({e})") from None
         log.info("no gRPC endpoint for 5.x clients: pip install 'rocketpy[grpc]' to add it")
-        return
-    GrpcService(reactor, options["grpc-listen"],
-                lambda: broker_messaging(reactor, broker, delays_ms, options["grpc-advertised"])).setServiceParent(top)
+        return None
+    return GrpcService(reactor, options["grpc-listen"],
+                       lambda: broker_messaging(reactor, broker, delays_ms, options["grpc-advertised"]))
 
 
-def makeService(options: Options, reactor: Any = None) -> MultiService:
+def makeService(options: Options, reactor: Any = None) -> OrderedServices:
     """The name server and/or broker of ``options``; nothing is opened or started here."""
     if reactor is None:
         from twisted.internet import reactor  # the global reactor only at the edge
+    return build_tree(options, reactor, OrderedServices(reactor))
+
+
+def build_tree(options: Options, reactor: Any, top: _Tree) -> _Tree:
+    """Add the services of ``options`` to ``top`` in start order (each starts once the previous one
+    has; they stop in reverse): GC tuning, name server, broker, its gRPC endpoint, then its HTTP
+    endpoint. Adding a service is one ``top.add(name, service)`` line here."""
     log = Logger(namespace="rocketpy.tap")
-    top = OrderedServices(reactor)
-    GCThresholdService(options["gc-threshold"]).setServiceParent(top)
+    top.add("gc", GCThresholdService(options["gc-threshold"]))
     if options["role"] in ("all", "namesrv"):
         from rocketpy.namesrv.service import NamesrvService
 
-        NamesrvService(reactor, options["namesrv-listen"], options["namesrv-config-dir"],
-                       tls=options.get("tls")).setServiceParent(top)
+        top.add("namesrv", NamesrvService(reactor, options["namesrv-listen"], options["namesrv-config-dir"],
+                                          tls=options.get("tls")))
     if options["role"] in ("all", "broker"):
-        from rocketpy.broker.config import BrokerConfig
         from rocketpy.broker.controller import BrokerService
-        from rocketpy.store.config import MessageStoreConfig
 
-        config = BrokerConfig(
-            broker_name=options["broker-name"],
-            cluster_name=options["cluster-name"],
-            broker_id=options["broker-id"],
-            broker_role=options["broker-role"],
-            listen=options["listen"],
-            fast_listen=options["fast-listen"],
-            advertised_address=options["advertised-address"],
-            namesrv_addr=options["namesrv-addr-list"],
-            auto_create_topic_enable=options["auto-create-topic-enable"],
-            default_topic_queue_nums=options["default-topic-queue-nums"],
-            ha_listen=options["ha-listen"],
-            ha_master_address=options["ha-master-address"],
-            slave_read_enable=options["slave-read-enable"],
-            acl_enable=bool(options.get("acl-enable")),
-            acl_file=os.path.expanduser(options["acl-file"]) if options.get("acl-file") else None,
-            enable_property_filter=options["enable-property-filter"],
-            trace_topic_enable=options["trace-topic-enable"],
-            msg_trace_topic_name=options["msg-trace-topic-name"],
-        )
-        store_config = MessageStoreConfig(
-            store_path_root_dir=os.path.expanduser(options["store-dir"]),
-            flush_disk_type=options["flush-disk-type"],
-            mapped_file_size_commit_log=options["commit-log-file-size"],
-            mapped_file_size_consume_queue=options["consume-queue-file-size"],
-            max_hash_slot_num=options["max-hash-slot-num"],
-            max_index_num=options["max-index-num"],
-            broker_role=options["broker-role"],
-            message_delay_level=options["message-delay-level"],
-            clean_file_forcibly_enable=options["clean-file-forcibly-enable"],
-        )
-        broker = BrokerService(reactor, config, store_config, tls=options.get("tls"))
-        broker.setServiceParent(top)
+        config, store_config = _broker_configs(options)
+        broker = top.add("broker", BrokerService(reactor, config, store_config, tls=options.get("tls")))
         if options["grpc-listen"] is not None:
-            _grpc_service(reactor, options, broker, store_config.delay_level_table(), log, top)
-        if options["http"] != "none":  # added last: stopped first
+            grpc = _grpc_service(reactor, options, broker, store_config.delay_level_table(), log)
+            if grpc is not None:
+                top.add("grpc", grpc)
+        if options["http"] != "none":
             from rocketpy.web.service import http_service
 
-            http_service(reactor, options["http"], broker).setServiceParent(top)
+            top.add("http", http_service(reactor, options["http"], broker))
     for key in options.get("ignored-config-keys", []):
         log.info("config file key {key} is not used by rocketpy", key=key)
     return top
+
+
+def _broker_configs(options: Options) -> tuple[BrokerConfig, MessageStoreConfig]:
+    """The broker's and its store's settings from ``options``."""
+    from rocketpy.broker.config import BrokerConfig
+    from rocketpy.store.config import MessageStoreConfig
+
+    config = BrokerConfig(
+        broker_name=options["broker-name"],
+        cluster_name=options["cluster-name"],
+        broker_id=options["broker-id"],
+        broker_role=options["broker-role"],
+        listen=options["listen"],
+        fast_listen=options["fast-listen"],
+        advertised_address=options["advertised-address"],
+        namesrv_addr=options["namesrv-addr-list"],
+        auto_create_topic_enable=options["auto-create-topic-enable"],
+        default_topic_queue_nums=options["default-topic-queue-nums"],
+        ha_listen=options["ha-listen"],
+        ha_master_address=options["ha-master-address"],
+        slave_read_enable=options["slave-read-enable"],
+        acl_enable=bool(options.get("acl-enable")),
+        acl_file=os.path.expanduser(options["acl-file"]) if options.get("acl-file") else None,
+        enable_property_filter=options["enable-property-filter"],
+        trace_topic_enable=options["trace-topic-enable"],
+        msg_trace_topic_name=options["msg-trace-topic-name"],
+    )
+    store_config = MessageStoreConfig(
+        store_path_root_dir=os.path.expanduser(options["store-dir"]),
+        flush_disk_type=options["flush-disk-type"],
+        mapped_file_size_commit_log=options["commit-log-file-size"],
+        mapped_file_size_consume_queue=options["consume-queue-file-size"],
+        max_hash_slot_num=options["max-hash-slot-num"],
+        max_index_num=options["max-index-num"],
+        broker_role=options["broker-role"],
+        message_delay_level=options["message-delay-level"],
+        clean_file_forcibly_enable=options["clean-file-forcibly-enable"],
+    )
+    return config, store_config

@@ -12,7 +12,7 @@ import threading
 from unittest import mock
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.task import deferLater
 from twisted.internet.testing import MemoryReactorClock
 from twisted.logger import capturedLogs
@@ -233,31 +233,51 @@ class MakeServiceTests(SynchronousTestCase):
         self.successResultOf(done)
 
     def test_start_failure_stops_the_process(self) -> None:
-        """A part whose start fails (e.g. its port is taken) stops the reactor: no half-running broker."""
+        """A part whose start fails (e.g. its port is taken) stops the reactor: no half-running broker;
+        the parts after it are not started."""
         reactor = MemoryReactorClock()
         reactor.running = True
 
         class Failing(Service):
-            def when_started(self) -> Deferred[None]:
+            def startService(self) -> Deferred[None]:
+                super().startService()
                 return fail(RuntimeError("address already in use"))
-
-        class Fine(Service):
-            def when_started(self) -> Deferred[None]:
-                return succeed(None)
 
         exits: list[int] = []
         top = OrderedServices(reactor, exits.append)
-        Fine().setServiceParent(top)
+        fine, failing, later = Service(), Failing(), Service()
+        for service in (fine, failing, later):
+            service.setServiceParent(top)
         with capturedLogs() as events:
-            Failing().setServiceParent(top)
-            Failing().setServiceParent(top)
             top.startService()
         self.assertTrue(reactor.hasStopped)
         self.assertTrue(any("address already in use" in str(e.get("error")) for e in events))
-        (trigger,) = reactor.triggers["after"]["shutdown"]  # once, however many parts failed
+        self.assertEqual((fine.running, failing.running, later.running), (True, True, False))
+        (trigger,) = reactor.triggers["after"]["shutdown"]
         self.assertEqual(exits, [])
         trigger[0]()
         self.assertEqual(exits, [1])
+        self.flushLoggedErrors(RuntimeError)
+
+    def test_children_start_one_after_another(self) -> None:
+        """A child starts once the previous child's start (a Deferred) fired."""
+        gate: Deferred[None] = Deferred()
+
+        class Slow(Service):
+            def startService(self) -> Deferred[None]:
+                super().startService()
+                return gate
+
+        top = OrderedServices(MemoryReactorClock())
+        slow, after = Slow(), Service()
+        slow.setServiceParent(top)
+        after.setServiceParent(top)
+        started = top.startService()
+        self.assertFalse(after.running)
+        self.assertNoResult(started)
+        gate.callback(None)
+        self.assertTrue(after.running)
+        self.successResultOf(started)
 
     def test_failed_start_exits_with_status_1(self) -> None:
         """``python -m twisted rocketpy`` with its name server port taken exits 1, not 0."""
@@ -280,13 +300,9 @@ class MakeServiceTests(SynchronousTestCase):
         reactor = MemoryReactorClock()
         reactor.running = True
 
-        class Fine(Service):
-            def when_started(self) -> Deferred[None]:
-                return succeed(None)
-
         top = OrderedServices(reactor)
-        Fine().setServiceParent(top)
-        top.startService()
+        Service().setServiceParent(top)
+        self.successResultOf(top.startService())
         self.assertFalse(reactor.hasStopped)
 
 
@@ -369,8 +385,11 @@ class BrokerServiceTests(SynchronousTestCase):
         self.events: list[str] = []
         self.pool = InlinePool()
         self.store_config = MessageStoreConfig(store_path_root_dir=self.mktemp())
-        self.broker = BrokerService(
-            self.reactor, BrokerConfig(advertised_address="192.0.2.1:10911"), self.store_config,
+        self.broker = self.make_broker(BrokerConfig(advertised_address="192.0.2.1:10911"))
+
+    def make_broker(self, config: BrokerConfig) -> BrokerService:
+        return BrokerService(
+            self.reactor, config, self.store_config,
             make_store=lambda reactor, config: RecordingStore(self.events),
             config_pool=self.pool,  # type: ignore[arg-type]
         )
@@ -393,14 +412,15 @@ class BrokerServiceTests(SynchronousTestCase):
 
     def test_fast_listen(self) -> None:
         """With fast_listen the broker also listens on the VIP port, and stops both ports."""
-        self.broker.config.fast_listen = "tcp:10909:interface=127.0.0.1"
+        self.broker = self.make_broker(BrokerConfig(advertised_address="192.0.2.1:10911",
+                                                    fast_listen="tcp:10909:interface=127.0.0.1"))
         self.broker.startService()
         self.assertEqual([port[0] for port in self.reactor.tcpServers], [10911, 10909, 10912])
-        fast = self.broker._fast_port
+        fast = self.broker.fast_listening_port
         self.successResultOf(self.broker.stopService())
         self.assertIsNone(self.broker.listening_port)
         self.assertIsNotNone(fast)
-        self.assertIsNone(self.broker._fast_port)
+        self.assertIsNone(self.broker.fast_listening_port)
 
     def test_offsets_persisted_every_five_seconds_and_on_stop(self) -> None:
         """consumerOffset.json is written by the 5 s loop and once more on stop, before the store stops."""
@@ -451,12 +471,10 @@ class PortInUseTests(TestCase):
         self.addCleanup(taken.close)
         port = taken.getsockname()[1]
         service = NamesrvService(reactor, f"tcp:{port}:interface=127.0.0.1", self.mktemp())
-        service.startService()
         self.addCleanup(service.stopService)
         with self.assertRaises(Exception) as caught:
-            await service.when_started()
+            await service.startService()
         self.assertIn("in use", str(caught.exception).lower())
-        self.flushLoggedErrors()
 
 
 class HttpOptionTests(SynchronousTestCase):

@@ -1,10 +1,10 @@
 """``BrokerService``: wires the remoting server, the store, the managers, the processors and the timers.
 
 Construction only builds objects (safe in ``makeService``: no file, port or
-thread). :meth:`BrokerService.startService` loads the config files, starts
-the store, listens, then registers with the name servers;
-:meth:`BrokerService.stopService` undoes it in the reverse order, with the
-store last so everything is flushed and the abort file removed.
+thread). The broker is an ordered service tree (:meth:`BrokerService._build_tree`):
+config tables → store → features → connections → listeners → registration → HA,
+each started once the previous one has, and stopped in reverse order, the store
+(then the config files) last so everything is flushed and the abort file removed.
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred, succeed
-from twisted.internet.endpoints import serverFromString
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IListeningPort
-from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
-from twisted.python.failure import Failure
 from twisted.logger import Logger, LogLevel
 from twisted.python.threadpool import ThreadPool
 
@@ -56,7 +53,7 @@ from rocketpy.remoting.tls import ServerTLS, server_factory
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.util.endpoints import server_endpoint
 from rocketpy.util.fileio import write_atomically
-from rocketpy.util.startup import StartupOutcome
+from rocketpy.util.service import ListeningService, LoopService, OrderedMultiService, Steps
 
 SEND_CODES = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE)
 
@@ -69,7 +66,7 @@ def _default_store(reactor: Any, config: MessageStoreConfig) -> Any:
     return StoreService(MessageStore(config), reactor)
 
 
-class BrokerService(Service):
+class BrokerService(OrderedMultiService):
     """One RocketMQ broker.
 
     :param reactor: listening, connecting and time (a ``MemoryReactorClock`` in tests).
@@ -92,6 +89,7 @@ class BrokerService(Service):
         config_pool: ThreadPool | None = None,
         tls: ServerTLS | None = None,
     ) -> None:
+        super().__init__()
         self._reactor = reactor
         self._tls = tls
         self.config = config
@@ -137,18 +135,11 @@ class BrokerService(Service):
         self.client = RemotingClient(reactor, tls=tls.client() if tls is not None and tls.mode == "enforcing" else None)
         self.registration = NameServerRegistration(reactor, self.client, config, self.topics)
         self._replication(store_config)
-        self._loops = [
-            self._loop(self.offsets.persist, config.flush_consumer_offset_interval),
-            self._loop(self._scan_channels, config.scan_channel_interval),
-        ]
-        self._loop_results: list[Deferred[Any]] = []
         self._pool = config_pool if config_pool is not None else ThreadPool(1, 1, "rocketpy-broker-config")
         for table in (self.topics, self.subscriptions, self.offsets, self.delay_offsets):
             table.writer = self._write_in_pool
-        self._port: IListeningPort | None = None
-        self._fast_port: IListeningPort | None = None
-        self._started: Deferred[None] | None = None
-        self._startup = StartupOutcome("broker")
+        self._fast_listener: ListeningService | None = None
+        self._build_tree()
 
     def _acl(self) -> tuple[Any, Any]:
         """The validator (the server's RPC hook) and the watcher of ``plain_acl.yml`` when ACL is on."""
@@ -263,67 +254,73 @@ class BrokerService(Service):
         if self.hold is not None:
             self.store.add_arrival_listener(self.hold.notify_message_arriving)
 
-    def _loop(self, f: Callable[[], Any], interval: float) -> tuple[LoopingCall, float]:
-        loop = LoopingCall(f)
-        loop.clock = self._reactor
-        return loop, interval
+    def _build_tree(self) -> None:
+        """The children in start order (stopped in reverse): config tables → store → features →
+        connections → listeners → registration → HA. Adding a part is one line here."""
+        config, reactor, add = self.config, self._reactor, self.add
+        add("config", Steps(self._load_config, self._save_config))
+        add("store", Steps(self.store.startService, self.store.stopService))
+        if self.hold is not None:
+            add("long polling", self.hold)
+        for service in self._feature_services:
+            add(type(service).__name__, service)
+        if self.acl_watcher is not None:
+            add("ACL file", Steps(self.acl_watcher.start, self.acl_watcher.stop))
+        add("offsets persistence", LoopService(self.offsets.persist, config.flush_consumer_offset_interval, reactor))
+        add("channel scan", LoopService(self._scan_channels, config.scan_channel_interval, reactor))
+        add("traffic", Steps(self.traffic.start, self.traffic.stop))  # after the store: its first sample holds offsets
+        add("connections", Steps(stop=self.server.close))  # closed once nothing listens
+        self._listener = self._listening_service(config.listen, "broker")
+        add("listener", self._listener)
+        if config.fast_listen:  # the VIP channel older Java clients send to
+            self._fast_listener = self._listening_service(config.fast_listen, "broker VIP channel")
+            add("fast listener", self._fast_listener)
+        add("registration", Steps(self._started_up, self._unregister))
+        if self.ha is not None:
+            add("HA", self.ha)
+        if self.ha_client is not None and self.slave_sync is not None:
+            add("HA client", self.ha_client)
+            sync, interval = self.slave_sync, self.ha_client.config.sync_interval
+            add("slave sync", Steps(lambda: sync.start(interval), sync.stop))
+
+    def _listening_service(self, description: str, what: str) -> ListeningService:
+        endpoint = server_endpoint(self._reactor, description)
+        return ListeningService(endpoint, server_factory(self.server.factory(), self._tls, self._reactor), what)
 
     @property
     def listening_port(self) -> IListeningPort | None:
         """The broker's port once listening (``getHost().port`` gives the number)."""
-        return self._port
+        return self._listener.port
 
-    def when_started(self) -> Deferred[None]:
-        """A new Deferred that fires once start-up finished (listening, first registration sent).
+    @property
+    def fast_listening_port(self) -> IListeningPort | None:
+        """The ``fast_listen`` port once listening, else None."""
+        return self._fast_listener.port if self._fast_listener is not None else None
 
-        It fails when start-up failed (the failure is logged as well).
-        """
-        return self._startup.when_done()
+    # -- start and stop steps -----------------------------------------------------
 
-    # -- start ------------------------------------------------------------------
-
-    def startService(self) -> None:
-        super().startService()
+    def _load_config(self) -> None:
         self._pool.start()
-        self._startup.begin()
-        self._started = Deferred.fromCoroutine(self._start())
+        for table in (self.topics, self.subscriptions, self.offsets):
+            table.load()
 
-    async def _start(self) -> None:
+    async def _save_config(self) -> None:
         try:
-            for table in (self.topics, self.subscriptions, self.offsets):
-                table.load()
-            started = self.store.startService()
-            if started is not None:
-                await started
-            if self.hold is not None:
-                self.hold.startService()
-            for service in self._feature_services:
-                service.startService()
-            if self.acl_watcher is not None:
-                await self.acl_watcher.start()
-            endpoint = server_endpoint(self._reactor, self.config.listen)
-            self._port = await endpoint.listen(server_factory(self.server.factory(), self._tls, self._reactor))
-            if self.config.fast_listen:  # the VIP channel older Java clients send to
-                fast = serverFromString(self._reactor, self.config.fast_listen)
-                self._fast_port = await fast.listen(server_factory(self.server.factory(), self._tls, self._reactor))
-            if self.ha is not None:
-                await self.ha.startService()
-        except Exception:
-            self._startup.failed(Failure())
-            self.log.failure("broker {name} failed to start", level=LogLevel.critical, name=self.config.broker_name)
-            return
-        self.log.info(
-            "broker {name} listening on {host}, advertised as {addr}",
-            name=self.config.broker_name, host=self._port.getHost(), addr=self.config.advertised_address,
-        )
+            await self.offsets.persist()
+        finally:
+            self._pool.stop()
+
+    def _started_up(self) -> None:
+        port = self._listener.port
+        self.log.info("broker {name} listening on {host}, advertised as {addr}", name=self.config.broker_name,
+                      host=port.getHost() if port is not None else None, addr=self.config.advertised_address)
         self.registration.start()
-        if self.ha_client is not None and self.slave_sync is not None:
-            self.ha_client.startService()
-            self.slave_sync.start(self.ha_client.config.sync_interval)
-        for loop, interval in self._loops:
-            self._loop_results.append(loop.start(interval, now=False))
-        self.traffic.start()  # after the store loaded: its first sample holds the offsets
-        self._startup.succeeded()
+
+    async def _unregister(self) -> None:
+        try:
+            await self.registration.stop()
+        finally:
+            await self.client.close()
 
     # -- periodic work ------------------------------------------------------------
 
@@ -337,54 +334,3 @@ class BrokerService(Service):
             self.producers.scan_not_active_channel()
         except Exception:
             self.log.failure("channel expiry scan failed", level=LogLevel.error)
-
-    # -- stop ---------------------------------------------------------------------
-
-    def stopService(self) -> Deferred[None]:
-        if not self.running:  # already stopped (or never started): nothing to undo
-            return succeed(None)
-        super().stopService()
-        return Deferred.fromCoroutine(self._stop())
-
-    async def _stop(self) -> None:
-        """Unregister, persist offsets, stop listening, close connections, then stop the store."""
-        if self._started is not None:
-            await self._started
-        await self._step("unregister", self.registration.stop)
-        if self.slave_sync is not None:
-            await self._step("stop copying from the master", self.slave_sync.stop)
-        for service in reversed(self._feature_services):
-            if service.running:
-                await self._step(f"stop {type(service).__name__}", service.stopService)
-        self.traffic.stop()
-        for loop, _ in self._loops:
-            if loop.running:
-                loop.stop()
-        for result in self._loop_results:
-            await result
-        self._loop_results = []
-        await self._step("persist offsets", self.offsets.persist)
-        if self.acl_watcher is not None:
-            await self._step("stop watching the ACL file", self.acl_watcher.stop)
-        self._pool.stop()
-        for port in (self._port, self._fast_port):
-            if port is not None:
-                await self._step("stop listening", port.stopListening)
-        self._port = self._fast_port = None
-        if self.hold is not None and self.hold.running:
-            self.hold.stopService()
-        await self._step("close connections", self.server.close)
-        await self._step("close name server client", self.client.close)
-        for ha in (self.ha, self.ha_client):
-            if ha is not None and ha.running:
-                await self._step("stop replication", ha.stopService)
-        await self._step("stop the store", self.store.stopService)
-
-    async def _step(self, what: str, f: Callable[[], Any]) -> None:
-        """Run one stop step; a failure is logged so the later steps (the store!) still run."""
-        try:
-            result = f()
-            if result is not None:
-                await result
-        except Exception:
-            self.log.failure("broker stop: {what} failed", level=LogLevel.error, what=what)

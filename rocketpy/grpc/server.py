@@ -201,9 +201,11 @@ class GrpcService(Service):
         self._checkpoints: LoopingCall | None = None
         self._started: Deferred[None] = succeed(None)
 
-    def startService(self) -> None:
+    def startService(self) -> Deferred[None]:
+        """Start serving; fires once listening (the service tree waits for it), fails when the endpoint cannot start."""
         super().startService()
         self._started = Deferred.fromCoroutine(self._start())
+        return self.when_started()
 
     def when_started(self) -> Deferred[None]:
         """A new Deferred: fires once listening, fails when the endpoint cannot start."""

@@ -99,7 +99,9 @@ class NamesrvService(Service):
         """The port once listening (``getHost().port`` gives the number), else None."""
         return self._port
 
-    def startService(self) -> None:
+    def startService(self) -> Deferred[None]:
+        """Load the KV config, start the scans and listen; fires once listening (fails if the port
+        cannot be opened)."""
         self.kv_config.load()
         super().startService()
         self._pool.start()
@@ -111,6 +113,7 @@ class NamesrvService(Service):
         listening = maybeDeferred(lambda: server_endpoint(self._reactor, self._listen).listen(
             server_factory(self._server.factory(), self._tls, self._reactor)))
         self._listening = listening.addCallbacks(self._listened, self._listen_failed)
+        return self.when_started()
 
     def _listened(self, port: IListeningPort) -> IListeningPort:
         self._port = port
@@ -119,8 +122,7 @@ class NamesrvService(Service):
         return port
 
     def _listen_failed(self, failure: Failure) -> None:
-        self._startup.failed(failure)
-        self.log.failure("name server cannot listen on {listen}", failure, listen=self._listen)
+        self._startup.failed(failure)  # the starter reports it
 
     def when_started(self) -> Deferred[None]:
         """A new Deferred: fires once listening, fails if the port could not be opened."""

@@ -20,11 +20,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from twisted.application.service import IService
-from twisted.internet.defer import maybeDeferred
-
 from rocketpy.broker.controller import BrokerService
-from rocketpy.tap import Options, makeService
+from rocketpy.tap import Options, build_tree
+from rocketpy.util.service import OrderedMultiService
 
 __all__ = ["BrokerFixture", "broker", "SMALL_STORE"]
 
@@ -61,7 +59,7 @@ class BrokerFixture:
         self._options = {**SMALL_STORE, "grpc-listen": "none", **(options or {})}
         #: the temporary directory of the store and the name server's config, while running
         self.root: str | None = None
-        self._started: list[IService] = []
+        self._tree: OrderedMultiService | None = None
         self.namesrv_addr = ""
         self.broker_addr = ""
 
@@ -86,7 +84,13 @@ class BrokerFixture:
             }
             options = Options()
             options.parseOptions([f"--{name}={value}" for name, value in args.items()])
-            await self._start_in_order(makeService(options, self._reactor))
+            # Not makeService's top: on a failed start that one stops the reactor and ends the
+            # process (right for twistd, not for a test).
+            self._tree = build_tree(options, self._reactor, OrderedMultiService())
+            await self._tree.startService()
+            broker = self._tree.getServiceNamed("broker")
+            assert isinstance(broker, BrokerService)
+            await broker.registration.register_all()  # routes are there once the name server answered
         except BaseException:
             await self.stop()
             raise
@@ -95,22 +99,11 @@ class BrokerFixture:
             broker_socket.close()
         return self.namesrv_addr
 
-    async def _start_in_order(self, services: Any) -> None:
-        # Not the top service's startService: on a failed start, that one stops the reactor
-        # and ends the process (right for twistd, not for a test).
-        for service in services:
-            service.startService()
-            self._started.append(service)
-            when_started = getattr(service, "when_started", None)
-            if when_started is not None:
-                await when_started()
-            if isinstance(service, BrokerService):  # routes are there once the name server answered
-                await service.registration.register_all()
-
     async def stop(self) -> None:
         """Stop the broker, then the name server, and delete the store."""
-        while self._started:
-            await maybeDeferred(self._started.pop().stopService)
+        tree, self._tree = self._tree, None
+        if tree is not None:
+            await tree.stopService()
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None

@@ -5,17 +5,15 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from twisted.application.service import Service
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import serverFromString
-from twisted.internet.interfaces import IListeningPort
+from twisted.internet.interfaces import IListeningPort, IStreamServerEndpoint
 from twisted.internet.threads import deferToThreadPool
-from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from twisted.web.resource import Resource
 
-from rocketpy.util.startup import StartupOutcome
+from rocketpy.util.service import ListeningService, OrderedMultiService, Steps
 from rocketpy.web.site import QuietSite, root_resource
 
 
@@ -23,7 +21,7 @@ class HttpListenError(Exception):
     """The ``--http`` endpoint cannot be opened (its port is taken, say)."""
 
 
-class HttpService(Service):
+class HttpService(OrderedMultiService):
     """Serves ``root`` on ``endpoint`` (a server endpoint string) from start to stop.
 
     :param reactor: listens, and the site's clock.
@@ -31,57 +29,34 @@ class HttpService(Service):
         here); None when they use none.
     """
 
-    log = Logger()
-
     def __init__(self, reactor: Any, endpoint: str, root: Resource, pool: ThreadPool | None = None) -> None:
-        self._reactor = reactor
-        self._endpoint = endpoint
-        self._root = root
-        self._pool = pool
-        self._port: IListeningPort | None = None
-        self._listening: Deferred[None] | None = None
-        self._startup = StartupOutcome("HTTP endpoint")
+        super().__init__()
+        if pool is not None:
+            self.add("pool", Steps(pool.start, lambda: pool.stop() if pool.started else None))
+        site = QuietSite(root, reactor=reactor)
+        self._listener = _HttpListener(serverFromString(reactor, endpoint), site, endpoint)
+        self.add("listener", self._listener)
 
     @property
     def listening_port(self) -> IListeningPort | None:
-        return self._port
+        return self._listener.port
 
-    def when_started(self) -> Deferred[None]:
-        """A new Deferred that fires once listening; it fails when the port cannot be opened."""
-        return self._startup.when_done()
 
-    def startService(self) -> None:
-        super().startService()
-        if self._pool is not None:
-            self._pool.start()
-        self._startup.begin()
-        self._listening = Deferred.fromCoroutine(self._listen())
+class _HttpListener(ListeningService):
+    """A taken port fails the start with an :class:`HttpListenError` that says what to do."""
 
-    async def _listen(self) -> None:
-        site = QuietSite(self._root, reactor=self._reactor)
-        try:
-            self._port = await serverFromString(self._reactor, self._endpoint).listen(site)
-        except Exception as e:
-            error = HttpListenError(f"cannot serve HTTP on {self._endpoint} ({e}): "
-                                    "give --http another endpoint, or --http none")
-            self._startup.failed(Failure(error))
-            self.log.critical("{error}", error=error)
-            return
-        self.log.info("HTTP (/metrics) on {host}", host=self._port.getHost())
-        self._startup.succeeded()
+    def __init__(self, endpoint: IStreamServerEndpoint, site: QuietSite, description: str) -> None:
+        super().__init__(endpoint, site, "HTTP (/metrics)")
+        self._description = description
 
-    def stopService(self) -> Deferred[None]:
-        super().stopService()
-        return Deferred.fromCoroutine(self._stop())
+    def startService(self) -> Deferred[None]:
+        return super().startService().addErrback(self._cannot_listen)
 
-    async def _stop(self) -> None:
-        if self._listening is not None:
-            await self._listening
-        port, self._port = self._port, None
-        if port is not None:
-            await maybeDeferred(port.stopListening)
-        if self._pool is not None and self._pool.started:
-            self._pool.stop()  # waits for a page being formatted
+    def _cannot_listen(self, failure: Failure) -> None:
+        error = HttpListenError(f"cannot serve HTTP on {self._description} ({failure.value}): "
+                                "give --http another endpoint, or --http none")
+        self.log.critical("{error}", error=error)
+        raise error
 
 
 def http_service(reactor: Any, endpoint: str, broker: Any) -> HttpService:

@@ -224,9 +224,8 @@ class HttpServiceTests(TestCase):
         port = http.listening_port.getHost().port  # type: ignore[attr-defined]
         taken = HttpService(reactor, f"tcp:{port}:interface=127.0.0.1", Resource())
         with capturedLogs() as events:
-            taken.startService()
             with self.assertRaises(HttpListenError) as raised:
-                await taken.when_started()
+                await taken.startService()
         self.assertIn(f"cannot serve HTTP on tcp:{port}:interface=127.0.0.1", str(raised.exception))
         self.assertIn("--http none", str(raised.exception))
         self.assertEqual([e["log_level"] for e in events], [LogLevel.critical])
