@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from twisted.application.service import Service
-from twisted.internet.defer import Deferred, maybeDeferred, succeed
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.endpoints import serverFromString
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IPushProducer, IReactorTime
 from twisted.internet.protocol import Factory
@@ -26,6 +25,7 @@ from rocketpy.ha.config import HAConfig
 from rocketpy.ha.protocol import MasterProtocol
 from rocketpy.store.groupcommit import OffsetWaiters
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
+from rocketpy.util.service import ListeningService, OrderedMultiService, Steps
 
 
 class MasterStore(Protocol):
@@ -150,7 +150,7 @@ class SlaveSession:
             self.wake()  # a safety net: nothing should be pending here
 
 
-class HAService(Service):
+class HAService(OrderedMultiService):
     """Master side: the HA listener, the slave sessions and the SYNC_MASTER waiters.
 
     :param reactor: listens and keeps time.
@@ -166,22 +166,28 @@ class HAService(Service):
 
     def __init__(self, reactor: Any, store: MasterStore, config: HAConfig, file_size: int,
                  listen: str | None, sync_master: bool) -> None:
+        super().__init__()
         self.store = store
         self.config = config
         self._reactor = reactor
         self._file_size = file_size
-        self._listen = listen
         self._waiters = OffsetWaiters(reactor)
         self._sessions: set[SlaveSession] = set()
-        self._port: IListeningPort | None = None
         self._all_lost: Deferred[None] | None = None
+        self._listener: ListeningService | None = None
+        # start order (stopped in reverse): the slaves' sessions, then the HA port
+        self.add("slaves", Steps(stop=self._drop_slaves))
+        if listen is not None:
+            endpoint = serverFromString(reactor, listen)
+            self._listener = ListeningService(endpoint, Factory.forProtocol(self.build_protocol), "HA service")
+            self.add("listener", self._listener)
         store.add_arrival_listener(self._arrived)
         if sync_master:
             store.add_put_hook(self._wait_for_slave)
 
     @property
     def listening_port(self) -> IListeningPort | None:
-        return self._port
+        return self._listener.port if self._listener is not None else None
 
     @property
     def push_to_slave_max_offset(self) -> int:
@@ -204,28 +210,11 @@ class HAService(Service):
 
     # -- lifecycle --
 
-    def startService(self) -> Deferred[None]:
-        """Listen on the HA endpoint (if any); fires once listening."""
-        super().startService()
-        if self._listen is None:
-            return succeed(None)
-        factory = Factory.forProtocol(self.build_protocol)
-        d: Deferred[IListeningPort] = serverFromString(self._reactor, self._listen).listen(factory)
-        return d.addCallback(self._listening)
+    def _drop_slaves(self) -> Deferred[None]:
+        """Drop every slave, then end the waiters (FLUSH_SLAVE_TIMEOUT)."""
+        return Deferred.fromCoroutine(self._drop())
 
-    def _listening(self, port: IListeningPort) -> None:
-        self._port = port
-        self.log.info("HA service listening on {host}", host=port.getHost())
-
-    def stopService(self) -> Deferred[None]:
-        """Stop listening, drop every slave, and end the waiters (FLUSH_SLAVE_TIMEOUT)."""
-        super().stopService()
-        return Deferred.fromCoroutine(self._stop())
-
-    async def _stop(self) -> None:
-        if self._port is not None:
-            port, self._port = self._port, None
-            await maybeDeferred(port.stopListening)
+    async def _drop(self) -> None:
         if self._sessions:
             self._all_lost = Deferred()
             for session in list(self._sessions):

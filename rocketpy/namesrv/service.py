@@ -6,13 +6,11 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from twisted.application.service import Service
-from twisted.internet.defer import Deferred, gatherResults, maybeDeferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IDelayedCall, IListeningPort, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger, LogLevel
-from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
@@ -24,7 +22,7 @@ from rocketpy.remoting.responders import register_responders
 from rocketpy.remoting.tls import ServerTLS, server_factory
 from rocketpy.util.endpoints import server_endpoint
 from rocketpy.util.fileio import write_atomically
-from rocketpy.util.startup import StartupOutcome
+from rocketpy.util.service import ListeningService, OrderedMultiService, Steps
 
 DEFAULT_LISTEN = "tcp:9876:interface=127.0.0.1"
 DEFAULT_CONFIG_DIR = os.path.join("~", ".rocketpy", "namesrv")
@@ -45,10 +43,11 @@ def _remoting_server(reactor: Any, listeners: Sequence[IChannelEventListener]) -
 
 
 @implementer(IChannelEventListener)
-class NamesrvService(Service):
+class NamesrvService(OrderedMultiService):
     """A RocketMQ name server.
 
-    Listens in :meth:`startService`; broker channels that close, idle out or
+    An ordered service tree: the config pool, the expiry scans, then the port. Listens in
+    :meth:`startService`; broker channels that close, idle out or
     fail drop their brokers at once, and brokers silent for 120 s are dropped
     by a scan every 10 s.
 
@@ -74,11 +73,9 @@ class NamesrvService(Service):
         config_pool: ThreadPool | None = None,
         tls: ServerTLS | None = None,
     ) -> None:
+        super().__init__()
         self._reactor = reactor
-        self._tls = tls
-        self._listen = listen
         self._broker_expiry = broker_expiry
-        self._make_server = make_server
         kv_path = os.path.join(os.path.expanduser(config_dir), "kvConfig.json")
         self.route_info = RouteInfoManager()
         self.kv_config = KVConfigManager(kv_path)
@@ -89,52 +86,45 @@ class NamesrvService(Service):
         self._scanner = LoopingCall(self.scan_not_active_brokers)
         self._scanner.clock = reactor
         self._first_scan: IDelayedCall | None = None
-        self._server: Any = None
-        self._listening: Deferred[IListeningPort | None] | None = None
-        self._startup = StartupOutcome("name server")
-        self._port: IListeningPort | None = None
+        self._server = make_server(reactor, [self])
+        register_responders(self._server, self.processor)
+        factory = server_factory(self._server.factory(), tls, reactor)
+        self._listener = ListeningService(server_endpoint(reactor, listen), factory, "name server")
+        # start order (stopped in reverse): config pool → expiry scans → connections → port
+        self.add("config pool", Steps(self._pool.start, self._pool.stop))
+        self.add("broker expiry scan", Steps(self._schedule_scans, self._stop_scans))
+        self.add("connections", Steps(stop=self._server.close))
+        self.add("listener", self._listener)
 
     @property
     def listening_port(self) -> IListeningPort | None:
         """The port once listening (``getHost().port`` gives the number), else None."""
-        return self._port
+        return self._listener.port
 
     def startService(self) -> Deferred[None]:
-        """Load the KV config, start the scans and listen; fires once listening (fails if the port
-        cannot be opened)."""
+        """Load the KV config (a corrupt file raises here, before anything starts), then start the
+        tree; fires once listening (fails if the port cannot be opened)."""
         self.kv_config.load()
-        super().startService()
-        self._pool.start()
-        clock: IReactorTime = self._reactor
-        self._first_scan = clock.callLater(FIRST_SCAN_DELAY, self._start_scanner)
-        self._server = self._make_server(self._reactor, [self])
-        register_responders(self._server, self.processor)
-        self._startup.begin()
-        listening = maybeDeferred(lambda: server_endpoint(self._reactor, self._listen).listen(
-            server_factory(self._server.factory(), self._tls, self._reactor)))
-        self._listening = listening.addCallbacks(self._listened, self._listen_failed)
-        return self.when_started()
-
-    def _listened(self, port: IListeningPort) -> IListeningPort:
-        self._port = port
-        self._startup.succeeded()
-        self.log.info("name server listening on {address}", address=port.getHost())
-        return port
-
-    def _listen_failed(self, failure: Failure) -> None:
-        self._startup.failed(failure)  # the starter reports it
-
-    def when_started(self) -> Deferred[None]:
-        """A new Deferred: fires once listening, fails if the port could not be opened."""
-        return self._startup.when_done()
+        return super().startService()
 
     def _write_in_pool(self, path: str | os.PathLike[str], data: bytes) -> Deferred[None]:
         """The KV config's writer: one atomic file write in the config pool, in call order."""
         return deferToThreadPool(self._reactor, self._pool, write_atomically, path, data)
 
+    def _schedule_scans(self) -> None:
+        clock: IReactorTime = self._reactor
+        self._first_scan = clock.callLater(FIRST_SCAN_DELAY, self._start_scanner)
+
     def _start_scanner(self) -> None:
         self._first_scan = None
         self._scanner.start(SCAN_INTERVAL, now=True)
+
+    def _stop_scans(self) -> None:
+        if self._first_scan is not None and self._first_scan.active():
+            self._first_scan.cancel()
+        self._first_scan = None
+        if self._scanner.running:
+            self._scanner.stop()
 
     def scan_not_active_brokers(self) -> None:
         """Drop brokers silent for longer than the expiry (run by the loop)."""
@@ -145,33 +135,6 @@ class NamesrvService(Service):
             return
         for addr in expired:
             self.log.warn("broker {addr} silent for {expiry} s: removed", addr=addr, expiry=self._broker_expiry)
-
-    def stopService(self) -> Deferred[None]:
-        super().stopService()
-        if self._first_scan is not None and self._first_scan.active():
-            self._first_scan.cancel()
-        self._first_scan = None
-        if self._scanner.running:
-            self._scanner.stop()
-        pending: list[Deferred[Any]] = []
-        if self._listening is not None:
-            # Also covers a listen still in progress: stop the port once it exists.
-            pending.append(self._listening.addCallback(self._stop_listening))
-            self._listening = None
-        if self._server is not None:
-            pending.append(self._server.close())
-            self._server = None
-        if not pending:
-            self._pool.stop()  # after the KV writes already queued
-            return succeed(None)
-        return gatherResults(pending).addCallback(self._stop_pool)
-
-    def _stop_pool(self, _: object) -> None:
-        self._pool.stop()
-
-    def _stop_listening(self, port: IListeningPort | None) -> Any:
-        self._port = None
-        return None if port is None else port.stopListening()
 
     # IChannelEventListener: a broker's channel ending drops that broker at once.
 
