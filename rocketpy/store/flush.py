@@ -1,4 +1,5 @@
-"""The store's periodic pool work: commit-log flush, consume-queue flush and retention.
+"""The store's flushes: :class:`CommitLogFlush` owns the commit log's (group commit, periodic),
+:class:`FlushLoops` runs the periodic pool work (commit-log flush, consume-queue flush, retention).
 
 RocketMQ runs these as service threads (``FlushRealTimeService``, ``CleanCommitLogService``; doc/store.md); here each is a
 reactor ``LoopingCall`` that hands one blocking call to the store's pool per tick. A loop
@@ -14,8 +15,10 @@ from twisted.internet.defer import Deferred, DeferredList
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
+from twisted.python.failure import Failure
 
 from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.groupcommit import OffsetWaiters
 from rocketpy.store.retention import ConsumerPosition
 
 
@@ -53,6 +56,86 @@ def flush_commit_log(store: FlushableStore, least_pages: int, target: int = 0) -
     return store.flushed_offset
 
 
+class CommitLogFlush:
+    """The commit log's flushes and the one record of which runs (RocketMQ's flush services).
+
+    Three kinds share the flush thread, all started on the reactor through this object:
+
+    - group commit (SYNC_FLUSH): :meth:`kick` flushes up to the highest waiter; at most one such
+      flush is in flight, covering every waiter added before it started, and waiters added
+      meanwhile start the next when it ends. A failed flush is logged, not retried here;
+    - an append hop that flushes on its way (:meth:`claim`, then :meth:`release`), only when no
+      flush runs: it counts as the group commit's flush meanwhile;
+    - the periodic :meth:`tick`, skipped while a group-commit flush runs.
+
+    :param waiters: the flush waiters.
+    :param flush: ``(least_pages, target) -> Deferred`` of the offset then durable; runs
+        :func:`flush_commit_log` in the flush pool.
+    :param on_flushed: called on the reactor with that offset after each flush of :meth:`kick`
+        and :meth:`tick`; it must advance ``waiters``.
+    :param idle: called whenever a group-commit flush ends.
+    """
+
+    log = Logger()
+
+    def __init__(self, waiters: OffsetWaiters, flush: Callable[[int, int], Deferred[int]],
+                 on_flushed: Callable[[int], object], idle: Callable[[], object]) -> None:
+        self._waiters = waiters
+        self._flush = flush
+        self._on_flushed = on_flushed
+        self._idle = idle
+        self._group = False  # a group-commit flush (or a hop's flush) is in flight
+        self._periodic = False  # a tick's flush is in flight
+
+    @property
+    def group_running(self) -> bool:
+        """A group-commit flush (or an append hop's) is in flight."""
+        return self._group
+
+    def claim(self) -> bool:
+        """For an append hop that would flush too: True (the flush is the hop's until
+        :meth:`release`) when no flush of any kind runs."""
+        if self._group or self._periodic:
+            return False
+        self._group = True
+        return True
+
+    def release(self) -> None:
+        """The claiming hop's flush ended (its offset reaches the waiters through the hop)."""
+        self._group = False
+
+    def kick(self) -> None:
+        """Start a group-commit flush if a waiter is not covered and none runs."""
+        waiters = self._waiters
+        if self._group or not len(waiters) or waiters.max_offset <= waiters.position:
+            return
+        self._group = True
+        self._flush(0, waiters.max_offset).addCallbacks(self._group_done, self._group_failed, (waiters.position,))
+
+    def _group_done(self, offset: int, before: int) -> None:
+        self._group = False
+        self._on_flushed(offset)
+        if offset > before:
+            self.kick()
+        self._idle()
+
+    def _group_failed(self, failure: Failure) -> None:
+        self.log.failure("group-commit flush failed", failure, level=LogLevel.error)
+        self._group = False
+        self._idle()
+
+    async def tick(self, least_pages: int) -> None:
+        """One periodic flush of ``least_pages`` dirty pages or more; skipped while a group commit runs."""
+        if self._group:
+            return
+        self._periodic = True
+        try:
+            flushed = await self._flush(least_pages, 0)
+        finally:
+            self._periodic = False
+        self._on_flushed(flushed)
+
+
 class FlushLoops:
     """The three periodic tasks of a running store.
 
@@ -61,30 +144,22 @@ class FlushLoops:
     :param clock: the reactor's time; ``LoopingCall.clock`` and the thorough-flush timer.
     :param in_pool: runs a blocking callable in the store's writer pool (consume-queue
         flush, retention), returning a Deferred.
-    :param in_flush_pool: the same for the commit-log flush (its own thread, so that an
-        ``fdatasync`` does not hold up appends).
-    :param on_flushed: called on the reactor with the flushed offset after each commit-log flush.
+    :param commit_log: flushes the commit log (on its own thread, so that an ``fdatasync``
+        does not hold up appends) and knows whether a flush runs.
     :param sync_flush: SYNC_FLUSH: flush any dirty byte each tick (WAIT=false puts and
         waiters left over by a failed group commit), not only 4 pages.
-    :param busy: true while someone else flushes the commit log: the tick is skipped, so
-        two flushes never run at once.
     """
 
     log = Logger()
 
     def __init__(self, store: FlushableStore, config: MessageStoreConfig, clock: IReactorTime,
-                 in_pool: InPool, in_flush_pool: InPool, on_flushed: Callable[[int], None],
-                 sync_flush: bool = False, busy: Callable[[], bool] = lambda: False) -> None:
+                 in_pool: InPool, commit_log: CommitLogFlush, sync_flush: bool = False) -> None:
         self._store = store
         self._config = config
         self._clock = clock
         self._in_pool = in_pool
-        self._in_flush_pool = in_flush_pool
-        self._on_flushed = on_flushed
+        self._commit_log = commit_log
         self._sync_flush = sync_flush
-        self._busy = busy
-        #: a commit-log flush tick is running in the flush pool
-        self.flushing_commit_log = False
         self._last_thorough_log = self._last_thorough_cq = 0.0
         self._running: list[tuple[LoopingCall, Deferred[Any]]] = []
         #: a snapshot of every group's committed offsets, taken on the reactor for each retention check
@@ -132,14 +207,8 @@ class FlushLoops:
         if self._due(self._last_thorough_log, cfg.flush_commit_log_thorough_interval):
             self._last_thorough_log = self._clock.seconds()
             least = 0
-        if store.max_physical_offset <= store.flushed_offset or self._busy():
-            return  # nothing dirty, or a flush runs already: skip the hop
-        self.flushing_commit_log = True
-        try:
-            flushed = await self._in_flush_pool(flush_commit_log, store, least)
-        finally:
-            self.flushing_commit_log = False
-        self._on_flushed(flushed)
+        if store.max_physical_offset > store.flushed_offset:  # else nothing dirty: skip the hop
+            await self._commit_log.tick(least)
 
     async def flush_consume_queues(self) -> None:
         """One tick of ``FlushConsumeQueueService``: ≥ 2 pages, or everything (and the checkpoint) every 60 s."""

@@ -4,7 +4,7 @@ A waiter asks "tell me when the log is durable (or replicated) up to ``offset``,
 give up at ``deadline``". One :meth:`OffsetWaiters.advance` serves every waiter up to
 the new offset; a single timer expires the overdue ones. Each Deferred fires exactly
 once: ``True`` when covered, ``False`` when its deadline passed first.
-:class:`GroupCommit` drives the flushes; :class:`PutCompletion` turns a put's flush and
+:class:`~rocketpy.store.flush.CommitLogFlush` drives the flushes; :class:`PutCompletion` turns a put's flush and
 put-hook waits into its final :class:`PutMessageResult`.
 """
 
@@ -161,51 +161,6 @@ class OffsetWaiters:
         self._timer = None
         assert self._clock is not None
         self.expire(self._clock.seconds())
-
-
-class GroupCommit:
-    """Group commit over :class:`OffsetWaiters`: at most one flush in flight.
-
-    A flush covers every waiter added before it started; when it ends, waiters added
-    meanwhile start the next one. A flush that fails, or makes no progress, is not
-    retried here (the periodic flush loop retries; waiters time out meanwhile).
-
-    :param waiters: the waiters to serve.
-    :param flush: starts a flush up to the given offset off the reactor thread and
-        returns a Deferred of the offset then durable.
-    :param advance: called with that offset; it must call ``waiters.advance``.
-    :param idle: called whenever a flush ends.
-    """
-
-    log = Logger()
-
-    def __init__(self, waiters: OffsetWaiters, flush: Callable[[int], Deferred[int]],
-                 advance: Callable[[int], object], idle: Callable[[], object]) -> None:
-        self._waiters = waiters
-        self._flush = flush
-        self._advance = advance
-        self._idle = idle
-        self.running = False
-
-    def kick(self) -> None:
-        """Start a flush if a waiter is not covered and none runs."""
-        waiters = self._waiters
-        if self.running or not len(waiters) or waiters.max_offset <= waiters.position:
-            return
-        self.running = True
-        self._flush(waiters.max_offset).addCallbacks(self._done, self._failed, (waiters.position,))
-
-    def _done(self, offset: int, before: int) -> None:
-        self.running = False
-        self._advance(offset)
-        if offset > before:
-            self.kick()
-        self._idle()
-
-    def _failed(self, failure: Failure) -> None:
-        self.log.failure("group-commit flush failed", failure, level=LogLevel.error)
-        self.running = False
-        self._idle()
 
 
 class PutCompletion:

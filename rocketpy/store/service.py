@@ -29,8 +29,8 @@ from zope.interface import implementer
 
 from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IMessageStore, IStoreService
-from rocketpy.store.flush import FlushLoops, flush_commit_log
-from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters, PutCompletion, PutHook, wants_wait
+from rocketpy.store.flush import CommitLogFlush, FlushLoops, flush_commit_log
+from rocketpy.store.groupcommit import OffsetWaiters, PutCompletion, PutHook, wants_wait
 from rocketpy.store.retention import ConsumerPosition
 from rocketpy.store.servicereads import StoreReads
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
@@ -143,10 +143,9 @@ class StoreService(StoreReads, Service):
         self._flush_waiters = OffsetWaiters(reactor)
         self._completion = PutCompletion(self._flush_waiters, reactor, self._sync_flush,
                                          self._config.sync_flush_timeout)
-        flush_to = partial(self._in_flush_pool, flush_commit_log, message_store, 0)
-        self._group_commit = GroupCommit(self._flush_waiters, flush_to, self._advance_flushed, self._check_drained)
-        self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool, self._in_flush_pool,
-                                 self._advance_flushed, self._sync_flush, lambda: self._group_commit.running)
+        flush = partial(self._in_flush_pool, flush_commit_log, message_store)
+        self._flush = CommitLogFlush(self._flush_waiters, flush, self._advance_flushed, self._check_drained)
+        self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool, self._flush, self._sync_flush)
 
     # -- lifecycle --
 
@@ -226,7 +225,7 @@ class StoreService(StoreReads, Service):
         return flushed
 
     def _idle(self) -> bool:
-        return (self._hop_started is None and not self._queue and not self._group_commit.running
+        return (self._hop_started is None and not self._queue and not self._flush.group_running
                 and not self._populating)
 
     def _wait_drained(self) -> Deferred[None]:
@@ -338,9 +337,8 @@ class StoreService(StoreReads, Service):
             return
         self._hop_started = self._reactor.seconds()
         flush_target = None
-        if self._sync_flush and not self._group_commit.running and not self._loops.flushing_commit_log:
-            # No flush runs: this hop flushes too, saving a thread hop (a lone producer's latency).
-            self._group_commit.running = True
+        if self._sync_flush and self._flush.claim():
+            # No flush ran: this hop flushes too, saving a thread hop (a lone producer's latency).
             flush_target = self._flush_waiters.max_offset if len(self._flush_waiters) else 0
         d = self._in_pool(self._append_blocking, puts, flush_target)
         flushing = flush_target is not None
@@ -392,7 +390,7 @@ class StoreService(StoreReads, Service):
     def _hop_done(self, outcome: _HopOutcome, puts: list[_Put], flushing: bool) -> None:
         results, flushed, flush_error = outcome
         if flushing:
-            self._group_commit.running = False
+            self._flush.release()
         if flush_error is not None:
             self.log.failure("group-commit flush failed", _failure(flush_error), level=LogLevel.error)
         touched: dict[tuple[str, int], None] = {}
@@ -423,13 +421,13 @@ class StoreService(StoreReads, Service):
                 start += count
         finally:
             self._delivering -= 1
-        self._group_commit.kick()
+        self._flush.kick()
         self._hop_finished()
 
     def _hop_failed(self, failure: Failure, puts: list[_Put], flushing: bool) -> None:
         self.log.failure("append hop failed", failure, level=LogLevel.error)
         if flushing:
-            self._group_commit.running = False
+            self._flush.release()
         for put in puts:
             if not put.deferred.called:
                 self._refuse(put, PutMessageStatus.UNKNOWN_ERROR)

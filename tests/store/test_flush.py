@@ -6,7 +6,8 @@ from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.store.groupcommit import GroupCommit, OffsetWaiters
+from rocketpy.store.flush import CommitLogFlush
+from rocketpy.store.groupcommit import OffsetWaiters
 from rocketpy.store.status import PutMessageStatus
 from tests.fakes import PAGE, RECORD_OVERHEAD
 from tests.store.fakes import ManualPool, make_service, make_stepped_service, message
@@ -248,15 +249,16 @@ class GroupCommitTests(SynchronousTestCase):
         self.assertEqual(clock.getDelayedCalls().__len__(), 3, "only the three loops remain")
 
 
-class GroupCommitUnitTests(SynchronousTestCase):
-    """GroupCommit on its own: one flush in flight, no retry after a failure."""
+class CommitLogFlushTests(SynchronousTestCase):
+    """CommitLogFlush on its own: one group-commit flush in flight, no retry after a failure, ticks
+    skipped meanwhile, and a hop's claim only when no flush runs."""
 
     def setUp(self) -> None:
         self.waiters = OffsetWaiters()
         self.flushes: list[tuple[int, Deferred[int]]] = []
         self.idle = 0
 
-        def flush(target: int) -> Deferred[int]:
+        def flush(least_pages: int, target: int) -> Deferred[int]:
             d: Deferred[int] = Deferred()
             self.flushes.append((target, d))
             return d
@@ -264,7 +266,7 @@ class GroupCommitUnitTests(SynchronousTestCase):
         def idle() -> None:
             self.idle += 1
 
-        self.group = GroupCommit(self.waiters, flush, self.waiters.advance, idle)
+        self.group = CommitLogFlush(self.waiters, flush, self.waiters.advance, idle)
 
     def test_one_flush_then_the_next(self) -> None:
         """Waiters added during a flush start the next flush when it ends."""
@@ -279,7 +281,7 @@ class GroupCommitUnitTests(SynchronousTestCase):
         self.assertEqual([t for t, _ in self.flushes], [10, 20])
         self.flushes[1][1].callback(20)
         self.assertTrue(self.successResultOf(later))
-        self.assertEqual((self.group.running, self.idle), (False, 2))
+        self.assertEqual((self.group.group_running, self.idle), (False, 2))
 
     def test_failure_is_logged_not_retried(self) -> None:
         """A failed flush is logged; the next kick starts a new one."""
@@ -287,6 +289,24 @@ class GroupCommitUnitTests(SynchronousTestCase):
         self.group.kick()
         self.flushes[0][1].errback(OSError("EIO"))
         self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
-        self.assertEqual((len(self.flushes), self.group.running), (1, False))
+        self.assertEqual((len(self.flushes), self.group.group_running), (1, False))
         self.group.kick()
         self.assertEqual(len(self.flushes), 2)
+
+    def test_tick_skipped_during_group_commit_and_claim_refused_during_tick(self) -> None:
+        """A tick while a group-commit flush runs flushes nothing; a hop cannot claim the flush
+        while a tick's runs, and can once it ended."""
+        self.waiters.add(10, 99.0)
+        self.group.kick()
+        self.successResultOf(Deferred.fromCoroutine(self.group.tick(4)))
+        self.assertEqual(len(self.flushes), 1)
+        self.flushes[0][1].callback(10)
+        ticking = Deferred.fromCoroutine(self.group.tick(4))
+        self.assertFalse(self.group.claim())
+        self.flushes[1][1].callback(12)
+        self.successResultOf(ticking)
+        self.assertEqual(self.waiters.position, 12)
+        self.assertTrue(self.group.claim())
+        self.assertFalse(self.group.claim())
+        self.group.release()
+        self.assertFalse(self.group.group_running)
