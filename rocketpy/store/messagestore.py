@@ -23,11 +23,11 @@ from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.consumequeue import ConsumeQueueStore
 from rocketpy.store.dispatch import QueueRecorder, SupportsDispatch
 from rocketpy.store.index import IndexService
-from rocketpy.store.reads import MessageReader, RecordFilter, TagFilter
+from rocketpy.store.reads import MessageReader
 from rocketpy.store.recovery import RecoveryReport, boot_id, page_cache_intact, recover_store
 from rocketpy.store.retention import ConsumerPosition, Retention, used_ratio
 from rocketpy.store.stats import StoreStats
-from rocketpy.store.status import GetMessageResult, PutMessageResult, PutMessageStatus, QueryMessageResult
+from rocketpy.store.status import PutMessageResult, PutMessageStatus, QueryMessageResult
 
 _log = Logger()
 
@@ -49,8 +49,8 @@ class StoreLockedError(RuntimeError):
 
 
 @implementer(IMessageStore)
-class MessageStore:
-    """One broker's message store.
+class MessageStore(MessageReader):
+    """One broker's message store; its reads are :class:`MessageReader`'s.
 
     :param config: the store configuration.
     :param now_ms: the clock in ms (store timestamps, page-cache-busy, retention); tests inject one.
@@ -72,7 +72,7 @@ class MessageStore:
         if self.replicated is not None:
             dispatchers.append(self.replicated)
         self.commit_log = CommitLog(config, dispatchers, now_ms, self.stats)
-        self.reader = MessageReader(self.consume_queues, self.commit_log, config, total_memory)
+        MessageReader.__init__(self, self.consume_queues, self.commit_log, config, total_memory)
         self.retention = Retention(config, now_ms)
         self.checkpoint: StoreCheckpoint | None = None
         #: what the last load's recovery did
@@ -318,41 +318,7 @@ class MessageStore:
         """How far the commit log is durable."""
         return self.commit_log.flushed_offset
 
-    # -- reads (any thread) --
-
-    def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    tag_filter: TagFilter | None = None,
-                    record_filter: RecordFilter | None = None) -> GetMessageResult:
-        """Up to ``max_msg_nums`` records of a queue from ``offset`` (see :class:`MessageReader`)."""
-        return self.reader.get_message(group, topic, queue_id, offset, max_msg_nums, tag_filter, record_filter)
-
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        """The next queue offset to be written (0 for an unknown queue)."""
-        cq = self.consume_queues.get(topic, queue_id)
-        return cq.max_offset if cq is not None else 0
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        """The first readable queue offset (0 for an unknown queue)."""
-        cq = self.consume_queues.get(topic, queue_id)
-        return cq.min_offset if cq is not None else 0
-
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
-        return self.reader.offset_by_time(topic, queue_id, timestamp_ms)
-
-    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
-        return self.reader.earliest_message_time(topic, queue_id)
-
-    def query_consume_time_span(self, topic: str, queue_id: int, consumer_offset: int) -> tuple[int, int, int, int]:
-        """See :meth:`MessageReader.consume_time_span`."""
-        return self.reader.consume_time_span(topic, queue_id, consumer_offset)
-
-    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
-        return self.reader.commit_log_offset_in_queue(topic, queue_id, cq_offset)
-
-    def query_consume_queue(self, topic: str, queue_id: int, index: int,
-                            count: int) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:
-        """See :meth:`MessageReader.consume_queue_entries`."""
-        return self.reader.consume_queue_entries(topic, queue_id, index, count)
+    # -- reads (any thread; pulls and queue look-ups are MessageReader's) --
 
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         """The decoded record at a commit-log offset, None if there is none."""

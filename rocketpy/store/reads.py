@@ -63,7 +63,8 @@ def store_timestamp_of(commit_log: CommitLogReader, offset: int, size: int) -> i
 
 
 class MessageReader:
-    """Answers pulls and the time/offset look-ups of one store.
+    """The reads of one store (the read half of ``MessageStore``, which is one): pulls, queue
+    bounds and the time/offset look-ups, under the names of ``IMessageStore``.
 
     :param queues: the consume queues.
     :param commit_log: the log records are read from.
@@ -84,6 +85,16 @@ class MessageReader:
         memory = physical_memory() if total_memory is None else total_memory
         self._memory_limit = memory * config.access_message_in_memory_max_ratio // 100
         self._log_file_size = config.mapped_file_size_commit_log
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The next queue offset to be written (0 for an unknown queue)."""
+        cq = self._queues.get(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The first readable queue offset (0 for an unknown queue)."""
+        cq = self._queues.get(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
 
     def get_message(
         self,
@@ -170,17 +181,17 @@ class MessageReader:
         result.suggest_pulling_from_slave = max_phy - last_phy > self._memory_limit
         return pos // CQ_UNIT_SIZE
 
-    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after ``timestamp_ms`` (the max offset if none)."""
         return self._queues.find(topic, queue_id).offset_by_time(timestamp_ms, self._store_time)
 
-    def earliest_message_time(self, topic: str, queue_id: int) -> int:
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
         """Store time of the oldest readable message of a queue, -1 if none."""
         cq = self._queues.find(topic, queue_id)
         entry = cq.get_entry(cq.min_offset)
         return -1 if entry is None else self._store_time(entry[0], entry[1])
 
-    def consume_time_span(self, topic: str, queue_id: int, consumer_offset: int) -> tuple[int, int, int, int]:
+    def query_consume_time_span(self, topic: str, queue_id: int, consumer_offset: int) -> tuple[int, int, int, int]:
         """QUERY_CONSUME_TIME_SPAN for one queue: the store times (ms, -1 when absent) of its oldest
         and newest messages, of the last one consumed (the oldest's when none was) and of the next
         one to consume (-1 when the group is at the end). A negative offset counts as the minimum."""
@@ -196,13 +207,13 @@ class MessageReader:
         consumed = at(consumer_offset - 1) if consumer_offset > low else oldest
         return oldest, at(end - 1), consumed, at(consumer_offset) if consumer_offset < end else -1
 
-    def commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
         """The commit-log offset of a queue entry, 0 if absent (as RocketMQ)."""
         entry = self._queues.find(topic, queue_id).get_entry(cq_offset)
         return 0 if entry is None else entry[0]
 
-    def consume_queue_entries(self, topic: str, queue_id: int, index: int,
-                              count: int) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:
+    def query_consume_queue(self, topic: str, queue_id: int, index: int,
+                            count: int) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:
         """QUERY_CONSUME_QUEUE: ``(min index, max index, up to count entries from index)``; the
         entries are None when ``index`` is not readable; None when the queue does not exist."""
         cq = self._queues.get(topic, queue_id)

@@ -174,21 +174,21 @@ class ReadTests(SynchronousTestCase):
     def test_time_lookups(self) -> None:
         """Offset by time, earliest message time and commit-log offset of an entry read the log."""
         self.put(5)
-        self.assertEqual(self.reader.offset_by_time("T", 0, T0 + 2500), 3)
-        self.assertEqual(self.reader.offset_by_time("T", 0, T0 + 99_000), 5)
-        self.assertEqual(self.reader.earliest_message_time("T", 0), T0)
-        self.assertEqual(self.reader.earliest_message_time("T", 9), -1)
+        self.assertEqual(self.reader.get_offset_in_queue_by_time("T", 0, T0 + 2500), 3)
+        self.assertEqual(self.reader.get_offset_in_queue_by_time("T", 0, T0 + 99_000), 5)
+        self.assertEqual(self.reader.get_earliest_message_time("T", 0), T0)
+        self.assertEqual(self.reader.get_earliest_message_time("T", 9), -1)
         offset = self.queues.find("T", 0).get_entry(2)[0]  # type: ignore[index]
-        self.assertEqual(self.reader.commit_log_offset_in_queue("T", 0, 2), offset)
-        self.assertEqual(self.reader.commit_log_offset_in_queue("T", 0, 7), 0)
+        self.assertEqual(self.reader.get_commit_log_offset_in_queue("T", 0, 2), offset)
+        self.assertEqual(self.reader.get_commit_log_offset_in_queue("T", 0, 7), 0)
 
     def test_consume_time_span(self) -> None:
         """Oldest, newest, last consumed and next store times of a queue (QUERY_CONSUME_TIME_SPAN)."""
         self.put(5)  # store times T0 + 0 s … T0 + 4 s
-        self.assertEqual(self.reader.consume_time_span("T", 0, 2), (T0, T0 + 4000, T0 + 1000, T0 + 2000))
-        self.assertEqual(self.reader.consume_time_span("T", 0, -1), (T0, T0 + 4000, T0, T0))  # none committed
-        self.assertEqual(self.reader.consume_time_span("T", 0, 5), (T0, T0 + 4000, T0 + 4000, -1))  # at the end
-        self.assertEqual(self.reader.consume_time_span("T", 7, 0), (-1, -1, -1, -1))  # an empty queue
+        self.assertEqual(self.reader.query_consume_time_span("T", 0, 2), (T0, T0 + 4000, T0 + 1000, T0 + 2000))
+        self.assertEqual(self.reader.query_consume_time_span("T", 0, -1), (T0, T0 + 4000, T0, T0))  # none committed
+        self.assertEqual(self.reader.query_consume_time_span("T", 0, 5), (T0, T0 + 4000, T0 + 4000, -1))  # at the end
+        self.assertEqual(self.reader.query_consume_time_span("T", 7, 0), (-1, -1, -1, -1))  # an empty queue
 
     def test_store_timestamp_of_ipv6_born_host(self) -> None:
         """The store time sits 12 bytes further when the born host is IPv6."""
