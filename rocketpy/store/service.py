@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from collections import Counter
 from functools import partial
-from typing import Any, Callable, Sequence, TypeVar, cast
+from typing import Any, Callable, Sequence
 
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, succeed
-from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
-from twisted.internet.threads import deferToThreadPool
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
@@ -30,56 +29,14 @@ from zope.interface import implementer
 from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IMessageStore, IStoreService
 from rocketpy.store.flush import CommitLogFlush, FlushLoops, flush_commit_log
-from rocketpy.store.groupcommit import OffsetWaiters, PutCompletion, PutHook, wants_wait
+from rocketpy.store.groupcommit import OffsetWaiters, PutCompletion, PutHook
+from rocketpy.store.hop import HopOutcome, QueuedPut, append_and_flush, each_put, put_all
+from rocketpy.store.pools import StorePools
 from rocketpy.store.retention import ConsumerPosition
 from rocketpy.store.servicereads import StoreReads
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
-T = TypeVar("T")
 ArrivalListener = Callable[[str, int, int], None]
-
-
-class _PoolCaller:
-    """``deferToThreadPool`` bound to one reactor and pool; ``running`` counts its calls not
-    yet answered (0: the pool runs nothing of ours)."""
-
-    __slots__ = ("_reactor", "_pool", "running")
-
-    def __init__(self, reactor: IReactorFromThreads, pool: ThreadPool) -> None:
-        self._reactor = reactor
-        self._pool = pool
-        self.running = 0
-
-    def __call__(self, f: Callable[..., T], *args: Any) -> Deferred[T]:
-        self.running += 1
-        return deferToThreadPool(self._reactor, self._pool, f, *args).addBoth(self._answered)
-
-    def _answered(self, result: T) -> T:
-        self.running -= 1
-        return result
-
-
-class _Put:
-    """What one caller queued: independent puts (each one message or a batch) and the Deferred
-    it holds, which fires with one result (``single``) or a list of them, in order."""
-
-    __slots__ = ("puts", "single", "messages", "deferred")
-
-    def __init__(self, puts: Sequence[Sequence[MessageExt]], single: bool, messages: int) -> None:
-        self.puts = puts
-        self.single = single
-        self.messages = messages
-        self.deferred: Deferred[Any] = Deferred()
-
-    def refuse(self, status: PutMessageStatus) -> None:
-        result = PutMessageResult(status)
-        self.deferred.callback(result if self.single else [result] * len(self.puts))
-
-
-# What an append hop returns: per put (each of every _Put's) a result or the exception it
-# raised; the flushed offset when the hop flushed (else None); the flush's exception, if any.
-_Results = list["PutMessageResult | Exception"]
-_HopOutcome = tuple[_Results, "int | None", "Exception | None"]
 
 
 @implementer(IStoreService)
@@ -108,19 +65,10 @@ class StoreService(StoreReads, Service):
         self._store = message_store
         self._config = message_store.config
         self._reactor = reactor
-        if pool is None:
-            pool = ThreadPool(1, 1, "rocketpy-store")
-            if read_pool is None:
-                read_pool = ThreadPool(1, 4, "rocketpy-store-read")
-            if flush_pool is None:
-                flush_pool = ThreadPool(1, 1, "rocketpy-store-flush")
-        self._pool = pool
-        self._read_pool = pool if read_pool is None else read_pool
-        self._flush_pool = pool if flush_pool is None else flush_pool
-        threads = cast(IReactorFromThreads, reactor)
-        self._in_pool = _PoolCaller(threads, self._pool)
-        self._in_read_pool = _PoolCaller(threads, self._read_pool)
-        self._in_flush_pool = _PoolCaller(threads, self._flush_pool)
+        self._pools = StorePools(reactor, pool, read_pool, flush_pool)
+        self._in_pool = self._pools.in_writer
+        self._in_read_pool = self._pools.in_read
+        self._in_flush_pool = self._pools.in_flush
         self._sync_flush = self._config.flush_disk_type == "SYNC_FLUSH"
         # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH: a SYNC_FLUSH
         # put waits for a flush hop anyway, and its append hop flushes too).
@@ -128,7 +76,7 @@ class StoreService(StoreReads, Service):
         self._populating = False
         self._max_queued = max_queued_messages
         self._max_queue_wait = max_queue_wait
-        self._queue: list[_Put] = []
+        self._queue: list[QueuedPut] = []
         self._queued_messages = 0
         self._queued_since = 0.0
         self._hop_started: float | None = None
@@ -153,8 +101,7 @@ class StoreService(StoreReads, Service):
         """Start the pools, ``load()`` and ``start()`` the store in the pool, then the loops."""
         super().startService()
         self._accepting = True
-        for pool in self._pools():
-            pool.start()
+        self._pools.start()
         self._started = Deferred.fromCoroutine(self._start())
         return self._started
 
@@ -207,16 +154,7 @@ class StoreService(StoreReads, Service):
             except Exception:
                 self.log.failure("message store shutdown failed", level=LogLevel.critical)
         self._flush_waiters.expire(float("inf"))  # nothing will flush any more
-        for pool in self._pools():
-            pool.stop()
-
-    def _pools(self) -> list[ThreadPool]:
-        """The distinct pools, writer first."""
-        pools: list[ThreadPool] = []
-        for pool in (self._pool, self._flush_pool, self._read_pool):
-            if all(pool is not p for p in pools):
-                pools.append(pool)
-        return pools
+        self._pools.stop()
 
     def _shutdown_blocking(self) -> int:
         # The facade's shutdown flushes everything again (consume queues, index, checkpoint).
@@ -245,11 +183,11 @@ class StoreService(StoreReads, Service):
         stopped, ``OS_PAGECACHE_BUSY`` when :meth:`is_busy`, ``FLUSH_DISK_TIMEOUT`` after
         ``sync_flush_timeout``, ``UNKNOWN_ERROR`` when the store raised).
         """
-        return self._enqueue(_Put(((msg,),), True, 1))
+        return self._enqueue(QueuedPut(((msg,),), True, 1))
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> Deferred[PutMessageResult]:
         """Append a batch under one store lock, with one result (as :meth:`put_message`)."""
-        return self._enqueue(_Put((msgs,), True, len(msgs)))
+        return self._enqueue(QueuedPut((msgs,), True, len(msgs)))
 
     def put_many(self, puts: Sequence[Sequence[MessageExt]]) -> Deferred[list[PutMessageResult]]:
         """Several independent puts (a sequence of one message, or a batch), one result each
@@ -259,7 +197,7 @@ class StoreService(StoreReads, Service):
         """
         if not puts:
             return succeed([])
-        return self._enqueue(_Put(puts, False, sum(map(len, puts))))
+        return self._enqueue(QueuedPut(puts, False, sum(map(len, puts))))
 
     def queue_wait(self) -> float:
         """Seconds the oldest put waiting for an append hop has waited (0 when none waits)."""
@@ -280,7 +218,7 @@ class StoreService(StoreReads, Service):
         started = self._hop_started
         return started is not None and now - started > self._config.os_page_cache_busy_timeout
 
-    def _enqueue(self, put: _Put) -> Deferred[Any]:
+    def _enqueue(self, put: QueuedPut) -> Deferred[Any]:
         if not self._accepting:
             self._refuse(put, PutMessageStatus.SERVICE_NOT_AVAILABLE)
         elif (self._hop_started is not None or self._queue) and self.is_busy():
@@ -298,11 +236,11 @@ class StoreService(StoreReads, Service):
                 self._maybe_hop()
         return put.deferred
 
-    def _refuse(self, put: _Put, status: PutMessageStatus) -> None:
+    def _refuse(self, put: QueuedPut, status: PutMessageStatus) -> None:
         self.refused[status.value] += len(put.puts)
         put.refuse(status)
 
-    def _append_inline(self, puts: list[_Put]) -> None:
+    def _append_inline(self, puts: list[QueuedPut]) -> None:
         """ASYNC_FLUSH, writer idle: append small messages on the reactor thread, without a hop.
 
         A lone producer otherwise pays two thread wake-ups per send (to the pool and back
@@ -312,7 +250,7 @@ class StoreService(StoreReads, Service):
         already faulted in, no file created (doc/store.md, "The put path").
         """
         self._hop_started = self._reactor.seconds()  # the writer's state is ours meanwhile
-        results = self._put_all(puts)
+        results = put_all(self._store, puts)
         if not self._populating and self._store.populate_due():
             # fault in the next pages on the flush thread, so the next appends stay inline too
             self._populating = True
@@ -332,7 +270,7 @@ class StoreService(StoreReads, Service):
             return
         puts, self._queue = self._queue, []
         self._queued_messages = 0
-        if self._inline and not self._in_pool.running and self._store.can_append_inline(_each_put(puts)):
+        if self._inline and not self._in_pool.running and self._store.can_append_inline(each_put(puts)):
             self._append_inline(puts)  # what queued up during the last hop, without another
             return
         self._hop_started = self._reactor.seconds()
@@ -340,54 +278,12 @@ class StoreService(StoreReads, Service):
         if self._sync_flush and self._flush.claim():
             # No flush ran: this hop flushes too, saving a thread hop (a lone producer's latency).
             flush_target = self._flush_waiters.max_offset if len(self._flush_waiters) else 0
-        d = self._in_pool(self._append_blocking, puts, flush_target)
+        d = self._in_pool(append_and_flush, self._store, puts, flush_target)
         flushing = flush_target is not None
         d.addCallbacks(self._hop_done, self._hop_failed, callbackArgs=(puts, flushing),
                        errbackArgs=(puts, flushing))
 
-    def _append_blocking(self, puts: list[_Put], flush_target: int | None) -> _HopOutcome:
-        """Pool thread: append every queued put, in order; an exception stays with its put.
-
-        With a ``flush_target`` the hop then flushes up to it and to the end of every
-        waiting put it appended (group commit without a second hop).
-        """
-        results = self._put_all(puts)
-        if flush_target is None:
-            return results, None, None
-        for msgs, result in zip(_each_put(puts), results):
-            if not isinstance(result, Exception) and result.append is not None and result.ok \
-                    and wants_wait(msgs[0]):
-                flush_target = max(flush_target, result.append.next_offset)
-        store = self._store
-        try:
-            if flush_target > store.flushed_offset:
-                flush_commit_log(store, 0, flush_target)
-            return results, store.flushed_offset, None
-        except Exception as e:
-            return results, None, e
-
-    def _put_all(self, puts: list[_Put]) -> _Results:
-        """One result per put of every ``_Put``, in order. A store with ``put_many`` takes the
-        whole hop under one lock and one write per file (it turns a put's own errors into its
-        status); otherwise one call per put.
-        """
-        store = self._store
-        each = _each_put(puts)
-        put_many = getattr(store, "put_many", None)
-        if put_many is not None and len(each) > 1:
-            try:
-                return cast(_Results, put_many(each))
-            except Exception as e:  # a store bug: no put of the hop can be trusted
-                return [e] * len(each)
-        results: _Results = []
-        for msgs in each:
-            try:
-                results.append(store.put_message(msgs[0]) if len(msgs) == 1 else store.put_messages(msgs))
-            except Exception as e:
-                results.append(e)
-        return results
-
-    def _hop_done(self, outcome: _HopOutcome, puts: list[_Put], flushing: bool) -> None:
+    def _hop_done(self, outcome: HopOutcome, puts: list[QueuedPut], flushing: bool) -> None:
         results, flushed, flush_error = outcome
         if flushing:
             self._flush.release()
@@ -396,7 +292,7 @@ class StoreService(StoreReads, Service):
         touched: dict[tuple[str, int], None] = {}
         logged: set[int] = set()
         ok = PutMessageStatus.PUT_OK
-        for i, (msgs, result) in enumerate(zip(_each_put(puts), results)):
+        for i, (msgs, result) in enumerate(zip(each_put(puts), results)):
             if isinstance(result, Exception):
                 if id(result) not in logged:  # a failed put_many repeats one exception
                     logged.add(id(result))
@@ -424,7 +320,7 @@ class StoreService(StoreReads, Service):
         self._flush.kick()
         self._hop_finished()
 
-    def _hop_failed(self, failure: Failure, puts: list[_Put], flushing: bool) -> None:
+    def _hop_failed(self, failure: Failure, puts: list[QueuedPut], flushing: bool) -> None:
         self.log.failure("append hop failed", failure, level=LogLevel.error)
         if flushing:
             self._flush.release()
@@ -496,11 +392,6 @@ class StoreService(StoreReads, Service):
         ok, touched = result
         self._notify_arrivals(touched)
         return ok
-
-
-def _each_put(puts: list[_Put]) -> Sequence[Sequence[MessageExt]]:
-    """The puts of every ``_Put``, flattened in order."""
-    return puts[0].puts if len(puts) == 1 else [msgs for put in puts for msgs in put.puts]
 
 
 def _failure(error: Exception) -> Failure:

@@ -374,7 +374,7 @@ class LifecycleTests(SynchronousTestCase):
     def test_owned_pools(self) -> None:
         """Without a pool the service makes one-thread writer and flush pools and a read pool."""
         service = StoreService(FakeMessageStore(), reactor)
-        pools = service._pools()
+        pools = service._pools.distinct()
         self.assertEqual([(p.min, p.max) for p in pools], [(1, 1), (1, 1), (1, 4)])
 
 
