@@ -1,7 +1,7 @@
 """Delayed delivery: ``ScheduleMessageService`` and GET_ALL_DELAY_OFFSET (45).
 
 The store parks a message with ``DELAY`` = L on ``SCHEDULE_TOPIC_XXXX`` queue L−1
-(:meth:`rocketpy.store.commitlog.CommitLog._divert_to_schedule_topic`, the one place every
+(:meth:`rocketpy.store.delay.DelayLevels.divert`, the one place every
 put passes). Here one reactor-timed task per level reads its queue from the level's
 delay offset and re-puts each due message to ``REAL_TOPIC``/``REAL_QID`` (doc/wire.md
 §6). The offset advances only after the re-put was stored, and the

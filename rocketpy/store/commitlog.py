@@ -31,6 +31,7 @@ from rocketpy.common.message import (
 )
 from rocketpy.common.topic import SCHEDULE_TOPIC, TOPIC_MAX_LENGTH
 from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.delay import DelayLevels
 from rocketpy.store.dispatch import DispatchRequest, SupportsDispatch
 from rocketpy.store.mappedfile import MappedFile
 from rocketpy.store.mappedfilequeue import MappedFileQueue
@@ -78,7 +79,7 @@ class CommitLog:
         self.dispatch_failed = False
         self.reput_offset = 0  # first byte not yet dispatched (HA appends)
         self._lock = threading.Lock()
-        self._delay_ms = config.delay_level_table()
+        self._delays = DelayLevels(config.delay_level_table())
         self._host_hex = offset_msg_id(config.store_host, 0)[:-16]
         self._tags_codes: dict[str, int] = {}
 
@@ -193,7 +194,7 @@ class CommitLog:
             if len(msg.topic) > TOPIC_MAX_LENGTH or len(msg.body) > max_body:
                 return bufs, PutMessageStatus.MESSAGE_ILLEGAL
             if MessageConst.DELAY_TIME_LEVEL in msg.properties and msg.topic != SCHEDULE_TOPIC:
-                self._divert_to_schedule_topic(msg)
+                self._delays.divert(msg)
             msg.store_host = host
             try:
                 buf = encode_record(msg)
@@ -205,22 +206,6 @@ class CommitLog:
                 return bufs, PutMessageStatus.MESSAGE_ILLEGAL
             bufs.append(buf)
         return bufs, None
-
-    def _divert_to_schedule_topic(self, msg: MessageExt) -> None:
-        # A delayed NOT/COMMIT message waits on SCHEDULE_TOPIC_XXXX queue level-1 (RocketMQ 4.9).
-        if msg.sys_flag & _TRAN_MASK in _NO_QUEUE_OFFSET:
-            return
-        try:
-            level = int(msg.properties[MessageConst.DELAY_TIME_LEVEL])
-        except ValueError:
-            return
-        if level <= 0:
-            return
-        level = min(level, len(self._delay_ms))
-        msg.properties[MessageConst.DELAY_TIME_LEVEL] = str(level)
-        msg.properties[MessageConst.REAL_TOPIC] = msg.topic
-        msg.properties[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
-        msg.topic, msg.queue_id = SCHEDULE_TOPIC, level - 1
 
     def _append(self, encoded: list[tuple[int, Sequence[MessageExt], list[bytearray], int]],
                 results: list[PutMessageResult | None], now: int) -> None:
@@ -317,7 +302,7 @@ class CommitLog:
         if tags:
             code = self._tags_codes.get(tags, 0) or self._tags_code(tags)
         if msg.topic == SCHEDULE_TOPIC:
-            code = self._delivery_time(msg, code)
+            code = self._delays.delivery_time(msg, code)
         request = DispatchRequest(
             msg.topic, msg.queue_id, msg.commit_log_offset, msg.store_size, code, msg.store_timestamp,
             msg.queue_offset, props.get(MessageConst.KEYS), props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
@@ -336,15 +321,6 @@ class CommitLog:
             self._tags_codes.clear()
         code = self._tags_codes[tags] = tags_code(tags)
         return code
-
-    def _delivery_time(self, msg: MessageExt, default: int) -> int:
-        try:
-            level = int(msg.properties.get(MessageConst.DELAY_TIME_LEVEL, "0"))
-        except ValueError:
-            return default
-        if level <= 0:
-            return default
-        return msg.store_timestamp + self._delay_ms[min(level, len(self._delay_ms)) - 1]
 
     def append_data(self, offset: int, data: bytes) -> bool:
         """HA slave: append master bytes at ``offset`` (must be the log end), then dispatch every
