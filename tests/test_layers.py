@@ -19,7 +19,7 @@ import rocketpy
 BUILDS_ON: dict[str, tuple[str, ...]] = {
     "common": (),  # message layout, headers, topics, routes, JSON
     "interfaces": ("common",),  # the zope interfaces between the layers
-    "util": ("common",),  # files, config files, start-up outcome
+    "util": ("common",),  # files, config files, the ordered service tree
     "remoting": ("util", "interfaces"),  # the wire protocol, client and server
     "acl": ("remoting",),  # request signing and checking
     "store": ("util", "interfaces"),  # the message store
