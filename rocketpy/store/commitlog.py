@@ -18,12 +18,9 @@ from twisted.logger import Logger
 
 from rocketpy.common.message import (
     BLANK_MAGIC_CODE,
-    MAGIC_CODE,
     MessageConst,
     MessageExt,
     MessageSysFlag,
-    RecordError,
-    decode_record,
     encode_record,
     offset_msg_id,
     patch_record,
@@ -360,26 +357,6 @@ class CommitLog:
         if mf is None:
             return None
         return mf.select(offset - mf.file_from_offset, size)
-
-    def select_one_message_by_offset(self, offset: int) -> bytes | None:
-        """The raw record at ``offset``."""
-        head = self.get_data(offset, 8)
-        if head is None:
-            return None
-        size, magic = _HEAD.unpack(head)
-        if magic != MAGIC_CODE or size <= 0:
-            return None
-        return self.get_data(offset, size)
-
-    def look_message_by_offset(self, offset: int) -> MessageExt | None:
-        """The decoded record at ``offset``."""
-        raw = self.select_one_message_by_offset(offset)
-        if raw is None:
-            return None
-        try:
-            return decode_record(raw)
-        except RecordError:
-            return None
 
     # -- flush and lifecycle --
 

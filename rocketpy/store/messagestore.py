@@ -318,27 +318,15 @@ class MessageStore(MessageReader):
         """How far the commit log is durable."""
         return self.commit_log.flushed_offset
 
-    # -- reads (any thread; pulls and queue look-ups are MessageReader's) --
-
-    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
-        """The decoded record at a commit-log offset, None if there is none."""
-        return self.commit_log.look_message_by_offset(commit_log_offset)
-
-    def select_one_message_by_offset(self, commit_log_offset: int) -> bytes | None:
-        """The raw record at a commit-log offset, None if there is none."""
-        return self.commit_log.select_one_message_by_offset(commit_log_offset)
+    # -- reads (any thread; the others are MessageReader's) --
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryMessageResult:
         """Records of ``topic`` with ``key`` (a KEYS token or UNIQ_KEY) stored in ``[begin_ms, end_ms]``."""
         found = self.index.query(topic, key, max_num, begin_ms, end_ms)
-        records = [r for r in map(self.commit_log.select_one_message_by_offset, found.phy_offsets) if r is not None]
+        records = [r for r in map(self.select_one_message_by_offset, found.phy_offsets) if r is not None]
         return QueryMessageResult(records, found.index_last_update_timestamp, found.index_last_update_phyoffset)
 
     # -- HA --
-
-    def get_commit_log_data(self, offset: int, size: int = -1) -> bytes | None:
-        """``size`` bytes at ``offset`` (-1: to the readable end of its commit-log file); HA master side."""
-        return self.commit_log.get_data(offset, size)
 
     def append_to_commit_log(self, offset: int, data: bytes) -> bool:
         """Slave side: append master bytes at ``offset`` byte for byte, then dispatch whole records."""

@@ -10,7 +10,7 @@ import os
 import struct
 from typing import Callable, Protocol
 
-from rocketpy.common.message import MessageSysFlag
+from rocketpy.common.message import MAGIC_CODE, MessageExt, MessageSysFlag, RecordError, decode_record
 from rocketpy.store.config import CQ_UNIT_SIZE, MessageStoreConfig
 from rocketpy.store.consumequeue import ConsumeQueueStore
 from rocketpy.store.status import GetMessageResult, GetMessageStatus
@@ -21,6 +21,7 @@ RecordFilter = Callable[[bytes], bool]
 
 MIN_SCAN_BYTES = 16000  # doc/wire.md §5: at least 800 entries scanned per pull
 _ENTRY = struct.Struct(">qiq")
+_HEAD = struct.Struct(">ii")
 _SYS_FLAG = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _SYS_FLAG_POS = 36
@@ -45,6 +46,28 @@ def physical_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return 0
+
+
+def record_at(commit_log: CommitLogReader, offset: int) -> bytes | None:
+    """The raw record at commit-log ``offset``, None if there is none."""
+    head = commit_log.get_data(offset, 8)
+    if head is None:
+        return None
+    size, magic = _HEAD.unpack(head)
+    if magic != MAGIC_CODE or size <= 0:
+        return None
+    return commit_log.get_data(offset, size)
+
+
+def message_at(commit_log: CommitLogReader, offset: int) -> MessageExt | None:
+    """The decoded record at commit-log ``offset``, None if there is none (or it cannot be decoded)."""
+    raw = record_at(commit_log, offset)
+    if raw is None:
+        return None
+    try:
+        return decode_record(raw)
+    except RecordError:
+        return None
 
 
 def store_timestamp_of(commit_log: CommitLogReader, offset: int, size: int) -> int:
@@ -220,6 +243,18 @@ class MessageReader:
         if cq is None:
             return None
         return cq.min_offset, cq.max_offset, cq.get_entries(index, count)
+
+    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
+        """The decoded record at a commit-log offset, None if there is none."""
+        return message_at(self._log, commit_log_offset)
+
+    def select_one_message_by_offset(self, commit_log_offset: int) -> bytes | None:
+        """The raw record at a commit-log offset, None if there is none."""
+        return record_at(self._log, commit_log_offset)
+
+    def get_commit_log_data(self, offset: int, size: int = -1) -> bytes | None:
+        """``size`` bytes at ``offset`` (-1: to the readable end of its commit-log file); HA master side."""
+        return self._log.get_data(offset, size)
 
     def _store_time(self, offset: int, size: int) -> int:
         return store_timestamp_of(self._log, offset, size)

@@ -28,6 +28,7 @@ from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest, IDispatcher
 from rocketpy.store.recovery import recover_abnormally, recover_normally
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
+from rocketpy.store.reads import message_at, record_at
 from tests.logs import assert_logs
 
 SIZE = 64 * 1024
@@ -222,7 +223,7 @@ class BatchTests(CommitLogCase):
         self.assertEqual(result.append.wrote_bytes, sum(m.store_size for m in msgs))
         self.assertEqual([m.queue_offset for m in msgs], [1, 2, 3])
         self.assertEqual([r.keys for r in self.dispatcher.requests[1:]], ["k0", "k1", "k2"])
-        decoded = [self.log.look_message_by_offset(m.commit_log_offset) for m in msgs]
+        decoded = [message_at(self.log, m.commit_log_offset) for m in msgs]
         self.assertEqual([(d.body, d.queue_offset) for d in decoded if d], [(b"m0", 1), (b"m1", 2), (b"m2", 3)])
 
     def test_batch_never_split_across_files(self) -> None:
@@ -259,7 +260,7 @@ class BatchTests(CommitLogCase):
         self.assertEqual([r.commit_log_offset for r in self.dispatcher.requests],
                          [0, batch[0].commit_log_offset, batch[1].commit_log_offset, third.wrote_offset])
         self.assertEqual((self.log.stats.puts, self.log.stats.records), (3, 4))
-        decoded = [self.log.look_message_by_offset(r.commit_log_offset) for r in self.dispatcher.requests]
+        decoded = [message_at(self.log, r.commit_log_offset) for r in self.dispatcher.requests]
         self.assertEqual([d.body for d in decoded if d], [b"one", b"b0", b"b1", b"hello"])
 
     def test_put_many_rolls_between_puts(self) -> None:
@@ -428,7 +429,7 @@ class DispatchTests(CommitLogCase):
         with assert_logs(self, "rocketpy.store.commitlog", LogLevel.error):
             put_ok(self, self.log, message())
         self.assertTrue(self.log.dispatch_failed)
-        self.assertIsNotNone(self.log.select_one_message_by_offset(0))
+        self.assertIsNotNone(record_at(self.log, 0))
 
 
 class ReadTests(CommitLogCase):
@@ -437,15 +438,15 @@ class ReadTests(CommitLogCase):
         first = put_ok(self, self.log, message(body=b"one"))
         put_ok(self, self.log, message(body=b"two"))
         assert first.append is not None
-        raw = self.log.select_one_message_by_offset(first.append.next_offset)
+        raw = record_at(self.log, first.append.next_offset)
         assert raw is not None
         self.assertEqual(raw, self.log.get_data(first.append.next_offset, len(raw)))
-        decoded = self.log.look_message_by_offset(0)
+        decoded = message_at(self.log, 0)
         assert decoded is not None
         self.assertEqual((decoded.body, decoded.topic, decoded.store_host), (b"one", "TopicA", ("10.0.0.7", 10911)))
-        self.assertIsNone(self.log.select_one_message_by_offset(self.log.max_offset))
+        self.assertIsNone(record_at(self.log, self.log.max_offset))
         self.assertIsNone(self.log.get_data(self.log.max_offset - 1, 2))
-        self.assertIsNone(self.log.look_message_by_offset(5 * SIZE))
+        self.assertIsNone(message_at(self.log, 5 * SIZE))
         self.assertEqual(self.log.get_data(0), self.file_bytes()[: self.log.max_offset])
 
 
