@@ -410,6 +410,13 @@ class BrokerServiceTests(SynchronousTestCase):
         self.assertTrue(self.pool.started)
         self.successResultOf(self.broker.stopService())
 
+    def test_tree_order(self) -> None:
+        """The broker's parts start in doc/broker.md's order (and stop in reverse): config, store,
+        features, connections, listeners, registration, HA."""
+        self.assertEqual([s.name for s in self.broker], [
+            "config", "store", "long polling", "ScheduleMessageService", "TransactionCheckService",
+            "offsets persistence", "channel scan", "traffic", "connections", "listener", "registration", "HA"])
+
     def test_fast_listen(self) -> None:
         """With fast_listen the broker also listens on the VIP port, and stops both ports."""
         self.broker = self.make_broker(BrokerConfig(advertised_address="192.0.2.1:10911",
