@@ -1,4 +1,4 @@
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
     name="rocketpy",
@@ -39,5 +39,8 @@ setup(
         # the rocketpy_broker fixture (doc/testing.md)
         "pytest11": ["rocketpy = rocketpy.testing.pytest_plugin"],
     },
+    # Optional C versions of the hot pure functions (doc/store.md, "Compiled accelerator"):
+    # built when a compiler is present; without one pip warns and the Python code runs.
+    ext_modules=[Extension("rocketpy._speedups", ["rocketpy/_speedups.c"], optional=True)],
     zip_safe=False,
 )

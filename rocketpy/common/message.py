@@ -14,8 +14,9 @@ import struct
 import sys
 import zlib
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Callable, NamedTuple, Union
 
+from rocketpy.common import speedups
 from rocketpy.common.topic import TOPIC_MAX_LENGTH
 
 MAGIC_CODE = -626843481  # 0xDAA320A7, v1 record
@@ -94,9 +95,12 @@ def java_hash(text: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
+_java_hash = java_hash  # the Python functions call each other, not the compiled ones (they are the reference)
+
+
 def tags_code(tags: str | None) -> int:
     """The consume-queue tag code of a ``TAGS`` value (0 when absent)."""
-    return java_hash(tags) if tags else 0
+    return _java_hash(tags) if tags else 0
 
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
@@ -119,6 +123,9 @@ def string_to_properties(text: str | None) -> dict[str, str]:
         if sep and name and value:
             result[name] = value
     return result
+
+
+_string_to_properties, _properties_to_string = string_to_properties, properties_to_string
 
 
 def _pack_host(host: tuple[str, int]) -> tuple[bytes, int]:
@@ -233,7 +240,7 @@ def encode_record(msg: MessageExt) -> bytearray:
     topic = _TOPIC_FIELDS.get(msg.topic)
     if topic is None:
         topic = _topic_field(msg.topic)
-    props = properties_to_string(msg.properties).encode()
+    props = _properties_to_string(msg.properties).encode()
     if len(props) > MAX_PROPERTIES_LENGTH:
         raise ValueError(f"properties longer than {MAX_PROPERTIES_LENGTH} bytes")
     body = msg.body
@@ -311,7 +318,10 @@ def decode_record(data: bytes | memoryview, offset: int = 0, check_crc: bool = F
         topic = bytes(data[pos + 1 : pos + 1 + topic_len]).decode()
         pos += 1 + topic_len
         props_len = _H16.unpack_from(data, pos)[0]
-        props = bytes(data[pos + 2 : pos + 2 + props_len]).decode()
+        raw_props = bytes(data[pos + 2 : pos + 2 + props_len])
+        if props_len < 0 or len(raw_props) != props_len:
+            raise RecordError(f"record at {offset} has {props_len} bytes of properties, {len(raw_props)} present")
+        props = raw_props.decode()
         pos += 2 + props_len
     except (struct.error, IndexError, UnicodeDecodeError, OSError) as e:
         raise RecordError(f"unreadable record at {offset}: {e}") from e
@@ -321,9 +331,12 @@ def decode_record(data: bytes | memoryview, offset: int = 0, check_crc: bool = F
         raise RecordError(f"body CRC mismatch at {offset}")
     # positional: about twice as fast as keywords for the slotted dataclass
     return MessageExt(
-        topic, body, flag, string_to_properties(props), queue_id, sys_flag, born_ts, born_host, store_ts,
+        topic, body, flag, _string_to_properties(props), queue_id, sys_flag, born_ts, born_host, store_ts,
         store_host, reconsume, prepared, queue_offset, phys, size, crc,
     )
+
+
+_decode_record = decode_record
 
 
 def _host_flags(data: bytes | memoryview, offset: int) -> int:
@@ -394,7 +407,7 @@ def decode_records(data: bytes | memoryview) -> list[MessageExt]:
     out = []
     pos = 0
     while pos < len(data):
-        msg = decode_record(data, pos)
+        msg = _decode_record(data, pos)
         out.append(msg)
         pos += msg.store_size
     return out
@@ -426,7 +439,8 @@ def batch_entries(data: bytes) -> list[tuple[int, bytes, str]]:
             body = data[pos + 20 : body_end]
             props_len = unpack_short(data, body_end)[0]
             start = body_end + 2
-            if size != 22 + body_len + props_len or len(body) != body_len or start + props_len > end:
+            # props_len < 0 would make size 0 (an endless loop) or step back
+            if size != 22 + body_len + props_len or len(body) != body_len or not 0 <= props_len <= end - start:
                 raise RecordError(f"batch entry at {pos} is inconsistent")
             out.append((flag, body, data[start : start + props_len].decode()))
             pos += size
@@ -438,3 +452,36 @@ def batch_entries(data: bytes) -> list[tuple[int, bytes, str]]:
 def decode_batch(data: bytes, topic: str) -> list[Message]:
     """Split a batch body into messages of ``topic``; raises :class:`RecordError` if malformed."""
     return [Message(topic, body, flag, string_to_properties(props)) for flag, body, props in batch_entries(data)]
+
+
+class Implementation(NamedTuple):
+    """One implementation of this module's hot pure functions (the tests run each)."""
+
+    name: str
+    java_hash: Callable[[str], int]
+    tags_code: Callable[[str | None], int]
+    string_to_properties: Callable[[str | None], dict[str, str]]
+    properties_to_string: Callable[[dict[str, str]], str]
+    batch_entries: Callable[[bytes], list[tuple[int, bytes, str]]]
+    encode_record: Callable[[MessageExt], bytearray]
+    patch_record: Callable[[bytearray, int, int, int], None]
+    decode_record: Callable[..., MessageExt]
+    decode_records: Callable[[bytes | memoryview], list[MessageExt]]
+
+
+#: The Python reference: the fallback of the compiled functions on unusual input and errors.
+PYTHON = Implementation("Python", java_hash, tags_code, string_to_properties, properties_to_string, batch_entries,
+                        encode_record, patch_record, decode_record, decode_records)
+#: ``rocketpy._speedups`` when built (and ROCKETPY_NO_SPEEDUPS is unset), else None.
+COMPILED: Implementation | None = None
+
+if speedups.compiled is not None:
+    _c = speedups.compiled
+    _c.setup(record_error=RecordError, message_ext=MessageExt,
+             **{name: f for name, f in PYTHON._asdict().items() if name != "name"})
+    COMPILED = Implementation("C", _c.java_hash, _c.tags_code, _c.string_to_properties, _c.properties_to_string,
+                              _c.batch_entries, _c.encode_record, _c.patch_record, _c.decode_record,
+                              _c.decode_records)
+    java_hash, tags_code, decode_record, decode_records = _c.java_hash, _c.tags_code, _c.decode_record, _c.decode_records
+    string_to_properties, properties_to_string = _c.string_to_properties, _c.properties_to_string
+    batch_entries, encode_record, patch_record = _c.batch_entries, _c.encode_record, _c.patch_record

@@ -20,6 +20,7 @@ from typing import Callable, NamedTuple
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from rocketpy.common import speedups
 from rocketpy.common.message import MessageSysFlag, java_hash
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest, IDispatcher
@@ -88,6 +89,12 @@ class KeyHasher:
 
 
 _POW31_TAIL = [pow(31, i, 1 << 32) for i in range(_TAIL)]
+
+#: key_hash's implementations: the Python reference, and the compiled one (None when not built).
+PYTHON_KEY_HASH = key_hash
+COMPILED_KEY_HASH: Callable[[str], int] | None = None
+if speedups.compiled is not None:
+    COMPILED_KEY_HASH = key_hash = speedups.compiled.key_hash  # whole keys in C beat KeyHasher's cache
 
 
 def file_name_for(now_ms: int) -> str:
@@ -241,7 +248,7 @@ class IndexService:
         self._unflushed_full: list[IndexFile] = []
         self._lock = threading.Lock()
         self._failed = False
-        self._hash = KeyHasher()
+        self._hash: Callable[[str], int] = KeyHasher() if COMPILED_KEY_HASH is None else COMPILED_KEY_HASH
 
     # -- lifecycle --
 

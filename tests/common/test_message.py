@@ -2,42 +2,52 @@ import socket
 import struct
 import zlib
 
+from typing import ClassVar
+
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.common import message as m
+from tests.common.implementations import C_IMPLEMENTATION, C_SKIP
 
 
-class JavaHashTests(SynchronousTestCase):
+class ImplementationTestCase(SynchronousTestCase):
+    """Runs against the Python reference; its ``C...`` subclass runs the same tests against
+    ``rocketpy._speedups`` (skipped when that is not built)."""
+
+    impl: ClassVar[m.Implementation] = m.PYTHON
+
+
+class JavaHashTests(ImplementationTestCase):
     def test_known_values(self) -> None:
         """java_hash matches Java's String.hashCode for ASCII, negative wrap and non-BMP text."""
-        self.assertEqual(m.java_hash("TagA"), 2598919)
-        self.assertEqual(m.java_hash("TagB"), 2598920)
-        self.assertEqual(m.java_hash(""), 0)
-        self.assertEqual(m.java_hash("polygenelubricants"), -2147483648)
-        self.assertEqual(m.java_hash("\U0001F600"), 0xD83D * 31 + 0xDE00)  # a UTF-16 surrogate pair
+        self.assertEqual(self.impl.java_hash("TagA"), 2598919)
+        self.assertEqual(self.impl.java_hash("TagB"), 2598920)
+        self.assertEqual(self.impl.java_hash(""), 0)
+        self.assertEqual(self.impl.java_hash("polygenelubricants"), -2147483648)
+        self.assertEqual(self.impl.java_hash("\U0001F600"), 0xD83D * 31 + 0xDE00)  # a UTF-16 surrogate pair
 
     def test_tags_code_empty(self) -> None:
         """No tag means tag code 0."""
-        self.assertEqual(m.tags_code(None), 0)
-        self.assertEqual(m.tags_code(""), 0)
+        self.assertEqual(self.impl.tags_code(None), 0)
+        self.assertEqual(self.impl.tags_code(""), 0)
 
 
-class PropertiesTests(SynchronousTestCase):
+class PropertiesTests(ImplementationTestCase):
     def test_round_trip(self) -> None:
         """Properties survive encode/decode, with Java's no-trailing-separator form."""
         props = {"TAGS": "TagA", "KEYS": "k1 k2"}
-        text = m.properties_to_string(props)
+        text = self.impl.properties_to_string(props)
         self.assertEqual(text, "TAGS\x01TagA\x02KEYS\x01k1 k2")
-        self.assertEqual(m.string_to_properties(text), props)
+        self.assertEqual(self.impl.string_to_properties(text), props)
 
     def test_trailing_separator_and_junk(self) -> None:
         """The C++ client's trailing separator and empty values are tolerated."""
         self.assertEqual(
-            m.string_to_properties("A\x011\x02B\x01\x02\x02C\x013\x02"), {"A": "1", "C": "3"}
+            self.impl.string_to_properties("A\x011\x02B\x01\x02\x02C\x013\x02"), {"A": "1", "C": "3"}
         )
 
 
-class RecordTests(SynchronousTestCase):
+class RecordTests(ImplementationTestCase):
     def sample(self) -> m.MessageExt:
         return m.MessageExt(
             topic="T", body=b"hello", flag=7, properties={"TAGS": "a"}, queue_id=3,
@@ -49,7 +59,7 @@ class RecordTests(SynchronousTestCase):
 
     def test_every_field_at_its_byte_offset(self) -> None:
         """The encoded record puts each field at the offset of the RocketMQ v1 layout."""
-        buf = bytes(m.encode_record(self.sample()))
+        buf = bytes(self.impl.encode_record(self.sample()))
         props = b"TAGS\x01a"
         self.assertEqual(len(buf), 91 + 5 + 1 + len(props))
         self.assertEqual(struct.unpack_from(">i", buf, 0)[0], len(buf))
@@ -68,9 +78,9 @@ class RecordTests(SynchronousTestCase):
 
     def test_round_trip_and_patch(self) -> None:
         """decode_record inverts encode_record, and patch_record rewrites the store fields."""
-        buf = m.encode_record(self.sample())
-        m.patch_record(buf, 42, 8192, 1234)
-        out = m.decode_record(bytes(buf), check_crc=True)
+        buf = self.impl.encode_record(self.sample())
+        self.impl.patch_record(buf, 42, 8192, 1234)
+        out = self.impl.decode_record(bytes(buf), check_crc=True)
         self.assertEqual((out.queue_offset, out.commit_log_offset, out.store_timestamp), (42, 8192, 1234))
         self.assertEqual((out.topic, out.body, out.tags, out.born_host), ("T", b"hello", "a", ("10.0.0.9", 5555)))
         self.assertEqual(out.msg_id, "7F00000100002A9F0000000000002000")
@@ -86,7 +96,7 @@ class RecordTests(SynchronousTestCase):
         size = 48 + len(hosts) + len(tail)
         head = struct.pack(">iiiiiqqiq", size, 0xDAA320A7 - (1 << 32), zlib.crc32(body) & 0x7FFFFFFF, 3, 7, 11,
                            4096, sys_flag, 1700000000000)
-        out = m.decode_record(head + hosts + tail, check_crc=True)
+        out = self.impl.decode_record(head + hosts + tail, check_crc=True)
         self.assertEqual((out.born_host, out.store_host), (("fe80::1", 5555), ("::1", 10911)))
         self.assertEqual((out.topic, out.body, out.tags, out.queue_id, out.flag), ("T", b"hello", "a", 3, 7))
         self.assertEqual((out.store_timestamp, out.reconsume_times, out.prepared_transaction_offset), (1700000000001, 2, 9))
@@ -94,18 +104,47 @@ class RecordTests(SynchronousTestCase):
 
     def test_corruption_detected(self) -> None:
         """A flipped body byte fails the CRC check; a bad magic or truncation fails decoding."""
-        buf = m.encode_record(self.sample())
+        buf = self.impl.encode_record(self.sample())
         buf[88] ^= 0xFF
-        self.assertRaises(m.RecordError, m.decode_record, bytes(buf), 0, True)
-        self.assertRaises(m.RecordError, m.decode_record, bytes(buf[:50]))
+        self.assertRaises(m.RecordError, self.impl.decode_record, bytes(buf), 0, True)
+        self.assertRaises(m.RecordError, self.impl.decode_record, bytes(buf[:50]))
         buf[4] = 0
-        self.assertRaises(m.RecordError, m.decode_record, bytes(buf))
+        self.assertRaises(m.RecordError, self.impl.decode_record, bytes(buf))
+
+    def test_truncated_properties_rejected(self) -> None:
+        """A record cut inside its properties, or declaring a negative properties length, is an error."""
+        buf = bytes(self.impl.encode_record(self.sample()))
+        self.assertRaises(m.RecordError, self.impl.decode_record, buf[:-1])
+        self.assertRaises(m.RecordError, self.impl.decode_records, buf + buf[:-3])
+        props_at = len(buf) - len(b"TAGS\x01a") - 2
+        shrunk = bytearray(buf[:props_at]) + struct.pack(">h", -2)
+        struct.pack_into(">i", shrunk, 0, len(shrunk) - 2)  # a size that matches pos after the -2 step
+        self.assertRaises(m.RecordError, self.impl.decode_record, bytes(shrunk))
+
+    def test_records_at_offsets_of_a_memoryview(self) -> None:
+        """decode_record reads at an offset of a memoryview; decode_records walks back-to-back records."""
+        one, two = self.sample(), self.sample()
+        two.body, two.topic, two.properties = b"x" * 300, "Other\u00e9", {"KEYS": "a b", "\u00e9": "\U0001F600"}
+        a, b = bytes(self.impl.encode_record(one)), bytes(self.impl.encode_record(two))
+        view = memoryview(a + b)
+        got = self.impl.decode_record(view, offset=len(a), check_crc=True)
+        self.assertEqual((got.body, got.topic, got.properties, got.store_size), (two.body, two.topic, two.properties, len(b)))
+        self.assertEqual([r.body for r in self.impl.decode_records(view)], [one.body, two.body])
+
+    def test_unusual_input_handled_like_python(self) -> None:
+        """IPv4-mapped and unparsable hosts, and a list host, encode as the reference does."""
+        msg = self.sample()
+        msg.born_host, msg.store_host = ("::ffff:10.1.2.3", 1), ["nonsense", 2]  # type: ignore[assignment]
+        out = self.impl.decode_record(bytes(self.impl.encode_record(msg)))
+        self.assertEqual((out.born_host, out.store_host), (("10.1.2.3", 1), ("0.0.0.0", 2)))
+        msg.flag = 1 << 31  # over Java's int
+        self.assertRaises(struct.error, self.impl.encode_record, msg)
 
     def test_topic_too_long(self) -> None:
         """Topics over 127 bytes cannot be encoded in the v1 layout."""
         msg = self.sample()
         msg.topic = "x" * 128
-        self.assertRaises(ValueError, m.encode_record, msg)
+        self.assertRaises(ValueError, self.impl.encode_record, msg)
 
 
 class MessageIdTests(SynchronousTestCase):
@@ -117,24 +156,57 @@ class MessageIdTests(SynchronousTestCase):
         self.assertRaises(ValueError, m.decode_offset_msg_id, "ABCD")
 
 
-class BatchTests(SynchronousTestCase):
+class BatchTests(ImplementationTestCase):
     def test_batch_round_trip(self) -> None:
         """A batch body splits back into its messages with flags and properties."""
         msgs = [m.Message("T", b"a", 1, {"UNIQ_KEY": "X"}), m.Message("T", b"", 0, {})]
-        out = m.decode_batch(m.encode_batch(msgs), "T")
+        out = [m.Message("T", body, flag, self.impl.string_to_properties(props))
+               for flag, body, props in self.impl.batch_entries(m.encode_batch(msgs))]
         self.assertEqual(out, msgs)
 
     def test_malformed_batch(self) -> None:
         """A truncated batch body is rejected, not half-read."""
         body = m.encode_batch([m.Message("T", b"abc", 0, {"K": "v"})])
-        self.assertRaises(m.RecordError, m.decode_batch, body[:-2], "T")
+        self.assertRaises(m.RecordError, self.impl.batch_entries, body[:-2])
+
+    def test_negative_properties_length(self) -> None:
+        """A negative properties length is rejected (it once made the entry size 0: an endless loop)."""
+        entry = struct.pack(">iiiiih", 0, 0, 0, 0, 0, -22)
+        self.assertRaises(m.RecordError, self.impl.batch_entries, entry)
+        entry = struct.pack(">iiiii", 26, 0, 0, 0, 4) + b"abcd" + struct.pack(">h", -2) + b"xy"
+        self.assertRaises(m.RecordError, self.impl.batch_entries, entry)
 
 
-class JavaHashLengthTests(SynchronousTestCase):
+class JavaHashLengthTests(ImplementationTestCase):
     def test_long_text_matches_reference(self) -> None:
         """Texts longer than the precomputed power table hash like the plain Horner loop."""
         text = "k\u00e9y" * 20000
         h = 0
         for ch in text:
             h = (31 * h + ord(ch)) & 0xFFFFFFFF
-        self.assertEqual(m.java_hash(text), h - (1 << 32) if h & 0x80000000 else h)
+        self.assertEqual(self.impl.java_hash(text), h - (1 << 32) if h & 0x80000000 else h)
+
+
+class CJavaHashTests(JavaHashTests):
+    impl = C_IMPLEMENTATION
+    skip = C_SKIP
+
+
+class CPropertiesTests(PropertiesTests):
+    impl = C_IMPLEMENTATION
+    skip = C_SKIP
+
+
+class CRecordTests(RecordTests):
+    impl = C_IMPLEMENTATION
+    skip = C_SKIP
+
+
+class CBatchTests(BatchTests):
+    impl = C_IMPLEMENTATION
+    skip = C_SKIP
+
+
+class CJavaHashLengthTests(JavaHashLengthTests):
+    impl = C_IMPLEMENTATION
+    skip = C_SKIP

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import struct
+from typing import Callable
 
 from twisted.logger import LogLevel
 from twisted.trial.unittest import SynchronousTestCase
@@ -11,7 +12,16 @@ from twisted.trial.unittest import SynchronousTestCase
 from rocketpy.common.message import java_hash
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest
-from rocketpy.store.index import IndexFile, IndexService, KeyHasher, file_name_for, key_hash
+from rocketpy.store.index import (
+    COMPILED_KEY_HASH,
+    PYTHON_KEY_HASH,
+    IndexFile,
+    IndexService,
+    KeyHasher,
+    file_name_for,
+    key_hash,
+)
+from tests.common.implementations import C_SKIP
 from tests.logs import assert_logs
 
 SLOTS = 64
@@ -40,14 +50,22 @@ def colliding_keys(count: int, slots: int = SLOTS) -> list[str]:
     return found
 
 
+PYTHON_HASH: Callable[[str], int] = PYTHON_KEY_HASH
+C_HASH: Callable[[str], int] = COMPILED_KEY_HASH or PYTHON_KEY_HASH
+
+
 class KeyHashTests(SynchronousTestCase):
+    key_hash = staticmethod(PYTHON_HASH)  # CKeyHashTests: the compiled one
+
     def test_key_hash(self) -> None:
         """|String.hashCode()|, with Integer.MIN_VALUE mapped to 0 as Java's Math.abs leaves it negative."""
-        self.assertEqual(key_hash("T#a"), abs(java_hash("T#a")))
+        self.assertEqual(self.key_hash("T#a"), abs(java_hash("T#a")))
         negative = next(k for k in (f"some-longer-key-{i}" for i in range(100)) if java_hash(k) < 0)
-        self.assertEqual(key_hash(negative), -java_hash(negative))
+        self.assertEqual(self.key_hash(negative), -java_hash(negative))
         self.assertEqual(java_hash("polygenelubricants"), -(2 ** 31))
-        self.assertEqual(key_hash("polygenelubricants"), 0)
+        self.assertEqual(self.key_hash("polygenelubricants"), 0)
+        self.assertEqual(self.key_hash("T#\U0001F600\u00e9"), abs(java_hash("T#\U0001F600\u00e9")))
+        self.assertRaises(UnicodeEncodeError, self.key_hash, "T#\ud800")  # a lone surrogate: no UTF-16
 
     def test_cached_key_hash(self) -> None:
         """KeyHasher (cached heads, hashed tails) gives key_hash's value for every shape of key."""
@@ -58,7 +76,12 @@ class KeyHashTests(SynchronousTestCase):
                 "topic#tail-not-ascii-\u00e9\u00e9\u00e9\u00e9\u00e9\u00e9"]
         keys += [f"some-longer-key-{i}" for i in range(200)]
         for key in keys + keys:  # the second pass hits the cache
-            self.assertEqual(hasher(key), key_hash(key), key)
+            self.assertEqual(hasher(key), self.key_hash(key), key)
+
+
+class CKeyHashTests(KeyHashTests):
+    key_hash = staticmethod(C_HASH)
+    skip = C_SKIP
 
     def test_file_name(self) -> None:
         """Index files are named by local time as yyyyMMddHHmmssSSS."""

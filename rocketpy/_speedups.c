@@ -1,0 +1,744 @@
+/* rocketpy._speedups: optional C versions of the hot pure functions of rocketpy.common.message
+ * and rocketpy.store.index (doc/store.md, "Compiled accelerator").
+ *
+ * The Python functions are the reference. Each function here handles the common, well-formed
+ * case and hands anything else (malformed bytes, unusual types, out-of-range numbers, IPv6
+ * hosts) to the Python function it replaces, which message.py registers through setup(). So
+ * results and exceptions are the Python ones by construction; this file only has to be fast on
+ * good input and never read outside a buffer on bad input (every length is checked first).
+ *
+ * Reference counting: every function owns what it creates and releases it on every path; the
+ * "fail:" labels drop partial results before returning NULL or falling back.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <arpa/inet.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAGIC_CODE (-626843481)      /* 0xDAA320A7, v1 record */
+#define HOSTS_V6 0x30                /* BORNHOST_V6 | STOREHOST_V6 */
+#define FIXED_V4 88                  /* bytes before the body with IPv4 hosts */
+#define MAX_PROPERTIES_LENGTH 32767
+#define TOPIC_MAX_LENGTH 127
+#define N_FIELDS 16                  /* MessageExt's fields, in declaration order */
+
+/* Registered by setup(): the Python references and the types they return. */
+static PyObject *RecordError, *MessageExt;
+static PyObject *py_decode_record, *py_decode_records, *py_encode_record, *py_patch_record, *py_batch_entries;
+static PyObject *py_string_to_properties, *py_properties_to_string, *py_java_hash, *py_tags_code;
+static PyObject *zlib_crc32;
+
+/* MessageExt's slot offsets (a slotted dataclass), so decoding fills them without running
+ * __init__; 0 when the layout is not the expected one (then the class is called instead). */
+static Py_ssize_t slot_offsets[N_FIELDS];
+static int use_slots;
+static const char *const FIELD_NAMES[N_FIELDS] = {
+    "topic", "body", "flag", "properties", "queue_id", "sys_flag", "born_timestamp", "born_host",
+    "store_timestamp", "store_host", "reconsume_times", "prepared_transaction_offset", "queue_offset",
+    "commit_log_offset", "store_size", "body_crc"};
+static PyObject *field_names[N_FIELDS];   /* interned */
+
+/* ---- big-endian helpers ----------------------------------------------------------------- */
+
+static inline int32_t get_i32(const unsigned char *p) {
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}
+static inline int64_t get_i64(const unsigned char *p) {
+    return (int64_t)((uint64_t)(uint32_t)get_i32(p) << 32 | (uint32_t)get_i32(p + 4));
+}
+static inline int16_t get_i16(const unsigned char *p) { return (int16_t)(p[0] << 8 | p[1]); }
+static inline void put_i32(unsigned char *p, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    p[0] = u >> 24; p[1] = u >> 16; p[2] = u >> 8; p[3] = u;
+}
+static inline void put_i64(unsigned char *p, int64_t v) {
+    put_i32(p, (int32_t)((uint64_t)v >> 32));
+    put_i32(p + 4, (int32_t)(uint64_t)v);
+}
+
+/* An int in [lo, hi] into *out; 0 (no exception set) for anything else. */
+static int as_int64(PyObject *o, int64_t lo, int64_t hi, int64_t *out) {
+    int overflow;
+    long long v;
+    if (!PyLong_Check(o))
+        return 0;
+    v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (v < lo || v > hi)
+        return 0;
+    *out = v;
+    return 1;
+}
+#define I32_OK(o, out) as_int64((o), INT32_MIN, INT32_MAX, (out))
+#define I64_OK(o, out) as_int64((o), INT64_MIN, INT64_MAX, (out))
+
+/* Call a Python reference with the original arguments (the slow and error paths). */
+static PyObject *fallback(PyObject *func, PyObject *const *args, Py_ssize_t nargs) {
+    if (func == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketpy._speedups.setup() was not called");
+        return NULL;
+    }
+    return PyObject_Vectorcall(func, args, nargs, NULL);
+}
+
+/* ---- properties ------------------------------------------------------------------------- */
+
+/* "k\x01v\x02k\x01v" → dict; items without a name or value are skipped (as in Python). */
+static PyObject *parse_properties(PyObject *text) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text), start = 0;
+    PyObject *result = PyDict_New();
+    if (result == NULL)
+        return NULL;
+    while (start < n) {
+        Py_ssize_t end = PyUnicode_FindChar(text, 2, start, n, 1), sep;
+        if (end == -2)
+            goto fail;
+        if (end < 0)
+            end = n;
+        sep = PyUnicode_FindChar(text, 1, start, end, 1);
+        if (sep == -2)
+            goto fail;
+        if (sep > start && sep + 1 < end) {
+            PyObject *name = PyUnicode_Substring(text, start, sep), *value;
+            if (name == NULL)
+                goto fail;
+            value = PyUnicode_Substring(text, sep + 1, end);
+            if (value == NULL || PyDict_SetItem(result, name, value) < 0) {
+                Py_DECREF(name);
+                Py_XDECREF(value);
+                goto fail;
+            }
+            Py_DECREF(name);
+            Py_DECREF(value);
+        }
+        start = end + 1;
+    }
+    return result;
+fail:
+    Py_DECREF(result);
+    return NULL;
+}
+
+static PyObject *string_to_properties(PyObject *self, PyObject *text) {
+    if (text == Py_None || (PyUnicode_Check(text) && PyUnicode_GET_LENGTH(text) == 0))
+        return PyDict_New();
+    if (!PyUnicode_Check(text))
+        return fallback(py_string_to_properties, &text, 1);
+    return parse_properties(text);
+}
+
+static PyObject *properties_to_string(PyObject *self, PyObject *props) {
+    Py_ssize_t pos = 0, length = 0, at = 0, count;
+    Py_UCS4 maxchar = 127;
+    PyObject *k, *v, *out;
+    if (!PyDict_CheckExact(props))
+        return fallback(py_properties_to_string, &props, 1);
+    count = PyDict_GET_SIZE(props);
+    if (count == 0)
+        return PyUnicode_New(0, 0);
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
+            return fallback(py_properties_to_string, &props, 1);
+        length += PyUnicode_GET_LENGTH(k) + PyUnicode_GET_LENGTH(v) + 1;
+        if (PyUnicode_MAX_CHAR_VALUE(k) > maxchar)
+            maxchar = PyUnicode_MAX_CHAR_VALUE(k);
+        if (PyUnicode_MAX_CHAR_VALUE(v) > maxchar)
+            maxchar = PyUnicode_MAX_CHAR_VALUE(v);
+    }
+    out = PyUnicode_New(length + count - 1, maxchar);
+    if (out == NULL)
+        return NULL;
+    pos = 0;  /* nothing above ran Python code: the dict is unchanged */
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (at > 0)
+            PyUnicode_WriteChar(out, at++, 2);
+        if (PyUnicode_CopyCharacters(out, at, k, 0, PyUnicode_GET_LENGTH(k)) < 0)
+            goto fail;
+        at += PyUnicode_GET_LENGTH(k);
+        PyUnicode_WriteChar(out, at++, 1);
+        if (PyUnicode_CopyCharacters(out, at, v, 0, PyUnicode_GET_LENGTH(v)) < 0)
+            goto fail;
+        at += PyUnicode_GET_LENGTH(v);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ---- Java String.hashCode --------------------------------------------------------------- */
+
+/* 31-polynomial over UTF-16 code units into *out; 0 for a lone surrogate (Python raises). */
+static int java_hash_of(PyObject *text, int32_t *out) {
+    Py_ssize_t i, n = PyUnicode_GET_LENGTH(text);
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    uint32_t h = 0;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *s = data;
+        for (i = 0; i < n; i++)
+            h = 31 * h + s[i];
+    } else {
+        for (i = 0; i < n; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (c >= 0xD800 && c <= 0xDFFF)
+                return 0;
+            if (c >= 0x10000) {  /* a surrogate pair */
+                c -= 0x10000;
+                h = 31 * h + (0xD800 + (c >> 10));
+                c = 0xDC00 + (c & 0x3FF);
+            }
+            h = 31 * h + c;
+        }
+    }
+    *out = (int32_t)h;
+    return 1;
+}
+
+static PyObject *java_hash(PyObject *self, PyObject *text) {
+    int32_t h;
+    if (!PyUnicode_Check(text) || !java_hash_of(text, &h))
+        return fallback(py_java_hash, &text, 1);
+    return PyLong_FromLong(h);
+}
+
+static PyObject *tags_code(PyObject *self, PyObject *tags) {
+    int32_t h;
+    if (tags == Py_None)
+        return PyLong_FromLong(0);
+    if (!PyUnicode_Check(tags) || !java_hash_of(tags, &h))
+        return fallback(py_tags_code, &tags, 1);
+    return PyLong_FromLong(h);
+}
+
+/* The index's |hashCode| with Integer.MIN_VALUE → 0 (rocketpy.store.index.key_hash). */
+static PyObject *key_hash(PyObject *self, PyObject *key) {
+    int32_t h;
+    if (!PyUnicode_Check(key) || !java_hash_of(key, &h)) {
+        PyObject *r = fallback(py_java_hash, &key, 1), *a;  /* raises as key_hash would */
+        if (r == NULL)
+            return NULL;
+        a = PyNumber_Absolute(r);
+        Py_DECREF(r);
+        return a;  /* not reached for str keys other than lone surrogates, which raise */
+    }
+    return PyLong_FromLong(h == INT32_MIN ? 0 : (h < 0 ? -h : h));
+}
+
+/* ---- batch bodies ----------------------------------------------------------------------- */
+
+/* SEND_BATCH_MESSAGE body → [(flag, body, properties text)]; bytes only, else Python. */
+static PyObject *batch_entries(PyObject *self, PyObject *data) {
+    const unsigned char *buf;
+    Py_ssize_t pos = 0, end;
+    PyObject *out;
+    if (!PyBytes_CheckExact(data))
+        return fallback(py_batch_entries, &data, 1);
+    buf = (const unsigned char *)PyBytes_AS_STRING(data);
+    end = PyBytes_GET_SIZE(data);
+    out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    while (pos < end) {
+        int32_t size, flag, body_len;
+        int16_t props_len;
+        Py_ssize_t body_at, props_at;
+        PyObject *body, *props, *item;
+        if (end - pos < 22)
+            goto malformed;
+        size = get_i32(buf + pos);
+        flag = get_i32(buf + pos + 12);
+        body_len = get_i32(buf + pos + 16);
+        body_at = pos + 20;
+        if (body_len < 0 || body_len > end - body_at - 2)
+            goto malformed;
+        props_len = get_i16(buf + body_at + body_len);
+        props_at = body_at + body_len + 2;
+        if (props_len < 0 || props_len > end - props_at || (int64_t)size != 22 + (int64_t)body_len + props_len)
+            goto malformed;
+        props = PyUnicode_DecodeUTF8((const char *)buf + props_at, props_len, NULL);
+        if (props == NULL) {
+            PyErr_Clear();
+            goto malformed;
+        }
+        body = PyBytes_FromStringAndSize((const char *)buf + body_at, body_len);
+        if (body == NULL) {
+            Py_DECREF(props);
+            goto fail;
+        }
+        item = Py_BuildValue("(iNN)", flag, body, props);  /* N: steals body and props */
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+        pos = props_at + props_len;
+    }
+    return out;
+malformed:  /* the Python reference raises the RecordError */
+    Py_DECREF(out);
+    return fallback(py_batch_entries, &data, 1);
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ---- records ---------------------------------------------------------------------------- */
+
+/* An IPv4 (ip, port) tuple of strictly dotted-quad form into 4 bytes and a port; 0 otherwise. */
+static int pack_host(PyObject *host, unsigned char ip[4], int64_t *port) {
+    const char *text;
+    if (!PyTuple_CheckExact(host) || PyTuple_GET_SIZE(host) != 2)
+        return 0;
+    if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(host, 0)) || !PyUnicode_IS_ASCII(PyTuple_GET_ITEM(host, 0)))
+        return 0;
+    text = (const char *)PyUnicode_DATA(PyTuple_GET_ITEM(host, 0));
+    if (inet_pton(AF_INET, text, ip) != 1)  /* where inet_pton accepts, inet_aton agrees */
+        return 0;
+    return I32_OK(PyTuple_GET_ITEM(host, 1), port);
+}
+
+static PyObject *crc_of(const char *data, Py_ssize_t n, int32_t *out) {
+    /* zlib.crc32 masked to 31 bits; zlib's own code, through the Python module. */
+    PyObject *view = PyMemoryView_FromMemory((char *)data, n, PyBUF_READ), *r;
+    if (view == NULL)
+        return NULL;
+    r = PyObject_CallOneArg(zlib_crc32, view);
+    Py_DECREF(view);
+    if (r != NULL)
+        *out = (int32_t)(PyLong_AsUnsignedLongMask(r) & 0x7FFFFFFF);
+    return r;
+}
+
+/* The message's attributes encode_record reads, in this order. */
+enum { A_TOPIC, A_PROPS, A_BODY, A_QUEUE_ID, A_FLAG, A_QUEUE_OFFSET, A_PHYS, A_SYS_FLAG, A_BORN_TS,
+       A_BORN_HOST, A_STORE_TS, A_STORE_HOST, A_RECONSUME, A_PREPARED, N_ATTRS };
+static const int ATTR_FIELD[N_ATTRS] = {0, 3, 1, 4, 2, 12, 13, 5, 6, 7, 8, 9, 10, 11};
+
+static PyObject *encode_record(PyObject *self, PyObject *msg) {
+    PyObject *a[N_ATTRS] = {NULL}, *out = NULL, *k, *v, *crc_obj;
+    const char *topic;
+    Py_ssize_t topic_len, props_len = 0, pos = 0, size, body_len, count;
+    int64_t n[N_ATTRS];
+    unsigned char born_ip[4], store_ip[4];
+    unsigned char *p;
+    int32_t crc;
+    int i;
+    for (i = 0; i < N_ATTRS; i++) {
+        a[i] = PyObject_GetAttr(msg, field_names[ATTR_FIELD[i]]);
+        if (a[i] == NULL) {
+            PyErr_Clear();
+            goto slow;
+        }
+    }
+    if (!PyUnicode_CheckExact(a[A_TOPIC]) || !PyDict_CheckExact(a[A_PROPS]) || !PyBytes_CheckExact(a[A_BODY]))
+        goto slow;
+    topic = PyUnicode_AsUTF8AndSize(a[A_TOPIC], &topic_len);
+    if (topic == NULL) {
+        PyErr_Clear();
+        goto slow;
+    }
+    if (topic_len > TOPIC_MAX_LENGTH)
+        goto slow;
+    for (i = A_QUEUE_ID; i < N_ATTRS; i++) {
+        if (i == A_BORN_HOST || i == A_STORE_HOST)
+            continue;
+        if (i == A_QUEUE_ID || i == A_FLAG || i == A_SYS_FLAG || i == A_RECONSUME ? !I32_OK(a[i], &n[i])
+                                                                                  : !I64_OK(a[i], &n[i]))
+            goto slow;
+    }
+    if (!pack_host(a[A_BORN_HOST], born_ip, &n[A_BORN_HOST]) || !pack_host(a[A_STORE_HOST], store_ip, &n[A_STORE_HOST]))
+        goto slow;
+    /* the properties' UTF-8 length: k\x01v joined by \x02 */
+    count = PyDict_GET_SIZE(a[A_PROPS]);
+    while (PyDict_Next(a[A_PROPS], &pos, &k, &v)) {
+        Py_ssize_t kl, vl;
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
+            goto slow;
+        if (PyUnicode_AsUTF8AndSize(k, &kl) == NULL || PyUnicode_AsUTF8AndSize(v, &vl) == NULL) {
+            PyErr_Clear();  /* a lone surrogate: Python raises UnicodeEncodeError */
+            goto slow;
+        }
+        props_len += kl + vl + 1;
+    }
+    if (count > 0)
+        props_len += count - 1;
+    if (props_len > MAX_PROPERTIES_LENGTH)
+        goto slow;
+    body_len = PyBytes_GET_SIZE(a[A_BODY]);
+    size = FIXED_V4 + body_len + 1 + topic_len + 2 + props_len;
+    if (size > INT32_MAX)
+        goto slow;
+    crc_obj = crc_of(PyBytes_AS_STRING(a[A_BODY]), body_len, &crc);
+    if (crc_obj == NULL)
+        goto error;
+    Py_DECREF(crc_obj);
+    out = PyByteArray_FromStringAndSize(NULL, size);
+    if (out == NULL)
+        goto error;
+    p = (unsigned char *)PyByteArray_AS_STRING(out);
+    put_i32(p, (int32_t)size);
+    put_i32(p + 4, MAGIC_CODE);
+    put_i32(p + 8, crc);
+    put_i32(p + 12, (int32_t)n[A_QUEUE_ID]);
+    put_i32(p + 16, (int32_t)n[A_FLAG]);
+    put_i64(p + 20, n[A_QUEUE_OFFSET]);
+    put_i64(p + 28, n[A_PHYS]);
+    put_i32(p + 36, (int32_t)(n[A_SYS_FLAG] & ~HOSTS_V6));
+    put_i64(p + 40, n[A_BORN_TS]);
+    memcpy(p + 48, born_ip, 4);
+    put_i32(p + 52, (int32_t)n[A_BORN_HOST]);
+    put_i64(p + 56, n[A_STORE_TS]);
+    memcpy(p + 64, store_ip, 4);
+    put_i32(p + 68, (int32_t)n[A_STORE_HOST]);
+    put_i32(p + 72, (int32_t)n[A_RECONSUME]);
+    put_i64(p + 76, n[A_PREPARED]);
+    put_i32(p + 84, (int32_t)body_len);
+    p += FIXED_V4;
+    memcpy(p, PyBytes_AS_STRING(a[A_BODY]), body_len);
+    p += body_len;
+    *p++ = (unsigned char)topic_len;
+    memcpy(p, topic, topic_len);
+    p += topic_len;
+    *p++ = (unsigned char)(props_len >> 8);
+    *p++ = (unsigned char)props_len;
+    pos = 0;  /* no Python code ran since the first pass: same dict, same order */
+    while (PyDict_Next(a[A_PROPS], &pos, &k, &v)) {
+        Py_ssize_t kl, vl;
+        const char *ks = PyUnicode_AsUTF8AndSize(k, &kl), *vs = PyUnicode_AsUTF8AndSize(v, &vl);
+        if (p != (unsigned char *)PyByteArray_AS_STRING(out) + size - props_len)
+            *p++ = 2;
+        memcpy(p, ks, kl);
+        p += kl;
+        *p++ = 1;
+        memcpy(p, vs, vl);
+        p += vl;
+    }
+    for (i = 0; i < N_ATTRS; i++)
+        Py_DECREF(a[i]);
+    return out;
+slow:  /* unusual input: the Python reference encodes it or raises */
+    for (i = 0; i < N_ATTRS; i++)
+        Py_XDECREF(a[i]);
+    return fallback(py_encode_record, &msg, 1);
+error:
+    for (i = 0; i < N_ATTRS; i++)
+        Py_XDECREF(a[i]);
+    return NULL;
+}
+
+static PyObject *patch_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int64_t queue_offset, phys, store_ts;
+    unsigned char *p;
+    if (nargs != 4 || !PyByteArray_CheckExact(args[0]) || PyByteArray_GET_SIZE(args[0]) < 64 ||
+        !I64_OK(args[1], &queue_offset) || !I64_OK(args[2], &phys) || !I64_OK(args[3], &store_ts))
+        return fallback(py_patch_record, args, nargs);
+    p = (unsigned char *)PyByteArray_AS_STRING(args[0]);
+    put_i64(p + 20, queue_offset);
+    put_i64(p + 28, phys);
+    put_i64(p + 56, store_ts);
+    Py_RETURN_NONE;
+}
+
+/* (ip, port) tuples of IPv4 hosts, cached by their 8 bytes: hosts repeat (the broker's own,
+ * one per producer connection), as the Python side's lru_cache does. */
+#define HOST_CACHE 256
+static uint64_t host_keys[HOST_CACHE];
+static PyObject *host_values[HOST_CACHE];
+
+static PyObject *host_v4(const unsigned char *p) {
+    uint64_t key = (uint64_t)(uint32_t)get_i32(p) << 32 | (uint32_t)get_i32(p + 4);
+    unsigned slot = (unsigned)((key * 0x9E3779B97F4A7C15ULL) >> 56);
+    PyObject *host;
+    if (host_values[slot] != NULL && host_keys[slot] == key) {
+        Py_INCREF(host_values[slot]);
+        return host_values[slot];
+    }
+    host = Py_BuildValue("(Ni)", PyUnicode_FromFormat("%u.%u.%u.%u", p[0], p[1], p[2], p[3]), get_i32(p + 4));
+    if (host == NULL)
+        return NULL;
+    Py_XSETREF(host_values[slot], Py_NewRef(host));
+    host_keys[slot] = key;
+    return host;
+}
+
+/* The last topic decoded: records of a pull share it. */
+static PyObject *last_topic;
+
+static PyObject *topic_of(const char *p, Py_ssize_t n) {
+    if (last_topic != NULL && PyUnicode_IS_ASCII(last_topic) && PyUnicode_GET_LENGTH(last_topic) == n &&
+        memcmp(PyUnicode_DATA(last_topic), p, n) == 0)
+        return Py_NewRef(last_topic);
+    PyObject *topic = PyUnicode_DecodeUTF8(p, n, NULL);
+    if (topic != NULL)
+        Py_XSETREF(last_topic, Py_NewRef(topic));
+    return topic;
+}
+
+/* A MessageExt from its 16 fields (stolen references; NULLs allowed and released). */
+static PyObject *new_message(PyObject *f[N_FIELDS]) {
+    PyObject *msg = NULL;
+    int i;
+    for (i = 0; i < N_FIELDS; i++)
+        if (f[i] == NULL)
+            goto done;
+    if (use_slots) {
+        msg = ((PyTypeObject *)MessageExt)->tp_alloc((PyTypeObject *)MessageExt, 0);
+        if (msg != NULL)
+            for (i = 0; i < N_FIELDS; i++) {  /* hand the references to the slots */
+                *(PyObject **)((char *)msg + slot_offsets[i]) = f[i];
+                f[i] = NULL;
+            }
+    } else {
+        msg = PyObject_Vectorcall(MessageExt, f, N_FIELDS, NULL);
+    }
+done:
+    for (i = 0; i < N_FIELDS; i++)
+        Py_XDECREF(f[i]);
+    return msg;
+}
+
+/* Decode the IPv4 record at offset of buf[0:len]. Returns the message, or NULL with no
+ * exception set when the record needs the Python reference (IPv6, malformed), or NULL with an
+ * exception (memory). *size gets the record's size. */
+static PyObject *decode_v4(const unsigned char *buf, Py_ssize_t len, Py_ssize_t offset, int check_crc,
+                           Py_ssize_t *size_out) {
+    const unsigned char *r;
+    Py_ssize_t pos, body_len, topic_len, props_len;
+    int32_t size, crc;
+    PyObject *f[N_FIELDS] = {NULL}, *props_text;
+    if (offset < 0 || offset > len || len - offset < FIXED_V4 + 3)
+        return NULL;
+    r = buf + offset;
+    size = get_i32(r);
+    if (get_i32(r + 4) != MAGIC_CODE || (get_i32(r + 36) & HOSTS_V6))
+        return NULL;
+    body_len = get_i32(r + 84);
+    pos = FIXED_V4;
+    if (body_len < 0 || body_len > len - offset - pos - 3)
+        return NULL;
+    pos += body_len;
+    topic_len = r[pos];
+    if (topic_len > len - offset - pos - 3)
+        return NULL;
+    props_len = get_i16(r + pos + 1 + topic_len);
+    if (props_len < 0 || props_len > len - offset - pos - 3 - topic_len)
+        return NULL;
+    if (size != pos + 3 + topic_len + props_len)
+        return NULL;
+    crc = get_i32(r + 8);
+    if (check_crc) {
+        int32_t actual;
+        PyObject *c = crc_of((const char *)r + FIXED_V4, body_len, &actual);
+        if (c == NULL)
+            return NULL;  /* with the exception */
+        Py_DECREF(c);
+        if (actual != crc)
+            return NULL;
+    }
+    f[0] = topic_of((const char *)r + pos + 1, topic_len);
+    props_text = f[0] ? PyUnicode_DecodeUTF8((const char *)r + pos + 3 + topic_len, props_len, NULL) : NULL;
+    if (props_text == NULL) {  /* bad UTF-8: the Python reference raises the RecordError */
+        Py_XDECREF(f[0]);
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            PyErr_Clear();
+        return NULL;
+    }
+    f[3] = props_len ? parse_properties(props_text) : PyDict_New();
+    Py_DECREF(props_text);
+    f[1] = PyBytes_FromStringAndSize((const char *)r + FIXED_V4, body_len);
+    f[2] = PyLong_FromLong(get_i32(r + 16));
+    f[4] = PyLong_FromLong(get_i32(r + 12));
+    f[5] = PyLong_FromLong(get_i32(r + 36));
+    f[6] = PyLong_FromLongLong(get_i64(r + 40));
+    f[7] = host_v4(r + 48);
+    f[8] = PyLong_FromLongLong(get_i64(r + 56));
+    f[9] = host_v4(r + 64);
+    f[10] = PyLong_FromLong(get_i32(r + 72));
+    f[11] = PyLong_FromLongLong(get_i64(r + 76));
+    f[12] = PyLong_FromLongLong(get_i64(r + 20));
+    f[13] = PyLong_FromLongLong(get_i64(r + 28));
+    f[14] = PyLong_FromLong(size);
+    f[15] = PyLong_FromLong(crc);
+    *size_out = size;
+    return new_message(f);  /* NULL only with an exception */
+}
+
+/* One record: the C decoder, else the Python reference (which decodes IPv6 hosts or raises). */
+static PyObject *decode_at(PyObject *data, const Py_buffer *view, Py_ssize_t offset, int check_crc,
+                           Py_ssize_t *size) {
+    PyObject *msg = decode_v4(view->buf, view->len, offset, check_crc, size), *args[3], *s;
+    if (msg != NULL || PyErr_Occurred())
+        return msg;
+    args[0] = data;
+    args[1] = PyLong_FromSsize_t(offset);
+    args[2] = check_crc ? Py_True : Py_False;
+    if (args[1] == NULL)
+        return NULL;
+    msg = fallback(py_decode_record, args, 3);
+    Py_DECREF(args[1]);
+    if (msg == NULL)
+        return NULL;
+    s = PyObject_GetAttr(msg, field_names[14]);  /* store_size */
+    *size = s ? PyLong_AsSsize_t(s) : -1;
+    Py_XDECREF(s);
+    if (*size <= 0) {
+        Py_DECREF(msg);
+        if (!PyErr_Occurred())
+            PyErr_Format(RecordError, "record at %zd has no size", offset);
+        return NULL;
+    }
+    return msg;
+}
+
+static PyObject *decode_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *data, *offset_obj = NULL, *crc_obj = NULL, *msg;
+    Py_ssize_t offset = 0, size, i, nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    int check_crc = 0;
+    Py_buffer view;
+    if (nargs < 1 || nargs > 3)
+        return PyErr_Format(PyExc_TypeError, "decode_record() takes 1 to 3 positional arguments");
+    data = args[0];
+    if (nargs > 1)
+        offset_obj = args[1];
+    if (nargs > 2)
+        crc_obj = args[2];
+    for (i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (PyUnicode_CompareWithASCIIString(name, "offset") == 0 && offset_obj == NULL)
+            offset_obj = args[nargs + i];
+        else if (PyUnicode_CompareWithASCIIString(name, "check_crc") == 0 && crc_obj == NULL)
+            crc_obj = args[nargs + i];
+        else
+            return PyErr_Format(PyExc_TypeError, "decode_record() got an unexpected keyword argument %R", name);
+    }
+    if (offset_obj != NULL) {
+        if (!PyLong_CheckExact(offset_obj))
+            goto slow;
+        offset = PyLong_AsSsize_t(offset_obj);
+        if (offset == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            goto slow;
+        }
+    }
+    if (crc_obj != NULL && (check_crc = PyObject_IsTrue(crc_obj)) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        goto slow;
+    }
+    msg = decode_at(data, &view, offset, check_crc, &size);
+    PyBuffer_Release(&view);
+    return msg;
+slow: {  /* not a buffer, or an unusual offset: the Python reference */
+        PyObject *zero = PyLong_FromLong(0);
+        PyObject *call[3] = {data, offset_obj ? offset_obj : zero, crc_obj ? crc_obj : Py_False};
+        msg = fallback(py_decode_record, call, 3);
+        Py_DECREF(zero);
+        return msg;
+    }
+}
+
+static PyObject *decode_records(PyObject *self, PyObject *data) {
+    Py_buffer view;
+    Py_ssize_t pos = 0, size = 0;
+    PyObject *out;
+    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        return fallback(py_decode_records, &data, 1);
+    }
+    out = PyList_New(0);
+    while (out != NULL && pos < view.len) {
+        PyObject *msg = decode_at(data, &view, pos, 0, &size);
+        if (msg == NULL || PyList_Append(out, msg) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(msg);
+        pos += size;
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* ---- setup ------------------------------------------------------------------------------ */
+
+/* Find MessageExt's slot offsets; any surprise leaves use_slots at 0 (the class is called). */
+static void find_slots(void) {
+    PyTypeObject *type = (PyTypeObject *)MessageExt;
+    int i;
+    use_slots = 0;
+    if (!PyType_Check(MessageExt) || type->tp_dictoffset != 0)
+        return;
+    for (i = 0; i < N_FIELDS; i++) {
+        PyObject *d = PyObject_GetAttr(MessageExt, field_names[i]);  /* the class's descriptor */
+        PyMemberDef *m;
+        if (d == NULL) {
+            PyErr_Clear();
+            return;
+        }
+        m = Py_IS_TYPE(d, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)d)->d_member : NULL;
+        Py_DECREF(d);  /* the class keeps it alive */
+        if (m == NULL || m->type != T_OBJECT_EX || (m->flags & READONLY))
+            return;
+        slot_offsets[i] = m->offset;
+    }
+    use_slots = 1;
+}
+
+static PyObject *setup(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"record_error", "message_ext", "decode_record", "decode_records", "encode_record",
+                            "patch_record", "batch_entries", "string_to_properties", "properties_to_string",
+                            "java_hash", "tags_code", NULL};
+    PyObject *v[11];
+    PyObject **targets[11] = {&RecordError, &MessageExt, &py_decode_record, &py_decode_records,
+                              &py_encode_record, &py_patch_record, &py_batch_entries, &py_string_to_properties,
+                              &py_properties_to_string, &py_java_hash, &py_tags_code};
+    int i;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOOO", names, &v[0], &v[1], &v[2], &v[3], &v[4],
+                                     &v[5], &v[6], &v[7], &v[8], &v[9], &v[10]))
+        return NULL;
+    for (i = 0; i < 11; i++)
+        Py_XSETREF(*targets[i], Py_NewRef(v[i]));
+    find_slots();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
+     "Register the Python references (fallbacks) and MessageExt; message.py calls it once."},
+    {"string_to_properties", string_to_properties, METH_O, "C string_to_properties."},
+    {"properties_to_string", properties_to_string, METH_O, "C properties_to_string."},
+    {"java_hash", java_hash, METH_O, "C java_hash."},
+    {"tags_code", tags_code, METH_O, "C tags_code."},
+    {"key_hash", key_hash, METH_O, "C rocketpy.store.index.key_hash."},
+    {"batch_entries", batch_entries, METH_O, "C batch_entries."},
+    {"encode_record", encode_record, METH_O, "C encode_record."},
+    {"patch_record", (PyCFunction)(void (*)(void))patch_record, METH_FASTCALL, "C patch_record."},
+    {"decode_record", (PyCFunction)(void (*)(void))decode_record, METH_FASTCALL | METH_KEYWORDS, "C decode_record."},
+    {"decode_records", decode_records, METH_O, "C decode_records."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",
+                                    "Optional C versions of rocketpy's hot pure functions.", -1, methods};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    PyObject *zlib;
+    int i;
+    for (i = 0; i < N_FIELDS; i++) {
+        field_names[i] = PyUnicode_InternFromString(FIELD_NAMES[i]);
+        if (field_names[i] == NULL)
+            return NULL;
+    }
+    zlib = PyImport_ImportModule("zlib");
+    if (zlib == NULL)
+        return NULL;
+    zlib_crc32 = PyObject_GetAttrString(zlib, "crc32");
+    Py_DECREF(zlib);
+    if (zlib_crc32 == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}
