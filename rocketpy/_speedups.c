@@ -88,10 +88,76 @@ static PyObject *fallback(PyObject *func, PyObject *const *args, Py_ssize_t narg
 
 /* ---- properties ------------------------------------------------------------------------- */
 
+/* An ASCII str of s[0:n]. */
+static PyObject *ascii_str(const char *s, Py_ssize_t n) {
+    PyObject *out = PyUnicode_New(n, 127);
+    if (out != NULL)
+        memcpy(PyUnicode_DATA(out), s, n);
+    return out;
+}
+
+/* Property names repeat (TAGS, KEYS, UNIQ_KEY, ...): one str each, its hash computed once. */
+#define NAME_CACHE 64
+static PyObject *name_cache[NAME_CACHE];
+
+static PyObject *property_name(const char *s, Py_ssize_t n) {
+    unsigned slot = (unsigned)(n * 31 + (unsigned char)s[0] * 7 + (unsigned char)s[n - 1]) % NAME_CACHE;
+    PyObject *name = name_cache[slot];
+    if (name != NULL && PyUnicode_GET_LENGTH(name) == n && memcmp(PyUnicode_DATA(name), s, n) == 0)
+        return Py_NewRef(name);
+    name = ascii_str(s, n);
+    if (name != NULL)
+        Py_XSETREF(name_cache[slot], Py_NewRef(name));
+    return name;
+}
+
+/* parse_properties over ASCII bytes s[0:n]. */
+static PyObject *parse_ascii_properties(const char *s, Py_ssize_t n) {
+    const char *end = s + n;
+    PyObject *result = PyDict_New();
+    if (result == NULL)
+        return NULL;
+    while (s < end) {
+        const char *item_end = memchr(s, 2, end - s), *sep;
+        if (item_end == NULL)
+            item_end = end;
+        sep = memchr(s, 1, item_end - s);
+        if (sep != NULL && sep > s && sep + 1 < item_end) {
+            PyObject *name = property_name(s, sep - s), *value;
+            if (name == NULL)
+                goto fail;
+            value = ascii_str(sep + 1, item_end - sep - 1);
+            if (value == NULL || PyDict_SetItem(result, name, value) < 0) {
+                Py_DECREF(name);
+                Py_XDECREF(value);
+                goto fail;
+            }
+            Py_DECREF(name);
+            Py_DECREF(value);
+        }
+        s = item_end + 1;
+    }
+    return result;
+fail:
+    Py_DECREF(result);
+    return NULL;
+}
+
+static int all_ascii(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i;
+    unsigned char any = 0;
+    for (i = 0; i < n; i++)
+        any |= s[i];
+    return any < 128;
+}
+
 /* "k\x01v\x02k\x01v" → dict; items without a name or value are skipped (as in Python). */
 static PyObject *parse_properties(PyObject *text) {
     Py_ssize_t n = PyUnicode_GET_LENGTH(text), start = 0;
-    PyObject *result = PyDict_New();
+    PyObject *result;
+    if (PyUnicode_IS_ASCII(text))
+        return parse_ascii_properties((const char *)PyUnicode_DATA(text), n);
+    result = PyDict_New();
     if (result == NULL)
         return NULL;
     while (start < n) {
@@ -154,6 +220,19 @@ static PyObject *properties_to_string(PyObject *self, PyObject *props) {
     if (out == NULL)
         return NULL;
     pos = 0;  /* nothing above ran Python code: the dict is unchanged */
+    if (maxchar < 128) {  /* all ASCII (the usual case): plain byte copies */
+        char *dst = (char *)PyUnicode_DATA(out);
+        while (PyDict_Next(props, &pos, &k, &v)) {
+            if (at > 0)
+                dst[at++] = 2;
+            memcpy(dst + at, PyUnicode_DATA(k), PyUnicode_GET_LENGTH(k));
+            at += PyUnicode_GET_LENGTH(k);
+            dst[at++] = 1;
+            memcpy(dst + at, PyUnicode_DATA(v), PyUnicode_GET_LENGTH(v));
+            at += PyUnicode_GET_LENGTH(v);
+        }
+        return out;
+    }
     while (PyDict_Next(props, &pos, &k, &v)) {
         if (at > 0)
             PyUnicode_WriteChar(out, at++, 2);
@@ -542,15 +621,19 @@ static PyObject *decode_v4(const unsigned char *buf, Py_ssize_t len, Py_ssize_t 
             return NULL;
     }
     f[0] = topic_of((const char *)r + pos + 1, topic_len);
-    props_text = f[0] ? PyUnicode_DecodeUTF8((const char *)r + pos + 3 + topic_len, props_len, NULL) : NULL;
-    if (props_text == NULL) {  /* bad UTF-8: the Python reference raises the RecordError */
-        Py_XDECREF(f[0]);
-        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-            PyErr_Clear();
-        return NULL;
+    if (f[0] != NULL && all_ascii(r + pos + 3 + topic_len, props_len)) {  /* no text to build first */
+        f[3] = parse_ascii_properties((const char *)r + pos + 3 + topic_len, props_len);
+    } else {
+        props_text = f[0] ? PyUnicode_DecodeUTF8((const char *)r + pos + 3 + topic_len, props_len, NULL) : NULL;
+        if (props_text == NULL) {  /* bad UTF-8: the Python reference raises the RecordError */
+            Py_XDECREF(f[0]);
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                PyErr_Clear();
+            return NULL;
+        }
+        f[3] = parse_properties(props_text);
+        Py_DECREF(props_text);
     }
-    f[3] = props_len ? parse_properties(props_text) : PyDict_New();
-    Py_DECREF(props_text);
     f[1] = PyBytes_FromStringAndSize((const char *)r + FIXED_V4, body_len);
     f[2] = PyLong_FromLong(get_i32(r + 16));
     f[4] = PyLong_FromLong(get_i32(r + 12));
@@ -664,6 +747,130 @@ static PyObject *decode_records(PyObject *self, PyObject *data) {
     return out;
 }
 
+/* ---- the broker's batch path ------------------------------------------------------------ */
+
+static PyObject *str_wait, *str_cluster, *str_false;
+
+/* A batch entry's properties as the broker stores them (SendMessageProcessor._stored_properties
+ * without its size check): the entry's own, updated with the header's (shared); WAIT dropped,
+ * CLUSTER set, and WAIT=false put back at the end when it was false. */
+static PyObject *stored_properties(const char *s, Py_ssize_t n, PyObject *shared, PyObject *cluster) {
+    PyObject *props, *wait;
+    if (all_ascii((const unsigned char *)s, n)) {
+        props = parse_ascii_properties(s, n);
+    } else {
+        PyObject *text = PyUnicode_DecodeUTF8(s, n, NULL);
+        if (text == NULL)
+            return NULL;
+        props = parse_properties(text);
+        Py_DECREF(text);
+    }
+    if (props == NULL)
+        return NULL;
+    if (PyDict_GET_SIZE(shared) && PyDict_Update(props, shared) < 0)
+        goto fail;
+    wait = PyDict_GetItemWithError(props, str_wait);  /* borrowed */
+    if (wait != NULL) {
+        PyObject *lower = PyObject_CallMethod(wait, "lower", NULL);
+        int is_false;
+        if (lower == NULL)
+            goto fail;
+        is_false = PyObject_RichCompareBool(lower, str_false, Py_EQ);
+        Py_DECREF(lower);
+        if (is_false < 0 || PyDict_DelItem(props, str_wait) < 0 || PyDict_SetItem(props, str_cluster, cluster) < 0 ||
+            (is_false && PyDict_SetItem(props, str_wait, str_false) < 0))
+            goto fail;
+    } else if (PyErr_Occurred() || PyDict_SetItem(props, str_cluster, cluster) < 0) {
+        goto fail;
+    }
+    return props;
+fail:
+    Py_DECREF(props);
+    return NULL;
+}
+
+/* stored_batch(body, topic, shared, cluster, limit, queue_id, sys_flag, born_timestamp, born_host,
+ *              store_host, reconsume_times) -> [MessageExt] or None
+ * The messages of a SEND_BATCH_MESSAGE body as SendMessageProcessor._batch_messages builds them;
+ * None when the body is malformed or empty, or an entry's properties are longer than ``limit``
+ * bytes (they may need the size check): the caller then runs its Python loop, which answers
+ * those cases. */
+static PyObject *stored_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *data, *shared, *cluster, *out, *zero;
+    const char *buf;
+    Py_ssize_t pos = 0, end, limit;
+    if (nargs != 11)
+        return PyErr_Format(PyExc_TypeError, "stored_batch() takes 11 arguments");
+    data = args[0], shared = args[2], cluster = args[3];
+    limit = PyLong_AsSsize_t(args[4]);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    if (!PyBytes_CheckExact(data) || !PyDict_CheckExact(shared) || !PyUnicode_CheckExact(cluster) ||
+        PyBytes_GET_SIZE(data) == 0)
+        Py_RETURN_NONE;
+    buf = PyBytes_AS_STRING(data);
+    end = PyBytes_GET_SIZE(data);
+    out = PyList_New(0);
+    zero = PyLong_FromLong(0);
+    if (out == NULL || zero == NULL)
+        goto fail;
+    while (pos < end) {
+        const unsigned char *e = (const unsigned char *)buf + pos;
+        int32_t size, body_len;
+        int16_t props_len;
+        Py_ssize_t body_at = pos + 20, props_at;
+        PyObject *f[N_FIELDS], *msg;
+        int i;
+        if (end - pos < 22)
+            goto python;
+        size = get_i32(e);
+        body_len = get_i32(e + 16);
+        if (body_len < 0 || body_len > end - body_at - 2)
+            goto python;
+        props_len = get_i16((const unsigned char *)buf + body_at + body_len);
+        props_at = body_at + body_len + 2;
+        if (props_len < 0 || props_len > end - props_at || (int64_t)size != 22 + (int64_t)body_len + props_len ||
+            props_len > limit)
+            goto python;
+        f[3] = stored_properties(buf + props_at, props_len, shared, cluster);
+        if (f[3] == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                goto fail;
+            PyErr_Clear();
+            goto python;
+        }
+        f[0] = Py_NewRef(args[1]);
+        f[1] = PyBytes_FromStringAndSize(buf + body_at, body_len);
+        f[2] = PyLong_FromLong(get_i32(e + 12));
+        f[4] = Py_NewRef(args[5]);   /* queue_id */
+        f[5] = Py_NewRef(args[6]);   /* sys_flag */
+        f[6] = Py_NewRef(args[7]);   /* born_timestamp */
+        f[7] = Py_NewRef(args[8]);   /* born_host */
+        f[9] = Py_NewRef(args[9]);   /* store_host */
+        f[10] = Py_NewRef(args[10]); /* reconsume_times */
+        f[8] = Py_NewRef(zero);      /* store_timestamp, then the five store fields */
+        for (i = 11; i < N_FIELDS; i++)
+            f[i] = Py_NewRef(zero);
+        msg = new_message(f);
+        if (msg == NULL || PyList_Append(out, msg) < 0) {
+            Py_XDECREF(msg);
+            goto fail;
+        }
+        Py_DECREF(msg);
+        pos = props_at + props_len;
+    }
+    Py_DECREF(zero);
+    return out;
+python:
+    Py_DECREF(out);
+    Py_DECREF(zero);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(zero);
+    return NULL;
+}
+
 /* ---- setup ------------------------------------------------------------------------------ */
 
 /* Find MessageExt's slot offsets; any surprise leaves use_slots at 0 (the class is called). */
@@ -720,6 +927,8 @@ static PyMethodDef methods[] = {
     {"patch_record", (PyCFunction)(void (*)(void))patch_record, METH_FASTCALL, "C patch_record."},
     {"decode_record", (PyCFunction)(void (*)(void))decode_record, METH_FASTCALL | METH_KEYWORDS, "C decode_record."},
     {"decode_records", decode_records, METH_O, "C decode_records."},
+    {"stored_batch", (PyCFunction)(void (*)(void))stored_batch, METH_FASTCALL,
+     "The broker's messages of a batch body, or None for its Python loop (rocketpy.broker.send)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",
@@ -733,6 +942,11 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         if (field_names[i] == NULL)
             return NULL;
     }
+    str_wait = PyUnicode_InternFromString("WAIT");
+    str_cluster = PyUnicode_InternFromString("CLUSTER");
+    str_false = PyUnicode_InternFromString("false");
+    if (str_wait == NULL || str_cluster == NULL || str_false == NULL)
+        return NULL;
     zlib = PyImport_ImportModule("zlib");
     if (zlib == NULL)
         return NULL;

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -24,6 +24,7 @@ from rocketpy.broker.sendheader import SendHeader
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.broker.transaction import half_message
+from rocketpy.common import speedups
 from rocketpy.common.headers import HeaderError
 from rocketpy.common.message import (
     MAX_PROPERTIES_LENGTH,
@@ -315,15 +316,21 @@ class SendMessageProcessor:
             body = self._inflate(body)
             sys_flag &= ~MessageSysFlag.COMPRESSED
         self._check_body(body)  # the whole batch is stored under one limit, as in Java
+        shared = string_to_properties(header.properties)
+        topic, born, born_host = header.topic, header.born_timestamp, self._peer_host(channel)
+        store_host, reconsume, stored_properties = self._store_host, header.reconsume_times, self._stored_properties
+        if _stored_batch is not None:  # the loop below in C, for the common case
+            fast: list[MessageExt] | None = _stored_batch(
+                body, topic, shared, self._cluster, self._short_properties - len(header.properties), queue_id,
+                sys_flag, born, born_host, store_host, reconsume)
+            if fast is not None:
+                return fast
         try:
             entries = batch_entries(body)
         except RecordError as e:
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}") from None
         if not entries:
             raise Rejected(ResponseCode.MESSAGE_ILLEGAL, "the batch is empty")
-        shared = string_to_properties(header.properties)
-        topic, born, born_host = header.topic, header.born_timestamp, self._peer_host(channel)
-        store_host, reconsume, stored_properties = self._store_host, header.reconsume_times, self._stored_properties
         msgs = []
         for flag, inner_body, text in entries:
             props = string_to_properties(text)
@@ -386,6 +393,12 @@ class SendMessageProcessor:
 
 
 _CACHE_MAX = 4096
+
+#: ``_batch_messages``' loop in C (rocketpy/_speedups.c ``stored_batch``), None when not built: it
+#: returns None for the cases the loop answers itself (malformed, empty, long properties).
+_stored_batch: Callable[..., list[MessageExt] | None] | None = None
+if speedups.compiled is not None:
+    _stored_batch = speedups.compiled.stored_batch
 
 
 def _topic_of(request: RemotingCommand) -> str:

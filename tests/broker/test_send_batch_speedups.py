@@ -1,0 +1,85 @@
+"""The broker's batch path in C (``stored_batch``) against its Python loop: the same messages, in
+the same property order, or the same refusal, for random and damaged batches (doc/store.md)."""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from twisted.internet.task import Clock
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.broker import send
+from rocketpy.broker.send import SendMessageProcessor
+from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.message import properties_to_string
+from rocketpy.common.topic import TopicConfig
+from rocketpy.remoting.codes import RequestCode
+from rocketpy.remoting.command import RemotingCommand
+from tests.broker.test_send import CPP_V1, send_request
+from tests.common.implementations import C_SKIP
+from tests.fakes import FakeChannel, FakeStoreService
+
+NAME = st.sampled_from(["WAIT", "CLUSTER", "TAGS", "KEYS", "UNIQ_KEY", "k", "\u00e9"]) | st.text(max_size=4)
+VALUE = st.sampled_from(["false", "FALSE", "true", "x", "\u00e9\U0001F600", "", "a\x01b"]) | st.text(max_size=6)
+PROPS = st.dictionaries(NAME, VALUE, max_size=4)
+
+
+def body_of(entries: list[tuple[bytes, int, dict[str, str]]], long: int) -> bytes:
+    parts = []
+    for i, (body, flag, props) in enumerate(entries):
+        raw = properties_to_string(props).encode("utf-8", "surrogatepass")
+        if i == 0 and long:
+            raw += b"\x02L\x01" + b"v" * long  # near the size check's bound
+        parts.append(struct.pack(">iiiii", 22 + len(body) + len(raw), 0, 0, flag, len(body)) + body
+                     + struct.pack(">h", len(raw)) + raw)
+    return b"".join(parts)
+
+
+class StoredBatchTests(SynchronousTestCase):
+    skip = C_SKIP or (None if send._stored_batch is not None else "no stored_batch")
+
+    def outcome(self, c: bool, header_props: str, body: bytes) -> Any:
+        """What the processor stores for the batch (messages and their property order), or its refusal."""
+        store = FakeStoreService()
+        topics = TopicConfigManager(Clock())
+        topics.update_topic_config(TopicConfig("T", 4, 4))
+        processor = SendMessageProcessor(store, topics, ("192.0.2.10", 10911), cluster_name="TestCluster",
+                                         max_message_size=1 << 20, rng=random.Random(7))
+        request = send_request(RequestCode.SEND_MESSAGE, dict(CPP_V1, topic="T", batch="1", properties=header_props),
+                               body)
+        compiled = send._stored_batch
+        send._stored_batch = compiled if c else None
+        try:
+            result = processor.process_request(FakeChannel("10.0.0.9:53211"), request)
+        finally:
+            send._stored_batch = compiled
+        response = result if isinstance(result, RemotingCommand) else self.successResultOf(result)
+        stored = [(m, list(m.properties.items())) for _batch, msgs in store.puts for m in msgs]
+        return response.code, response.remark, stored
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.tuples(st.binary(max_size=20), st.integers(-(2**31), 2**31 - 1), PROPS), max_size=4),
+           PROPS, st.sampled_from([0, 0, 8100, 8200, 32000]), st.data())
+    def test_same_messages_or_refusal(self, entries: list[tuple[bytes, int, dict[str, str]]],
+                                      header: dict[str, str], long: int, data: st.DataObject) -> None:
+        body = bytearray(body_of(entries, long))
+        if body and data.draw(st.booleans()):
+            body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.sampled_from([0, 0xFF, 0x80, 1, 2]))
+        header_props = properties_to_string(header)
+        fast = self.outcome(True, header_props, bytes(body))
+        self.assertEqual(fast, self.outcome(False, header_props, bytes(body)))
+
+    def test_common_case_in_c(self) -> None:
+        """A well-formed batch is built in C; malformed, empty and long-properties bodies go to Python."""
+        assert send._stored_batch is not None
+        args = ("T", {"WAIT": "False"}, "TestCluster", 100, 1, 0, 5, ("10.0.0.9", 1), ("192.0.2.10", 10911), 0)
+        got = send._stored_batch(body_of([(b"a", 7, {"TAGS": "x", "CLUSTER": "other"})], 0), *args)
+        assert got is not None
+        self.assertEqual([(m.body, m.flag, list(m.properties.items())) for m in got],
+                         [(b"a", 7, [("TAGS", "x"), ("CLUSTER", "TestCluster"), ("WAIT", "false")])])
+        for body in (b"", body_of([(b"a", 0, {})], 0)[:-1], body_of([(b"a", 0, {})], 200)):
+            self.assertIsNone(send._stored_batch(body, *args))
