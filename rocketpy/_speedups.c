@@ -26,7 +26,7 @@
 
 /* Registered by setup(): the Python references and the types they return. */
 static PyObject *RecordError, *MessageExt;
-static PyObject *py_decode_record, *py_decode_records, *py_encode_record, *py_patch_record, *py_batch_entries;
+static PyObject *py_decode_record, *py_decode_records, *py_encode_record, *py_encode_batch, *py_patch_record, *py_batch_entries;
 static PyObject *py_string_to_properties, *py_properties_to_string, *py_java_hash, *py_tags_code;
 static PyObject *zlib_crc32;
 
@@ -747,6 +747,113 @@ static PyObject *decode_records(PyObject *self, PyObject *data) {
     return out;
 }
 
+/* ---- batch bodies, the client's side --------------------------------------------------- */
+
+/* The UTF-8 length of properties_to_string(props), or -1 (no exception) when props are not an
+ * exact dict of exact str (or hold a lone surrogate): the Python reference handles those. */
+static Py_ssize_t properties_utf8_length(PyObject *props) {
+    Py_ssize_t pos = 0, length = 0, kl, vl;
+    PyObject *k, *v;
+    if (!PyDict_CheckExact(props))
+        return -1;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
+            return -1;
+        if (PyUnicode_AsUTF8AndSize(k, &kl) == NULL || PyUnicode_AsUTF8AndSize(v, &vl) == NULL) {
+            PyErr_Clear();
+            return -1;
+        }
+        length += kl + vl + 2;
+    }
+    return length ? length - 1 : 0;
+}
+
+/* Write properties_to_string(props) as UTF-8 at p (its length was checked by the caller). */
+static unsigned char *write_properties(unsigned char *p, PyObject *props) {
+    Py_ssize_t pos = 0, kl, vl;
+    PyObject *k, *v;
+    int first = 1;
+    while (PyDict_Next(props, &pos, &k, &v)) {
+        const char *ks = PyUnicode_AsUTF8AndSize(k, &kl), *vs = PyUnicode_AsUTF8AndSize(v, &vl);
+        if (!first)
+            *p++ = 2;
+        first = 0;
+        memcpy(p, ks, kl);
+        p += kl;
+        *p++ = 1;
+        memcpy(p, vs, vl);
+        p += vl;
+    }
+    return p;
+}
+
+/* SEND_BATCH_MESSAGE body of a list of messages; anything unusual goes to the Python reference. */
+static PyObject *encode_batch(PyObject *self, PyObject *messages) {
+    Py_ssize_t n, i, total = 0;
+    PyObject **held = NULL, *out = NULL;   /* body, properties of each message */
+    int64_t *flags = NULL;
+    Py_ssize_t *props_lens = NULL;
+    unsigned char *p;
+    if (!PyList_CheckExact(messages))
+        return fallback(py_encode_batch, &messages, 1);
+    n = PyList_GET_SIZE(messages);
+    held = PyMem_Calloc(2 * n + 1, sizeof(PyObject *));
+    flags = PyMem_Calloc(n + 1, sizeof(int64_t));
+    props_lens = PyMem_Calloc(n + 1, sizeof(Py_ssize_t));
+    if (held == NULL || flags == NULL || props_lens == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) {  /* first pass: take each message's fields, check them, size the body */
+        PyObject *msg = PyList_GET_ITEM(messages, i), *flag;
+        held[2 * i] = PyObject_GetAttr(msg, field_names[1]);      /* body */
+        held[2 * i + 1] = PyObject_GetAttr(msg, field_names[3]);  /* properties */
+        flag = PyObject_GetAttr(msg, field_names[2]);
+        if (held[2 * i] == NULL || held[2 * i + 1] == NULL || flag == NULL) {
+            Py_XDECREF(flag);
+            PyErr_Clear();
+            goto slow;
+        }
+        if (!I32_OK(flag, &flags[i]) || !PyBytes_CheckExact(held[2 * i])) {
+            Py_DECREF(flag);
+            goto slow;
+        }
+        Py_DECREF(flag);
+        props_lens[i] = properties_utf8_length(held[2 * i + 1]);
+        if (props_lens[i] < 0 || props_lens[i] > 32767 || PyBytes_GET_SIZE(held[2 * i]) > INT32_MAX - 22 - 32767)
+            goto slow;
+        total += 22 + PyBytes_GET_SIZE(held[2 * i]) + props_lens[i];
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL)
+        goto done;
+    p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (i = 0; i < n; i++) {  /* second pass: no Python code ran since, the sizes hold */
+        Py_ssize_t body_len = PyBytes_GET_SIZE(held[2 * i]);
+        put_i32(p, (int32_t)(22 + body_len + props_lens[i]));
+        put_i32(p + 4, 0);
+        put_i32(p + 8, 0);
+        put_i32(p + 12, (int32_t)flags[i]);
+        put_i32(p + 16, (int32_t)body_len);
+        memcpy(p + 20, PyBytes_AS_STRING(held[2 * i]), body_len);
+        p += 20 + body_len;
+        *p++ = (unsigned char)(props_lens[i] >> 8);
+        *p++ = (unsigned char)props_lens[i];
+        p = write_properties(p, held[2 * i + 1]);
+    }
+    goto done;
+slow:
+    out = fallback(py_encode_batch, &messages, 1);
+done:
+    if (held != NULL)
+        for (i = 0; i < 2 * n; i++)
+            Py_XDECREF(held[i]);
+    PyMem_Free(held);
+    PyMem_Free(flags);
+    PyMem_Free(props_lens);
+    return out;
+}
+
 /* ---- the broker's batch path ------------------------------------------------------------ */
 
 static PyObject *str_wait, *str_cluster, *str_false;
@@ -898,17 +1005,17 @@ static void find_slots(void) {
 
 static PyObject *setup(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"record_error", "message_ext", "decode_record", "decode_records", "encode_record",
-                            "patch_record", "batch_entries", "string_to_properties", "properties_to_string",
-                            "java_hash", "tags_code", NULL};
-    PyObject *v[11];
-    PyObject **targets[11] = {&RecordError, &MessageExt, &py_decode_record, &py_decode_records,
-                              &py_encode_record, &py_patch_record, &py_batch_entries, &py_string_to_properties,
-                              &py_properties_to_string, &py_java_hash, &py_tags_code};
+                            "patch_record", "batch_entries", "encode_batch", "string_to_properties",
+                            "properties_to_string", "java_hash", "tags_code", NULL};
+    PyObject *v[12];
+    PyObject **targets[12] = {&RecordError, &MessageExt, &py_decode_record, &py_decode_records,
+                              &py_encode_record, &py_patch_record, &py_batch_entries, &py_encode_batch,
+                              &py_string_to_properties, &py_properties_to_string, &py_java_hash, &py_tags_code};
     int i;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOOO", names, &v[0], &v[1], &v[2], &v[3], &v[4],
-                                     &v[5], &v[6], &v[7], &v[8], &v[9], &v[10]))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOOOO", names, &v[0], &v[1], &v[2], &v[3], &v[4],
+                                     &v[5], &v[6], &v[7], &v[8], &v[9], &v[10], &v[11]))
         return NULL;
-    for (i = 0; i < 11; i++)
+    for (i = 0; i < 12; i++)
         Py_XSETREF(*targets[i], Py_NewRef(v[i]));
     find_slots();
     Py_RETURN_NONE;
@@ -923,6 +1030,7 @@ static PyMethodDef methods[] = {
     {"tags_code", tags_code, METH_O, "C tags_code."},
     {"key_hash", key_hash, METH_O, "C rocketpy.store.index.key_hash."},
     {"batch_entries", batch_entries, METH_O, "C batch_entries."},
+    {"encode_batch", encode_batch, METH_O, "C encode_batch."},
     {"encode_record", encode_record, METH_O, "C encode_record."},
     {"patch_record", (PyCFunction)(void (*)(void))patch_record, METH_FASTCALL, "C patch_record."},
     {"decode_record", (PyCFunction)(void (*)(void))decode_record, METH_FASTCALL | METH_KEYWORDS, "C decode_record."},

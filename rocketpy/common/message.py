@@ -418,7 +418,7 @@ def encode_batch(messages: list[Message]) -> bytes:
     parts: list[bytes] = []
     pack_head, pack_short = _BATCH_HEAD.pack, _H16.pack
     for m in messages:
-        props = properties_to_string(m.properties).encode()
+        props = _properties_to_string(m.properties).encode()
         body = m.body
         parts += (pack_head(22 + len(body) + len(props), 0, 0, m.flag, len(body)), body, pack_short(len(props)), props)
     return b"".join(parts)
@@ -463,6 +463,7 @@ class Implementation(NamedTuple):
     string_to_properties: Callable[[str | None], dict[str, str]]
     properties_to_string: Callable[[dict[str, str]], str]
     batch_entries: Callable[[bytes], list[tuple[int, bytes, str]]]
+    encode_batch: Callable[[list[Message]], bytes]
     encode_record: Callable[[MessageExt], bytearray]
     patch_record: Callable[[bytearray, int, int, int], None]
     decode_record: Callable[..., MessageExt]
@@ -471,7 +472,7 @@ class Implementation(NamedTuple):
 
 #: The Python reference: the fallback of the compiled functions on unusual input and errors.
 PYTHON = Implementation("Python", java_hash, tags_code, string_to_properties, properties_to_string, batch_entries,
-                        encode_record, patch_record, decode_record, decode_records)
+                        encode_batch, encode_record, patch_record, decode_record, decode_records)
 #: ``rocketpy._speedups`` when built (and ROCKETPY_NO_SPEEDUPS is unset), else None.
 COMPILED: Implementation | None = None
 
@@ -480,8 +481,9 @@ if speedups.compiled is not None:
     _c.setup(record_error=RecordError, message_ext=MessageExt,
              **{name: f for name, f in PYTHON._asdict().items() if name != "name"})
     COMPILED = Implementation("C", _c.java_hash, _c.tags_code, _c.string_to_properties, _c.properties_to_string,
-                              _c.batch_entries, _c.encode_record, _c.patch_record, _c.decode_record,
+                              _c.batch_entries, _c.encode_batch, _c.encode_record, _c.patch_record, _c.decode_record,
                               _c.decode_records)
     java_hash, tags_code, decode_record, decode_records = _c.java_hash, _c.tags_code, _c.decode_record, _c.decode_records
     string_to_properties, properties_to_string = _c.string_to_properties, _c.properties_to_string
     batch_entries, encode_record, patch_record = _c.batch_entries, _c.encode_record, _c.patch_record
+    encode_batch = _c.encode_batch

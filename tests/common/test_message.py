@@ -161,7 +161,7 @@ class BatchTests(ImplementationTestCase):
         """A batch body splits back into its messages with flags and properties."""
         msgs = [m.Message("T", b"a", 1, {"UNIQ_KEY": "X"}), m.Message("T", b"", 0, {})]
         out = [m.Message("T", body, flag, self.impl.string_to_properties(props))
-               for flag, body, props in self.impl.batch_entries(m.encode_batch(msgs))]
+               for flag, body, props in self.impl.batch_entries(self.impl.encode_batch(msgs))]
         self.assertEqual(out, msgs)
 
     def test_malformed_batch(self) -> None:

@@ -128,6 +128,14 @@ class EquivalenceTests(SynchronousTestCase):
         self.same("batch_entries", bytearray(raw))  # not bytes: the reference slices a bytearray
 
     @EXAMPLES
+    @given(st.lists(st.builds(m.Message, topic=st.just("T"), body=st.binary(max_size=50) | st.just(bytearray(b"ab")),
+                              flag=INT, properties=st.dictionaries(TEXT, TEXT, max_size=3)), max_size=4))
+    def test_encode_batch(self, msgs: list[m.Message]) -> None:
+        """Any messages: the same batch body, or the same exception (big flags, lone surrogates)."""
+        self.same("encode_batch", msgs)
+        self.same("encode_batch", tuple(msgs))
+
+    @EXAMPLES
     @given(st.binary(max_size=80), INT, INT, INT)
     def test_patch_record(self, raw: bytes, queue_offset: int, phys: int, store_ts: int) -> None:
         a, b = bytearray(raw), bytearray(raw)
@@ -141,7 +149,8 @@ class EquivalenceTests(SynchronousTestCase):
                            ("properties_to_string", ({"a": 1},)), ("properties_to_string", ([("a", "b")],)),
                            ("java_hash", (5,)), ("tags_code", (b"x",)), ("tags_code", (0,)),
                            ("batch_entries", ("text",)), ("decode_record", (None,)), ("decode_records", (5,)),
-                           ("encode_record", (object(),)), ("patch_record", (bytearray(64), 1.5, 0, 0))]:
+                           ("encode_record", (object(),)), ("encode_batch", ([object()],)),
+                           ("encode_batch", ([m.Message("T", b"", 0, {"k": "v" * 40000})],)), ("patch_record", (bytearray(64), 1.5, 0, 0))]:
             self.same(name, *args)
 
 
