@@ -1,5 +1,5 @@
-/* rocketpy._speedups: optional C versions of the hot pure functions of rocketpy.common.message
- * and rocketpy.store.index (doc/store.md, "Compiled accelerator").
+/* rocketpy._speedups: optional C versions of the hot pure functions of rocketpy.common.message,
+ * rocketpy.store.index and the broker's batch loop (doc/store.md, "Compiled accelerator").
  *
  * The Python functions are the reference. Each function here handles the common, well-formed
  * case and hands anything else (malformed bytes, unusual types, out-of-range numbers, IPv6
@@ -298,13 +298,16 @@ static PyObject *tags_code(PyObject *self, PyObject *tags) {
 /* The index's |hashCode| with Integer.MIN_VALUE → 0 (rocketpy.store.index.key_hash). */
 static PyObject *key_hash(PyObject *self, PyObject *key) {
     int32_t h;
-    if (!PyUnicode_Check(key) || !java_hash_of(key, &h)) {
-        PyObject *r = fallback(py_java_hash, &key, 1), *a;  /* raises as key_hash would */
+    if (!PyUnicode_Check(key) || !java_hash_of(key, &h)) {  /* the reference raises for these */
+        PyObject *r = fallback(py_java_hash, &key, 1);
+        long v;
         if (r == NULL)
             return NULL;
-        a = PyNumber_Absolute(r);
+        v = PyLong_AsLong(r);
         Py_DECREF(r);
-        return a;  /* not reached for str keys other than lone surrogates, which raise */
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        h = (int32_t)v;
     }
     return PyLong_FromLong(h == INT32_MIN ? 0 : (h < 0 ? -h : h));
 }
@@ -409,11 +412,12 @@ static PyObject *encode_record(PyObject *self, PyObject *msg) {
     int32_t crc;
     int i;
     for (i = 0; i < N_ATTRS; i++) {
-        a[i] = PyObject_GetAttr(msg, field_names[ATTR_FIELD[i]]);
-        if (a[i] == NULL) {
+        if (use_slots && Py_IS_TYPE(msg, (PyTypeObject *)MessageExt))  /* read the slot itself */
+            a[i] = Py_XNewRef(*(PyObject **)((char *)msg + slot_offsets[ATTR_FIELD[i]]));
+        else if ((a[i] = PyObject_GetAttr(msg, field_names[ATTR_FIELD[i]])) == NULL)
             PyErr_Clear();
+        if (a[i] == NULL)  /* an unset slot raises AttributeError in Python */
             goto slow;
-        }
     }
     if (!PyUnicode_CheckExact(a[A_TOPIC]) || !PyDict_CheckExact(a[A_PROPS]) || !PyBytes_CheckExact(a[A_BODY]))
         goto slow;
