@@ -111,6 +111,14 @@ static PyObject *property_name(const char *s, Py_ssize_t n) {
     return name;
 }
 
+/* result[name] = value, releasing both (either may be NULL after a failed allocation). */
+static int set_property(PyObject *result, PyObject *name, PyObject *value) {
+    int r = (name == NULL || value == NULL) ? -1 : PyDict_SetItem(result, name, value);
+    Py_XDECREF(name);
+    Py_XDECREF(value);
+    return r;
+}
+
 /* parse_properties over ASCII bytes s[0:n]. */
 static PyObject *parse_ascii_properties(const char *s, Py_ssize_t n) {
     const char *end = s + n;
@@ -122,19 +130,9 @@ static PyObject *parse_ascii_properties(const char *s, Py_ssize_t n) {
         if (item_end == NULL)
             item_end = end;
         sep = memchr(s, 1, item_end - s);
-        if (sep != NULL && sep > s && sep + 1 < item_end) {
-            PyObject *name = property_name(s, sep - s), *value;
-            if (name == NULL)
-                goto fail;
-            value = ascii_str(sep + 1, item_end - sep - 1);
-            if (value == NULL || PyDict_SetItem(result, name, value) < 0) {
-                Py_DECREF(name);
-                Py_XDECREF(value);
-                goto fail;
-            }
-            Py_DECREF(name);
-            Py_DECREF(value);
-        }
+        if (sep != NULL && sep > s && sep + 1 < item_end &&
+            set_property(result, property_name(s, sep - s), ascii_str(sep + 1, item_end - sep - 1)) < 0)
+            goto fail;
         s = item_end + 1;
     }
     return result;
@@ -169,19 +167,9 @@ static PyObject *parse_properties(PyObject *text) {
         sep = PyUnicode_FindChar(text, 1, start, end, 1);
         if (sep == -2)
             goto fail;
-        if (sep > start && sep + 1 < end) {
-            PyObject *name = PyUnicode_Substring(text, start, sep), *value;
-            if (name == NULL)
-                goto fail;
-            value = PyUnicode_Substring(text, sep + 1, end);
-            if (value == NULL || PyDict_SetItem(result, name, value) < 0) {
-                Py_DECREF(name);
-                Py_XDECREF(value);
-                goto fail;
-            }
-            Py_DECREF(name);
-            Py_DECREF(value);
-        }
+        if (sep > start && sep + 1 < end &&
+            set_property(result, PyUnicode_Substring(text, start, sep), PyUnicode_Substring(text, sep + 1, end)) < 0)
+            goto fail;
         start = end + 1;
     }
     return result;

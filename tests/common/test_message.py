@@ -7,7 +7,7 @@ from typing import ClassVar
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.common import message as m
-from tests.common.implementations import C_IMPLEMENTATION, C_SKIP
+from tests.common.implementations import compiled_variant
 
 
 class ImplementationTestCase(SynchronousTestCase):
@@ -187,26 +187,9 @@ class JavaHashLengthTests(ImplementationTestCase):
         self.assertEqual(self.impl.java_hash(text), h - (1 << 32) if h & 0x80000000 else h)
 
 
-class CJavaHashTests(JavaHashTests):
-    impl = C_IMPLEMENTATION
-    skip = C_SKIP
-
-
-class CPropertiesTests(PropertiesTests):
-    impl = C_IMPLEMENTATION
-    skip = C_SKIP
-
-
-class CRecordTests(RecordTests):
-    impl = C_IMPLEMENTATION
-    skip = C_SKIP
-
-
-class CBatchTests(BatchTests):
-    impl = C_IMPLEMENTATION
-    skip = C_SKIP
-
-
-class CJavaHashLengthTests(JavaHashLengthTests):
-    impl = C_IMPLEMENTATION
-    skip = C_SKIP
+# The same tests against rocketpy._speedups (skipped when it is not built).
+CJavaHashTests = compiled_variant(JavaHashTests)
+CPropertiesTests = compiled_variant(PropertiesTests)
+CRecordTests = compiled_variant(RecordTests)
+CBatchTests = compiled_variant(BatchTests)
+CJavaHashLengthTests = compiled_variant(JavaHashLengthTests)
