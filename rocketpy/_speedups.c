@@ -970,6 +970,116 @@ fail:
     return NULL;
 }
 
+/* ---- the store's inline-append check --------------------------------------------------- */
+
+static PyObject *str_delay, *str_keys, *str_space, *py_inline_bound;
+
+/* entries[(topic, queue_id)] += count */
+static int run_flush(PyObject *entries, PyObject *topic, PyObject *queue_id, Py_ssize_t count) {
+    PyObject *where = PyTuple_Pack(2, topic, queue_id), *old, *now;
+    int r = -1;
+    if (where == NULL)
+        return -1;
+    old = PyDict_GetItemWithError(entries, where);  /* borrowed */
+    if (old != NULL || !PyErr_Occurred()) {
+        now = PyLong_FromSsize_t((old ? PyLong_AsSsize_t(old) : 0) + count);
+        if (now != NULL) {
+            r = PyDict_SetItem(entries, where, now);
+            Py_DECREF(now);
+        }
+    }
+    Py_DECREF(where);
+    return r;
+}
+
+/* rocketpy.store.messagestore.inline_bound: (size bound, index keys, {(topic, queue_id): count})
+ * or None; anything but lists of MessageExt with dict-of-str properties goes to the reference. */
+static PyObject *inline_bound(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t max_body, fixed, size = 0, keys = 0, run = 0, i, j;
+    PyObject *puts, *entries, *run_topic = NULL, *run_queue = NULL, *result;
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "inline_bound() takes 3 arguments");
+    puts = args[0];
+    max_body = PyLong_AsSsize_t(args[1]);
+    fixed = PyLong_AsSsize_t(args[2]);
+    if ((max_body == -1 || fixed == -1) && PyErr_Occurred())
+        return NULL;
+    if (!PyList_CheckExact(puts) || !use_slots)
+        return fallback(py_inline_bound, args, nargs);
+    for (i = 0; i < PyList_GET_SIZE(puts); i++) {  /* check the shapes first: no Python code runs below */
+        PyObject *msgs = PyList_GET_ITEM(puts, i);
+        if (!PyList_CheckExact(msgs) && !PyTuple_CheckExact(msgs))
+            return fallback(py_inline_bound, args, nargs);
+        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
+            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *body, *props, *topic, *queue_id, *k, *v;
+            Py_ssize_t pos = 0;
+            if (!Py_IS_TYPE(msg, (PyTypeObject *)MessageExt))
+                return fallback(py_inline_bound, args, nargs);
+            body = *(PyObject **)((char *)msg + slot_offsets[1]);
+            props = *(PyObject **)((char *)msg + slot_offsets[3]);
+            topic = *(PyObject **)((char *)msg + slot_offsets[0]);
+            queue_id = *(PyObject **)((char *)msg + slot_offsets[4]);
+            if (body == NULL || !PyBytes_CheckExact(body) || props == NULL || !PyDict_CheckExact(props) ||
+                topic == NULL || !PyUnicode_CheckExact(topic) || queue_id == NULL || !PyLong_CheckExact(queue_id))
+                return fallback(py_inline_bound, args, nargs);
+            while (PyDict_Next(props, &pos, &k, &v))
+                if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
+                    return fallback(py_inline_bound, args, nargs);
+        }
+    }
+    entries = PyDict_New();
+    if (entries == NULL)
+        return NULL;
+    for (i = 0; i < PyList_GET_SIZE(puts); i++) {
+        PyObject *msgs = PyList_GET_ITEM(puts, i);
+        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
+            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *k, *v, *found;
+            PyObject *props = *(PyObject **)((char *)msg + slot_offsets[3]);
+            PyObject *topic = *(PyObject **)((char *)msg + slot_offsets[0]);
+            PyObject *queue_id = *(PyObject **)((char *)msg + slot_offsets[4]);
+            Py_ssize_t body = PyBytes_GET_SIZE(*(PyObject **)((char *)msg + slot_offsets[1])), chars = 0, pos = 0;
+            int delayed = PyDict_Contains(props, str_delay);
+            if (delayed != 0) {
+                Py_DECREF(entries);
+                if (delayed < 0)
+                    return NULL;
+                Py_RETURN_NONE;
+            }
+            if (body > max_body) {
+                Py_DECREF(entries);
+                Py_RETURN_NONE;
+            }
+            while (PyDict_Next(props, &pos, &k, &v))
+                chars += PyUnicode_GET_LENGTH(k) + PyUnicode_GET_LENGTH(v) + 2;
+            size += fixed + body + PyUnicode_GET_LENGTH(topic) + 4 * chars;
+            found = PyDict_GetItemWithError(props, str_keys);  /* borrowed */
+            keys += 2;
+            if (found != NULL && PyUnicode_GET_LENGTH(found) > 0) {
+                Py_ssize_t spaces = PyUnicode_Count(found, str_space, 0, PY_SSIZE_T_MAX);
+                if (spaces < 0)
+                    goto fail;
+                keys += spaces;
+            } else if (PyErr_Occurred()) {
+                goto fail;
+            }
+            /* consume-queue entries: counted per run of the same (topic, queue_id) objects */
+            if (topic != run_topic || queue_id != run_queue) {
+                if (run && run_flush(entries, run_topic, run_queue, run) < 0)
+                    goto fail;
+                run_topic = topic, run_queue = queue_id, run = 0;
+            }
+            run++;
+        }
+    }
+    if (run && run_flush(entries, run_topic, run_queue, run) < 0)
+        goto fail;
+    result = Py_BuildValue("(nnN)", size, keys, entries);
+    return result;
+fail:
+    Py_DECREF(entries);
+    return NULL;
+}
+
 /* ---- setup ------------------------------------------------------------------------------ */
 
 /* Find MessageExt's slot offsets; any surprise leaves use_slots at 0 (the class is called). */
@@ -993,6 +1103,11 @@ static void find_slots(void) {
         slot_offsets[i] = m->offset;
     }
     use_slots = 1;
+}
+
+static PyObject *set_inline_bound(PyObject *self, PyObject *reference) {
+    Py_XSETREF(py_inline_bound, Py_NewRef(reference));
+    Py_RETURN_NONE;
 }
 
 static PyObject *setup(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -1027,6 +1142,9 @@ static PyMethodDef methods[] = {
     {"patch_record", (PyCFunction)(void (*)(void))patch_record, METH_FASTCALL, "C patch_record."},
     {"decode_record", (PyCFunction)(void (*)(void))decode_record, METH_FASTCALL | METH_KEYWORDS, "C decode_record."},
     {"decode_records", decode_records, METH_O, "C decode_records."},
+    {"inline_bound", (PyCFunction)(void (*)(void))inline_bound, METH_FASTCALL,
+     "C rocketpy.store.messagestore.inline_bound."},
+    {"set_inline_bound", set_inline_bound, METH_O, "Register inline_bound's Python reference."},
     {"stored_batch", (PyCFunction)(void (*)(void))stored_batch, METH_FASTCALL,
      "The broker's messages of a batch body, or None for its Python loop (rocketpy.broker.send)."},
     {NULL, NULL, 0, NULL}};
@@ -1045,7 +1163,11 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_wait = PyUnicode_InternFromString("WAIT");
     str_cluster = PyUnicode_InternFromString("CLUSTER");
     str_false = PyUnicode_InternFromString("false");
-    if (str_wait == NULL || str_cluster == NULL || str_false == NULL)
+    str_delay = PyUnicode_InternFromString("DELAY");  /* MessageConst.DELAY_TIME_LEVEL */
+    str_keys = PyUnicode_InternFromString("KEYS");
+    str_space = PyUnicode_InternFromString(" ");
+    if (str_wait == NULL || str_cluster == NULL || str_false == NULL || str_delay == NULL || str_keys == NULL ||
+        str_space == NULL)
         return NULL;
     zlib = PyImport_ImportModule("zlib");
     if (zlib == NULL)

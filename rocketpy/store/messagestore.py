@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Sequence
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from rocketpy.common import speedups
 from rocketpy.common.message import MessageConst, MessageExt
 from rocketpy.interfaces import IMessageStore
 from rocketpy.store.checkpoint import StoreCheckpoint
@@ -42,6 +43,37 @@ def _exit_name(clean: bool, process_only: bool = False) -> str:
 #: (header, IPv6 hosts, length fields).
 INLINE_MAX_BODY = 8 * 1024
 INLINE_RECORD_FIXED = 256
+
+
+def inline_bound(puts: Sequence[Sequence[MessageExt]], max_body: int,
+                 fixed: int) -> tuple[int, int, dict[tuple[str, int], int]] | None:
+    """For :meth:`MessageStore.can_append_inline`: a bound of the records' bytes, the number of
+    index keys, and the consume-queue entries per ``(topic, queue_id)`` of ``puts``; None when a
+    body is over ``max_body`` or a message has a delay level."""
+    size = keys = 0
+    entries: dict[tuple[str, int], int] = {}
+    for msgs in puts:
+        for msg in msgs:
+            body = len(msg.body)
+            props = msg.properties
+            if body > max_body or MessageConst.DELAY_TIME_LEVEL in props:
+                return None
+            # the record: fixed fields, body, topic, and ≤ 4 UTF-8 bytes per properties character
+            size += fixed + body + len(msg.topic) + 4 * (
+                sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props))
+            found = props.get(MessageConst.KEYS)
+            keys += 2 + (found.count(" ") if found else 0)
+            where = (msg.topic, msg.queue_id)
+            entries[where] = entries.get(where, 0) + 1
+    return size, keys, entries
+
+
+#: inline_bound's implementations: the Python reference, and the compiled one (None when not built).
+PYTHON_INLINE_BOUND = inline_bound
+COMPILED_INLINE_BOUND: Callable[..., tuple[int, int, dict[tuple[str, int], int]] | None] | None = None
+if speedups.compiled is not None:
+    speedups.compiled.set_inline_bound(PYTHON_INLINE_BOUND)
+    COMPILED_INLINE_BOUND = inline_bound = speedups.compiled.inline_bound
 
 
 class StoreLockedError(RuntimeError):
@@ -217,21 +249,10 @@ class MessageStore(MessageReader):
         """
         if self.config.write_path != "mmap" or not self.running:
             return False
-        size = keys = 0
-        entries: dict[tuple[str, int], int] = {}
-        for msgs in puts:
-            for msg in msgs:
-                body = len(msg.body)
-                props = msg.properties
-                if body > INLINE_MAX_BODY or MessageConst.DELAY_TIME_LEVEL in props:
-                    return False
-                # the record: fixed fields, body, topic, and ≤ 4 UTF-8 bytes per properties character
-                size += INLINE_RECORD_FIXED + body + len(msg.topic) + 4 * (
-                    sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props))
-                found = props.get(MessageConst.KEYS)
-                keys += 2 + (found.count(" ") if found else 0)
-                where = (msg.topic, msg.queue_id)
-                entries[where] = entries.get(where, 0) + 1
+        bound = inline_bound(puts, INLINE_MAX_BODY, INLINE_RECORD_FIXED)
+        if bound is None:
+            return False
+        size, keys, entries = bound
         if not self.commit_log.can_append_inline(size):
             return False
         for (topic, queue_id), count in entries.items():

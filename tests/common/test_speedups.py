@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from rocketpy.common import message as m
 from rocketpy.common import speedups
 from rocketpy.store.index import COMPILED_KEY_HASH, PYTHON_KEY_HASH
+from rocketpy.store.messagestore import COMPILED_INLINE_BOUND, PYTHON_INLINE_BOUND
 from tests.common.implementations import C_IMPLEMENTATION, C_SKIP
 
 PY, C = m.PYTHON, C_IMPLEMENTATION
@@ -62,7 +63,11 @@ class EquivalenceTests(SynchronousTestCase):
     skip = C_SKIP
 
     def same(self, name: str, *args: Any) -> None:
-        self.assertEqual(outcome(getattr(C, name), *args), outcome(getattr(PY, name), *args), (name, args))
+        if name == "inline_bound":
+            c, py = COMPILED_INLINE_BOUND or PYTHON_INLINE_BOUND, PYTHON_INLINE_BOUND
+        else:
+            c, py = getattr(C, name), getattr(PY, name)
+        self.assertEqual(outcome(c, *args), outcome(py, *args), (name, args))
 
     @EXAMPLES
     @given(TEXT | st.none())
@@ -143,6 +148,21 @@ class EquivalenceTests(SynchronousTestCase):
                          outcome(PY.patch_record, b, queue_offset, phys, store_ts))
         self.assertEqual(a, b)
 
+    @EXAMPLES
+    @given(st.lists(st.lists(st.builds(
+        m.MessageExt, topic=st.sampled_from(["T", "U", "\u00e9"]), body=st.binary(max_size=40),
+        properties=st.dictionaries(st.sampled_from(["KEYS", "DELAY", "TAGS", "k"]) | TEXT,
+                                   st.sampled_from(["a b  c", "", " ", "3"]) | TEXT, max_size=3),
+        queue_id=st.integers(0, 3)), max_size=5) | st.tuples(), max_size=4),
+        st.sampled_from([10, 40, 8192]))
+    def test_inline_bound(self, puts: list[list[m.MessageExt]], max_body: int) -> None:
+        """The store's inline-append bound: same sizes, keys and per-queue counts (order too), or both None."""
+        c = COMPILED_INLINE_BOUND or PYTHON_INLINE_BOUND
+        expected = outcome(PYTHON_INLINE_BOUND, puts, max_body, 256)
+        self.assertEqual(outcome(c, puts, max_body, 256), expected)
+        if expected[0] == "ok" and expected[1] is not None:
+            self.assertEqual(list(c(puts, max_body, 256)[2]), list(expected[1][2]))  # type: ignore[index]
+
     def test_unusual_types(self) -> None:
         """Values the C code does not handle itself go to the reference: same result or exception."""
         for name, args in [("string_to_properties", (0,)), ("string_to_properties", (b"A\x01b",)),
@@ -150,6 +170,7 @@ class EquivalenceTests(SynchronousTestCase):
                            ("java_hash", (5,)), ("tags_code", (b"x",)), ("tags_code", (0,)),
                            ("batch_entries", ("text",)), ("decode_record", (None,)), ("decode_records", (5,)),
                            ("encode_record", (object(),)), ("encode_batch", ([object()],)),
+                           ("inline_bound", ([[m.Message("T")]], 10, 1)), ("inline_bound", (([],), 10, 1)),
                            ("encode_batch", ([m.Message("T", b"", 0, {"k": "v" * 40000})],)), ("patch_record", (bytearray(64), 1.5, 0, 0))]:
             self.same(name, *args)
 
