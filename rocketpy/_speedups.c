@@ -558,6 +558,10 @@ static PyObject *new_message(PyObject *f[N_FIELDS]) {
     for (i = 0; i < N_FIELDS; i++)
         if (f[i] == NULL)
             goto done;
+    if (MessageExt == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketpy._speedups.setup() was not called");
+        goto done;
+    }
     if (use_slots) {
         msg = ((PyTypeObject *)MessageExt)->tp_alloc((PyTypeObject *)MessageExt, 0);
         if (msg != NULL)
