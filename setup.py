@@ -8,6 +8,8 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(exclude=["tests", "tests.*"]) + ["twisted.plugins"],
+    # the dashboard's pages (doc/dashboard.md): served from the package, no CDN
+    package_data={"rocketpy.web": ["static/*"]},
     install_requires=[
         "twisted>=24.7",
         "zope.interface>=6",
@@ -20,8 +22,10 @@ setup(
     extras_require={
         # rocketmq==0.4.4 bundles the official Apache RocketMQ C++ client
         # (librocketmq.so): the interop tests drive it against our broker.
+        # selenium drives the Debian chromium + chromium-driver in the dashboard's browser test.
         "test": ["rocketmq==0.4.4", "PyYAML>=5.1", "twisted[tls]>=24.7", "pytest", "hdrhistogram>=0.10", "lz4>=4",
-                 "zstandard>=0.22", "hypothesis>=6", "grpcio>=1.85.1", "protobuf>=7.35.1,<8"],
+                 "zstandard>=0.22", "hypothesis>=6", "grpcio>=1.85.1", "protobuf>=7.35.1,<8",
+                 "selenium>=4.10"],
         # The RocketMQ 5.x gRPC endpoint (doc/grpc.md); rocketpy/grpc/v2 was generated for these.
         "grpc": ["grpcio>=1.85.1", "protobuf>=7.35.1,<8"],
         # --acl-enable reads plain_acl.yml; --tls-* and clients' tls=True need pyOpenSSL (doc/security.md)

@@ -52,7 +52,7 @@ def _check_one_of(cmd: commands.Command, args: argparse.Namespace) -> None:
         raise UsageError(f"{PROG} {cmd.name}: give exactly one of {flags}")
 
 
-def _failure_text(error: BaseException, timeout: float) -> str:
+def failure_text(error: BaseException, timeout: float) -> str:
     if isinstance(error, RemotingTimeoutError):
         return f"no answer within {timeout:g} s ({error})"
     if isinstance(error, RemotingError):
@@ -75,7 +75,7 @@ async def execute(reactor: IReactorTime, argv: Sequence[str], out: TextIO, err: 
     try:
         output = await cmd.run(admin, args)
     except (MQError, RemotingError, BodyError, ValueError) as e:
-        err.write(f"{PROG} {cmd.name}: {_failure_text(e, args.timeout)}\n")
+        err.write(f"{PROG} {cmd.name}: {failure_text(e, args.timeout)}\n")
         return 1
     finally:
         await admin.close()

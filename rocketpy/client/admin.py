@@ -31,11 +31,13 @@ from rocketpy.client.admintypes import (
     parse_broker_consume_stats,
     parse_connections,
     parse_group_list,
+    parse_producer_table,
     parse_consumer_connection,
     parse_reset_table,
     parse_running_info,
     parse_runtime_table,
     parse_time_spans,
+    parse_topic_list,
     parse_topic_stats,
 )
 from rocketpy.client.errors import MQBrokerError, MQError, RemotingError
@@ -80,6 +82,13 @@ class AdminClient(MessageAdmin):
                     except (RemotingError, MQError) as e:  # one broker down: its row says why
                         rows.append(BrokerStatus(cluster, name, bid, addr, {}, str(e)))
         return rows
+
+    @deferred_method
+    async def system_topics(self, addr: str) -> list[str]:
+        """The topics a broker made for itself (GET_SYSTEM_TOPIC_LIST_FROM_BROKER): TBW102, its name,
+        its cluster's, the schedule and transaction topics."""
+        response = await self.call(addr, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
+        return parse_body(parse_topic_list, response.body)
 
     @deferred_method
     async def broker_config(self, addr: str) -> dict[str, str]:
@@ -295,6 +304,12 @@ class AdminClient(MessageAdmin):
         addr = next(iter((await self._masters(topic)).values()))
         response = await self.call(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group})
         return parse_body(parse_connections, loads(response.body, "producer connection").get("connectionSet"))
+
+    @deferred_method
+    async def producer_table(self, addr: str) -> dict[str, list[Connection]]:
+        """Every producer group's connected producers on one broker (GET_ALL_PRODUCER_INFO)."""
+        response = await self.call(addr, RequestCode.GET_ALL_PRODUCER_INFO)
+        return parse_body(parse_producer_table, response.body)
 
     @deferred_method
     async def broker_consume_stats(self, addr: str, order_only: bool = False) -> tuple[list[ConsumeStats], int]:

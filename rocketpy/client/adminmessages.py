@@ -14,6 +14,7 @@ from rocketpy.common.compression import inflate_body
 from rocketpy.common.headers import to_fields
 from rocketpy.common.message import Message, MessageConst, MessageExt, decode_offset_msg_id, decode_records
 from rocketpy.common.route import MessageQueue
+from rocketpy.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 
 #: The group admin pulls and sends go out as (Java's ``MixAll.TOOLS_CONSUMER_GROUP``).
@@ -25,6 +26,13 @@ _PULL_BATCH = 32
 #: QUERY_MESSAGE's ``maxNum`` for a key query (mqadmin's 64).
 _QUERY_MAX_NUM = 64
 _END_OF_TIME = 2**63 - 1
+#: Properties a broker sets on a stored message: not carried over when a dead letter is resent.
+_BROKER_PROPERTIES = frozenset({
+    MessageConst.CLUSTER, MessageConst.DELAY_TIME_LEVEL, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID,
+    MessageConst.MIN_OFFSET, MessageConst.MAX_OFFSET, MessageConst.TRANSACTION_PREPARED, MessageConst.PRODUCER_GROUP,
+    MessageConst.WAIT_STORE_MSG_OK, MessageConst.TRANSACTION_CHECK_TIMES, MessageConst.TRAN_PREPARED_QUEUE_OFFSET,
+    MessageConst.CONSUME_START_TIME,
+})
 
 
 class MessageAdmin(AdminBase):
@@ -174,12 +182,15 @@ class MessageAdmin(AdminBase):
 
     @deferred_method
     async def send_message(self, topic: str, body: bytes, tags: str | None = None, keys: str | None = None,
-                           broker_name: str | None = None, queue_id: int | None = None) -> SendResult:
+                           broker_name: str | None = None, queue_id: int | None = None,
+                           properties: dict[str, str] | None = None) -> SendResult:
         """Send one message as a short-lived producer of ``TOOLS_PRODUCER`` (``mqadmin sendMessage``);
-        to one queue when ``broker_name`` and ``queue_id`` are given."""
+        to one queue when ``broker_name`` and ``queue_id`` are given; ``properties`` go with it."""
         if (broker_name is None) != (queue_id is None):
             raise MQClientError(-1, "give both the broker name and the queue id, or neither")
-        props = {MessageConst.TAGS: tags} if tags else {}
+        props = dict(properties or {})
+        if tags:
+            props[MessageConst.TAGS] = tags
         if keys:
             props[MessageConst.KEYS] = keys
         producer = Producer(TOOLS_PRODUCER_GROUP, self.namesrv_addrs, self.reactor, self.remoting,
@@ -192,6 +203,19 @@ class MessageAdmin(AdminBase):
             return await producer.send(msg)
         finally:
             await producer.shutdown()
+
+
+    @deferred_method
+    async def resend_dead_letter(self, group: str, msg_id: str) -> SendResult:
+        """Give a message of ``%DLQ%group`` back to ``group`` alone: a copy (body, keys, tags, user
+        properties, its UNIQ_KEY, its original topic as RETRY_TOPIC) is sent to ``%RETRY%group``,
+        which the group's consumers subscribe to, with a fresh retry count.
+
+        :param msg_id: the offset message id or the UNIQ_KEY of the dead letter.
+        """
+        msg = await self.message_by_id(msg_id, DLQ_GROUP_TOPIC_PREFIX + group)
+        props = {k: v for k, v in msg.properties.items() if k not in _BROKER_PROPERTIES}
+        return await self.send_message(RETRY_GROUP_TOPIC_PREFIX + group, msg.body, properties=props)
 
 
 def _is_offset_id(msg_id: str) -> bool:

@@ -274,6 +274,16 @@ def parse_connections(items: Any) -> list[Connection]:
         raise BodyError(f"malformed connection list: {e!r}") from None
 
 
+def parse_producer_table(body: bytes) -> dict[str, list[Connection]]:
+    """GET_ALL_PRODUCER_INFO's ``{"data":{group:[ProducerInfo]}}`` (``remoteIP`` as the client address)."""
+    data = _obj(_obj(loads(body, "producer table"), "producer table").get("data") or {}, "producer table data")
+    try:
+        return {str(group): parse_connections([{**p, "clientAddr": p.get("remoteIP", "")} for p in infos or []])
+                for group, infos in sorted(data.items())}
+    except (TypeError, AttributeError) as e:
+        raise BodyError(f"malformed producer table: {e!r}") from None
+
+
 def parse_consumer_connection(group: str, body: bytes) -> ConsumerConnection:
     obj = _obj(loads(body, "consumer connection"), "consumer connection")
     subs = _obj(obj.get("subscriptionTable") or {}, "subscriptionTable")

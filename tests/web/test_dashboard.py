@@ -1,0 +1,249 @@
+"""The dashboard's ``/api/`` and pages on a real site (port 0) in front of a real name server and
+broker on loopback, fetched over HTTP with ``twisted.web.client.Agent``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from twisted.internet import reactor
+from twisted.web.client import Agent, readBody
+from twisted.web.http_headers import Headers
+from twisted.web.server import Site
+
+from rocketpy.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, PushConsumer
+from rocketpy.client.admin import AdminClient
+from rocketpy.client.admintypes import GroupSettings, TopicSettings
+from rocketpy.client.process import ConsumeContext
+from rocketpy.common.message import offset_msg_id, parse_address
+from rocketpy.web.api import WriteGuard, allow_all
+from rocketpy.web.dashboard import dashboard_resource
+from tests.ports import free_port
+from tests.client.test_integration import IntegrationTestCase, LoopbackCluster, pause
+
+
+class DashboardTestCase(IntegrationTestCase):
+    """A cluster and the dashboard's site; ``get``/``post`` return (status, decoded JSON or bytes)."""
+
+    base: str
+
+    async def dashboard(self, namesrv_addr: str, writes: WriteGuard | None = None) -> str:
+        admin = AdminClient(reactor, namesrv_addr)
+        self.addCleanup(admin.close)
+        port = reactor.listenTCP(0, Site(dashboard_resource(admin, reactor, writes)), interface="127.0.0.1")
+        self.addCleanup(port.stopListening)
+        self.base = f"http://127.0.0.1:{port.getHost().port}"
+        return self.base
+
+    async def fetch(self, method: bytes, path: str, body: bytes | None = None,
+                    content_type: str = "application/json") -> tuple[int, Headers, bytes]:
+        from twisted.web.client import FileBodyProducer
+        from io import BytesIO
+
+        producer = FileBodyProducer(BytesIO(body)) if body is not None else None
+        headers = Headers({b"content-type": [content_type.encode()]}) if body is not None else None
+        response = await Agent(reactor).request(method, (self.base + path).encode(), headers, producer)
+        return response.code, response.headers, await readBody(response)
+
+    async def get(self, path: str, code: int = 200) -> Any:
+        status, headers, body = await self.fetch(b"GET", "/api/" + path)
+        self.assertEqual((status, headers.getRawHeaders(b"content-type")),
+                         (code, [b"application/json; charset=utf-8"]), body)
+        return json.loads(body)
+
+    async def post(self, path: str, obj: Any, code: int = 200, content_type: str = "application/json") -> Any:
+        status, _, body = await self.fetch(b"POST", "/api/" + path, json.dumps(obj).encode(), content_type)
+        self.assertEqual(status, code, body)
+        return json.loads(body)
+
+    async def lagging_group(self, cluster: LoopbackCluster) -> tuple[Any, list[Any], list[Any]]:
+        """Topic ``Watched``: 4 messages consumed by group CG (then offline), 2 more sent after:
+        CG lags by 2. Returns the producer, the consumed and the late send results."""
+        producer = await self.producer(cluster)
+        consumed = [await producer.send(Message("Watched", b"m%d" % i, 0, {"KEYS": f"K{i % 2}", "TAGS": "TagA"}))
+                    for i in range(4)]
+        consumer = PushConsumer("CG", cluster.namesrv_addr, reactor, persist_interval=0.2,
+                                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        consumer.subscribe("Watched", "*")
+        consumer.register_listener(lambda msgs, context: ConsumeResult.CONSUME_SUCCESS)
+        await consumer.start()
+        self.addCleanup(consumer.shutdown)
+        offsets = cluster.brokers["broker-a"].offsets
+        await self.until(lambda: sum(offsets.query_offsets("CG", "Watched").values()) == 4)
+        await cluster.wait_for_route("%RETRY%CG")
+        await consumer.shutdown()
+        late = [await producer.send(Message("Watched", b"late %d \xe2\x9c\x93" % i, 0, {"KEYS": "late"}))
+                for i in range(2)]
+        return producer, consumed, late
+
+
+class ReadApiTests(DashboardTestCase):
+    async def test_views(self) -> None:
+        """Overview, topics, a topic, groups, a group, producers, message look-ups (id, key, time
+        range), one message with its consumption per group, replication; all read-only."""
+        cluster = await self.cluster()
+        await self.dashboard(cluster.namesrv_addr)
+        addr = cluster.brokers["broker-a"].config.advertised_address
+        producer, consumed, late = await self.lagging_group(cluster)
+
+        self.assertEqual(await self.get(""), {"writes": False})
+        overview = await self.get("overview")
+        [broker] = overview["brokers"]
+        self.assertEqual({k: broker[k] for k in ("cluster", "broker_name", "broker_id", "addr", "role", "version")},
+                         {"cluster": "DefaultCluster", "broker_name": "broker-a", "broker_id": 0, "addr": addr,
+                          "role": "ASYNC_MASTER", "version": "V4_9_4"})
+        self.assertGreaterEqual(broker["uptime_s"], 0)
+        self.assertGreater(broker["commit_log_max_offset"], 0)
+        self.assertIsNone(broker["error"])
+
+        topics = {t["topic"]: t for t in await self.get("topics")}
+        self.assertEqual({k: topics["Watched"][k] for k in ("messages", "groups", "system", "clusters")},
+                         {"messages": 6, "groups": ["CG"], "system": False, "clusters": ["DefaultCluster"]})
+        self.assertTrue(topics["TBW102"]["system"])
+        self.assertNotIn("%RETRY%CG", topics)
+        watched = await self.get("topics/Watched")
+        self.assertEqual(sum(q["max_offset"] for q in watched["queues"]), 6)
+        self.assertEqual([(g["group"], g["lag"]) for g in watched["groups"]], [("CG", 2)])
+        self.assertEqual(watched["route"]["queue_datas"][0]["broker_name"], "broker-a")
+
+        self.assertEqual([(g["group"], g["clients"], g["total_lag"]) for g in await self.get("groups")],
+                         [("CG", 0, 2)])
+        group = await self.get("groups/CG")
+        self.assertEqual((group["total_lag"], group["online"], group["connection"]), (2, False, None))
+        lagging = {(q["queue_id"], q["lag"]) for q in group["queues"] if q["topic"] == "Watched" and q["lag"]}
+        self.assertEqual(lagging, {(s.queue.queue_id, 1) for s in late} if len({s.queue.queue_id for s in late}) == 2
+                         else {(late[0].queue.queue_id, 2)})
+
+        await producer.instance.send_heartbeat()
+        producers = await self.get("producers")
+        self.assertIn(("PG", "broker-a", producer.instance.client_id, "PYTHON"),
+                      [(p["group"], p["broker_name"], p["client_id"], p["language"]) for p in producers])
+
+        by_key = await self.get("messages?topic=Watched&key=late")
+        self.assertEqual(sorted(m["msg_id"] for m in by_key["messages"]), sorted(s.msg_id for s in late))
+        by_id = await self.get(f"messages?topic=Watched&id={consumed[1].msg_id}")
+        self.assertEqual([(m["keys"], m["tags"], m["body_size"]) for m in by_id["messages"]], [("K1", "TagA", 2)])
+        now = int(reactor.seconds() * 1000)
+        in_range = await self.get(f"messages?topic=Watched&begin={now - 60000}&end={now + 60000}&limit=5")
+        self.assertEqual((in_range["total"], len(in_range["messages"])), (6, 5))
+        self.assertEqual((await self.get(f"messages?topic=Watched&begin={now + 60000}"))["total"], 0)
+
+        detail = await self.get(f"messages/Watched/{late[0].msg_id}")
+        self.assertEqual(detail["body"], {"size": 10, "encoding": "utf-8", "preview": "late 0 \u2713", "truncated": False})
+        self.assertEqual((detail["properties"]["KEYS"], detail["offset_msg_id"]), ("late", late[0].offset_msg_id))
+        self.assertEqual([(c["group"], c["state"]) for c in detail["consumption"]], [("CG", "NOT_ONLINE")])
+        first = await self.get(f"messages/Watched/{consumed[0].offset_msg_id}")  # the broker's id works too
+        self.assertEqual([(c["group"], c["state"]) for c in first["consumption"]], [("CG", "CONSUMED")])
+
+        [replica] = await self.get("replication")
+        self.assertEqual((replica["broker_name"], replica["master"], [m["behind_bytes"] for m in replica["members"]]),
+                         ("broker-a", True, [None]))
+        self.assertEqual(await self.get("dlq/CG"), {"topic": "%DLQ%CG", "total": 0, "messages": []})
+
+    async def test_errors(self) -> None:
+        """Unknown names are 404, bad arguments 400, writes 403 without --http-admin: each a JSON
+        ``{"error": …}`` of one line; an unreachable name server is 503."""
+        cluster = await self.cluster()
+        await self.dashboard(cluster.namesrv_addr)
+        for path, code, error in [
+            ("topics/Nope", 404, "topic 'Nope' does not exist"),
+            ("groups/Nobody", 404, "consumer group 'Nobody' does not exist"),
+            ("messages/TBW102/not-an-id", 404, "no message not-an-id in topic 'TBW102'"),
+            ("messages", 400, "missing argument 'topic'"),
+            ("messages?topic=TBW102&begin=yesterday", 400, "begin must be an integer"),
+            ("messages?topic=TBW102&limit=0", 400, "limit must be between 1 and 1000"),
+            ("nothing/here", 404, "no API resource /api/nothing/here"),
+        ]:
+            answer = await self.get(path, code)
+            self.assertIn(error, answer["error"])
+        refused = await self.post("topics", {"topic": "New"}, 403)
+        self.assertIn("--http-admin", refused["error"])
+        self.assertIsNone(cluster.brokers["broker-a"].topics.select_topic_config("New"))
+
+        await self.dashboard(f"127.0.0.1:{free_port()}")
+        down = await self.get("overview", 503)
+        self.assertIn("cannot reach the name server or broker", down["error"])
+
+    async def test_pages(self) -> None:
+        """``/`` serves the page, its script and stylesheet from the package, with a CSP that
+        allows only this origin; no directory listing."""
+        cluster = await self.cluster()
+        await self.dashboard(cluster.namesrv_addr)
+        status, headers, body = await self.fetch(b"GET", "/")
+        self.assertEqual(status, 200)
+        self.assertIn(b'<script src="app.js"></script>', body)
+        self.assertIn(b"default-src 'self'", headers.getRawHeaders(b"content-security-policy")[0])
+        for path, kind in (("/app.js", b"javascript"), ("/app.css", b"text/css")):
+            status, headers, body = await self.fetch(b"GET", path)
+            self.assertEqual(status, 200)
+            self.assertIn(kind, headers.getRawHeaders(b"content-type")[0])
+            self.assertNotIn(b"http://", body.replace(b"http://www.w3.org", b""))  # nothing from elsewhere
+        self.assertEqual((await self.fetch(b"GET", "/nothing.js"))[0], 404)
+
+
+class WriteApiTests(DashboardTestCase):
+    async def test_write_actions(self) -> None:
+        """With writes allowed: create a topic, reset a group's offsets, and resend a dead letter to
+        its group, which consumes it again."""
+        cluster = await self.cluster()
+        await self.dashboard(cluster.namesrv_addr, allow_all)
+        broker = cluster.brokers["broker-a"]
+        self.assertEqual(await self.get(""), {"writes": True})
+
+        created = await self.post("topics", {"topic": "Made", "read_queue_nums": 2, "write_queue_nums": 2})
+        self.assertEqual(created, {"topic": "Made", "cluster": "DefaultCluster",
+                                   "brokers": [broker.config.advertised_address]})
+        config = broker.topics.select_topic_config("Made")
+        assert config is not None
+        self.assertEqual((config.read_queue_nums, config.write_queue_nums), (2, 2))
+        for body, code, error in [({"read_queue_nums": 2}, 400, "missing field 'topic'"),
+                                  ({"topic": "X", "write_queue_nums": "2"}, 400, "field 'write_queue_nums' must be int")]:
+            self.assertIn(error, (await self.post("topics", body, code))["error"])
+        self.assertIn("Content-Type: application/json",
+                      (await self.post("topics", {"topic": "Y"}, 400, "text/plain"))["error"])
+        self.assertIsNone(broker.topics.select_topic_config("Y"))
+
+        await self.lagging_group(cluster)
+        reset = await self.post("groups/CG/reset", {"topic": "Watched", "timestamp": -1})
+        self.assertEqual({r["online"] for r in reset}, {False})
+        self.assertEqual(sum(broker.offsets.query_offsets("CG", "Watched").values()), 6)
+        self.assertEqual((await self.get("groups/CG"))["total_lag"], 0)
+
+        admin = AdminClient(reactor, cluster.namesrv_addr)
+        self.addCleanup(admin.close)
+        await admin.create_subscription_group(broker.config.advertised_address, GroupSettings("DG"))
+        got: list[tuple[str, bytes, int]] = []
+
+        def listener(msgs: list[MessageExt], context: ConsumeContext) -> ConsumeResult:
+            got.extend((m.topic, m.body, m.reconsume_times) for m in msgs)
+            if len(got) == 1:
+                context.delay_level = -1  # straight to the dead letter queue
+                return ConsumeResult.RECONSUME_LATER
+            return ConsumeResult.CONSUME_SUCCESS
+
+        await admin.create_topic(broker.config.advertised_address, TopicSettings("Dead", 1, 1))
+        await cluster.wait_for_route("Dead")
+        consumer = PushConsumer("DG", cluster.namesrv_addr, reactor, persist_interval=0.2,
+                                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        consumer.subscribe("Dead", "*")
+        consumer.register_listener(listener)
+        await consumer.start()
+        self.addCleanup(consumer.shutdown)
+        producer = await self.producer(cluster)
+        await producer.send(Message("Dead", b"poison", 0, {"KEYS": "p1"}))
+        await self.until(lambda: len(got) == 1)
+        await cluster.wait_for_route("%DLQ%DG")
+        dead = await self.get("dlq/DG")
+        for _ in range(100):
+            if dead["total"]:
+                break
+            await pause()
+            dead = await self.get("dlq/DG")
+        [letter] = dead["messages"]
+        self.assertEqual((letter["topic"], letter["keys"]), ("%DLQ%DG", "p1"))
+        resent = await self.post("dlq/DG/resend", {"msg_id": letter["msg_id"]})
+        self.assertEqual((resent["status"], resent["queue"]["topic"]), ("SEND_OK", "%RETRY%DG"))
+        await self.until(lambda: len(got) == 2)
+        self.assertEqual(got[1][:2], ("Dead", b"poison"))
+        nowhere = offset_msg_id(parse_address(broker.config.advertised_address), 10**9)
+        self.assertIn(f"no message {nowhere}", (await self.post("dlq/DG/resend", {"msg_id": nowhere}, 404))["error"])
