@@ -11,7 +11,7 @@ from twisted.web.client import Agent, readBody
 from twisted.web.http_headers import Headers
 from twisted.web.server import Site
 
-from rocketpy.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, PushConsumer
+from rocketpy.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt
 from rocketpy.client.admin import AdminClient
 from rocketpy.client.admintypes import GroupSettings, TopicSettings
 from rocketpy.client.process import ConsumeContext
@@ -62,12 +62,8 @@ class DashboardTestCase(IntegrationTestCase):
         producer = await self.producer(cluster)
         consumed = [await producer.send(Message("Watched", b"m%d" % i, 0, {"KEYS": f"K{i % 2}", "TAGS": "TagA"}))
                     for i in range(4)]
-        consumer = PushConsumer("CG", cluster.namesrv_addr, reactor, persist_interval=0.2,
-                                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-        consumer.subscribe("Watched", "*")
-        consumer.register_listener(lambda msgs, context: ConsumeResult.CONSUME_SUCCESS)
-        await consumer.start()
-        self.addCleanup(consumer.shutdown)
+        consumer = await self.push(cluster, lambda msgs, context: ConsumeResult.CONSUME_SUCCESS, "CG", "Watched",
+                                   persist_interval=0.2, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
         offsets = cluster.brokers["broker-a"].offsets
         await self.until(lambda: sum(offsets.query_offsets("CG", "Watched").values()) == 4)
         await cluster.wait_for_route("%RETRY%CG")
@@ -223,12 +219,7 @@ class WriteApiTests(DashboardTestCase):
 
         await admin.create_topic(broker.config.advertised_address, TopicSettings("Dead", 1, 1))
         await cluster.wait_for_route("Dead")
-        consumer = PushConsumer("DG", cluster.namesrv_addr, reactor, persist_interval=0.2,
-                                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
-        consumer.subscribe("Dead", "*")
-        consumer.register_listener(listener)
-        await consumer.start()
-        self.addCleanup(consumer.shutdown)
+        await self.push(cluster, listener, "DG", "Dead", consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
         producer = await self.producer(cluster)
         await producer.send(Message("Dead", b"poison", 0, {"KEYS": "p1"}))
         await self.until(lambda: len(got) == 1)
