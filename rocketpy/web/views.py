@@ -6,6 +6,7 @@ the broker's memory or store directly, so the same views work against an Apache 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,7 @@ from rocketpy.common.message import MessageExt, format_address
 
 #: Bytes of a message body the API returns (the page shows them; the size says what was left out).
 BODY_PREVIEW = 4096
-#: Messages a listing returns at most (newest first).
+#: Messages a listing returns at most.
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 
@@ -239,17 +240,22 @@ class Views:
     # messages
 
     async def messages(self, query: MessageQuery) -> dict[str, Any]:
-        """Messages of a topic by id (UNIQ_KEY or offset id), by key, or stored in ``[begin, end)``
-        (newest first, at most ``limit``)."""
+        """Messages of a topic by id (UNIQ_KEY or offset id), by key, or the first ``limit`` stored
+        in ``[begin, end)`` (at most ``limit`` read per queue), in store order. ``truncated``: there
+        may be more in the range."""
         admin = self.admin
+        truncated = False
         if query.msg_id:
             found = [await admin.message_by_id(query.msg_id, query.topic)]
         elif query.key:
             found = await admin.query_message_by_key(query.topic, query.key)
         else:
-            found = await admin.pull_messages(query.topic, begin_ms=query.begin_ms, end_ms=query.end_ms)
-        found.sort(key=lambda m: (m.store_timestamp, m.queue_id, m.queue_offset), reverse=True)
-        return {"topic": query.topic, "total": len(found),
+            found = await admin.pull_messages(query.topic, begin_ms=query.begin_ms, end_ms=query.end_ms,
+                                              max_count=query.limit)
+            per_queue = Counter((m.store_host, m.queue_id) for m in found)
+            truncated = len(found) > query.limit or query.limit in per_queue.values()
+        found.sort(key=lambda m: (m.store_timestamp, m.commit_log_offset))
+        return {"topic": query.topic, "truncated": truncated,
                 "messages": [message_summary(m) for m in found[:query.limit]]}
 
     async def message(self, topic: str, msg_id: str) -> dict[str, Any]:
@@ -292,7 +298,7 @@ class Views:
         try:
             return await self.messages(query)
         except NotFoundError:
-            return {"topic": query.topic, "total": 0, "messages": []}
+            return {"topic": query.topic, "truncated": False, "messages": []}
 
     # write actions (only with --http-admin)
 

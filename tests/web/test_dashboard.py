@@ -120,21 +120,25 @@ class ReadApiTests(DashboardTestCase):
         by_id = await self.get(f"messages?topic=Watched&id={consumed[1].msg_id}")
         self.assertEqual([(m["keys"], m["tags"], m["body_size"]) for m in by_id["messages"]], [("K1", "TagA", 2)])
         now = int(reactor.seconds() * 1000)
-        in_range = await self.get(f"messages?topic=Watched&begin={now - 60000}&end={now + 60000}&limit=5")
-        self.assertEqual((in_range["total"], len(in_range["messages"])), (6, 5))
-        self.assertEqual((await self.get(f"messages?topic=Watched&begin={now + 60000}"))["total"], 0)
+        in_range = await self.get(f"messages?topic=Watched&begin={now - 60000}&end={now + 60000}")
+        self.assertEqual([m["body_size"] for m in in_range["messages"]], [2, 2, 2, 2, 10, 10])  # in store order
+        self.assertFalse(in_range["truncated"])
+        first = await self.get(f"messages?topic=Watched&begin={now - 60000}&end={now + 60000}&limit=2")
+        self.assertEqual((len(first["messages"]), first["truncated"]), (2, True))
+        self.assertEqual([m["msg_id"] for m in first["messages"]], [s.msg_id for s in consumed[:2]])
+        self.assertEqual((await self.get(f"messages?topic=Watched&begin={now + 60000}"))["messages"], [])
 
         detail = await self.get(f"messages/Watched/{late[0].msg_id}")
         self.assertEqual(detail["body"], {"size": 10, "encoding": "utf-8", "preview": "late 0 \u2713", "truncated": False})
         self.assertEqual((detail["properties"]["KEYS"], detail["offset_msg_id"]), ("late", late[0].offset_msg_id))
         self.assertEqual([(c["group"], c["state"]) for c in detail["consumption"]], [("CG", "NOT_ONLINE")])
-        first = await self.get(f"messages/Watched/{consumed[0].offset_msg_id}")  # the broker's id works too
-        self.assertEqual([(c["group"], c["state"]) for c in first["consumption"]], [("CG", "CONSUMED")])
+        oldest = await self.get(f"messages/Watched/{consumed[0].offset_msg_id}")  # the broker's id works too
+        self.assertEqual([(c["group"], c["state"]) for c in oldest["consumption"]], [("CG", "CONSUMED")])
 
         [replica] = await self.get("replication")
         self.assertEqual((replica["broker_name"], replica["master"], [m["behind_bytes"] for m in replica["members"]]),
                          ("broker-a", True, [None]))
-        self.assertEqual(await self.get("dlq/CG"), {"topic": "%DLQ%CG", "total": 0, "messages": []})
+        self.assertEqual(await self.get("dlq/CG"), {"topic": "%DLQ%CG", "truncated": False, "messages": []})
 
     async def test_errors(self) -> None:
         """Unknown names are 404, bad arguments 400, writes 403 without --http-admin: each a JSON
@@ -226,7 +230,7 @@ class WriteApiTests(DashboardTestCase):
         await cluster.wait_for_route("%DLQ%DG")
         dead = await self.get("dlq/DG")
         for _ in range(100):
-            if dead["total"]:
+            if dead["messages"]:
                 break
             await pause()
             dead = await self.get("dlq/DG")

@@ -260,8 +260,8 @@ async function producers() {
 // ---- messages ----
 
 function messageRows(id, data, extra) {
-  return [h("p", {class: "muted"}, `${data.total} found${data.total > data.messages.length ?
-    `, the newest ${data.messages.length} shown` : ""}.`),
+  return [h("p", {class: "muted", id: `${id}-count`}, `${data.messages.length} found` +
+    (data.truncated ? ": the first stored in the range; narrow the range for the others." : ".")),
   table(id, [
     ["Message ID", (m) => link(`#/message/${enc(m.topic)}/${enc(m.msg_id)}`, m.msg_id)],
     ["Tags", (m) => m.tags || ""], ["Keys", (m) => m.keys || ""], ["Queue", (m) => m.queue_id, "num"],
