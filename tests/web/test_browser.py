@@ -56,6 +56,7 @@ class Browser:
         options.binary_location = CHROMIUM
         for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
             options.add_argument(flag)
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, for errors()
         self.driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
         self.shots = shots
 
@@ -93,6 +94,10 @@ class Browser:
         self.driver.save_screenshot(path)
         return path
 
+    def errors(self) -> list[str]:
+        """The page's console errors (uncaught exceptions, failed loads) since the last call."""
+        return [e["message"] for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]
+
     def quit(self) -> None:
         self.driver.quit()
 
@@ -120,7 +125,7 @@ class BrowserTests(DashboardTestCase):
         self.addCleanup(in_thread, browser.quit)
 
         topics = await in_thread(browser.text_of, base + "/#/topics", "#topics-table", lambda t: "Watched" in t)
-        self.assertIn("Watched 6", topics)  # name, then messages held
+        self.assertIn("Watched 6 4 DefaultCluster CG", topics)  # name, messages held, queues, cluster, groups
         await in_thread(browser.screenshot, "topics")
         lag = await in_thread(browser.text_of, base + "/#/group/CG", "#group-lag", lambda t: t != "")
         self.assertEqual(lag, "2")
@@ -143,3 +148,4 @@ class BrowserTests(DashboardTestCase):
         path = await in_thread(browser.screenshot, "overview")
         with open(path, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+        self.assertEqual(await in_thread(browser.errors), [])
