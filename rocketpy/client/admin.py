@@ -14,6 +14,7 @@ from __future__ import annotations
 from rocketpy.client.adminbase import NotFoundError, deferred_method, parse_body
 from rocketpy.client.adminmessages import TOOLS_CONSUMER_GROUP, TOOLS_PRODUCER_GROUP, MessageAdmin
 from rocketpy.client.admintypes import (
+    BrokerStats,
     BrokerStatus,
     Connection,
     ConsumerConnection,
@@ -29,6 +30,7 @@ from rocketpy.client.admintypes import (
     consume_stats_from_json,
     loads,
     parse_broker_consume_stats,
+    parse_broker_stats,
     parse_connections,
     parse_group_list,
     parse_producer_table,
@@ -82,6 +84,20 @@ class AdminClient(MessageAdmin):
                     except (RemotingError, MQError) as e:  # one broker down: its row says why
                         rows.append(BrokerStatus(cluster, name, bid, addr, {}, str(e)))
         return rows
+
+    @deferred_method
+    async def broker_stats(self, addr: str, stats_name: str, key: str) -> BrokerStats:
+        """VIEW_BROKER_STATS_DATA: one of the broker's statistics, e.g. ``TOPIC_PUT_NUMS`` of a topic or
+        ``GROUP_GET_NUMS`` of ``topic@group`` (``mqadmin statsAll``).
+
+        :raises NotFoundError: when the broker has no such statistic (nothing counted yet).
+        """
+        fields = {"statsName": stats_name, "statsKey": key}
+        response = await self.call(addr, RequestCode.VIEW_BROKER_STATS_DATA, fields, b"",
+                                   ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR)
+        if response.code != ResponseCode.SUCCESS:
+            raise NotFoundError(response.remark or f"no statistic {stats_name} {key} at {addr}")
+        return parse_body(parse_broker_stats, response.body)
 
     @deferred_method
     async def system_topics(self, addr: str) -> list[str]:

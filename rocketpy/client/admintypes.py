@@ -18,9 +18,9 @@ from rocketpy.common.group import SubscriptionGroupConfig as GroupSettings
 from rocketpy.common.route import BrokerData, MessageQueue
 
 __all__ = [
-    "BodyError", "BrokerStatus", "ConsumerRunningInfo", "ClusterInfo", "Connection", "ConsumeStats",
+    "BodyError", "BrokerStats", "BrokerStatus", "ConsumerRunningInfo", "ClusterInfo", "Connection", "ConsumeStats",
     "ConsumerConnection", "DirectConsumeResult", "GroupSettings", "GroupSummary", "QueueProgress",
-    "QueueStatus", "ResetOffset", "TopicOverview", "TopicSettings",
+    "QueueStatus", "ResetOffset", "StatsItem", "TopicOverview", "TopicSettings",
 ]
 
 
@@ -164,6 +164,25 @@ class DirectConsumeResult:
     auto_commit: bool
     remark: str | None
     spent_time_mills: int
+
+
+@dataclass(slots=True)
+class StatsItem:
+    """One window of a BrokerStatsData: messages counted, per second, average per sample."""
+
+    sum: int
+    tps: float
+    avgpt: float
+
+
+@dataclass(slots=True)
+class BrokerStats:
+    """VIEW_BROKER_STATS_DATA: one statistic (``TOPIC_PUT_NUMS``, ``GROUP_GET_NUMS``, …) over the
+    last minute, hour and day."""
+
+    minute: StatsItem
+    hour: StatsItem
+    day: StatsItem
 
 
 @dataclass(slots=True)
@@ -324,6 +343,18 @@ def parse_running_info(body: bytes) -> ConsumerRunningInfo:
     props = {str(k): str(v) for k, v in (obj.get("properties") or {}).items()}
     status = {str(k): dict(v) for k, v in (obj.get("statusTable") or {}).items()}
     return ConsumerRunningInfo(props, subs, queues, status, obj.get("jstack"))
+
+
+def parse_broker_stats(body: bytes) -> BrokerStats:
+    """BrokerStatsData: ``{"statsMinute":{"sum","tps","avgpt"},"statsHour":…,"statsDay":…}``."""
+    obj = _obj(loads(body, "broker stats"), "broker stats")
+    try:
+        items = [_obj(obj.get(key) or {}, key) for key in ("statsMinute", "statsHour", "statsDay")]
+        minute, hour, day = (StatsItem(int(i.get("sum", 0)), float(i.get("tps", 0.0)), float(i.get("avgpt", 0.0)))
+                             for i in items)
+    except (TypeError, ValueError) as e:
+        raise BodyError(f"malformed broker stats: {e!r}") from None
+    return BrokerStats(minute, hour, day)
 
 
 def parse_time_spans(body: bytes) -> dict[tuple[str, int], int]:

@@ -18,10 +18,14 @@ from rocketpy.client.admintypes import BrokerStatus, ConsumerConnection, TopicSe
 from rocketpy.client.errors import MQError, RemotingError
 from rocketpy.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.client.subscription import build_subscription, client_msg_id
+from rocketpy.client.route import master_addresses
 from rocketpy.common.message import MessageExt, format_address
+from rocketpy.namesrv.routeinfo import TopicRouteData
 
 #: Bytes of a message body the API returns (the page shows them; the size says what was left out).
 BODY_PREVIEW = 4096
+#: VIEW_BROKER_STATS_DATA's statistic of messages put in a topic (RocketMQ's BrokerStatsManager name).
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
 #: Messages a listing returns at most.
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
@@ -182,21 +186,35 @@ class Views:
                     continue
         return found
 
+    async def put_tps(self, topic: str, route: TopicRouteData | None = None) -> float:
+        """Messages stored per second in ``topic`` over the last minute, summed over its masters
+        (0 where a broker has no such statistic, or does not answer VIEW_BROKER_STATS_DATA)."""
+        total = 0.0
+        for addr in master_addresses(route or await self.admin.topic_route(topic)).values():
+            try:
+                total += (await self.admin.broker_stats(addr, TOPIC_PUT_NUMS, topic)).minute.tps
+            except (MQError, RemotingError):
+                continue
+        return total
+
     async def topics(self) -> list[dict[str, Any]]:
-        """Every topic (but the retry and dead letter ones): clusters, consumer groups, messages held."""
+        """Every topic (but the retry and dead letter ones): clusters, consumer groups, messages
+        held, put TPS."""
         system = await self._system_topics()
         out = []
         for t in await self.admin.topic_overview():
             try:
                 queues = await self.admin.topic_status(t.topic)
+                tps = await self.put_tps(t.topic)
             except NotFoundError:
-                queues = []
+                queues, tps = [], 0.0
             out.append({"topic": t.topic, "clusters": t.clusters, "groups": t.groups, "system": t.topic in system,
-                        "queues": len(queues), "messages": sum(q.max_offset - q.min_offset for q in queues)})
+                        "queues": len(queues), "messages": sum(q.max_offset - q.min_offset for q in queues),
+                        "put_tps": tps})
         return out
 
     async def topic(self, topic: str) -> dict[str, Any]:
-        """One topic: its queues' offsets, its route and the groups consuming it with their lag."""
+        """One topic: its queues' offsets, put TPS, route and the groups consuming it with their lag."""
         route = await self.admin.topic_route(topic)
         queues = await self.admin.topic_status(topic)
         groups = []
@@ -207,7 +225,8 @@ class Views:
                 continue
             groups.append({"group": group, "lag": stats.total_lag, "consume_tps": stats.consume_tps})
         return {"topic": topic, "route": jsonable(route), "queues": jsonable(queues), "groups": groups,
-                "messages": sum(q.max_offset - q.min_offset for q in queues)}
+                "messages": sum(q.max_offset - q.min_offset for q in queues),
+                "put_tps": await self.put_tps(topic, route)}
 
     # consumer groups and producers
 

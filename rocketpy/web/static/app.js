@@ -159,6 +159,7 @@ async function topics() {
     h("p", {}, link(all ? "#/topics" : "#/topics?system=1", all ? "hide system topics" : "show system topics")),
     table("topics-table", [
       ["Topic", (t) => link(`#/topic/${enc(t.topic)}`, t.topic)], ["Messages", (t) => num(t.messages), "num"],
+      ["TPS", (t) => rate(t.put_tps), "num"],
       ["Queues", (t) => t.queues, "num"], ["Cluster", (t) => t.clusters.join(", ")],
       ["Consumer groups", (t) => t.groups.map((g, i) => [i ? ", " : "", link(`#/group/${enc(g)}`, g)])],
     ], rows, "No topics."));
@@ -168,7 +169,8 @@ async function topic(name) {
   const t = await api(`topics/${enc(name)}`);
   const perms = (p) => `${p & 4 ? "R" : "-"}${p & 2 ? "W" : "-"}`;
   show(h("h2", {}, `Topic ${t.topic}`),
-    h("p", {}, `${num(t.messages)} messages held. `, link(`#/messages?topic=${enc(t.topic)}`, "Browse messages")),
+    h("p", {}, `${num(t.messages)} messages held, ${rate(t.put_tps)} stored per second (last minute). `,
+      link(`#/messages?topic=${enc(t.topic)}`, "Browse messages")),
     h("h3", {}, "Consumer groups"),
     table("topic-groups", [["Group", (g) => link(`#/group/${enc(g.group)}`, g.group)],
       ["Lag", (g) => h("span", {class: g.lag ? "lag" : ""}, num(g.lag)), "num"],
