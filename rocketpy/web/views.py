@@ -111,7 +111,7 @@ def broker_row(status: BrokerStatus, config: dict[str, str], now_ms: int) -> dic
     }
 
 
-def _consumption_state(msg: MessageExt, committed: int | None, conn: ConsumerConnection | None) -> str:
+def consumption_state(msg: MessageExt, committed: int | None, conn: ConsumerConnection | None) -> str:
     """RocketMQ dashboard's track types: how far a group got with one message."""
     expression = conn.subscriptions.get(msg.topic) if conn is not None else None
     if committed is not None and committed > msg.queue_offset:
@@ -306,7 +306,7 @@ class Views:
                 conn: ConsumerConnection | None = await self.admin.consumer_connection(group)
             except NotFoundError:
                 conn = None
-            out.append({"group": group, "state": _consumption_state(msg, committed, conn),
+            out.append({"group": group, "state": consumption_state(msg, committed, conn),
                         "consumer_offset": committed, "online": conn is not None})
         return out
 
