@@ -114,7 +114,7 @@ async function overview() {
       h("div", {class: "card"}, "TPS in", h("b", {id: "tps-in"}, rate(data.put_tps))),
       h("div", {class: "card"}, "TPS out", h("b", {id: "tps-out"}, rate(data.get_tps))),
       h("div", {class: "card"}, "Brokers", h("b", {}, `${masters.length} / ${data.brokers.length}`)),
-      h("div", {class: "card"}, "Messages today", h("b", {}, num(masters.reduce((s, b) => s + b.put_today, 0))))),
+      h("div", {class: "card", title: "msgPutTotalTodayNow of the masters"}, "Messages put", h("b", {}, num(masters.reduce((s, b) => s + b.put_today, 0))))),
     h("div", {class: "legend"}, h("span", {class: "put"}, "in (messages stored/s)"),
       h("span", {class: "get"}, "out (messages pulled/s)")),
     canvas,
