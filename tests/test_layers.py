@@ -28,7 +28,7 @@ BUILDS_ON: dict[str, tuple[str, ...]] = {
     "broker": ("ha", "acl"),  # the broker's processors and wiring
     "client": ("acl",),  # the Deferred producer and consumers
     "blocking": ("client",),  # the blocking facade over the client
-    "web": ("broker",),  # the HTTP endpoint: /metrics
+    "web": ("broker", "admin"),  # the HTTP endpoint: /metrics, the dashboard and its API (admin calls)
     "grpc": ("broker",),  # the RocketMQ 5.x gRPC endpoint over the broker
     "tap": ("broker", "namesrv", "web", "grpc"),  # twistd options and the service tree
     "testing": ("tap", "blocking"),  # doubles and harnesses for users' tests

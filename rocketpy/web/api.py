@@ -22,7 +22,7 @@ from rocketpy.admin.cli import failure_text
 from rocketpy.client.admin import NotFoundError
 from rocketpy.client.admintypes import TopicSettings
 from rocketpy.client.errors import MQBrokerError, MQError, RemotingError
-from rocketpy.namesrv.bodies import BodyError
+from rocketpy.common.fastjson import BodyError
 from rocketpy.web.views import DEFAULT_LIMIT, MAX_LIMIT, BadRequest, MessageQuery, Views
 
 

@@ -16,11 +16,11 @@ from rocketpy.admin.render import jsonable
 from rocketpy.client.admin import AdminClient, NotFoundError
 from rocketpy.client.admintypes import BrokerStatus, ConsumerConnection, TopicSettings
 from rocketpy.client.errors import MQError, RemotingError
-from rocketpy.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from rocketpy.client.subscription import build_subscription, client_msg_id
 from rocketpy.client.route import master_addresses
+from rocketpy.client.subscription import build_subscription, client_msg_id
 from rocketpy.common.message import MessageExt, format_address
-from rocketpy.namesrv.routeinfo import TopicRouteData
+from rocketpy.common.route import TopicRouteData
+from rocketpy.common.topic import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 
 #: Bytes of a message body the API returns (the page shows them; the size says what was left out).
 BODY_PREVIEW = 4096

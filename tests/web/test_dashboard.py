@@ -18,8 +18,8 @@ from rocketpy.client.process import ConsumeContext
 from rocketpy.common.message import offset_msg_id, parse_address
 from rocketpy.web.api import WriteGuard, allow_all
 from rocketpy.web.dashboard import dashboard_resource
-from tests.ports import free_port
 from tests.client.test_integration import IntegrationTestCase, LoopbackCluster, pause
+from tests.ports import free_port
 
 
 class DashboardTestCase(IntegrationTestCase):
@@ -37,8 +37,9 @@ class DashboardTestCase(IntegrationTestCase):
 
     async def fetch(self, method: bytes, path: str, body: bytes | None = None,
                     content_type: str = "application/json") -> tuple[int, Headers, bytes]:
-        from twisted.web.client import FileBodyProducer
         from io import BytesIO
+
+        from twisted.web.client import FileBodyProducer
 
         producer = FileBodyProducer(BytesIO(body)) if body is not None else None
         headers = Headers({b"content-type": [content_type.encode()]}) if body is not None else None
