@@ -10,6 +10,7 @@ from typing import Any, ParamSpec, TypeVar
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 
+from rocketpy.acl.signing import credentials_hooks
 from rocketpy.client.admintypes import BodyError, ClusterInfo, parse_cluster_info, parse_topic_list
 from rocketpy.client.api import MQClientAPI
 from rocketpy.client.errors import MQBrokerError, MQClientError, NoNameServerError, RemotingError
@@ -69,15 +70,21 @@ class AdminBase:
     :param namesrv_addrs: ``"host:port;host:port"`` or a list; name server calls try them in order.
     :param timeout: seconds per request.
     :param remoting: a remoting client to use (one is made, and closed by :meth:`close`, if None).
+    :param credentials: ``(access_key, secret_key)``: every request is signed, for brokers with ACL
+        on (doc/security.md); only for the remoting client made here.
     """
 
     def __init__(self, reactor: IReactorTime, namesrv_addrs: str | Sequence[str], *, timeout: float = 5.0,
-                 remoting: RemotingClient | None = None) -> None:
+                 remoting: RemotingClient | None = None, credentials: Sequence[str] | None = None) -> None:
+        if remoting is not None and credentials is not None:
+            raise TypeError("credentials sign the requests of the remoting client made here; sign a caller's "
+                            "remoting client with its rpc_hooks instead")
         self.reactor = reactor
         self.namesrv_addrs = parse_namesrv_addrs(namesrv_addrs)
         self.timeout = timeout
         self._owns_remoting = remoting is None
-        self.remoting = remoting or RemotingClient(reactor, connect_timeout=min(timeout, 3.0))
+        self.remoting = remoting or RemotingClient(reactor, connect_timeout=min(timeout, 3.0),
+                                                   rpc_hooks=credentials_hooks(credentials))
         self.api = MQClientAPI(self.remoting)
 
     def close(self) -> Deferred[None]:

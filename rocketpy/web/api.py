@@ -2,7 +2,8 @@
 :class:`~rocketpy.web.views.Views` coroutine. Every answer is written when its Deferred fires, so
 no request blocks the reactor; errors are ``{"error": "…"}`` with a status code, never a traceback.
 
-Write actions (POST) are refused unless a :data:`WriteGuard` is given (``--http-admin``).
+Write actions (POST) are refused unless enabled (``--http-admin``); with ACL on, every call is
+signed with the account the request names (:mod:`rocketpy.web.access`) and the broker decides.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.resource import Resource
@@ -23,28 +25,23 @@ from rocketpy.client.admin import NotFoundError
 from rocketpy.client.admintypes import TopicSettings
 from rocketpy.client.errors import MQBrokerError, MQError, RemotingError
 from rocketpy.common.fastjson import BodyError
+from rocketpy.web.access import AdminAccess, Unauthorized
 from rocketpy.web.views import DEFAULT_LIMIT, MAX_LIMIT, BadRequest, MessageQuery, Views
 
 
 class Forbidden(Exception):
-    """A write action this endpoint does not allow."""
-
-
-#: Decides whether ``request`` may run the write action named by the string; raises
-#: :class:`Forbidden` when not. The ACL work plugs its credential check in here.
-WriteGuard = Callable[[Request, str], Awaitable[None]]
-
-
-async def allow_all(request: Request, action: str) -> None:
-    """``--http-admin`` without ACL: every write action is allowed (bind the endpoint to loopback)."""
+    """A write action while they are off."""
 
 
 _STATUS: list[tuple[type[BaseException], int]] = [
-    (BadRequest, 400), (Forbidden, 403), (NotFoundError, 404), (MQBrokerError, 502), (BodyError, 502),
-    (RemotingError, 503), (MQError, 502),
+    (BadRequest, 400), (Unauthorized, 401), (Forbidden, 403), (NotFoundError, 404), (MQBrokerError, 502),
+    (BodyError, 502), (RemotingError, 503), (MQError, 502),
 ]
+#: How a broker's ACL refusal starts (rocketpy and Apache RocketMQ): answered 403.
+_ACL_REFUSED = "org.apache.rocketmq.acl.common.AclException"
 _NAME = r"([^/]+)"
-#: A route's coroutine: the query arguments (GET) or JSON body (POST), then the path's captures.
+#: A route's coroutine: the request's views, its query arguments (GET) or JSON body (POST), then
+#: the path's captures.
 Handler = Callable[..., Awaitable[Any]]
 
 
@@ -106,84 +103,88 @@ def _field(body: dict[str, Any], name: str, kind: type, default: Any = ...) -> A
 class ApiResource(Resource):
     """Routes ``/api/<path>`` to a view; see doc/dashboard.md for the paths.
 
-    :param writes: allows write actions (``--http-admin``); None refuses them all.
+    :param access: gives the admin client of each request.
+    :param writes: whether write actions are enabled (``--http-admin``).
     """
 
     isLeaf = True
     log = Logger()
 
-    def __init__(self, views: Views, writes: WriteGuard | None = None) -> None:
+    def __init__(self, access: AdminAccess, clock: IReactorTime, writes: bool = False) -> None:
         super().__init__()
-        self._views = views
+        self._access = access
+        self._clock = clock
         self._writes = writes
-        v = views
         gets: list[tuple[str, Handler]] = [
             (r"", self._index),
-            (r"overview", lambda a: v.overview()),
-            (r"replication", lambda a: v.replication()),
-            (r"topics", lambda a: v.topics()),
-            (rf"topics/{_NAME}", lambda a, t: v.topic(t)),
-            (r"groups", lambda a: v.groups()),
-            (rf"groups/{_NAME}", lambda a, g: v.group(g, a.text("clients") == "1")),
-            (r"producers", lambda a: v.producers()),
+            (r"overview", lambda v, a: v.overview()),
+            (r"replication", lambda v, a: v.replication()),
+            (r"topics", lambda v, a: v.topics()),
+            (rf"topics/{_NAME}", lambda v, a, t: v.topic(t)),
+            (r"groups", lambda v, a: v.groups()),
+            (rf"groups/{_NAME}", lambda v, a, g: v.group(g, a.text("clients") == "1")),
+            (r"producers", lambda v, a: v.producers()),
             (r"messages", self._messages),
-            (rf"messages/{_NAME}/{_NAME}", lambda a, t, i: v.message(t, i)),
-            (rf"dlq/{_NAME}", lambda a, g: v.dead_letters(g, a.integer("begin"), a.integer("end"), a.limit())),
+            (rf"messages/{_NAME}/{_NAME}", lambda v, a, t, i: v.message(t, i)),
+            (rf"dlq/{_NAME}", lambda v, a, g: v.dead_letters(g, a.integer("begin"), a.integer("end"), a.limit())),
         ]
-        posts: list[tuple[str, str, Handler]] = [
-            (r"topics", "create-topic", self._create_topic),
-            (rf"groups/{_NAME}/reset", "reset-offsets", self._reset_offsets),
-            (rf"dlq/{_NAME}/resend", "resend-dead-letter", self._resend),
+        posts: list[tuple[str, Handler]] = [
+            (r"topics", self._create_topic),
+            (rf"groups/{_NAME}/reset", self._reset_offsets),
+            (rf"dlq/{_NAME}/resend", self._resend),
         ]
         self._gets = [(re.compile(p), h) for p, h in gets]
-        self._posts = [(re.compile(p), action, h) for p, action, h in posts]
+        self._posts = [(re.compile(p), h) for p, h in posts]
 
     # handlers that need more than a view call
 
-    async def _index(self, args: Args) -> dict[str, Any]:
-        return {"writes": self._writes is not None}
+    async def _index(self, views: Views, args: Args) -> dict[str, Any]:
+        return {"writes": self._writes}
 
-    async def _messages(self, args: Args) -> Any:
+    async def _messages(self, views: Views, args: Args) -> Any:
         topic = args.text("topic", True)
         assert topic is not None
         query = MessageQuery(topic, args.text("id"), args.text("key"), args.integer("begin"), args.integer("end"),
                              args.limit())
-        return await self._views.messages(query)
+        return await views.messages(query)
 
-    async def _create_topic(self, body: dict[str, Any]) -> Any:
+    async def _create_topic(self, views: Views, body: dict[str, Any]) -> Any:
         settings = TopicSettings(
             _field(body, "topic", str), _field(body, "read_queue_nums", int, 8), _field(body, "write_queue_nums", int, 8),
             _field(body, "perm", int, 6), _field(body, "order", bool, False))
-        return await self._views.create_topic(settings, _field(body, "cluster", str, None))
+        return await views.create_topic(settings, _field(body, "cluster", str, None))
 
-    async def _reset_offsets(self, body: dict[str, Any], group: str) -> Any:
-        return await self._views.reset_offsets(group, _field(body, "topic", str), _field(body, "timestamp", int))
+    async def _reset_offsets(self, views: Views, body: dict[str, Any], group: str) -> Any:
+        return await views.reset_offsets(group, _field(body, "topic", str), _field(body, "timestamp", int))
 
-    async def _resend(self, body: dict[str, Any], group: str) -> Any:
-        return await self._views.resend_dead_letter(group, _field(body, "msg_id", str))
+    async def _resend(self, views: Views, body: dict[str, Any], group: str) -> Any:
+        return await views.resend_dead_letter(group, _field(body, "msg_id", str))
 
     # dispatch
 
     def _path(self, request: Request) -> str:
         return "/".join(p.decode("utf-8", "replace") for p in request.postpath or []).rstrip("/")
 
+    def _views(self, request: Request) -> Views:
+        return Views(self._access.admin_for(request), self._clock)
+
     async def _get(self, request: Request) -> Any:
         path = self._path(request)
         for pattern, handler in self._gets:
             match = pattern.fullmatch(path)
             if match:
-                return await handler(Args(request), *match.groups())
+                return await handler(self._views(request), Args(request), *match.groups())
         raise NotFoundError(f"no API resource /api/{path}")
 
     async def _post(self, request: Request) -> Any:
         path = self._path(request)
-        for pattern, action, handler in self._posts:
+        for pattern, handler in self._posts:
             match = pattern.fullmatch(path)
             if match:
-                if self._writes is None:
+                if not self._writes:
                     raise Forbidden("write actions are off: start the broker with --http-admin")
-                await self._writes(request, action)
-                return await handler(_json_body(request), *match.groups())
+                views = self._views(request)
+                return await handler(views, _json_body(request), *match.groups())
         raise NotFoundError(f"no API action POST /api/{path}")
 
     def render_GET(self, request: Request) -> int:
@@ -202,10 +203,15 @@ class ApiResource(Resource):
         return NOT_DONE_YET
 
     def _error(self, failure: Failure, request: Request) -> tuple[int, dict[str, str]]:
+        error = failure.value
+        if isinstance(error, MQBrokerError) and (error.remark or "").startswith(_ACL_REFUSED):
+            return 403, {"error": error.remark or ""}
+        if isinstance(error, Unauthorized):
+            request.setHeader(b"www-authenticate", b'Basic realm="rocketpy ACL account", charset="UTF-8"')
         for kind, code in _STATUS:
             if failure.check(kind):
-                assert failure.value is not None
-                return code, {"error": failure_text(failure.value, self._views.admin.timeout)}
+                assert error is not None
+                return code, {"error": failure_text(error, self._access.timeout)}
         self.log.failure("API request {path} failed", failure, path=request.path)
         return 500, {"error": f"internal error: {failure.getErrorMessage()}"}
 

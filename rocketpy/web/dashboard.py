@@ -10,9 +10,8 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.web.resource import ForbiddenResource, Resource
 from twisted.web.static import File
 
-from rocketpy.client.admin import AdminClient
-from rocketpy.web.api import ApiResource, WriteGuard
-from rocketpy.web.views import Views
+from rocketpy.web.access import AdminAccess
+from rocketpy.web.api import ApiResource
 
 STATIC = Path(__file__).parent / "static"
 #: Pages may load only what this endpoint serves: no CDN, works offline.
@@ -31,12 +30,13 @@ class Pages(File):
         return super().render_GET(request)
 
 
-def dashboard_resource(admin: AdminClient, clock: IReactorTime, writes: WriteGuard | None = None) -> Resource:
+def dashboard_resource(access: AdminAccess, clock: IReactorTime, writes: bool = False) -> Resource:
     """The dashboard's root: pages at ``/``, the API at ``/api/``.
 
-    :param admin: every API call goes through it (the broker process's own name servers).
-    :param writes: allows the API's write actions (``--http-admin``); None refuses them.
+    :param access: the admin client of each API request (:class:`~rocketpy.web.access.SharedAdmin`
+        of the broker process's own name servers, or :class:`~rocketpy.web.access.AclAccounts`).
+    :param writes: whether the API's write actions are enabled (``--http-admin``).
     """
     root = Pages(str(STATIC))
-    root.putChild(b"api", ApiResource(Views(admin, clock), writes))
+    root.putChild(b"api", ApiResource(access, clock, writes))
     return root

@@ -4,10 +4,13 @@ broker on loopback, fetched over HTTP with ``twisted.web.client.Agent``."""
 from __future__ import annotations
 
 import json
+import os
+from base64 import b64encode
+from io import BytesIO
 from typing import Any
 
 from twisted.internet import reactor
-from twisted.web.client import Agent, readBody
+from twisted.web.client import Agent, FileBodyProducer, readBody
 from twisted.web.http_headers import Headers
 from twisted.web.server import Site
 
@@ -16,8 +19,9 @@ from rocketpy.client.admin import AdminClient
 from rocketpy.client.admintypes import GroupSettings, TopicSettings
 from rocketpy.client.process import ConsumeContext
 from rocketpy.common.message import offset_msg_id, parse_address
-from rocketpy.web.api import WriteGuard, allow_all
+from rocketpy.web.access import AclAccounts, AdminAccess, SharedAdmin
 from rocketpy.web.dashboard import dashboard_resource
+from tests.acl.test_broker import ACL, ADMIN, USER
 from tests.client.test_integration import IntegrationTestCase, LoopbackCluster, pause
 from tests.ports import free_port
 
@@ -27,10 +31,12 @@ class DashboardTestCase(IntegrationTestCase):
 
     base: str
 
-    async def dashboard(self, namesrv_addr: str, writes: WriteGuard | None = None) -> str:
-        admin = AdminClient(reactor, namesrv_addr)
-        self.addCleanup(admin.close)
-        port = reactor.listenTCP(0, Site(dashboard_resource(admin, reactor, writes)), interface="127.0.0.1")
+    auth: tuple[str, str] | None = None  # HTTP Basic user and password of the requests
+
+    async def dashboard(self, namesrv_addr: str, writes: bool = False, access: AdminAccess | None = None) -> str:
+        access = access or SharedAdmin(AdminClient(reactor, namesrv_addr))
+        self.addCleanup(access.close)
+        port = reactor.listenTCP(0, Site(dashboard_resource(access, reactor, writes)), interface="127.0.0.1")
         self.addCleanup(port.stopListening)
         self.base = f"http://127.0.0.1:{port.getHost().port}"
         return self.base
@@ -42,7 +48,9 @@ class DashboardTestCase(IntegrationTestCase):
         from twisted.web.client import FileBodyProducer
 
         producer = FileBodyProducer(BytesIO(body)) if body is not None else None
-        headers = Headers({b"content-type": [content_type.encode()]}) if body is not None else None
+        headers = Headers({b"content-type": [content_type.encode()]} if body is not None else {})
+        if self.auth is not None:
+            headers.addRawHeader(b"authorization", b"Basic " + b64encode(":".join(self.auth).encode()))
         response = await Agent(reactor).request(method, (self.base + path).encode(), headers, producer)
         return response.code, response.headers, await readBody(response)
 
@@ -187,7 +195,7 @@ class WriteApiTests(DashboardTestCase):
         """With writes allowed: create a topic, reset a group's offsets, and resend a dead letter to
         its group, which consumes it again."""
         cluster = await self.cluster()
-        await self.dashboard(cluster.namesrv_addr, allow_all)
+        await self.dashboard(cluster.namesrv_addr, writes=True)
         broker = cluster.brokers["broker-a"]
         self.assertEqual(await self.get(""), {"writes": True})
 
@@ -243,3 +251,33 @@ class WriteApiTests(DashboardTestCase):
         self.assertEqual(got[1][:2], ("Dead", b"poison"))
         nowhere = offset_msg_id(parse_address(broker.config.advertised_address), 10**9)
         self.assertIn(f"no message {nowhere}", (await self.post("dlq/DG/resend", {"msg_id": nowhere}, 404))["error"])
+
+
+class AclTests(DashboardTestCase):
+    async def test_requests_are_signed_with_the_named_account(self) -> None:
+        """With ACL on the broker, a request without an account is asked for one (401); an
+        account's requests are signed with it, so a wrong secret is refused (403), a plain account
+        reads but may not create a topic, and an admin account may."""
+        acl_path = os.path.abspath(self.mktemp())
+        with open(acl_path, "w") as f:
+            f.write(ACL)
+        cluster = LoopbackCluster(self)
+        self.addCleanup(cluster.close)
+        await cluster.add_broker("broker-a", acl_enable=True, acl_file=acl_path)
+        await self.dashboard(cluster.namesrv_addr, writes=True, access=AclAccounts(reactor, cluster.namesrv_addr))
+
+        status, headers, body = await self.fetch(b"GET", "/api/topics")
+        self.assertEqual(status, 401, body)
+        self.assertEqual(headers.getRawHeaders(b"www-authenticate"),
+                         [b'Basic realm="rocketpy ACL account", charset="UTF-8"'])
+        self.auth = ("RocketMQ", "wrong-secret")
+        self.assertIn("Check signature failed for accessKey=RocketMQ", (await self.get("topics", 403))["error"])
+        self.auth = USER
+        self.assertIn("TBW102", [t["topic"] for t in await self.get("topics")])
+        [broker] = (await self.get("overview"))["brokers"]
+        self.assertIsNone(broker["error"])
+        refused = await self.post("topics", {"topic": "ByUser"}, 403)
+        self.assertIn("Need admin permission for request code=17", refused["error"])
+        self.auth = ADMIN
+        self.assertEqual((await self.post("topics", {"topic": "ByAdmin"}))["topic"], "ByAdmin")
+        self.assertIsNotNone(cluster.brokers["broker-a"].topics.select_topic_config("ByAdmin"))
