@@ -65,7 +65,8 @@ class Args:
         try:
             return int(value)
         except ValueError:
-            raise BadRequest(f"{name} must be an integer (milliseconds since the epoch for times), not {value!r}") from None
+            raise BadRequest(f"{name} must be an integer (milliseconds since the epoch for times), "
+                             f"not {value!r}") from None
 
     def limit(self) -> int:
         limit = self.integer("limit", DEFAULT_LIMIT)
@@ -150,7 +151,8 @@ class ApiResource(Resource):
 
     async def _create_topic(self, views: Views, body: dict[str, Any]) -> Any:
         settings = TopicSettings(
-            _field(body, "topic", str), _field(body, "read_queue_nums", int, 8), _field(body, "write_queue_nums", int, 8),
+            _field(body, "topic", str), _field(body, "read_queue_nums", int, 8),
+            _field(body, "write_queue_nums", int, 8),
             _field(body, "perm", int, 6), _field(body, "order", bool, False))
         return await views.create_topic(settings, _field(body, "cluster", str, None))
 

@@ -168,7 +168,8 @@ class Views:
             master = next((r for r in rows if r["broker_id"] == 0), None)
             top = master["commit_log_max_offset"] if master else None
             for r in rows:
-                r["behind_bytes"] = None if top is None or r["broker_id"] == 0 else max(top - r["commit_log_max_offset"], 0)
+                behind = None if top is None or r["broker_id"] == 0 else top - r["commit_log_max_offset"]
+                r["behind_bytes"] = None if behind is None else max(behind, 0)
             out.append({"broker_name": name, "cluster": rows[0]["cluster"], "master": master is not None,
                         "members": sorted(rows, key=lambda r: r["broker_id"])})
         return out

@@ -137,16 +137,6 @@ class IntegrationTestCase(TestCase):
             await pause()
         raise AssertionError("condition not reached")
 
-    async def push(self, cluster: LoopbackCluster, listener: Any, group: str = "CG", topic: str = "Push",
-                   **kwargs: Any) -> PushConsumer:
-        """A started push consumer of ``group`` on ``topic`` (shut down in the cleanup)."""
-        c = PushConsumer(group, cluster.namesrv_addr, reactor, **kwargs)
-        c.subscribe(topic, "*")
-        c.register_listener(listener)
-        await c.start()
-        self.addCleanup(c.shutdown)
-        return c
-
     async def producer(self, cluster: LoopbackCluster, **kwargs: Any) -> Producer:
         p = Producer("PG", cluster.namesrv_addr, reactor, **kwargs)
         await p.start()

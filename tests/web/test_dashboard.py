@@ -71,7 +71,7 @@ class DashboardTestCase(IntegrationTestCase):
         producer = await self.producer(cluster)
         consumed = [await producer.send(Message("Watched", b"m%d" % i, 0, {"KEYS": f"K{i % 2}", "TAGS": "TagA"}))
                     for i in range(4)]
-        consumer = await self.push(cluster, lambda msgs, context: ConsumeResult.CONSUME_SUCCESS, "CG", "Watched",
+        consumer = await self.push(cluster, lambda msgs, context: ConsumeResult.CONSUME_SUCCESS, "Watched",
                                    persist_interval=0.2, consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
         offsets = cluster.brokers["broker-a"].offsets
         await self.until(lambda: sum(offsets.query_offsets("CG", "Watched").values()) == 4)
@@ -138,7 +138,8 @@ class ReadApiTests(DashboardTestCase):
         self.assertEqual((await self.get(f"messages?topic=Watched&begin={now + 60000}"))["messages"], [])
 
         detail = await self.get(f"messages/Watched/{late[0].msg_id}")
-        self.assertEqual(detail["body"], {"size": 10, "encoding": "utf-8", "preview": "late 0 \u2713", "truncated": False})
+        self.assertEqual(detail["body"],
+                         {"size": 10, "encoding": "utf-8", "preview": "late 0 \u2713", "truncated": False})
         self.assertEqual((detail["properties"]["KEYS"], detail["offset_msg_id"]), ("late", late[0].offset_msg_id))
         self.assertEqual([(c["group"], c["state"]) for c in detail["consumption"]], [("CG", "NOT_ONLINE")])
         oldest = await self.get(f"messages/Watched/{consumed[0].offset_msg_id}")  # the broker's id works too
@@ -206,7 +207,8 @@ class WriteApiTests(DashboardTestCase):
         assert config is not None
         self.assertEqual((config.read_queue_nums, config.write_queue_nums), (2, 2))
         for body, code, error in [({"read_queue_nums": 2}, 400, "missing field 'topic'"),
-                                  ({"topic": "X", "write_queue_nums": "2"}, 400, "field 'write_queue_nums' must be int")]:
+                                  ({"topic": "X", "write_queue_nums": "2"}, 400,
+                                   "field 'write_queue_nums' must be int")]:
             self.assertIn(error, (await self.post("topics", body, code))["error"])
         self.assertIn("Content-Type: application/json",
                       (await self.post("topics", {"topic": "Y"}, 400, "text/plain"))["error"])
@@ -232,7 +234,8 @@ class WriteApiTests(DashboardTestCase):
 
         await admin.create_topic(broker.config.advertised_address, TopicSettings("Dead", 1, 1))
         await cluster.wait_for_route("Dead")
-        await self.push(cluster, listener, "DG", "Dead", consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        await self.push(cluster, listener, "Dead", group="DG",
+                        consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
         producer = await self.producer(cluster)
         await producer.send(Message("Dead", b"poison", 0, {"KEYS": "p1"}))
         await self.until(lambda: len(got) == 1)

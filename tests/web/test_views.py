@@ -13,7 +13,8 @@ class BodyPreviewTests(SynchronousTestCase):
     def test_text_binary_and_cut(self) -> None:
         """UTF-8 bodies are text (a character cut by the limit is dropped), others hex; the size
         is the whole body's."""
-        self.assertEqual(body_preview(b"hello"), {"size": 5, "encoding": "utf-8", "preview": "hello", "truncated": False})
+        self.assertEqual(body_preview(b"hello"),
+                         {"size": 5, "encoding": "utf-8", "preview": "hello", "truncated": False})
         self.assertEqual(body_preview(b"\xff\x00\x01"), {"size": 3, "encoding": "hex", "preview": "ff0001",
                                                           "truncated": False})
         self.assertEqual(body_preview("ab\u2713".encode(), limit=3),
