@@ -166,7 +166,7 @@ class Options(usage.Options):
         ["gc-threshold", None, None,
          f"the garbage collector's first-generation threshold; 0 keeps Python's [default: {DEFAULT_GEN0_THRESHOLD}]"],
         ["http", None, None,
-         "endpoint serving /metrics (Prometheus), or none [default: tcp:8080:interface=127.0.0.1 "
+         "endpoint serving /metrics (Prometheus) and the dashboard (/), or none [default: tcp:8080:interface=127.0.0.1 "
          "with --role all, none otherwise]"],
         ["grpc-listen", None, None,
          "RocketMQ 5.x gRPC endpoint, or none [default: tcp:8081:interface=127.0.0.1 with --role all, else none]"],
@@ -180,7 +180,9 @@ class Options(usage.Options):
         ["tls-key", None, None, "PEM private key of --tls-cert"],
         ["tls-ca", None, None, "PEM CA: clients must present a certificate it signed [default: none asked]"],
     ]
-    optFlags = [["acl-enable", None, "check every broker request against --acl-file (RocketMQ plain ACL)"]]
+    optFlags = [["acl-enable", None, "check every broker request against --acl-file (RocketMQ plain ACL)"],
+                ["http-admin", None, "enable the dashboard's write actions on --http: create topic, reset offsets, "
+                 "resend dead letters (doc/dashboard.md)"]]
 
     def postOptions(self) -> None:
         """Merge: command line, then ``--config``, then defaults; validate; derive addresses."""
@@ -201,7 +203,8 @@ class Options(usage.Options):
         for name in [str(p[0]) for p in self.optParameters]:
             if self[name] is None:
                 self[name] = from_file.get(name, DEFAULTS.get(name))
-        self["acl-enable"] = bool(self["acl-enable"]) or from_file.get("acl-enable", "").strip().lower() == "true"
+        for flag in ("acl-enable", "http-admin"):
+            self[flag] = bool(self[flag]) or from_file.get(flag, "").strip().lower() == "true"
         self._validate()
         self._derive(from_file.get("advertised-host"))
         self._security()
@@ -310,6 +313,8 @@ class Options(usage.Options):
         if self["http"] is None:
             self["http"] = DEFAULT_HTTP if self["role"] == "all" else "none"
         if self["http"] == "none":
+            if self["http-admin"]:
+                raise usage.UsageError("--http-admin enables the dashboard's write actions: it needs --http")
             return
         if self["role"] == "namesrv":
             raise usage.UsageError("--http serves a broker's metrics: use it with --role all or broker")
@@ -396,7 +401,7 @@ def build_tree(options: Options, reactor: Any, top: _Tree) -> _Tree:
         if options["http"] != "none":
             from rocketpy.web.service import http_service
 
-            top.add("http", http_service(reactor, options["http"], broker))
+            top.add("http", http_service(reactor, options["http"], broker, options["http-admin"]))
     for key in options.get("ignored-config-keys", []):
         log.info("config file key {key} is not used by rocketpy", key=key)
     return top

@@ -522,3 +522,16 @@ class HttpOptionTests(SynchronousTestCase):
         self.assertEqual([(port, interface) for port, _, _, interface in reactor.tcpServers], [(8080, "127.0.0.1")])
         self.successResultOf(http.stopService())
         self.assertIsNone(http.listening_port)
+
+    def test_http_admin(self) -> None:
+        """``--http-admin`` (or ``http-admin=true`` in a --config file) enables the dashboard's
+        write actions; it needs an HTTP endpoint."""
+        self.assertFalse(_parse()["http-admin"])
+        self.assertTrue(_parse("--http-admin")["http-admin"])
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("http-admin=true\n")
+        self.assertTrue(_parse("--config", path)["http-admin"])
+        with self.assertRaises(usage.UsageError) as caught:
+            _parse("--role", "broker", "--http-admin")
+        self.assertIn("--http-admin enables the dashboard's write actions: it needs --http", str(caught.exception))

@@ -1,5 +1,4 @@
-"""The HTTP resource tree: ``/metrics`` now; the dashboard (``/``) and its JSON API (``/api/``)
-go beside it as further children of :func:`root_resource`."""
+"""The HTTP resource tree: ``/metrics``, and the dashboard's pages (``/``) and JSON API (``/api/``)."""
 
 from __future__ import annotations
 
@@ -8,15 +7,20 @@ from typing import Any
 from twisted.web.resource import EncodingResourceWrapper, Resource
 from twisted.web.server import GzipEncoderFactory, Site
 
+from rocketpy.web.access import AdminAccess
+from rocketpy.web.dashboard import dashboard_resource
 from rocketpy.web.metrics import InThread, MetricsResource
 
 
-def root_resource(broker: Any, in_thread: InThread | None = None) -> Resource:
+def root_resource(broker: Any, in_thread: InThread | None = None, access: AdminAccess | None = None,
+                  writes: bool = False) -> Resource:
     """The tree served for ``broker`` (a :class:`~rocketpy.broker.controller.BrokerService`).
 
     :param in_thread: runs pure formatting work off the reactor thread (None: inline).
+    :param access: the admin clients of the dashboard's API (doc/dashboard.md); None: no dashboard.
+    :param writes: whether the dashboard's write actions are enabled (``--http-admin``).
     """
-    root = Resource()
+    root = Resource() if access is None else dashboard_resource(access, broker.tables.clock, writes)
     root.putChild(b"metrics", EncodingResourceWrapper(MetricsResource(broker, in_thread), [GzipEncoderFactory()]))
     return root
 

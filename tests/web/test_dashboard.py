@@ -21,6 +21,7 @@ from rocketpy.client.process import ConsumeContext
 from rocketpy.common.message import offset_msg_id, parse_address
 from rocketpy.web.access import AclAccounts, AdminAccess, SharedAdmin
 from rocketpy.web.dashboard import dashboard_resource
+from rocketpy.web.service import http_service
 from tests.acl.test_broker import ACL, ADMIN, USER
 from tests.client.test_integration import IntegrationTestCase, LoopbackCluster, pause
 from tests.ports import free_port
@@ -284,3 +285,26 @@ class AclTests(DashboardTestCase):
         self.auth = ADMIN
         self.assertEqual((await self.post("topics", {"topic": "ByAdmin"}))["topic"], "ByAdmin")
         self.assertIsNotNone(cluster.brokers["broker-a"].topics.select_topic_config("ByAdmin"))
+
+
+class EndpointTests(DashboardTestCase):
+    async def test_one_port_serves_metrics_and_the_dashboard(self) -> None:
+        """``http_service`` (what ``--http`` builds) serves /metrics, the pages and /api/ on one port,
+        its API asks the broker's own name server, and ``writes`` is ``--http-admin``."""
+        cluster = await self.cluster()
+        for writes in (False, True):
+            http = http_service(reactor, "tcp:0:interface=127.0.0.1", cluster.brokers["broker-a"], writes)
+            http.startService()
+            self.addCleanup(http.stopService)
+            await http.when_started()
+            assert http.listening_port is not None
+            self.base = f"http://127.0.0.1:{http.listening_port.getHost().port}"  # type: ignore[attr-defined]
+            self.assertEqual(await self.get(""), {"writes": writes})
+            [broker] = (await self.get("overview"))["brokers"]
+            self.assertEqual(broker["broker_name"], "broker-a")
+            status, _, page = await self.fetch(b"GET", "/")
+            self.assertEqual(status, 200)
+            self.assertIn(b"<title>rocketpy dashboard</title>", page)
+            status, _, metrics = await self.fetch(b"GET", "/metrics")
+            self.assertEqual(status, 200)
+            self.assertIn(b"rocketmq_broker_tps", metrics)
