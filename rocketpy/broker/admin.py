@@ -14,7 +14,7 @@ from twisted.python.failure import Failure
 from rocketpy.broker.consumestats import broker_consume_stats, consume_queue_body, consume_stats, consume_time_span
 from rocketpy.broker.processors import BrokerTables, Rejected, TableProcessor, body_json, ok_response
 from rocketpy.broker.resetoffset import reset_group_offsets
-from rocketpy.broker.traffic import topic_offsets
+from rocketpy.broker.traffic import stats_data, topic_offsets
 from rocketpy.broker.transaction import resumed_half
 from rocketpy.common.fastjson import dump_json, object_key_map, raw_object
 from rocketpy.common.group import SubscriptionGroupConfig
@@ -90,6 +90,7 @@ class AdminBrokerProcessor(TableProcessor):
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
             RequestCode.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by_who,
+            RequestCode.VIEW_BROKER_STATS_DATA: self.view_broker_stats,
         }
 
     def update_and_create_topic(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
@@ -193,6 +194,15 @@ class AdminBrokerProcessor(TableProcessor):
         traffic = self._t.traffic
         return " ".join(str(0.0 if traffic is None else traffic.total_rates(span).get(key, 0.0))
                         for span in (10, 60, 600))
+
+    def view_broker_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA (``mqadmin statsAll``, rocketmq-dashboard's topic TPS): ext
+        ``statsName`` (``TOPIC_PUT_NUMS``, ``GROUP_GET_NUMS`` …) and ``statsKey`` (a topic, ``topic@group``)."""
+        name, key = get_str(request.ext_fields, "statsName"), get_str(request.ext_fields, "statsKey")
+        data = None if self._t.traffic is None else stats_data(self._t.traffic, name, key)
+        if data is None:
+            raise Rejected(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return ok_response(request, dump_json(data))
 
     def broker_config(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
         props = self._t.config.to_properties()

@@ -156,3 +156,29 @@ class BrokerTraffic:
     def total_rates(self, span: float = RATE_WINDOW) -> dict[Hashable, float]:
         """Messages put and got per second over the last ``span`` seconds (at most 600)."""
         return self._totals.rates(span)
+
+
+#: VIEW_BROKER_STATS_DATA's statistics (RocketMQ's ``BrokerStatsManager`` names) kept per topic or
+#: per ``topic@group`` → the traffic counter; the BROKER_* ones (keyed by cluster) are totals.
+STATS_COUNTERS = {"TOPIC_PUT_NUMS": "put", "TOPIC_PUT_SIZE": "put_bytes", "GROUP_GET_NUMS": "get",
+                  "GROUP_GET_SIZE": "get_bytes"}
+STATS_TOTALS = {"BROKER_PUT_NUMS": "put", "BROKER_GET_NUMS": "get"}
+
+
+def stats_data(traffic: BrokerTraffic, name: str, key: str) -> dict[str, dict[str, float]] | None:
+    """A BrokerStatsData (``statsMinute``, ``statsHour``, ``statsDay``: ``sum``, ``tps``, ``avgpt``)
+    of statistic ``name`` for ``key`` over the last minute, or None when there is no such statistic.
+    The broker keeps one minute of samples, so the hour and day items repeat the minute's rate;
+    ``avgpt`` (Java's average per put call) is not measured (0)."""
+    if name in STATS_TOTALS:
+        rate = traffic.total_rates(RATE_WINDOW).get(STATS_TOTALS[name])
+    elif name in STATS_COUNTERS:
+        kind = STATS_COUNTERS[name]
+        parts = (key,) if kind.startswith("put") else tuple(key.split("@", 1))
+        rate = traffic.rates().get((kind, *parts))
+    else:
+        rate = None
+    if rate is None:
+        return None
+    item = {"sum": round(rate * RATE_WINDOW), "tps": rate, "avgpt": 0.0}
+    return {"statsMinute": item, "statsHour": item, "statsDay": item}

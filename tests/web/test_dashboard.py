@@ -15,7 +15,7 @@ from twisted.web.http_headers import Headers
 from twisted.web.server import Site
 
 from rocketpy.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt
-from rocketpy.client.admin import AdminClient
+from rocketpy.client.admin import AdminClient, NotFoundError
 from rocketpy.client.admintypes import GroupSettings, TopicSettings
 from rocketpy.client.process import ConsumeContext
 from rocketpy.common.message import offset_msg_id, parse_address
@@ -106,6 +106,16 @@ class ReadApiTests(DashboardTestCase):
         self.assertEqual({k: topics["Watched"][k] for k in ("messages", "groups", "system", "clusters")},
                          {"messages": 6, "groups": ["CG"], "system": False, "clusters": ["DefaultCluster"]})
         self.assertTrue(topics["TBW102"]["system"])
+        self.assertGreater(topics["Watched"]["put_tps"], 0)  # through VIEW_BROKER_STATS_DATA
+        self.assertEqual(topics["TBW102"]["put_tps"], 0)
+        admin = AdminClient(reactor, cluster.namesrv_addr)
+        self.addCleanup(admin.close)
+        pulled = await admin.broker_stats(addr, "GROUP_GET_NUMS", "Watched@CG")
+        self.assertGreater(pulled.minute.tps, 0)
+        self.assertEqual(pulled.minute.sum, round(pulled.minute.tps * 60))
+        with self.assertRaises(NotFoundError) as caught:
+            await admin.broker_stats(addr, "TOPIC_PUT_NUMS", "Nope")
+        self.assertEqual(str(caught.exception), "The stats <TOPIC_PUT_NUMS> <Nope> not exist")
         self.assertNotIn("%RETRY%CG", topics)
         watched = await self.get("topics/Watched")
         self.assertEqual(sum(q["max_offset"] for q in watched["queues"]), 6)
