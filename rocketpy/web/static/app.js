@@ -4,10 +4,13 @@
 
 const main = document.getElementById("main");
 const POLL_MS = 5000;
-const HISTORY = 120;  // chart points kept (10 minutes at 5 s)
+const HISTORY = 60;   // chart points kept (5 minutes at 5 s)
 const tps = [];       // {t, put, get}: the overview's TPS samples, kept while the page is open
 let writes = false;
 let timer = null;
+let nav = 0;          // counts page changes: an answer for an earlier page is dropped
+
+class Stale extends Error {}
 
 // ---- helpers ----
 
@@ -25,10 +28,12 @@ function h(tag, attrs, ...children) {
 }
 
 async function api(path, body) {
+  const page = nav;
   const init = body === undefined ? {} :
     {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)};
   const response = await fetch("api/" + path, init);
   const data = await response.json();
+  if (page !== nav) throw new Stale();  // the user went elsewhere meanwhile
   if (!response.ok) throw new Error(data.error || response.statusText);
   return data;
 }
@@ -368,6 +373,7 @@ const routes = [
 
 async function route() {
   clearTimeout(timer);
+  const page = ++nav;
   const path = location.hash.split("?")[0];
   for (const a of document.querySelectorAll("nav a")) {
     const target = a.getAttribute("href");
@@ -375,14 +381,15 @@ async function route() {
   }
   const found = routes.find(([re]) => re.test(path));
   if (!found) { show(h("p", {class: "error"}, `No page ${path}`)); return; }
-  const [re, page, live] = found;
+  const [re, render, live] = found;
   const args = path.match(re).slice(1).map(decodeURIComponent);
   try {
-    await page(...args);
+    await render(...args);
   } catch (err) {
+    if (err instanceof Stale) return;
     main.append(failed(err));
   }
-  if (live && location.hash.split("?")[0] === path) timer = setTimeout(route, POLL_MS);
+  if (live && page === nav) timer = setTimeout(route, POLL_MS);
 }
 
 async function start() {
