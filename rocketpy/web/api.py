@@ -40,6 +40,8 @@ _STATUS: list[tuple[type[BaseException], int]] = [
 #: How a broker's ACL refusal starts (rocketpy and Apache RocketMQ): answered 403.
 _ACL_REFUSED = "org.apache.rocketmq.acl.common.AclException"
 _NAME = r"([^/]+)"
+#: Bytes a write action's JSON body may have.
+MAX_BODY = 64 * 1024
 #: A route's coroutine: the request's views, its query arguments (GET) or JSON body (POST), then
 #: the path's captures.
 Handler = Callable[..., Awaitable[Any]]
@@ -83,9 +85,12 @@ def _json_body(request: Request) -> dict[str, Any]:
     if content_type != "application/json":
         raise BadRequest("write actions take a JSON body with Content-Type: application/json")
     assert request.content is not None
+    raw = request.content.read(MAX_BODY + 1)
+    if len(raw) > MAX_BODY:
+        raise BadRequest(f"the body is over {MAX_BODY} bytes")
     try:
-        body = json.loads(request.content.read() or b"{}")
-    except ValueError as e:
+        body = json.loads(raw or b"{}")
+    except (ValueError, RecursionError) as e:
         raise BadRequest(f"the body is not JSON: {e}") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")

@@ -223,6 +223,11 @@ class WriteApiTests(DashboardTestCase):
             self.assertIn(error, (await self.post("topics", body, code))["error"])
         self.assertIn("Content-Type: application/json",
                       (await self.post("topics", {"topic": "Y"}, 400, "text/plain"))["error"])
+        for raw, error in [(b"[" * 60000, "the body is not JSON"), (b"{" + b" " * 70000 + b"}", "the body is over"),
+                           (b"[1]", "the body must be a JSON object")]:
+            status, _, answer = await self.fetch(b"POST", "/api/topics", raw)
+            self.assertEqual(status, 400)
+            self.assertIn(error, json.loads(answer)["error"])
         self.assertIsNone(broker.topics.select_topic_config("Y"))
 
         await self.lagging_group(cluster)
