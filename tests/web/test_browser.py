@@ -60,12 +60,13 @@ class Browser:
         self.driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
         self.shots = shots
 
-    def text_of(self, url: str, selector: str, until: Callable[[str], bool]) -> str:
-        """Open ``url``, wait until the text of ``selector`` satisfies ``until``; that text."""
+    def text_of(self, url: str | None, selector: str, until: Callable[[str], bool]) -> str:
+        """Open ``url`` (None: stay), wait until the text of ``selector`` satisfies ``until``; that text."""
         from selenium.webdriver.common.by import By
         from selenium.webdriver.support.ui import WebDriverWait
 
-        self.driver.get(url)
+        if url is not None:
+            self.driver.get(url)
         found: list[str] = []
 
         def ready(driver: Any) -> bool:
@@ -78,6 +79,17 @@ class Browser:
         except Exception:
             raise AssertionError(f"{selector} at {url}: {found!r}; page: {self.page_text()!r}") from None
         return found[0]
+
+    def submit(self, form: str, **fields: str) -> None:
+        """Fill the inputs of ``form`` (a CSS selector) by name and submit it."""
+        from selenium.webdriver.common.by import By
+
+        element = self.driver.find_element(By.CSS_SELECTOR, form)
+        for name, value in fields.items():
+            box = element.find_element(By.NAME, name)
+            box.clear()
+            box.send_keys(value)
+        element.find_element(By.TAG_NAME, "button").click()
 
     def page_text(self) -> str:
         from selenium.webdriver.common.by import By
@@ -108,7 +120,8 @@ class BrowserTests(DashboardTestCase):
 
     async def test_topic_lag_and_message_in_chromium(self) -> None:
         """A produced topic is listed, its lagging group shows lag 2, and a message looked up by key
-        opens with its body and its consumption by the group; screenshots of each page."""
+        opens with its body and its consumption by the group; screenshots of each page. With write
+        actions on, the topic form creates a topic."""
         cluster = await self.cluster()
         base = await self.dashboard(cluster.namesrv_addr)
         _, _, late = await self.lagging_group(cluster)
@@ -118,8 +131,8 @@ class BrowserTests(DashboardTestCase):
         pool.start()
         self.addCleanup(pool.stop)
 
-        def in_thread(f: Callable[..., Any], *args: Any) -> Any:
-            return deferToThreadPool(reactor, pool, f, *args)
+        def in_thread(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            return deferToThreadPool(reactor, pool, f, *args, **kwargs)
 
         browser: Browser = await in_thread(Browser, self.mktemp(), shots)
         self.addCleanup(in_thread, browser.quit)
@@ -149,3 +162,14 @@ class BrowserTests(DashboardTestCase):
         with open(path, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
         self.assertEqual(await in_thread(browser.errors), [])
+
+        writable = await self.dashboard(cluster.namesrv_addr, writes=True)  # --http-admin
+        mode = await in_thread(browser.text_of, writable + "/#/topics", "#mode", lambda t: t != "")
+        self.assertEqual(mode, "admin actions on")
+        await in_thread(browser.text_of, None, "#topics-table", lambda t: "Watched" in t)  # the form is there too
+        await in_thread(browser.submit, "#create-topic", topic="FromBrowser", read="2", write="2")
+        created = await in_thread(browser.text_of, None, "#create-topic .result", lambda t: t != "")
+        self.assertEqual(created, f"created on {cluster.brokers['broker-a'].config.advertised_address}")
+        config = cluster.brokers["broker-a"].topics.select_topic_config("FromBrowser")
+        assert config is not None
+        self.assertEqual((config.read_queue_nums, config.write_queue_nums), (2, 2))
