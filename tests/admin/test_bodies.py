@@ -31,6 +31,19 @@ class JavaBodyTests(SynchronousTestCase):
                           for q in stats.queues], [(0, 3, 3, 0, 0), (1, 9, 4, 5, 7)])
         self.assertEqual((stats.consume_tps, stats.total_lag), (1.5, 5))
 
+    def test_broker_stats_and_producer_table(self) -> None:
+        """VIEW_BROKER_STATS_DATA's BrokerStatsData (Java writes ``tps`` and ``avgpt`` as doubles) and
+        GET_ALL_PRODUCER_INFO's ProducerInfo (``remoteIP`` is the client address)."""
+        item = b'{"avgpt":1.25,"sum":120,"tps":2.0}'
+        stats = admintypes.parse_broker_stats(b'{"statsDay":' + item + b',"statsHour":' + item
+                                              + b',"statsMinute":{"avgpt":0.0,"sum":6,"tps":0.1}}')
+        self.assertEqual((stats.minute.sum, stats.minute.tps, stats.hour.avgpt, stats.day.sum), (6, 0.1, 1.25, 120))
+        self.assertRaises(admintypes.BodyError, admintypes.parse_broker_stats, b'{"statsMinute":{"sum":"x"}}')
+        table = admintypes.parse_producer_table(
+            b'{"data":{"PG":[{"clientId":"c1","language":"CPP","lastUpdateTimestamp":1,"remoteIP":"10.0.0.9:5000",'
+            b'"version":401}],"Idle":[]}}')
+        self.assertEqual(table, {"Idle": [], "PG": [admintypes.Connection("c1", "10.0.0.9:5000", "CPP", 401)]})
+
     def test_broker_consume_stats(self) -> None:
         body = (b'{"brokerAddr":"10.0.0.5:10911","consumeStatsList":[{"G1":[{"consumeTps":0.0,"offsetTable":'
                 b'{{"brokerName":"b","queueId":0,"topic":"T"}:'
