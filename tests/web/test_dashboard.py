@@ -323,3 +323,30 @@ class EndpointTests(DashboardTestCase):
             status, _, metrics = await self.fetch(b"GET", "/metrics")
             self.assertEqual(status, 200)
             self.assertIn(b"rocketmq_broker_tps", metrics)
+
+
+class ReplicationTests(DashboardTestCase):
+    async def test_master_and_slave(self) -> None:
+        """A master and its slave: both in the overview with their roles; the replication view
+        groups them under their broker name and shows the slave catching up to 0 bytes behind."""
+        cluster = await self.cluster()
+        master = cluster.brokers["broker-a"]
+        await master.registration.register_all()
+        await cluster.add_broker("broker-a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1)
+        await self.dashboard(cluster.namesrv_addr)
+        producer = await self.producer(cluster)
+        for i in range(5):
+            await producer.send(Message("Copied", b"m%d" % i))
+        members: list[Any] = []
+        for _ in range(200):
+            [replica] = await self.get("replication")
+            members = replica["members"]
+            if [m["behind_bytes"] for m in members] == [None, 0] and members[0]["commit_log_max_offset"] > 0:
+                break
+            await pause()
+        self.assertEqual([(m["broker_id"], m["role"], m["behind_bytes"]) for m in members],
+                         [(0, "ASYNC_MASTER", None), (1, "SLAVE", 0)])
+        self.assertEqual(members[0]["commit_log_max_offset"], members[1]["commit_log_max_offset"])
+        overview = await self.get("overview")
+        self.assertEqual(sorted((b["broker_name"], b["broker_id"]) for b in overview["brokers"]),
+                         [("broker-a", 0), ("broker-a", 1)])
