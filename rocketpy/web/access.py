@@ -17,6 +17,8 @@ from rocketpy.client.admin import AdminClient
 
 #: ACL accounts whose clients are kept open between requests (the least recently used is closed).
 CACHED_ACCOUNTS = 8
+#: The ``WWW-Authenticate`` of a request that names no ACL account.
+CHALLENGE = b'Basic realm="rocketpy ACL account", charset="UTF-8"'
 
 
 class Unauthorized(Exception):
@@ -25,6 +27,8 @@ class Unauthorized(Exception):
 
 class AdminAccess(Protocol):
     timeout: float
+    #: whether requests must name an account (the pages then ask for one too)
+    asks_account: bool
 
     def admin_for(self, request: Request) -> AdminClient:
         """The client to answer ``request`` with; :raises Unauthorized: when it names no account."""
@@ -35,6 +39,8 @@ class AdminAccess(Protocol):
 
 class SharedAdmin:
     """No ACL: one client (of the broker process's own name servers) answers every request."""
+
+    asks_account = False
 
     def __init__(self, admin: AdminClient) -> None:
         self._admin = admin
@@ -57,6 +63,7 @@ class AclAccounts:
     """
 
     log = Logger()
+    asks_account = True
 
     def __init__(self, reactor: IReactorTime, namesrv_addrs: str | Sequence[str], timeout: float = 5.0,
                  cached: int = CACHED_ACCOUNTS) -> None:

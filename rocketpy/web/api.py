@@ -25,7 +25,7 @@ from rocketpy.client.admin import NotFoundError
 from rocketpy.client.admintypes import TopicSettings
 from rocketpy.client.errors import MQBrokerError, MQError, RemotingError
 from rocketpy.common.fastjson import BodyError
-from rocketpy.web.access import AdminAccess, Unauthorized
+from rocketpy.web.access import CHALLENGE, AdminAccess, Unauthorized
 from rocketpy.web.views import DEFAULT_LIMIT, MAX_LIMIT, BadRequest, MessageQuery, Views
 
 
@@ -214,7 +214,7 @@ class ApiResource(Resource):
         if isinstance(error, MQBrokerError) and (error.remark or "").startswith(_ACL_REFUSED):
             return 403, {"error": error.remark or ""}
         if isinstance(error, Unauthorized):
-            request.setHeader(b"www-authenticate", b'Basic realm="rocketpy ACL account", charset="UTF-8"')
+            request.setHeader(b"www-authenticate", CHALLENGE)
         for kind, code in _STATUS:
             if failure.check(kind):
                 assert error is not None

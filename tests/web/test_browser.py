@@ -17,6 +17,9 @@ from twisted.internet import reactor
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
+from rocketpy.web.access import AclAccounts
+from tests.acl.test_broker import ACL, USER
+from tests.client.test_integration import LoopbackCluster
 from tests.web.test_dashboard import DashboardTestCase
 
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
@@ -118,13 +121,8 @@ class BrowserTests(DashboardTestCase):
     skip = _skip_reason()
     timeout = 120
 
-    async def test_topic_lag_and_message_in_chromium(self) -> None:
-        """A produced topic is listed, its lagging group shows lag 2, and a message looked up by key
-        opens with its body and its consumption by the group; screenshots of each page. With write
-        actions on, the topic form creates a topic."""
-        cluster = await self.cluster()
-        base = await self.dashboard(cluster.namesrv_addr)
-        _, _, late = await self.lagging_group(cluster)
+    def start_browser(self) -> tuple[Callable[..., Any], str]:
+        """A thread for the blocking browser calls (``in_thread(f, ...)``) and the screenshot directory."""
         shots = os.environ.get("ROCKETPY_SCREENSHOTS") or self.mktemp()
         os.makedirs(shots, exist_ok=True)
         pool = ThreadPool(1, 1, "browser")
@@ -134,6 +132,35 @@ class BrowserTests(DashboardTestCase):
         def in_thread(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
             return deferToThreadPool(reactor, pool, f, *args, **kwargs)
 
+        return in_thread, shots
+
+    async def test_acl_account_in_chromium(self) -> None:
+        """With ACL on, a page opened as ``http://key:secret@host/`` (the browser's answer to the
+        pages' 401) sends the account with every API request and shows what it may read."""
+        acl_path = os.path.abspath(self.mktemp())
+        with open(acl_path, "w") as f:
+            f.write(ACL)
+        cluster = LoopbackCluster(self)
+        self.addCleanup(cluster.close)
+        await cluster.add_broker("broker-a", acl_enable=True, acl_file=acl_path)
+        base = await self.dashboard(cluster.namesrv_addr, access=AclAccounts(reactor, cluster.namesrv_addr))
+        in_thread, shots = self.start_browser()
+        browser: Browser = await in_thread(Browser, self.mktemp(), shots)
+        self.addCleanup(in_thread, browser.quit)
+        signed_in = base.replace("http://", "http://{}:{}@".format(*USER))
+        topics = await in_thread(browser.text_of, signed_in + "/#/topics?system=1", "#topics-table",
+                                 lambda t: "TBW102" in t)
+        self.assertIn("TBW102", topics)
+        await in_thread(browser.screenshot, "acl-topics")
+
+    async def test_topic_lag_and_message_in_chromium(self) -> None:
+        """A produced topic is listed, its lagging group shows lag 2, and a message looked up by key
+        opens with its body and its consumption by the group; screenshots of each page. With write
+        actions on, the topic form creates a topic."""
+        cluster = await self.cluster()
+        base = await self.dashboard(cluster.namesrv_addr)
+        _, _, late = await self.lagging_group(cluster)
+        in_thread, shots = self.start_browser()
         browser: Browser = await in_thread(Browser, self.mktemp(), shots)
         self.addCleanup(in_thread, browser.quit)
 

@@ -31,7 +31,8 @@ async function api(path, body) {
   const page = nav;
   const init = body === undefined ? {} :
     {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)};
-  const response = await fetch("api/" + path, init);
+  // origin + path: the account of a page opened as key:secret@host must not go into the fetch URL
+  const response = await fetch(new URL("api/" + path, location.origin + location.pathname), init);
   const data = await response.json();
   if (page !== nav) throw new Stale();  // the user went elsewhere meanwhile
   if (!response.ok) throw new Error(data.error || response.statusText);
