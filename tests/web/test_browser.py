@@ -65,6 +65,7 @@ class Browser:
 
     def text_of(self, url: str | None, selector: str, until: Callable[[str], bool]) -> str:
         """Open ``url`` (None: stay), wait until the text of ``selector`` satisfies ``until``; that text."""
+        from selenium.common.exceptions import StaleElementReferenceException
         from selenium.webdriver.common.by import By
         from selenium.webdriver.support.ui import WebDriverWait
 
@@ -73,12 +74,12 @@ class Browser:
         found: list[str] = []
 
         def ready(driver: Any) -> bool:
-            elements = driver.find_elements(By.CSS_SELECTOR, selector)
-            found[:] = [e.text for e in elements]
-            return bool(elements) and until(elements[0].text)
+            found[:] = [e.text for e in driver.find_elements(By.CSS_SELECTOR, selector)]
+            return bool(found) and until(found[0])
 
         try:
-            WebDriverWait(self.driver, WAIT_S).until(ready)
+            # a page re-rendered between finding an element and reading it: look again
+            WebDriverWait(self.driver, WAIT_S, ignored_exceptions=(StaleElementReferenceException,)).until(ready)
         except Exception:
             raise AssertionError(f"{selector} at {url}: {found!r}; page: {self.page_text()!r}") from None
         return found[0]
