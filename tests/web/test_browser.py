@@ -18,8 +18,7 @@ from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
 from rocketpy.web.access import AclAccounts
-from tests.acl.test_broker import ACL, USER
-from tests.client.test_integration import LoopbackCluster
+from tests.acl.test_broker import USER
 from tests.web.test_dashboard import DashboardTestCase
 
 CHROMIUM = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
@@ -138,12 +137,7 @@ class BrowserTests(DashboardTestCase):
     async def test_acl_account_in_chromium(self) -> None:
         """With ACL on, a page opened as ``http://key:secret@host/`` (the browser's answer to the
         pages' 401) sends the account with every API request and shows what it may read."""
-        acl_path = os.path.abspath(self.mktemp())
-        with open(acl_path, "w") as f:
-            f.write(ACL)
-        cluster = LoopbackCluster(self)
-        self.addCleanup(cluster.close)
-        await cluster.add_broker("broker-a", acl_enable=True, acl_file=acl_path)
+        cluster = await self.acl_cluster()
         base = await self.dashboard(cluster.namesrv_addr, access=AclAccounts(reactor, cluster.namesrv_addr))
         in_thread, shots = self.start_browser()
         browser: Browser = await in_thread(Browser, self.mktemp(), shots)

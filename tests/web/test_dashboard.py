@@ -44,10 +44,6 @@ class DashboardTestCase(IntegrationTestCase):
 
     async def fetch(self, method: bytes, path: str, body: bytes | None = None,
                     content_type: str = "application/json") -> tuple[int, Headers, bytes]:
-        from io import BytesIO
-
-        from twisted.web.client import FileBodyProducer
-
         producer = FileBodyProducer(BytesIO(body)) if body is not None else None
         headers = Headers({b"content-type": [content_type.encode()]} if body is not None else {})
         if self.auth is not None:
@@ -65,6 +61,16 @@ class DashboardTestCase(IntegrationTestCase):
         status, _, body = await self.fetch(b"POST", "/api/" + path, json.dumps(obj).encode(), content_type)
         self.assertEqual(status, code, body)
         return json.loads(body)
+
+    async def acl_cluster(self) -> LoopbackCluster:
+        """A name server and broker-a checking ACL (tests/acl's accounts: USER reads, ADMIN administers)."""
+        acl_path = os.path.abspath(self.mktemp())
+        with open(acl_path, "w") as f:
+            f.write(ACL)
+        cluster = LoopbackCluster(self)
+        self.addCleanup(cluster.close)
+        await cluster.add_broker("broker-a", acl_enable=True, acl_file=acl_path)
+        return cluster
 
     async def lagging_group(self, cluster: LoopbackCluster) -> tuple[Any, list[Any], list[Any]]:
         """Topic ``Watched``: 4 messages consumed by group CG (then offline), 2 more sent after:
@@ -277,12 +283,7 @@ class AclTests(DashboardTestCase):
         """With ACL on the broker, a request without an account is asked for one (401); an
         account's requests are signed with it, so a wrong secret is refused (403), a plain account
         reads but may not create a topic, and an admin account may."""
-        acl_path = os.path.abspath(self.mktemp())
-        with open(acl_path, "w") as f:
-            f.write(ACL)
-        cluster = LoopbackCluster(self)
-        self.addCleanup(cluster.close)
-        await cluster.add_broker("broker-a", acl_enable=True, acl_file=acl_path)
+        cluster = await self.acl_cluster()
         await self.dashboard(cluster.namesrv_addr, writes=True, access=AclAccounts(reactor, cluster.namesrv_addr))
 
         for path in ("/api/topics", "/", "/app.js"):  # the pages ask too, so the browser asks once
