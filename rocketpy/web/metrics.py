@@ -18,7 +18,6 @@ from twisted.web.server import NOT_DONE_YET, Request
 from rocketpy.broker.overview import group_progress, store_time_lags
 from rocketpy.web.collector import BrokerCollector
 
-
 #: Runs a blocking call off the reactor thread: ``partial(deferToThreadPool, reactor, pool)``.
 InThread = Callable[..., "Deferred[Any]"]
 

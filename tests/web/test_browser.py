@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import reactor
+from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
@@ -130,7 +131,7 @@ class BrowserTests(DashboardTestCase):
         self.addCleanup(pool.stop)
 
         def in_thread(f: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-            return deferToThreadPool(reactor, pool, f, *args, **kwargs)
+            return deferToThreadPool(cast(IReactorFromThreads, reactor), pool, f, *args, **kwargs)
 
         return in_thread, shots
 

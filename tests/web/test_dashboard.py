@@ -7,9 +7,10 @@ import json
 import os
 from base64 import b64encode
 from io import BytesIO
-from typing import Any
+from typing import Any, cast
 
 from twisted.internet import reactor
+from twisted.internet.address import IPv4Address
 from twisted.web.client import Agent, FileBodyProducer, readBody
 from twisted.web.http_headers import Headers
 from twisted.web.server import Site
@@ -37,9 +38,10 @@ class DashboardTestCase(IntegrationTestCase):
     async def dashboard(self, namesrv_addr: str, writes: bool = False, access: AdminAccess | None = None) -> str:
         access = access or SharedAdmin(AdminClient(reactor, namesrv_addr))
         self.addCleanup(access.close)
-        port = reactor.listenTCP(0, Site(dashboard_resource(access, reactor, writes)), interface="127.0.0.1")
+        site: Any = Site(dashboard_resource(access, reactor, writes))
+        port = reactor.listenTCP(0, site, interface="127.0.0.1")
         self.addCleanup(port.stopListening)
-        self.base = f"http://127.0.0.1:{port.getHost().port}"
+        self.base = f"http://127.0.0.1:{cast(IPv4Address, port.getHost()).port}"
         return self.base
 
     async def fetch(self, method: bytes, path: str, body: bytes | None = None,
@@ -199,11 +201,11 @@ class ReadApiTests(DashboardTestCase):
         status, headers, body = await self.fetch(b"GET", "/")
         self.assertEqual(status, 200)
         self.assertIn(b'<script src="app.js"></script>', body)
-        self.assertIn(b"default-src 'self'", headers.getRawHeaders(b"content-security-policy")[0])
+        self.assertIn(b"default-src 'self'", headers.getRawHeaders(b"content-security-policy", [b""])[0])
         for path, kind in (("/app.js", b"javascript"), ("/app.css", b"text/css")):
             status, headers, body = await self.fetch(b"GET", path)
             self.assertEqual(status, 200)
-            self.assertIn(kind, headers.getRawHeaders(b"content-type")[0])
+            self.assertIn(kind, headers.getRawHeaders(b"content-type", [b""])[0])
             self.assertNotIn(b"http://", body.replace(b"http://www.w3.org", b""))  # nothing from elsewhere
         self.assertEqual((await self.fetch(b"GET", "/nothing.js"))[0], 404)
 
