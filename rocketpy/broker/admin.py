@@ -228,15 +228,16 @@ class AdminBrokerProcessor(TableProcessor):
         ]
         return ok_response(request, raw_object({"offsetTable": object_key_map(entries)}).encode("utf-8"))
 
-    def consume_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+    def consume_stats(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
         group = get_str(request.ext_fields, "consumerGroup")
         topic = request.ext_fields.get("topic")
-        body, _diff = consume_stats(self._t, group, [topic] if topic else sorted(self._t.offsets.topics_of_group(group)))
-        return ok_response(request, body.encode("utf-8"))
+        stats = consume_stats(self._t, group, [topic] if topic else sorted(self._t.offsets.topics_of_group(group)))
+        return Deferred.fromCoroutine(stats).addCallback(lambda found: ok_response(request, found[0].encode("utf-8")))
 
-    def broker_consume_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+    def broker_consume_stats(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
         """GET_BROKER_CONSUME_STATS (ext ``isOrder``): every group's progress on this broker."""
-        return ok_response(request, broker_consume_stats(self._t, get_bool(request.ext_fields, "isOrder")))
+        stats = broker_consume_stats(self._t, get_bool(request.ext_fields, "isOrder"))
+        return Deferred.fromCoroutine(stats).addCallback(lambda body: ok_response(request, body))
 
     def query_consume_queue(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
         """QUERY_CONSUME_QUEUE (ext ``topic``, ``queueId``, ``index``, ``count``, optional

@@ -25,26 +25,33 @@ def queue_offsets(tables: BrokerTables, group: str, topic: str) -> list[tuple[in
              max(offsets.query_offset(group, topic, queue_id), 0)) for queue_id in range(config.write_queue_nums)]
 
 
-def consume_stats(tables: BrokerTables, group: str, topics: Iterable[str]) -> tuple[str, int]:
+async def consume_stats(tables: BrokerTables, group: str, topics: Iterable[str]) -> tuple[str, int]:
     """``group``'s ConsumeStats JSON over ``topics`` (those this broker lacks are skipped) and its
-    total lag (broker offset minus committed offset, summed over the queues)."""
-    entries = []
-    diff = 0
+    total lag (broker offset minus committed offset, summed over the queues). Each queue's
+    ``lastTimestamp`` is the store time of the last consumed message (0 when none is stored):
+    one read-pool hop for all of them."""
+    rows = []
     tps = 0.0
     rates = {} if tables.traffic is None else tables.traffic.rates()
-    broker = tables.config.broker_name
     for topic in topics:
         queues = queue_offsets(tables, group, topic)
         if queues:
             tps += rates.get(("get", topic, group), 0.0)
-        for queue_id, broker_offset, committed in queues:
-            diff += broker_offset - committed
-            entries.append((MessageQueue(topic, broker, queue_id).to_json(),
-                            {"brokerOffset": broker_offset, "consumerOffset": committed, "lastTimestamp": 0}))
+        rows += [(topic, queue_id, broker_offset, committed) for queue_id, broker_offset, committed in queues]
+    store = tables.store
+    last = [(topic, queue_id, committed - 1) for topic, queue_id, _, committed in rows
+            if committed - 1 >= max(store.get_min_offset_in_queue(topic, queue_id), 0)]
+    times = dict(zip(last, await store.next_store_times(last))) if last else {}
+    broker = tables.config.broker_name
+    entries = [(MessageQueue(topic, broker, queue_id).to_json(),
+                {"brokerOffset": broker_offset, "consumerOffset": committed,
+                 "lastTimestamp": max(times.get((topic, queue_id, committed - 1), 0), 0)})
+               for topic, queue_id, broker_offset, committed in rows]
+    diff = sum(broker_offset - committed for _, _, broker_offset, committed in rows)
     return raw_object({"consumeTps": json.dumps(tps), "offsetTable": object_key_map(entries)}), diff
 
 
-def broker_consume_stats(tables: BrokerTables, order_only: bool) -> bytes:
+async def broker_consume_stats(tables: BrokerTables, order_only: bool) -> bytes:
     """ConsumeStatsList: per subscription group, one ConsumeStats per topic it committed offsets on
     (with ``order_only``, orderly topics only; a topic an online group no longer subscribes to is
     left out, as Java), and the total lag."""
@@ -59,7 +66,7 @@ def broker_consume_stats(tables: BrokerTables, order_only: bool) -> bytes:
                 continue
             if online is not None and online.subscriptions and topic not in online.subscriptions:
                 continue
-            body, diff = consume_stats(tables, group, [topic])
+            body, diff = await consume_stats(tables, group, [topic])
             stats.append(body)
             total += diff
         groups.append("{" + dump_json(group).decode() + ":[" + ",".join(stats) + "]}")

@@ -237,7 +237,7 @@ class AdminClient(MessageAdmin):
     async def consume_stats(self, group: str, topic: str | None = None, with_clients: bool = False) -> ConsumeStats:
         """``group``'s progress (``mqadmin consumerProgress -g``) on every master of its retry topic's
         route, over ``topic`` or every topic it committed on. A broker that leaves ``lastTimestamp`` at 0
-        (rocketpy) is asked QUERY_CONSUME_TIME_SPAN for it.
+        for a consumed queue (rocketpy before 2026-12) is asked QUERY_CONSUME_TIME_SPAN for it.
 
         With ``with_clients`` each queue names the client holding it (asked with
         GET_CONSUMER_RUNNING_INFO; ``mqadmin consumerProgress -s``).

@@ -14,8 +14,11 @@ from twisted.internet.utils import getProcessOutputAndValue
 from twisted.trial.unittest import TestCase
 
 from rocketpy.admin.cli import execute
+from rocketpy.client.admin import AdminClient
 from rocketpy.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, PushConsumer
 from rocketpy.client.process import ConsumeContext
+from rocketpy.remoting.codes import RequestCode
+from tests.common.fastjson import fastjson_loads
 from tests.client.test_integration import IntegrationTestCase, LoopbackCluster
 from tests.ports import free_port
 
@@ -163,8 +166,9 @@ class ConsumerTests(AdminTestCase):
         self.assertEqual([q["consumer_offset"] for q in watched], [q["broker_offset"] for q in watched])
         self.assertEqual(progress["total_lag"], 0)
         stored = {s.queue.queue_id: s for s in sent}
-        for q in watched:  # the last consumed message's store time, filled in through 303
+        for q in watched:  # the last consumed message's store time, from GET_CONSUME_STATS
             self.assertEqual(q["last_timestamp"] > 0, q["queue_id"] in stored)
+        await self.assert_broker_reports_last_times(addr, "CG", "Watched")
         held = await self.admin_json("consumerProgress", "-g", "CG", "-s", "true")  # through 307 to the client
         self.assertEqual({q["queue_id"]: q["client_id"] for q in held["queues"] if q["topic"] == "Watched"},
                          dict.fromkeys(range(4), client_id))
@@ -212,6 +216,25 @@ class ConsumerTests(AdminTestCase):
         self.assertEqual((config.retry_max_times, config.consume_enable), (3, False))
         await self.admin("deleteSubGroup", "-b", addr, "-g", "NewGroup", "-r", "true")
         self.assertNotIn("NewGroup", cluster.brokers["broker-a"].subscriptions.groups())
+
+
+    async def assert_broker_reports_last_times(self, addr: str, group: str, topic: str) -> None:
+        """GET_CONSUME_STATS itself (no QUERY_CONSUME_TIME_SPAN): per queue the store time of the
+        message at the consumer offset - 1 (0 when nothing was consumed), and a numeric TPS."""
+        admin = AdminClient(reactor, self.cluster_.namesrv_addr)
+        self.addCleanup(admin.close)
+        response = await admin.call(addr, RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})
+        raw = fastjson_loads(response.body)
+        self.assertIsInstance(raw["consumeTps"], float)
+        for key, progress in raw["offsetTable"].items():
+            offset = progress["consumerOffset"]
+            expected = 0
+            if offset > 0:
+                queue_id = dict(key)["queueId"]
+                last = await admin.query_message_by_offset(topic, "broker-a", queue_id, offset - 1)
+                expected = last.store_timestamp
+            self.assertEqual(progress["lastTimestamp"], expected, key)
+        self.assertGreater(sum(p["lastTimestamp"] > 0 for p in raw["offsetTable"].values()), 0)
 
 
 class ProcessTests(TestCase):

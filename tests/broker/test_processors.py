@@ -298,12 +298,13 @@ class AdminTests(ProcessorTestBase):
         self.assertCode(self.call(self.admin, _request(202)), 1, "topic")
 
     def test_consume_stats(self) -> None:
-        """GET_CONSUME_STATS reports broker and consumer offsets per queue of the group's topics."""
+        """GET_CONSUME_STATS reports broker and consumer offsets per queue of the group's topics, and
+        the store time of the last consumed message (the fake's time at offset 5)."""
         self.store.max[("T", 0)] = 10
         self.t.offsets.commit_offset("p", "G", "T", 0, 6)
         body = self.call(self.admin, _request(208, consumerGroup="G")).body.decode()
         self.assertTrue(body.startswith('{"consumeTps":0.0,"offsetTable":{'))
-        self.assertIn('"queueId":0,"topic":"T"}:{"brokerOffset":10,"consumerOffset":6,"lastTimestamp":0}', body)
+        self.assertIn('"queueId":0,"topic":"T"}:{"brokerOffset":10,"consumerOffset":6,"lastTimestamp":1000005}', body)
         self.assertIn('"queueId":3,"topic":"T"}:{"brokerOffset":0,"consumerOffset":0', body)
         self.assertCode(self.call(self.admin, _request(208)), 1, "consumerGroup")
 
@@ -320,7 +321,7 @@ class AdminTests(ProcessorTestBase):
         self.assertEqual(by_group["IDLE"], [])
         [g_stats] = by_group["G"]
         self.assertEqual(g_stats["offsetTable"][mq_key("T", self.t.config.broker_name, 0)],
-                         {"brokerOffset": 10, "consumerOffset": 6, "lastTimestamp": 0})
+                         {"brokerOffset": 10, "consumerOffset": 6, "lastTimestamp": 1_000_005})  # offset 5's time
         ordered = fastjson_loads(self.call(self.admin, _request(RequestCode.GET_BROKER_CONSUME_STATS,
                                                                 isOrder="true")).body)
         self.assertEqual(ordered["totalDiff"], 0)  # T is not an orderly topic
