@@ -169,6 +169,10 @@ class IStoreService(Interface):
     def next_store_times(positions: list[tuple[str, int, int]]) -> Deferred[list[int]]:
         """Per ``(topic, queue id, offset)``, the store time (ms) of the message there, -1 at the end."""
 
+    def commit_log_figures() -> Deferred[tuple[int, float]]:
+        """The store time (ms) of the commit log's oldest message (-1 when empty) and the used
+        ratio of its partition (-1 when unknown), measured now."""
+
     def query_consume_queue(
         topic: str, queue_id: int, index: int, count: int
     ) -> Deferred[tuple[int, int, list[tuple[int, int, int]] | None] | None]:
@@ -272,6 +276,9 @@ class IMessageStore(Interface):
 
     def query_consume_time_span(topic: str, queue_id: int, consumer_offset: int) -> tuple[int, int, int, int]:
         """Store times of a queue's oldest and newest messages, and around ``consumer_offset``."""
+
+    def disk_usage_ratio() -> float:
+        """Used share (0-1) of the commit log's partition; -1 when unknown."""
 
     def query_consume_queue(
         topic: str, queue_id: int, index: int, count: int

@@ -272,6 +272,9 @@ class FakeStoreService:
         spans = [self.query_consume_time_span(topic, queue_id, offset) for topic, queue_id, offset in positions]
         return gatherResults(spans).addCallback(lambda found: [span[3] for span in found])
 
+    def commit_log_figures(self) -> Deferred[tuple[int, float]]:
+        return succeed((STORE_MS if self.log else -1, self.checked_disk_ratio))
+
     def query_consume_queue(
         self, topic: str, queue_id: int, index: int, count: int
     ) -> Deferred[tuple[int, int, list[tuple[int, int, int]] | None] | None]:
@@ -539,6 +542,9 @@ class FakeMessageStore:
 
     def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, cq_offset: int) -> int:
         return 0
+
+    def disk_usage_ratio(self) -> float:
+        return -1.0
 
     def query_consume_time_span(self, topic: str, queue_id: int, consumer_offset: int) -> tuple[int, int, int, int]:
         return -1, -1, -1, -1

@@ -94,7 +94,7 @@ async def cluster_list(admin: AdminClient, args: Namespace) -> Output:
     lines = [
         (b.cluster, b.broker_name, b.broker_id, b.addr, b.stats.get("brokerVersionDesc", b.error or "?"),
          first(b.stats, "putTps"), first(b.stats, "getTransferedTps"), b.stats.get("pageCacheLockTimeMills", "0"),
-         hours(b.stats), b.stats.get("commitLogDiskRatio", "0"))
+         hours(b.stats), f"{float(b.stats.get('commitLogDiskRatio') or 0):.4f}")
         for b in rows
     ]
     headers = ("#Cluster Name", "#Broker Name", "#BID", "#Addr", "#Version", "#InTPS(LOAD)", "#OutTPS(LOAD)",

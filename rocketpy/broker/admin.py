@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from twisted.internet.defer import Deferred, maybeDeferred
+from twisted.internet.defer import Deferred, maybeDeferred, succeed
 from twisted.python.failure import Failure
 
 from rocketpy.broker.consumestats import broker_consume_stats, consume_queue_body, consume_stats, consume_time_span
@@ -32,7 +32,7 @@ VERSION_DESC = "V4_9_4"
 #: GET_BROKER_RUNTIME_INFO keys rocketpy does not measure (``mqadmin clusterList`` reads them).
 _ZERO_RUNTIME_KEYS = (
     "msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning", "msgGetTotalYesterdayMorning",
-    "msgGetTotalTodayMorning", "msgGetTotalTodayNow", "earliestMessageTimeStamp", "commitLogMinOffset",
+    "msgGetTotalTodayMorning", "msgGetTotalTodayNow", "commitLogMinOffset",
     "sendThreadPoolQueueSize", "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueSize",
     "pullThreadPoolQueueHeadWaitTimeMills", "pageCacheLockTimeMills", "dispatchBehindBytes",
 )
@@ -167,8 +167,13 @@ class AdminBrokerProcessor(TableProcessor):
             self._t.offsets.clone_offset(src, dest, name)
         return ok_response(request)
 
-    def runtime_info(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
-        """``{"table":{…}}`` with the keys ``mqadmin clusterList`` reads, all strings."""
+    def runtime_info(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
+        """``{"table":{…}}`` with the keys ``mqadmin clusterList`` reads, all strings; the oldest
+        message's store time and the disk ratio are read in the store's read pool."""
+        return self._t.store.commit_log_figures().addCallback(self._runtime_table, request)
+
+    def _runtime_table(self, figures: tuple[int, float], request: RemotingCommand) -> RemotingCommand:
+        earliest, disk_ratio = figures
         now = self._t.clock.seconds()
         total = str(sum(topic_offsets(self._t.topics, self._t.store).values()))
         table = dict.fromkeys(_ZERO_RUNTIME_KEYS, "0")
@@ -180,7 +185,8 @@ class AdminBrokerProcessor(TableProcessor):
             msgPutTotalTodayNow=total,
             putTps=self._tps("put"),
             getTransferedTps=self._tps("get"),
-            commitLogDiskRatio=str(max(self._t.store.checked_disk_ratio, 0.0)),
+            commitLogDiskRatio=str(max(disk_ratio, 0.0)),
+            earliestMessageTimeStamp=str(max(earliest, 0)),
             commitLogMaxOffset=str(self._t.store.max_physical_offset),
             sendThreadPoolQueueCapacity="10000",
             pullThreadPoolQueueCapacity="100000",
@@ -209,24 +215,26 @@ class AdminBrokerProcessor(TableProcessor):
         body = format_properties(props).encode("utf-8")
         return ok_response(request, body, version=dump_json(self._t.topics.data_version.to_json()).decode())
 
-    def topic_stats(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
+    def topic_stats(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
+        """GET_TOPIC_STATS_INFO: per write queue its offsets and its newest message's store time
+        (``lastUpdateTimestamp``, 0 when empty; one read-pool hop for all queues)."""
         topic = get_str(request.ext_fields, "topic")
         config = self._t.topics.select_topic_config(topic)
         if config is None:
             raise Rejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         store = self._t.store
-        entries = [
-            (
-                MessageQueue(topic, self._t.config.broker_name, qid).to_json(),
-                {
-                    "lastUpdateTimestamp": 0,
-                    "maxOffset": store.get_max_offset_in_queue(topic, qid),
-                    "minOffset": store.get_min_offset_in_queue(topic, qid),
-                },
-            )
-            for qid in range(config.write_queue_nums)
-        ]
-        return ok_response(request, raw_object({"offsetTable": object_key_map(entries)}).encode("utf-8"))
+        bounds = [(qid, store.get_min_offset_in_queue(topic, qid), store.get_max_offset_in_queue(topic, qid))
+                  for qid in range(config.write_queue_nums)]
+        newest = [(topic, qid, high - 1) for qid, low, high in bounds if high > max(low, 0)]
+
+        def answer(times: list[int]) -> RemotingCommand:
+            last = {qid: max(stamp, 0) for (_, qid, _), stamp in zip(newest, times)}
+            entries = [(MessageQueue(topic, self._t.config.broker_name, qid).to_json(),
+                        {"lastUpdateTimestamp": last.get(qid, 0), "maxOffset": high, "minOffset": low})
+                       for qid, low, high in bounds]
+            return ok_response(request, raw_object({"offsetTable": object_key_map(entries)}).encode("utf-8"))
+
+        return (store.next_store_times(newest) if newest else succeed([])).addCallback(answer)
 
     def consume_stats(self, channel: IChannel, request: RemotingCommand) -> Deferred[RemotingCommand]:
         group = get_str(request.ext_fields, "consumerGroup")

@@ -67,6 +67,12 @@ class StoreReads:
         (the oldest one when the offset is below it), -1 at the end: one read-pool hop for all."""
         return self._in_read_pool(_next_store_times, self._store, positions)
 
+    def commit_log_figures(self) -> Deferred[tuple[int, float]]:
+        """The store time (ms) of the commit log's oldest message (-1 when empty) and the used ratio
+        of its partition (-1 when unknown), measured now: GET_BROKER_RUNTIME_INFO's
+        ``earliestMessageTimeStamp`` and ``commitLogDiskRatio``."""
+        return self._in_read_pool(_commit_log_figures, self._store)
+
     def query_consume_queue(self, topic: str, queue_id: int, index: int,
                             count: int) -> Deferred[tuple[int, int, list[tuple[int, int, int]] | None] | None]:
         return self._in_read_pool(self._store.query_consume_queue, topic, queue_id, index, count)
@@ -88,3 +94,8 @@ class StoreReads:
 
 def _next_store_times(store: Any, positions: list[tuple[str, int, int]]) -> list[int]:
     return [store.query_consume_time_span(topic, queue_id, offset)[3] for topic, queue_id, offset in positions]
+
+
+def _commit_log_figures(store: Any) -> tuple[int, float]:
+    oldest = store.look_message_by_offset(store.min_physical_offset)
+    return (-1 if oldest is None else oldest.store_timestamp), store.disk_usage_ratio()

@@ -14,10 +14,12 @@ from twisted.internet.utils import getProcessOutputAndValue
 from twisted.trial.unittest import TestCase
 
 from rocketpy.admin.cli import execute
+from rocketpy.admin.render import human_time
 from rocketpy.client.admin import AdminClient
 from rocketpy.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, PushConsumer
 from rocketpy.client.process import ConsumeContext
 from rocketpy.remoting.codes import RequestCode
+from rocketpy.store.retention import used_ratio
 from tests.common.fastjson import fastjson_loads
 from tests.client.test_integration import IntegrationTestCase, LoopbackCluster
 from tests.ports import free_port
@@ -66,8 +68,12 @@ class TopicAndMessageTests(AdminTestCase):
                                             ("three", "K1", "TagB", "1"))]
         self.assertEqual([(s["status"], s["queue"]["queue_id"], s["queue_offset"]) for s in sent],
                          [("SEND_OK", 0, 0), ("SEND_OK", 0, 1), ("SEND_OK", 1, 0)])
-        self.assertEqual(rows(await self.admin("topicStatus", "-t", "Orders")),
-                         [["broker-a", "0", "0", "2", "-"], ["broker-a", "1", "0", "1", "-"]])
+        stored = [(await self.admin_json("queryMsgByOffset", "-t", "Orders", "-b", "broker-a", "-i", qid, "-o",
+                                         offset))["store_timestamp"] for qid, offset in (("0", "0"), ("0", "1"), ("1", "0"))]
+        newest = {0: stored[1], 1: stored[2]}  # #Last Updated: the queue's newest message's store time
+        self.assertEqual([r[:4] + [" ".join(r[4:])] for r in rows(await self.admin("topicStatus", "-t", "Orders"))],
+                         [["broker-a", str(qid), "0", str(high), human_time(newest[qid])]
+                          for qid, high in ((0, 2), (1, 1))])
 
         detail = await self.admin("queryMsgById", "-i", sent[1]["offset_msg_id"])
         self.assertIn("Message Body        : two", detail)
@@ -92,6 +98,12 @@ class TopicAndMessageTests(AdminTestCase):
 
         clusters = rows(await self.admin("clusterList"))
         self.assertEqual([r[:5] for r in clusters], [["DefaultCluster", "broker-a", "0", addr, "V4_9_4"]])
+        [status] = await self.admin_json("clusterList")  # #Hour from the oldest message, #SPACE the disk
+        self.assertEqual(int(status["stats"]["earliestMessageTimeStamp"]), stored[0])
+        store_dir = os.path.join(self.cluster_.root, "broker-a")
+        self.assertEqual(clusters[0][-1], f"{used_ratio(store_dir):.4f}")
+        self.assertGreater(float(clusters[0][-1]), 0)
+        self.assertEqual(clusters[0][-2], f"{(int(reactor.seconds() * 1000) - stored[0]) / 3600000:.2f}")
         self.assertIn("msgPutTotalTodayNow             : 3", await self.admin("brokerStatus", "-b", addr))
         config = await self.admin_json("getBrokerConfig", "-c", "DefaultCluster")
         self.assertEqual(config[addr]["brokerName"], "broker-a")
