@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="name servers, ip:port;ip:port (default $NAMESRV_ADDR or 127.0.0.1:9876)")
     common.add_argument("--json", action="store_true", help="print the result as JSON")
     common.add_argument("--timeout", type=float, default=5.0, help="seconds per request (5)")
+    common.add_argument("--accessKey", help="ACL access key: every request is signed (with --secretKey)")
+    common.add_argument("--secretKey", help="ACL secret key of --accessKey")
     subs = parser.add_subparsers(dest="command", metavar="SUB-COMMAND", parser_class=_Parser)
     subs.required = True
     for name, cmd in commands.COMMANDS.items():
@@ -50,6 +52,12 @@ def _check_one_of(cmd: commands.Command, args: argparse.Namespace) -> None:
     if cmd.one_of and sum(getattr(args, dest) is not None for dest in cmd.one_of) != 1:
         flags = " or ".join(f"--{dest}" for dest in cmd.one_of)
         raise UsageError(f"{PROG} {cmd.name}: give exactly one of {flags}")
+
+
+def _credentials(args: argparse.Namespace) -> tuple[str, str] | None:
+    if (args.accessKey is None) != (args.secretKey is None):
+        raise UsageError(f"{PROG} {args.command}: give both --accessKey and --secretKey, or neither")
+    return None if args.accessKey is None else (args.accessKey, args.secretKey)
 
 
 def failure_text(error: BaseException, timeout: float) -> str:
@@ -68,10 +76,11 @@ async def execute(reactor: IReactorTime, argv: Sequence[str], out: TextIO, err: 
         args = build_parser().parse_args(list(argv))
         cmd = commands.COMMANDS[args.command]
         _check_one_of(cmd, args)
+        credentials = _credentials(args)
     except UsageError as e:
         err.write(f"{e}\n")
         return 1
-    admin = AdminClient(reactor, args.namesrvAddr, timeout=args.timeout)
+    admin = AdminClient(reactor, args.namesrvAddr, timeout=args.timeout, credentials=credentials)
     try:
         output = await cmd.run(admin, args)
     except (MQError, RemotingError, BodyError, ValueError) as e:

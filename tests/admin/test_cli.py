@@ -20,6 +20,7 @@ from rocketpy.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt
 from rocketpy.client.process import ConsumeContext
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.store.retention import used_ratio
+from tests.acl.test_broker import ACL, ADMIN, USER
 from tests.common.fastjson import fastjson_loads
 from tests.client.test_integration import IntegrationTestCase, LoopbackCluster
 from tests.ports import free_port
@@ -247,6 +248,29 @@ class ConsumerTests(AdminTestCase):
                 expected = last.store_timestamp
             self.assertEqual(progress["lastTimestamp"], expected, key)
         self.assertGreater(sum(p["lastTimestamp"] > 0 for p in raw["offsetTable"].values()), 0)
+
+
+class AclTests(AdminTestCase):
+    async def test_keys_sign_the_requests(self) -> None:
+        """``--accessKey``/``--secretKey`` sign every request: a broker with ACL on refuses
+        updateTopic without them or with a non-admin account, and takes it with the admin's."""
+        acl_path = os.path.abspath(self.mktemp())
+        with open(acl_path, "w") as f:
+            f.write(ACL)
+        self.cluster_ = cluster = LoopbackCluster(self)
+        self.addCleanup(cluster.close)
+        addr = await cluster.add_broker("broker-a", acl_enable=True, acl_file=acl_path)
+        create = ("updateTopic", "-b", addr, "-t", "Guarded")
+        self.assertIn("AclException", await self.admin(*create, ok=False))
+        user = ("--accessKey", USER[0], "--secretKey", USER[1])
+        self.assertIn("AclException", await self.admin(*create, *user, ok=False))
+        self.assertIsNone(cluster.brokers["broker-a"].topics.select_topic_config("Guarded"))
+        admin = ("--accessKey", ADMIN[0], "--secretKey", ADMIN[1])
+        self.assertIn(f"create topic to {addr} success.", await self.admin(*create, *admin))
+        self.assertIsNotNone(cluster.brokers["broker-a"].topics.select_topic_config("Guarded"))
+        self.assertIn("msgPutTotalTodayNow", await self.admin("brokerStatus", "-b", addr, *admin))
+        self.assertEqual(await self.admin(*create, "--accessKey", ADMIN[0], ok=False),
+                         "rocketpy-admin updateTopic: give both --accessKey and --secretKey, or neither\n")
 
 
 class ProcessTests(TestCase):
