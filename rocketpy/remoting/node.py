@@ -25,6 +25,7 @@ from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RequestRefused
 from rocketpy.remoting.protocol import RemotingProtocol
+from rocketpy.util.ratelimit import EveryFewSeconds
 
 #: Default bound of requests queued on (or running in) one registration's thread pool.
 DEFAULT_MAX_QUEUE = 10_000
@@ -79,6 +80,9 @@ class RemotingNode:
         :param scan_interval: seconds between scans for timed-out requests.
         """
         self._reactor = reactor
+        #: one refusal line per peer, request code and reason every 10 s (a hostile or misconfigured
+        #: client retrying must not flood the log); the line says how many it stands for
+        self._refusals_logged = EveryFewSeconds(reactor)
         self._idle_timeout = idle_timeout
         self.rpc_hooks = tuple(rpc_hooks)
         self._listeners = tuple(listeners)
@@ -366,8 +370,11 @@ class RemotingNode:
     def request_refused(self, channel: RemotingProtocol, request: RemotingCommand, remark: str,
                         code: int = ResponseCode.SYSTEM_ERROR) -> None:
         """Answer *request* *code* with *remark* (invalid input, or a hook's refusal), logging one warning line."""
-        self.log.warn("request {code} from {peer} refused: {remark}", code=request.code,
-                      peer=channel.remote_address, remark=remark)
+        held = self._refusals_logged.admit((channel.remote_address, request.code, remark))
+        if held is not None:
+            self.log.warn("request {code} from {peer} refused: {remark}{held_back}", code=request.code,
+                          peer=channel.remote_address, remark=remark,
+                          held_back=f" ({held} more like it in the last 10 s)" if held else "")
         self._respond(channel, request, request.make_response(code, remark))
 
     def _respond(self, channel: RemotingProtocol, request: RemotingCommand, response: RemotingCommand) -> None:

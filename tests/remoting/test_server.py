@@ -204,6 +204,26 @@ class DispatchTests(SynchronousTestCase):
         self.assertEqual([e["log_level"] for e in logs if "refused" in e["log_format"]], [LogLevel.warn])
         self.assertFalse([e for e in logs if "log_failure" in e])
 
+    def test_repeated_refusals_are_rate_limited(self) -> None:
+        """The same refusal of the same peer logs once per 10 s, then says how many it stood for; every
+        request is still answered."""
+
+        class Refusing(RecordingHook):
+            def before_request(self, remote_address: str, request: RemotingCommand) -> None:
+                raise RequestRefused(f"not you ({request.code})", 16)
+
+        pair = Pair(server_kwargs={"rpc_hooks": [Refusing()]})
+        for code in (10, 11):
+            pair.server.register_processor(code, self.processor)
+        with capturedLogs() as logs:
+            answers = [self.successResultOf(pair.call(code)).code for code in (10, 10, 10, 11)]
+            pair.clock.advance(10)
+            answers.append(self.successResultOf(pair.call(10)).code)
+        self.assertEqual(answers, [16] * 5)
+        lines = [(e["remark"], e["held_back"]) for e in logs if "refused" in e["log_format"]]
+        self.assertEqual(lines, [("not you (10)", ""), ("not you (11)", ""),
+                                 ("not you (10)", " (2 more like it in the last 10 s)")])
+
     def test_server_hooks_skip_what_it_sends(self) -> None:
         """As Java's NettyRemotingServer: a server's hooks (the ACL check) do not see the requests it
         sends to clients (NOTIFY_CONSUMER_IDS_CHANGED …)."""
