@@ -243,12 +243,8 @@ class Options(usage.Options):
     def _grpc(self) -> None:
         """``grpc-listen`` (None when off) and ``grpc-advertised`` ((host, port) or None)."""
         self["grpc-explicit"] = self["grpc-listen"] is not None
-        if self["acl-enable"] and self["grpc-explicit"] and self["grpc-listen"] != "none":
-            raise usage.UsageError("--acl-enable: the 5.x gRPC endpoint does not check ACL yet (doc/grpc.md); "
-                                   "leave out --grpc-listen")
         if self["grpc-listen"] is None:
-            on = self["role"] == "all" and not self["acl-enable"]  # never a way around the ACL
-            self["grpc-listen"] = DEFAULT_GRPC_LISTEN if on else "none"
+            self["grpc-listen"] = DEFAULT_GRPC_LISTEN if self["role"] == "all" else "none"
         if self["grpc-listen"] == "none" or self["role"] == "namesrv":
             self["grpc-listen"] = None
         else:
@@ -361,14 +357,15 @@ def _grpc_service(reactor: Any, options: Options, broker: Any, delays_ms: list[i
     """The 5.x gRPC endpoint beside the broker (doc/grpc.md); None when grpcio is not installed
     and the endpoint was not asked for explicitly."""
     try:
-        from rocketpy.grpc.server import GrpcService, broker_messaging
+        from rocketpy.grpc.server import GrpcService, broker_access, broker_messaging
     except ImportError as e:
         if options["grpc-explicit"]:
             raise usage.UsageError(f"--grpc-listen needs pip install 'rocketpy[grpc]' ({e})") from None
         log.info("no gRPC endpoint for 5.x clients: pip install 'rocketpy[grpc]' to add it")
         return None
     return GrpcService(reactor, options["grpc-listen"],
-                       lambda: broker_messaging(reactor, broker, delays_ms, options["grpc-advertised"]))
+                       lambda: broker_messaging(reactor, broker, delays_ms, options["grpc-advertised"]),
+                       broker_access(broker))
 
 
 def makeService(options: Options, reactor: Any = None) -> OrderedServices:

@@ -34,6 +34,11 @@ class AclRefused(RequestRefused):
         self.message = message
 
 
+class AclForbidden(AclRefused):
+    """A known, correctly signed sender without the permission (the rest of :class:`AclRefused`
+    is about who sends: no key, unknown key, bad signature)."""
+
+
 class AclConfigError(ValueError):
     """A ``plain_acl.yml`` that cannot be used (the message says why)."""
 
@@ -182,7 +187,7 @@ def check_access(
     if resources.get(TRACE_TOPIC) == PUB:
         return
     if code in admin_codes and not owned.admin:
-        raise AclRefused(f"Need admin permission for request code={code}, but accessKey={access_key} is not")
+        raise AclForbidden(f"Need admin permission for request code={code}, but accessKey={access_key} is not")
     if not resources or (owned.perms is None and owned.admin):
         return
     for resource, needed in resources.items():
@@ -192,4 +197,4 @@ def check_access(
         else:
             allowed = check_permission(needed, owned.perms[resource])
         if not allowed:
-            raise AclRefused(f"No default permission for {describe(resource)}")
+            raise AclForbidden(f"No default permission for {describe(resource)}")

@@ -24,6 +24,8 @@ from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from rocketpy.acl.addresses import host_of
+from rocketpy.grpc.acl import GrpcAccessCheck
 from rocketpy.grpc.checkpoint import CHECKPOINT_INTERVAL_S
 from rocketpy.grpc.endpoint import listen_address
 from rocketpy.grpc.messaging import CallContext, Messaging
@@ -87,9 +89,13 @@ class ReactorHop:
             raise
 
 
+def _metadata(context: grpc.aio.ServicerContext) -> dict[str, Any]:
+    return dict(context.invocation_metadata() or ())
+
+
 def _context(context: grpc.aio.ServicerContext) -> CallContext:
     """Who calls. :raises GrpcError: CLIENT_ID_REQUIRED without ``x-mq-client-id`` (as the Java proxy)."""
-    metadata = dict(context.invocation_metadata() or ())
+    metadata = _metadata(context)
     client_id = str(metadata.get("x-mq-client-id", "")).strip()
     if not client_id:
         raise GrpcError(Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
@@ -104,9 +110,25 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
 
     log = Logger()
 
-    def __init__(self, messaging: Messaging, hop: ReactorHop) -> None:
+    def __init__(self, messaging: Messaging, hop: ReactorHop, access: GrpcAccessCheck | None = None) -> None:
         self._messaging = messaging
         self._hop = hop
+        self._access = access
+
+    def _admit(self, context: grpc.aio.ServicerContext, request: Any) -> CallContext:
+        """Who calls, once the ACL (when on) lets *request* through.
+
+        :raises GrpcError: CLIENT_ID_REQUIRED, or UNAUTHORIZED / FORBIDDEN (logged as one warning).
+        """
+        call = _context(context)
+        if self._access is not None:
+            try:
+                self._access(_metadata(context), host_of(call.peer), request)
+            except GrpcError as e:
+                self.log.warn("gRPC ACL refused {rpc} from {peer}: {code} {reason}", rpc=request.DESCRIPTOR.name,
+                              peer=call.peer, code=Code.Name(e.code), reason=e.message)
+                raise
+        return call
 
     def _to_reactor(self, f: Callable[..., Any], *args: Any) -> None:
         """Run ``f`` on the reactor without waiting for it (safe while this call is cancelled)."""
@@ -115,7 +137,7 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
     async def _unary(self, method: Callable[..., Any], request: Any, context: grpc.aio.ServicerContext,
                      response_type: Callable[..., Any]) -> Any:
         try:
-            return await self._hop(method, _context(context), request)
+            return await self._hop(method, self._admit(context, request), request)
         except GrpcError as e:
             return response_type(status=status(e.code, e.message))
         except Exception as e:  # a bug: the client gets INTERNAL_SERVER_ERROR, the log the traceback
@@ -153,7 +175,8 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
         remaining = context.time_remaining()
         remaining_ms = None if remaining is None else int(remaining * 1000)
         try:
-            stream = await self._hop(self._messaging.receive_message, _context(context), request, remaining_ms)
+            stream = await self._hop(self._messaging.receive_message, self._admit(context, request), request,
+                                     remaining_ms)
         except GrpcError as e:
             stream = [rpc.ReceiveMessageResponse(status=status(e.code, e.message))]
         except Exception as e:
@@ -171,6 +194,11 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
         try:
             async for command in request_iterator:
                 try:
+                    self._admit(context, command)
+                except GrpcError as e:  # the command is not applied; the stream stays for the next one
+                    yield rpc.TelemetryCommand(status=status(e.code, e.message))
+                    continue
+                try:
                     answer = await self._hop(self._messaging.telemetry, call, command)
                 except Exception as e:
                     self.log.failure("gRPC Telemetry failed", Failure(e))
@@ -185,12 +213,15 @@ class GrpcService(Service):
     """Serves :class:`Messaging` on ``listen`` (``tcp:PORT:interface=HOST``) from a loop thread.
 
     :param make_messaging: builds the Messaging on the reactor at start (the broker is started by then).
+    :param access: the plain ACL check of every request (``--acl-enable``), None for none.
     """
 
     log = Logger()
 
-    def __init__(self, reactor: Any, listen: str, make_messaging: Callable[[], Messaging]) -> None:
+    def __init__(self, reactor: Any, listen: str, make_messaging: Callable[[], Messaging],
+                 access: GrpcAccessCheck | None = None) -> None:
         self._reactor = reactor
+        self._access = access
         self._address = listen_address(listen)
         self._make_messaging = make_messaging
         self.messaging: Messaging | None = None
@@ -223,7 +254,7 @@ class GrpcService(Service):
         self._thread_done = Deferred()
         thread = threading.Thread(target=self._run_loop, args=(loop,), name="rocketpy-grpc", daemon=True)
         thread.start()
-        servicer = Servicer(self.messaging, ReactorHop(self._reactor))
+        servicer = Servicer(self.messaging, ReactorHop(self._reactor), self._access)
         self.port = await self._in_loop(self._serve(servicer))
         self.log.info("gRPC (RocketMQ 5.x) endpoint listening on {address} (port {port})",
                       address=self._address, port=self.port)
@@ -332,3 +363,9 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
                      consumers=broker.consumers, producers=broker.producers)
     messaging.checkpoint = checkpoint
     return messaging
+
+
+def broker_access(broker: Any) -> GrpcAccessCheck | None:
+    """The ACL check of a ``BrokerService`` with ``--acl-enable`` (its validator's current file), else None."""
+    validator = getattr(broker, "acl_validator", None)
+    return None if validator is None else GrpcAccessCheck(lambda: validator.acl)

@@ -19,7 +19,7 @@ from zope.interface.verify import verifyObject
 from rocketpy.client import Producer, new_message
 from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.grpc.channel import NotDeliverable
-from rocketpy.grpc.server import GrpcService, broker_messaging
+from rocketpy.grpc.server import GrpcService, broker_access, broker_messaging
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.grpc.v2.service_pb2_grpc import MessagingServiceStub
@@ -31,16 +31,19 @@ T = TypeVar("T")
 CLIENT_ID = "test-client@1"
 
 
-class GrpcEndpointTests(TestCase):
-    """QueryRoute, Telemetry, SendMessage, ReceiveMessage, AckMessage and ChangeInvisibleDuration."""
+class GrpcCalls(TestCase):
+    """A broker on loopback with its gRPC endpoint, and the calls of a 5.x client through generated stubs."""
 
-    async def _start(self) -> None:
+    #: the metadata of every call (the ACL tests sign it)
+    metadata: list[tuple[str, str]] = [("x-mq-client-id", CLIENT_ID)]
+
+    async def _start(self, **broker_settings: Any) -> None:
         self.cluster = LoopbackCluster(self)
         self.addCleanup(self.cluster.close)
-        await self.cluster.add_broker("broker-a")
+        await self.cluster.add_broker("broker-a", **broker_settings)
         self.broker = self.cluster.brokers["broker-a"]
         service = GrpcService(reactor, "tcp:0:interface=127.0.0.1",
-                              lambda: broker_messaging(reactor, self.broker, [1000, 5000]))
+                              lambda: broker_messaging(reactor, self.broker, [1000, 5000]), broker_access(self.broker))
         service.startService()
         self.addCleanup(service.stopService)
         await service.when_started()
@@ -58,12 +61,12 @@ class GrpcEndpointTests(TestCase):
         return deferToThreadPool(cast(IReactorFromThreads, reactor), self.pool, f, *args)
 
     def _unary(self, method: str, request: Any) -> Any:
-        return self._call(getattr(self.stub, method), request, None, [("x-mq-client-id", CLIENT_ID)])
+        return self._call(getattr(self.stub, method), request, None, self.metadata)
 
     def _settings(self, settings: pb.Settings) -> Any:
         def exchange() -> Any:
             command = rpc.TelemetryCommand(settings=settings)
-            stream = self.stub.Telemetry(iter([command]), metadata=[("x-mq-client-id", CLIENT_ID)])
+            stream = self.stub.Telemetry(iter([command]), metadata=self.metadata)
             return next(stream)
         return self._call(exchange)
 
@@ -75,13 +78,18 @@ class GrpcEndpointTests(TestCase):
         request.invisible_duration.seconds = invisible
         request.long_polling_timeout.seconds = poll
         return self._call(lambda: list(self.stub.ReceiveMessage(
-            request, timeout=poll + 5, metadata=[("x-mq-client-id", CLIENT_ID)])))
+            request, timeout=poll + 5, metadata=self.metadata)))
 
     def _message(self, topic: str, body: bytes, tag: str = "TagA") -> pb.Message:
         sysp = pb.SystemProperties(tag=tag, keys=["k1"], message_id=uuid.uuid4().hex.upper(),
                                    message_type=pb.MessageType.NORMAL)
         return pb.Message(topic=pb.Resource(name=topic), body=body, system_properties=sysp,
                           user_properties={"color": "blue"})
+
+
+
+class GrpcEndpointTests(GrpcCalls):
+    """QueryRoute, Telemetry, SendMessage, ReceiveMessage, AckMessage and ChangeInvisibleDuration."""
 
     async def test_route_and_settings(self) -> None:
         """QueryRoute advertises the endpoint the client reached; the settings come back merged."""

@@ -44,15 +44,14 @@ class GrpcOptionsTests(SynchronousTestCase):
         self.assertEqual(listen_address("tcp6:0"), "[::]:0")
         self.assertEqual(listen_address("tcp6:8081:interface=\\:\\:1"), "[::1]:8081")
 
-    def test_acl_turns_it_off(self) -> None:
-        """With --acl-enable the endpoint (which does not check ACL yet) is off, and cannot be asked for."""
+    def test_acl_keeps_it_on(self) -> None:
+        """With --acl-enable the endpoint stays on (it checks the ACL), by default and when asked for."""
         acl = os.path.abspath(self.mktemp())
         with open(acl, "w") as f:
             f.write(ACL)
-        self.assertIsNone(_parse("--acl-enable", "--acl-file", acl)["grpc-listen"])
-        error = self.assertRaises(usage.UsageError, _parse, "--acl-enable", "--acl-file", acl,
-                                  "--grpc-listen", "tcp:8081")
-        self.assertIn("does not check ACL", str(error))
+        self.assertEqual(_parse("--acl-enable", "--acl-file", acl)["grpc-listen"], "tcp:8081:interface=127.0.0.1")
+        self.assertEqual(_parse("--acl-enable", "--acl-file", acl, "--grpc-listen", "tcp:9081")["grpc-listen"],
+                         "tcp:9081")
 
     def test_service_built_without_io(self) -> None:
         """makeService adds the endpoint after the broker, with no thread or port yet."""
