@@ -93,8 +93,8 @@ class Rocketpy:
             "--namesrv-listen", f"tcp:{self.namesrv_port}:interface=127.0.0.1",
             "--listen", f"tcp:{self.broker_port}:interface=127.0.0.1",
             "--ha-listen", f"tcp:{self.ha_port}:interface=127.0.0.1",
-            # the 5.x endpoint on a free port (its default 8081 is one per machine); none with the ACL
-            "--grpc-listen", "none" if "--acl-enable" in self.extra else f"tcp:{self.grpc_port}:interface=127.0.0.1",
+            # the 5.x endpoint on a free port (its default 8081 is one per machine)
+            "--grpc-listen", f"tcp:{self.grpc_port}:interface=127.0.0.1",
             "--store-dir", os.path.join(self.workdir, "store"),
             "--namesrv-config-dir", os.path.join(self.workdir, "namesrv"),
             "--commit-log-file-size", str(16 * 1024 * 1024),

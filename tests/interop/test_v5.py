@@ -21,6 +21,7 @@ from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 from tests.interop.test_cpp import _SKIP as CPP_SKIP
 from tests.interop.test_cpp import REPO, CppHarness, Rocketpy, query
+from tests.acl.test_broker import ACL, USER
 from tests.interop.v5venv import v5_python
 
 HARNESS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "v5_client.py")
@@ -35,8 +36,10 @@ producer.shutdown()
 """
 
 
-class V5ClientTests(CppHarness):
-    """Sends and receives of the 5.x client, alone and across protocol generations."""
+class V5Harness(CppHarness):
+    """A rocketpy process (with ``extra`` options) and the 5.x client harness against it."""
+
+    extra: tuple[str, ...] = ()
 
     def setUp(self) -> None:
         try:
@@ -46,20 +49,24 @@ class V5ClientTests(CppHarness):
         self.workdir = os.path.abspath(self.mktemp())
         self.home = os.path.join(self.workdir, "home")
         os.makedirs(self.home)
-        self.rocketpy = Rocketpy(self.workdir)
+        self.rocketpy = Rocketpy(self.workdir, extra=self.extra)
         self.addCleanup(self.rocketpy.stop)
         self.rocketpy.start()
         self.endpoint = f"127.0.0.1:{self.rocketpy.grpc_port}"
 
-    def v5(self, *args: str) -> list[dict[str, Any]]:
-        """Run the 5.x harness; its JSON events (a failure shows its stderr and rocketpy's log)."""
+    def run_v5(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run the 5.x harness to its end (a timeout fails the test, with rocketpy's log)."""
         env = dict(os.environ, HOME=self.home)
         env.pop("PYTHONPATH", None)  # the venv's rocketmq, not the C++ wrapper or this repo
         try:
-            done = subprocess.run([self.python5, HARNESS, *args, "--endpoint", self.endpoint], env=env,
+            return subprocess.run([self.python5, HARNESS, *args, "--endpoint", self.endpoint], env=env,
                                   capture_output=True, text=True, timeout=CHILD_TIMEOUT)
         except subprocess.TimeoutExpired as e:
             self.fail(f"5.x client {args!r} timed out:\n{e.stderr!r}\n--- rocketpy ---\n{self.rocketpy.log_tail()}")
+
+    def v5(self, *args: str) -> list[dict[str, Any]]:
+        """Run the 5.x harness; its JSON events (a failure shows its stderr and rocketpy's log)."""
+        done = self.run_v5(*args)
         events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode != 0 or not events or events[-1]["event"] != "done":
             self.fail(f"5.x client {args!r} failed ({done.returncode}):\n{done.stderr[-3000:]}\n"
@@ -69,6 +76,10 @@ class V5ClientTests(CppHarness):
     def received(self, topic: str, group: str, expect: int) -> list[dict[str, Any]]:
         events = self.v5("consume", "--topic", topic, "--group", group, "--expect", str(expect), "--timeout", "30")
         return [e for e in events if e["event"] == "message"]
+
+
+class V5ClientTests(V5Harness):
+    """Sends and receives of the 5.x client, alone and across protocol generations."""
 
     def test_v5_producer_to_simple_consumer(self) -> None:
         """5.x Producer → 5.x SimpleConsumer: bodies, tags, ids and properties arrive, acked once."""
@@ -126,3 +137,26 @@ class V5ClientTests(CppHarness):
         got = self.consume("T45", "G45", 3)
         self.assertEqual(sorted(base64.b64decode(e["body"]) for e in got), [f"v5-{i}".encode() for i in range(3)])
         self.assertEqual({e["tags"] for e in got}, {"TagA"})
+
+
+class V5AclTests(V5Harness):
+    """The 5.x client with ``Credentials(ak, sk)`` against rocketpy with ``--acl-enable``."""
+
+    def setUp(self) -> None:
+        acl = os.path.abspath(self.mktemp())
+        with open(acl, "w") as f:
+            f.write(ACL)
+        self.extra = ("--acl-enable", "--acl-file", acl)
+        super().setUp()
+
+    def test_signed_client_sends_and_receives(self) -> None:
+        """Signed with the account's keys: send to TopicA and receive in GroupA; a wrong secret is refused."""
+        user = ("--access-key", USER[0], "--secret-key", USER[1])
+        sent = [e for e in self.v5("produce", "--topic", "TopicA", "--count", "2", *user) if e["event"] == "sent"]
+        self.assertEqual(len(sent), 2)
+        events = self.v5("consume", "--topic", "TopicA", "--group", "GroupA", "--expect", "2", "--timeout", "30", *user)
+        self.assertEqual(sorted(e["body"] for e in events if e["event"] == "message"), ["v5-0", "v5-1"])
+        refused = self.run_v5("produce", "--topic", "TopicA", "--access-key", USER[0], "--secret-key", "wrong-secret")
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertNotIn('"event": "sent"', refused.stdout)
+        self.assertIn("Check signature failed for accessKey=RocketMQ", self.rocketpy.log_tail())

@@ -9,6 +9,7 @@ message, then ``{"event": "done"}``.
 acks unless ``--no-ack``, prints ``{"event": "message", "body", "tag", "message_id",
 "delivery_attempt", "properties"}`` per message and ``{"event": "done", "count"}`` once it has
 ``--expect`` messages or at ``--timeout``.
+Every command signs its requests with ``--access-key`` / ``--secret-key`` when given.
 ``push --endpoint E --topic T --group G --expect N [--fail-times K]`` runs a PushConsumer whose
 listener answers FAILURE while a message's delivery attempt is at most K; it prints every
 delivery as ``consume`` does and ``{"event": "done", "count"}`` after N successes or ``--timeout``.
@@ -31,7 +32,7 @@ def emit(**event: Any) -> None:
 def produce(args: argparse.Namespace) -> None:
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
-    producer = Producer(ClientConfiguration(args.endpoint, Credentials()), (args.topic,))
+    producer = Producer(ClientConfiguration(args.endpoint, Credentials(args.access_key, args.secret_key)), (args.topic,))
     producer.startup()
     try:
         for i in range(args.count):
@@ -58,7 +59,7 @@ def consume(args: argparse.Namespace) -> None:
         SimpleConsumer,
     )
 
-    consumer = SimpleConsumer(ClientConfiguration(args.endpoint, Credentials()), args.group,
+    consumer = SimpleConsumer(ClientConfiguration(args.endpoint, Credentials(args.access_key, args.secret_key)), args.group,
                               {args.topic: FilterExpression(args.filter)}, await_duration=args.await_duration)
     consumer.startup()
     count = 0
@@ -105,7 +106,7 @@ def push(args: argparse.Namespace) -> None:
                     done.set()
             return ConsumeResult.SUCCESS
 
-    consumer = PushConsumer(ClientConfiguration(args.endpoint, Credentials()), args.group, Listener(),
+    consumer = PushConsumer(ClientConfiguration(args.endpoint, Credentials(args.access_key, args.secret_key)), args.group, Listener(),
                             {args.topic: FilterExpression(args.filter)})
     consumer.startup()
     try:
@@ -140,6 +141,8 @@ def main() -> None:
     for command in (p, c, u):
         command.add_argument("--endpoint", required=True)
         command.add_argument("--topic", required=True)
+        command.add_argument("--access-key", default="", help="SessionCredentials for a broker with --acl-enable")
+        command.add_argument("--secret-key", default="")
     args = parser.parse_args()
     {"produce": produce, "consume": consume, "push": push}[args.command](args)
 
