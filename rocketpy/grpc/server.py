@@ -19,7 +19,7 @@ from typing import Any, cast
 import grpc
 from twisted.application.service import Service
 from twisted.internet.defer import Deferred, maybeDeferred, succeed
-from twisted.internet.interfaces import IReactorFromThreads
+from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -33,6 +33,7 @@ from rocketpy.grpc.status import GrpcError, status
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.grpc.v2 import service_pb2_grpc
 from rocketpy.grpc.v2.definition_pb2 import Code
+from rocketpy.util.ratelimit import EveryFewSeconds
 from rocketpy.util.wakeups import CoalescedJobs
 
 GRACE_SECONDS = 1.0
@@ -110,10 +111,13 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
 
     log = Logger()
 
-    def __init__(self, messaging: Messaging, hop: ReactorHop, access: GrpcAccessCheck | None = None) -> None:
+    def __init__(self, messaging: Messaging, hop: ReactorHop, access: GrpcAccessCheck | None = None,
+                 clock: IReactorTime | None = None) -> None:
         self._messaging = messaging
         self._hop = hop
         self._access = access
+        #: one refusal line per peer, RPC and reason every 10 s, as the 4.x port (used on the loop thread only)
+        self._refusals_logged = EveryFewSeconds(clock)
 
     def _admit(self, context: grpc.aio.ServicerContext, request: Any) -> CallContext:
         """Who calls, once the ACL (when on) lets *request* through.
@@ -125,8 +129,12 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
             try:
                 self._access(_metadata(context), host_of(call.peer), request)
             except GrpcError as e:
-                self.log.warn("gRPC ACL refused {rpc} from {peer}: {code} {reason}", rpc=request.DESCRIPTOR.name,
-                              peer=call.peer, code=Code.Name(e.code), reason=e.message)
+                rpc_name = request.DESCRIPTOR.name
+                held = self._refusals_logged.admit((call.peer, rpc_name, e.message))
+                if held is not None:
+                    self.log.warn("gRPC ACL refused {rpc} from {peer}: {code} {reason}{held_back}", rpc=rpc_name,
+                                  peer=call.peer, code=Code.Name(e.code), reason=e.message,
+                                  held_back=f" ({held} more like it in the last 10 s)" if held else "")
                 raise
         return call
 
@@ -254,7 +262,7 @@ class GrpcService(Service):
         self._thread_done = Deferred()
         thread = threading.Thread(target=self._run_loop, args=(loop,), name="rocketpy-grpc", daemon=True)
         thread.start()
-        servicer = Servicer(self.messaging, ReactorHop(self._reactor), self._access)
+        servicer = Servicer(self.messaging, ReactorHop(self._reactor), self._access, self._reactor)
         self.port = await self._in_loop(self._serve(servicer))
         self.log.info("gRPC (RocketMQ 5.x) endpoint listening on {address} (port {port})",
                       address=self._address, port=self.port)

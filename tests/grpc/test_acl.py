@@ -61,7 +61,8 @@ class GrpcAclTests(GrpcCalls):
         self.assertEqual(ack.status.code, pb.Code.OK, ack)
 
     async def test_refusals(self) -> None:
-        """Wrong secret, unknown key, no credentials: UNAUTHORIZED; no permission: FORBIDDEN; one warning each."""
+        """Wrong secret, unknown key, no credentials: UNAUTHORIZED; no permission: FORBIDDEN; one warning each
+        (per peer, RPC and reason every 10 s)."""
         await self._start_acl()
         send = rpc.SendMessageRequest(messages=[self._message("TopicA", b"a")])
         cases = [
@@ -83,6 +84,11 @@ class GrpcAclTests(GrpcCalls):
             warnings = [e for e in events if "gRPC ACL refused" in e.get("log_format", "")]
             self.assertEqual(len(warnings), 1)
             self.assertNotIn("log_failure", warnings[0])
+        self.metadata = signed(USER[0], "wrong-secret")  # the same refusal again: answered, not logged again
+        with capturedLogs() as events:
+            again = [await self._unary("SendMessage", send) for _ in range(2)]
+        self.assertEqual([a.status.code for a in again], [pb.Code.UNAUTHORIZED] * 2)
+        self.assertFalse([e for e in events if "gRPC ACL refused" in e.get("log_format", "")])
         self.metadata = signed(*USER)
         stream = await self._receive("GroupB", "TopicA")  # a group not granted
         self.assertEqual([r.status.code for r in stream], [pb.Code.FORBIDDEN])
