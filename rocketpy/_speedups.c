@@ -1084,6 +1084,150 @@ fail:
     return NULL;
 }
 
+/* ---- send request headers (rocketpy.broker.sendheader) ------------------------------------ */
+
+/* SendHeader's fields in order, each read by its one-letter (V2) key, then its long name. */
+enum { F_STR, F_STR_OR_EMPTY, F_INT, F_INT_OR_0, F_INT_OR_NONE, F_LONG, F_BOOL };
+#define SH_FIELDS 12
+static const char SH_KINDS[SH_FIELDS] = {F_STR, F_STR, F_STR, F_INT, F_INT, F_INT, F_LONG, F_INT,
+                                         F_STR_OR_EMPTY, F_INT_OR_0, F_INT_OR_NONE, F_BOOL};
+static PyObject *sh_keys[SH_FIELDS][2];   /* (short, long), registered by set_send_header() */
+static PyObject *SendHeader, *py_send_header;
+
+/* An ASCII str of [+-]?[0-9]{1,18} within [lo, hi] into *out; 0 for anything else (Python decides). */
+static int small_int(PyObject *v, int64_t lo, int64_t hi, int64_t *out) {
+    const char *s;
+    Py_ssize_t n, i = 0;
+    int64_t x = 0;
+    if (!PyUnicode_CheckExact(v) || !PyUnicode_IS_ASCII(v))
+        return 0;
+    s = (const char *)PyUnicode_DATA(v);
+    n = PyUnicode_GET_LENGTH(v);
+    if (n > 0 && (s[0] == '+' || s[0] == '-'))
+        i = 1;
+    if (n - i < 1 || n - i > 18)  /* 18 digits cannot overflow an int64 */
+        return 0;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        x = x * 10 + (s[i] - '0');
+    }
+    if (s[0] == '-')
+        x = -x;
+    if (x < lo || x > hi)
+        return 0;
+    *out = x;
+    return 1;
+}
+
+/* The value under either key, a new reference; NULL without an exception when absent. */
+static PyObject *sh_lookup(PyObject *fields, int i) {
+    PyObject *v = PyDict_GetItemWithError(fields, sh_keys[i][0]);
+    if (v == NULL && !PyErr_Occurred())
+        v = PyDict_GetItemWithError(fields, sh_keys[i][1]);
+    return Py_XNewRef(v);
+}
+
+/* One field's value (a new reference), or NULL: *slow set when Python must decide (missing,
+ * unparsable, out of range, not a plain str), else an exception is set. */
+static PyObject *sh_field(PyObject *fields, int i, int *slow) {
+    PyObject *v = sh_lookup(fields, i), *out = NULL;
+    int kind = SH_KINDS[i];
+    int64_t x;
+    if (v == NULL && PyErr_Occurred())
+        return NULL;
+    if (v != NULL && !PyUnicode_CheckExact(v))
+        goto slow;
+    switch (kind) {
+    case F_STR:
+        if (v == NULL)
+            goto slow;
+        return v;
+    case F_STR_OR_EMPTY:
+        return v != NULL ? v : PyUnicode_New(0, 0);
+    case F_BOOL:
+        if (v == NULL)
+            Py_RETURN_FALSE;
+        if (!PyUnicode_IS_ASCII(v))
+            goto slow;
+        {
+            const char *s = (const char *)PyUnicode_DATA(v);
+            Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+            int yes = (n == 1 && s[0] == '1') || (n == 4 && (s[0] | 32) == 't' && (s[1] | 32) == 'r' &&
+                                                  (s[2] | 32) == 'u' && (s[3] | 32) == 'e');
+            Py_DECREF(v);
+            return PyBool_FromLong(yes);
+        }
+    default:  /* integers; "" counts as absent */
+        if (v == NULL || PyUnicode_GET_LENGTH(v) == 0) {
+            Py_XDECREF(v);
+            if (kind == F_INT_OR_0)
+                return PyLong_FromLong(0);
+            if (kind == F_INT_OR_NONE)
+                Py_RETURN_NONE;
+            *slow = 1;  /* required: Python raises "is missing" */
+            return NULL;
+        }
+        if (kind == F_LONG ? !small_int(v, INT64_MIN, INT64_MAX, &x) : !small_int(v, INT32_MIN, INT32_MAX, &x))
+            goto slow;
+        out = PyLong_FromLongLong(x);
+        Py_DECREF(v);
+        return out;
+    }
+slow:
+    Py_XDECREF(v);
+    *slow = 1;
+    return NULL;
+}
+
+/* rocketpy.broker.sendheader.parse_fields for a well-formed header; anything else goes to it. */
+static PyObject *send_header(PyObject *self, PyObject *fields) {
+    PyObject *values[SH_FIELDS], *result = NULL;
+    int i, filled = 0, slow = 0;
+    if (SendHeader == NULL || py_send_header == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketpy._speedups.set_send_header() was not called");
+        return NULL;
+    }
+    if (!PyDict_CheckExact(fields))
+        return PyObject_CallOneArg(py_send_header, fields);
+    for (; filled < SH_FIELDS; filled++) {
+        values[filled] = sh_field(fields, filled, &slow);
+        if (values[filled] == NULL)
+            break;
+    }
+    if (filled == SH_FIELDS)
+        result = PyObject_Vectorcall(SendHeader, values, SH_FIELDS, NULL);
+    else if (slow)
+        result = PyObject_CallOneArg(py_send_header, fields);
+    for (i = 0; i < filled; i++)
+        Py_DECREF(values[i]);
+    return result;
+}
+
+static PyObject *set_send_header(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *keys;
+    int i, j;
+    if (nargs != 3 || !PyList_CheckExact(args[2]) || PyList_GET_SIZE(args[2]) != SH_FIELDS) {
+        PyErr_SetString(PyExc_TypeError, "set_send_header(cls, reference, [(short, long)] * 12)");
+        return NULL;
+    }
+    keys = args[2];
+    for (i = 0; i < SH_FIELDS; i++) {
+        PyObject *pair = PyList_GET_ITEM(keys, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 0)) || !PyUnicode_CheckExact(PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_SetString(PyExc_TypeError, "set_send_header: keys must be (str, str) pairs");
+            return NULL;
+        }
+    }
+    for (i = 0; i < SH_FIELDS; i++)
+        for (j = 0; j < 2; j++)
+            Py_XSETREF(sh_keys[i][j], Py_NewRef(PyTuple_GET_ITEM(PyList_GET_ITEM(keys, i), j)));
+    Py_XSETREF(SendHeader, Py_NewRef(args[0]));
+    Py_XSETREF(py_send_header, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
 /* ---- setup ------------------------------------------------------------------------------ */
 
 /* Find MessageExt's slot offsets; any surprise leaves use_slots at 0 (the class is called). */
@@ -1149,6 +1293,9 @@ static PyMethodDef methods[] = {
     {"inline_bound", (PyCFunction)(void (*)(void))inline_bound, METH_FASTCALL,
      "C rocketpy.store.messagestore.inline_bound."},
     {"set_inline_bound", set_inline_bound, METH_O, "Register inline_bound's Python reference."},
+    {"send_header", send_header, METH_O, "C rocketpy.broker.sendheader.parse_fields."},
+    {"set_send_header", (PyCFunction)(void (*)(void))set_send_header, METH_FASTCALL,
+     "Register SendHeader, parse_fields (the reference) and the (short, long) keys of its fields."},
     {"stored_batch", (PyCFunction)(void (*)(void))stored_batch, METH_FASTCALL,
      "The broker's messages of a batch body, or None for its Python loop (rocketpy.broker.send)."},
     {NULL, NULL, 0, NULL}};

@@ -8,8 +8,10 @@ each within its Java type (``Integer``, or ``Long`` for ``bornTimestamp``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
+from rocketpy.common import speedups
 from rocketpy.common.headers import SEND_V1_NAMES, HeaderError, parse_int
 from rocketpy.remoting.command import RemotingCommand
 
@@ -52,39 +54,43 @@ class SendHeader:
 
         :raises HeaderError: naming the missing or unparsable field.
         """
-        f = request.ext_fields
-        get = f.get
-        # One lookup per field instead of a long-name copy of the dict and twelve generic
-        # getters: this runs once per message (about 1.5 µs instead of 4).
-        group, topic, default_topic, properties = get(_GROUP), get(_TOPIC), get(_DEFAULT_TOPIC), get(_PROPERTIES)
-        if group is None:
-            group = get("producerGroup")
-        if topic is None:
-            topic = get("topic")
-        if default_topic is None:
-            default_topic = get("defaultTopic")
-        if properties is None:
-            properties = get("properties", "")
-        if group is None:
-            raise HeaderError("producerGroup", "is missing")
-        if topic is None:
-            raise HeaderError("topic", "is missing")
-        if default_topic is None:
-            raise HeaderError("defaultTopic", "is missing")
-        return cls(
-            group,
-            topic,
-            default_topic,
-            _int(f, _QUEUE_NUMS, "defaultTopicQueueNums"),
-            _int(f, _QUEUE_ID, "queueId"),
-            _int(f, _SYS_FLAG, "sysFlag"),
-            _int(f, _BORN, "bornTimestamp", bits=64),
-            _int(f, _FLAG, "flag"),
-            properties,
-            _int(f, _RECONSUME, "reconsumeTimes", 0),
-            _int(f, _MAX_RECONSUME, "maxReconsumeTimes", None),
-            _bool(f, _BATCH, "batch"),
-        )
+        return _parse_fields(request.ext_fields)
+
+
+def parse_fields(f: dict[str, str]) -> SendHeader:
+    """:meth:`SendHeader.parse` of an ``extFields`` dict: the reference of the C ``send_header``."""
+    get = f.get
+    # One lookup per field instead of a long-name copy of the dict and twelve generic
+    # getters: this runs once per message (about 1.5 µs instead of 4).
+    group, topic, default_topic, properties = get(_GROUP), get(_TOPIC), get(_DEFAULT_TOPIC), get(_PROPERTIES)
+    if group is None:
+        group = get("producerGroup")
+    if topic is None:
+        topic = get("topic")
+    if default_topic is None:
+        default_topic = get("defaultTopic")
+    if properties is None:
+        properties = get("properties", "")
+    if group is None:
+        raise HeaderError("producerGroup", "is missing")
+    if topic is None:
+        raise HeaderError("topic", "is missing")
+    if default_topic is None:
+        raise HeaderError("defaultTopic", "is missing")
+    return SendHeader(
+        group,
+        topic,
+        default_topic,
+        _int(f, _QUEUE_NUMS, "defaultTopicQueueNums"),
+        _int(f, _QUEUE_ID, "queueId"),
+        _int(f, _SYS_FLAG, "sysFlag"),
+        _int(f, _BORN, "bornTimestamp", bits=64),
+        _int(f, _FLAG, "flag"),
+        properties,
+        _int(f, _RECONSUME, "reconsumeTimes", 0),
+        _int(f, _MAX_RECONSUME, "maxReconsumeTimes", None),
+        _bool(f, _BATCH, "batch"),
+    )
 
 
 def _raw(fields: dict[str, str], short: str, name: str) -> str | None:
@@ -110,3 +116,16 @@ def _bool(fields: dict[str, str], short: str, name: str) -> bool:
     """``true`` in any case or ``1`` (the rules of :func:`get_bool`)."""
     value = _raw(fields, short, name)
     return value is not None and value.lower() in ("true", "1")
+
+
+#: The fields' (one-letter, long) keys in :class:`SendHeader`'s order, for the C ``send_header``.
+_KEYS = [(SEND_V1_NAMES[name], name) for name in (
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
+    "flag", "properties", "reconsumeTimes", "maxReconsumeTimes", "batch")]
+
+#: :func:`parse_fields` or, when built, its C version (rocketpy/_speedups.c ``send_header``), which
+#: parses the well-formed header and hands anything else to :func:`parse_fields`.
+_parse_fields: Callable[[dict[str, str]], SendHeader] = parse_fields
+if speedups.compiled is not None:
+    speedups.compiled.set_send_header(SendHeader, parse_fields, _KEYS)
+    _parse_fields = speedups.compiled.send_header
