@@ -1228,6 +1228,138 @@ static PyObject *set_send_header(PyObject *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
+/* ---- JSON frames (rocketpy.remoting.codec.encode) ---------------------------------------- */
+
+/* RemotingCommand's attributes the JSON header holds, and the body. */
+enum { J_CODE, J_EXT, J_FLAG, J_LANGUAGE, J_OPAQUE, J_REMARK, J_VERSION, J_BODY, J_ATTRS };
+static const char *const J_NAMES[J_ATTRS] = {"code", "ext_fields", "flag", "language", "opaque", "remark",
+                                              "version", "body"};
+static PyObject *j_names[J_ATTRS];
+#define MAX_FRAME_LENGTH (16 * 1024 * 1024)
+
+/* Length of a plain str written as a JSON string (quotes included) with no escapes; -1 when it
+ * needs any (non-ASCII, control characters, quote, backslash, DEL) or is not an exact str. */
+static Py_ssize_t plain_json(PyObject *s) {
+    const unsigned char *p;
+    Py_ssize_t i, n;
+    if (!PyUnicode_CheckExact(s) || !PyUnicode_IS_ASCII(s))
+        return -1;
+    p = (const unsigned char *)PyUnicode_DATA(s);
+    n = PyUnicode_GET_LENGTH(s);
+    for (i = 0; i < n; i++)
+        if (p[i] < 0x20 || p[i] == '"' || p[i] == '\\' || p[i] == 0x7F)
+            return -1;
+    return n + 2;
+}
+
+static char *put_str(char *at, PyObject *s) {  /* after plain_json accepted s */
+    Py_ssize_t n = PyUnicode_GET_LENGTH(s);
+    *at++ = '"';
+    memcpy(at, PyUnicode_DATA(s), n);
+    at += n;
+    *at++ = '"';
+    return at;
+}
+
+static char *put_raw(char *at, const char *s, Py_ssize_t n) {
+    memcpy(at, s, n);
+    return at + n;
+}
+
+/* The whole frame of a JSON command whose header is all plain: ints within 64 bits, ASCII text
+ * without escapes, a dict of str extFields, a bytes body; None for anything else (the Python
+ * encoder then answers, errors included). Byte-identical to orjson's compact output. */
+static PyObject *json_frame(PyObject *self, PyObject *cmd) {
+    PyObject *a[J_ATTRS] = {NULL}, *result = NULL, *k, *v;
+    char nums[4][24], *at;
+    int num_len[4], ints[4] = {J_CODE, J_FLAG, J_OPAQUE, J_VERSION}, i;
+    Py_ssize_t header = 0, body, pos = 0, n;
+    for (i = 0; i < J_ATTRS; i++) {
+        a[i] = PyObject_GetAttr(cmd, j_names[i]);
+        if (a[i] == NULL) {
+            PyErr_Clear();
+            goto python;
+        }
+    }
+    for (i = 0; i < 4; i++) {
+        int64_t x;
+        if (!PyLong_CheckExact(a[ints[i]]) || !I64_OK(a[ints[i]], &x))
+            goto python;
+        num_len[i] = snprintf(nums[i], sizeof nums[i], "%lld", (long long)x);
+    }
+    if (!PyBytes_CheckExact(a[J_BODY]) || !PyDict_CheckExact(a[J_EXT]) || (n = plain_json(a[J_LANGUAGE])) < 0)
+        goto python;
+    /* {"code":N,"extFields":{...},"flag":N,"language":"L","opaque":N,"remark":"R",
+       "serializeTypeCurrentRPC":"JSON","version":N} */
+    header = 8 + num_len[0] + 8 + num_len[1] + 12 + n + 10 + num_len[2] + 33 + 11 + num_len[3] + 1;
+    if (a[J_REMARK] != Py_None) {
+        if ((n = plain_json(a[J_REMARK])) < 0)
+            goto python;
+        header += 10 + n;
+    }
+    if (PyDict_GET_SIZE(a[J_EXT]) > 0) {
+        header += 14;  /* "extFields":{}, */
+        while (PyDict_Next(a[J_EXT], &pos, &k, &v)) {
+            Py_ssize_t kn = plain_json(k), vn = plain_json(v);
+            if (kn < 0 || vn < 0)
+                goto python;
+            header += kn + vn + 2;  /* ':' and ',' or, after the last, the closing '}' */
+        }
+    }
+    body = PyBytes_GET_SIZE(a[J_BODY]);
+    if (header > 0xFFFFFF || 4 + header + body > MAX_FRAME_LENGTH)
+        goto python;
+    result = PyBytes_FromStringAndSize(NULL, 8 + header + body);
+    if (result == NULL)
+        goto done;
+    at = PyBytes_AS_STRING(result);
+    put_i32((unsigned char *)at, (int32_t)(4 + header + body));
+    put_i32((unsigned char *)at + 4, (int32_t)header);  /* serialize type 0 (JSON) in the top byte */
+    at += 8;
+    at = put_raw(at, "{\"code\":", 8);
+    at = put_raw(at, nums[0], num_len[0]);
+    if (PyDict_GET_SIZE(a[J_EXT]) > 0) {
+        int first = 1;
+        at = put_raw(at, ",\"extFields\":{", 14);
+        pos = 0;  /* no Python code ran since the first pass: the dict is unchanged */
+        while (PyDict_Next(a[J_EXT], &pos, &k, &v)) {
+            if (!first)
+                *at++ = ',';
+            first = 0;
+            at = put_str(at, k);
+            *at++ = ':';
+            at = put_str(at, v);
+        }
+        *at++ = '}';
+    }
+    at = put_raw(at, ",\"flag\":", 8);
+    at = put_raw(at, nums[1], num_len[1]);
+    at = put_raw(at, ",\"language\":", 12);
+    at = put_str(at, a[J_LANGUAGE]);
+    at = put_raw(at, ",\"opaque\":", 10);
+    at = put_raw(at, nums[2], num_len[2]);
+    if (a[J_REMARK] != Py_None) {
+        at = put_raw(at, ",\"remark\":", 10);
+        at = put_str(at, a[J_REMARK]);
+    }
+    at = put_raw(at, ",\"serializeTypeCurrentRPC\":\"JSON\"", 33);
+    at = put_raw(at, ",\"version\":", 11);
+    at = put_raw(at, nums[3], num_len[3]);
+    *at++ = '}';
+    at = put_raw(at, PyBytes_AS_STRING(a[J_BODY]), body);
+    if (at != PyBytes_AS_STRING(result) + 8 + header + body) {  /* a length above is wrong: never send it */
+        Py_CLEAR(result);
+        PyErr_SetString(PyExc_SystemError, "rocketpy._speedups.json_frame: length mismatch");
+    }
+    goto done;
+python:
+    result = Py_NewRef(Py_None);
+done:
+    for (i = 0; i < J_ATTRS; i++)
+        Py_XDECREF(a[i]);
+    return result;
+}
+
 /* ---- setup ------------------------------------------------------------------------------ */
 
 /* Find MessageExt's slot offsets; any surprise leaves use_slots at 0 (the class is called). */
@@ -1294,6 +1426,8 @@ static PyMethodDef methods[] = {
      "C rocketpy.store.messagestore.inline_bound."},
     {"set_inline_bound", set_inline_bound, METH_O, "Register inline_bound's Python reference."},
     {"send_header", send_header, METH_O, "C rocketpy.broker.sendheader.parse_fields."},
+    {"json_frame", json_frame, METH_O,
+     "The frame of a JSON command with a plain header, or None for rocketpy.remoting.codec.encode."},
     {"set_send_header", (PyCFunction)(void (*)(void))set_send_header, METH_FASTCALL,
      "Register SendHeader, parse_fields (the reference) and the (short, long) keys of its fields."},
     {"stored_batch", (PyCFunction)(void (*)(void))stored_batch, METH_FASTCALL,
@@ -1309,6 +1443,11 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     for (i = 0; i < N_FIELDS; i++) {
         field_names[i] = PyUnicode_InternFromString(FIELD_NAMES[i]);
         if (field_names[i] == NULL)
+            return NULL;
+    }
+    for (i = 0; i < J_ATTRS; i++) {
+        j_names[i] = PyUnicode_InternFromString(J_NAMES[i]);
+        if (j_names[i] == NULL)
             return NULL;
     }
     str_wait = PyUnicode_InternFromString("WAIT");

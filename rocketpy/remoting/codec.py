@@ -23,6 +23,7 @@ from typing import Any, Callable
 import msgpack  # type: ignore[import-untyped]
 import orjson
 
+from rocketpy.common import speedups
 from rocketpy.remoting.codes import LanguageCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import MalformedRequestError, ProtocolError
@@ -63,6 +64,10 @@ _json_encode = _make_json_encoder()
 _json_decoder = json.JSONDecoder(strict=False)
 _json_scan = json.scanner.make_scanner(_json_decoder)  # type: ignore[arg-type]
 _orjson_loads, _orjson_dumps = orjson.loads, orjson.dumps
+#: :func:`encode` of a JSON command with a plain header, in C (rocketpy/_speedups.c ``json_frame``;
+#: None when not built). It answers None for anything else, which the Python code below encodes.
+_json_frame: Callable[[RemotingCommand], bytes | None] | None = (
+    speedups.compiled.json_frame if speedups.compiled is not None else None)
 
 
 def _parse_lenient_json(raw: bytes) -> Any:
@@ -90,6 +95,10 @@ def encode(cmd: RemotingCommand) -> bytes:
         larger than :data:`MAX_FRAME_LENGTH`.
     """
     serialize_type = cmd.serialize_type
+    if serialize_type == 0 and _json_frame is not None:  # the plain case in one C call
+        frame = _json_frame(cmd)
+        if frame is not None:
+            return frame
     try:
         if serialize_type == 0:
             header = _json_header(cmd)

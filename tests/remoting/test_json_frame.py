@@ -1,0 +1,71 @@
+"""``encode`` of JSON commands in C (``json_frame``) against the Python encoder: byte-identical
+frames, or None and the Python answer (errors included) for anything but a plain header."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.remoting import codec
+from rocketpy.remoting.command import RemotingCommand
+from tests.remoting import test_codec
+
+C_FRAME = codec._json_frame
+C_SKIP = None if C_FRAME is not None else "no compiled accelerator (rocketpy.remoting.codec._json_frame is None)"
+
+INT = st.integers(-(2**63), 2**63 - 1) | st.sampled_from([0, 1, -1, 401, 2**31, 2**63, -(2**63) - 1, True])
+TEXT = st.sampled_from(["", "JAVA", "ok", 'say "hi"', "back\\slash", "\x01\x02", "\x7f", "\u00e9", "\ud800",
+                        "\U0001F600", "a b"]) | st.text(max_size=8)
+VALUE = TEXT | st.sampled_from([None, 1, True, 2.5, [1]])
+FIELDS: Any = st.dictionaries(TEXT, TEXT, max_size=5) | st.dictionaries(TEXT, VALUE, max_size=3) | st.sampled_from(
+    [None, [1]])
+
+
+def outcome(command: RemotingCommand) -> tuple[Any, ...]:
+    try:
+        return "ok", codec.encode(command)
+    except Exception as e:  # both implementations must raise the same
+        return "raised", type(e), str(e)
+
+
+class JSONFrameTests(SynchronousTestCase):
+    skip = C_SKIP
+
+    def python(self, command: RemotingCommand) -> tuple[Any, ...]:
+        self.patch(codec, "_json_frame", None)
+        try:
+            return outcome(command)
+        finally:
+            codec._json_frame = C_FRAME
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(INT, TEXT, INT, INT, st.none() | TEXT, FIELDS, INT, st.binary(max_size=16))
+    def test_same_frame(self, code: int, language: str, opaque: int, flag: int, remark: str | None,
+                        fields: dict[str, str], version: int, body: bytes) -> None:
+        """Random commands, hostile values included: the same frame or the same error."""
+        command = RemotingCommand(code, language, version, opaque, flag, remark, fields, body)
+        self.assertEqual(outcome(command), self.python(command))
+
+    def test_plain_response_in_c(self) -> None:
+        """A send response is encoded by the C function; a non-ASCII remark is left to Python."""
+        assert C_FRAME is not None
+        response = RemotingCommand.request(310, {"a": "b"}).make_response(0, None, {"msgId": "X", "queueId": "1"})
+        frame = C_FRAME(response)
+        self.assertEqual(frame, self.python(response)[1])
+        self.assertIsNone(C_FRAME(RemotingCommand(1, remark="\u00e9")))
+        self.assertIsNone(C_FRAME(RemotingCommand(1, body=bytearray(b"x"))))  # type: ignore[arg-type]
+
+
+class PythonJSONCodecTests(test_codec.JSONCodecTests):
+    """The JSON codec's tests with the Python encoder (JSONCodecTests use the active one)."""
+
+    def setUp(self) -> None:
+        self.patch(codec, "_json_frame", None)
+
+
+class PythonMalformedInputTests(test_codec.MalformedInputTests):
+    def setUp(self) -> None:
+        self.patch(codec, "_json_frame", None)
