@@ -1360,6 +1360,76 @@ done:
     return result;
 }
 
+/* ---- decoded JSON headers (rocketpy.remoting.codec._from_map) ---------------------------- */
+
+enum { M_CODE, M_VERSION, M_OPAQUE, M_FLAG, M_LANGUAGE, M_REMARK, M_EXT, M_KEYS };
+static const char *const M_NAMES[M_KEYS] = {"code", "version", "opaque", "flag", "language", "remark",
+                                             "extFields"};
+static PyObject *m_names[M_KEYS], *str_java, *zero, *RemotingCommand;
+
+static PyObject *set_command_type(PyObject *self, PyObject *cls) {
+    Py_XSETREF(RemotingCommand, Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
+/* The RemotingCommand of a decoded header dict whose fields all have their usual types (int
+ * code, version, flag; 32-bit opaque; str language and remark; a dict of str extFields);
+ * None for anything else, which the Python _from_map checks and refuses. */
+static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *header, *v[M_KEYS], *call[9], *ext = NULL, *k, *value, *result;
+    Py_ssize_t pos = 0;
+    int64_t opaque;
+    int i;
+    if (nargs != 3 || RemotingCommand == NULL) {
+        PyErr_SetString(PyExc_TypeError, "command_from_map(header, body, serialize_type) after set_command_type()");
+        return NULL;
+    }
+    header = args[0];
+    if (!PyDict_CheckExact(header))
+        Py_RETURN_NONE;
+    for (i = 0; i < M_KEYS; i++) {  /* borrowed: nothing below runs Python code until the call */
+        v[i] = PyDict_GetItemWithError(header, m_names[i]);
+        if (v[i] == NULL && PyErr_Occurred())
+            return NULL;
+    }
+    for (i = M_CODE; i <= M_FLAG; i++)
+        if (v[i] == NULL ? i == M_CODE : !PyLong_CheckExact(v[i]))
+            Py_RETURN_NONE;
+    if (v[M_OPAQUE] != NULL && !I32_OK(v[M_OPAQUE], &opaque))
+        Py_RETURN_NONE;
+    if ((v[M_LANGUAGE] != NULL && !PyUnicode_CheckExact(v[M_LANGUAGE])) ||
+        (v[M_REMARK] != NULL && v[M_REMARK] != Py_None && !PyUnicode_CheckExact(v[M_REMARK])))
+        Py_RETURN_NONE;
+    if (v[M_EXT] == NULL || v[M_EXT] == Py_None) {
+        ext = PyDict_New();
+        if (ext == NULL)
+            return NULL;
+    } else {
+        if (!PyDict_CheckExact(v[M_EXT]))
+            Py_RETURN_NONE;
+        while (PyDict_Next(v[M_EXT], &pos, &k, &value))
+            if (!PyUnicode_CheckExact(value))
+                Py_RETURN_NONE;
+        ext = Py_NewRef(v[M_EXT]);
+    }
+    call[0] = v[M_CODE];
+    call[1] = v[M_LANGUAGE] != NULL ? v[M_LANGUAGE] : str_java;
+    call[2] = v[M_VERSION] != NULL ? v[M_VERSION] : zero;
+    call[3] = v[M_OPAQUE] != NULL ? v[M_OPAQUE] : zero;
+    call[4] = v[M_FLAG] != NULL ? v[M_FLAG] : zero;
+    call[5] = v[M_REMARK] != NULL ? v[M_REMARK] : Py_None;
+    call[6] = ext;
+    call[7] = args[1];
+    call[8] = args[2];
+    for (i = 0; i < 9; i++)  /* own them for the call: __init__ is Python code */
+        Py_INCREF(call[i]);
+    result = PyObject_Vectorcall(RemotingCommand, call, 9, NULL);
+    for (i = 0; i < 9; i++)
+        Py_DECREF(call[i]);
+    Py_DECREF(ext);
+    return result;
+}
+
 /* ---- setup ------------------------------------------------------------------------------ */
 
 /* Find MessageExt's slot offsets; any surprise leaves use_slots at 0 (the class is called). */
@@ -1426,6 +1496,9 @@ static PyMethodDef methods[] = {
      "C rocketpy.store.messagestore.inline_bound."},
     {"set_inline_bound", set_inline_bound, METH_O, "Register inline_bound's Python reference."},
     {"send_header", send_header, METH_O, "C rocketpy.broker.sendheader.parse_fields."},
+    {"command_from_map", (PyCFunction)(void (*)(void))command_from_map, METH_FASTCALL,
+     "The RemotingCommand of a usual decoded header, or None for rocketpy.remoting.codec._from_map."},
+    {"set_command_type", set_command_type, METH_O, "Register RemotingCommand for command_from_map."},
     {"json_frame", json_frame, METH_O,
      "The frame of a JSON command with a plain header, or None for rocketpy.remoting.codec.encode."},
     {"set_send_header", (PyCFunction)(void (*)(void))set_send_header, METH_FASTCALL,
@@ -1450,6 +1523,15 @@ PyMODINIT_FUNC PyInit__speedups(void) {
         if (j_names[i] == NULL)
             return NULL;
     }
+    for (i = 0; i < M_KEYS; i++) {
+        m_names[i] = PyUnicode_InternFromString(M_NAMES[i]);
+        if (m_names[i] == NULL)
+            return NULL;
+    }
+    str_java = PyUnicode_InternFromString("JAVA");
+    zero = PyLong_FromLong(0);
+    if (str_java == NULL || zero == NULL)
+        return NULL;
     str_wait = PyUnicode_InternFromString("WAIT");
     str_cluster = PyUnicode_InternFromString("CLUSTER");
     str_false = PyUnicode_InternFromString("false");

@@ -68,6 +68,12 @@ _orjson_loads, _orjson_dumps = orjson.loads, orjson.dumps
 #: None when not built). It answers None for anything else, which the Python code below encodes.
 _json_frame: Callable[[RemotingCommand], bytes | None] | None = (
     speedups.compiled.json_frame if speedups.compiled is not None else None)
+#: :func:`_from_map` of a header whose fields have their usual types, in C (``command_from_map``;
+#: None when not built). It answers None for anything else, which :func:`_from_map` checks.
+_command_from_map: Callable[[Any, bytes, int], RemotingCommand | None] | None = None
+if speedups.compiled is not None:
+    speedups.compiled.set_command_type(RemotingCommand)
+    _command_from_map = speedups.compiled.command_from_map
 
 
 def _parse_lenient_json(raw: bytes) -> Any:
@@ -169,6 +175,10 @@ def decode_frame(data: bytes, start: int, end: int) -> RemotingCommand:
 def _request(header: Any, body: bytes, serialize_type: SerializeType) -> RemotingCommand:
     """:func:`_from_map`; a header that names its request (int ``opaque`` and ``flag``) but is
     otherwise invalid raises :class:`MalformedRequestError`, so that request can be answered."""
+    if _command_from_map is not None:  # the usual header in one C call
+        command = _command_from_map(header, body, serialize_type)
+        if command is not None:
+            return command
     try:
         return _from_map(header, body, serialize_type)
     except ProtocolError as e:
