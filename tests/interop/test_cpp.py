@@ -76,13 +76,15 @@ def child_events(returncode: int, out: str, err: str) -> list[dict[str, Any]] | 
 class Rocketpy:
     """A ``rocketpy`` name server + broker process on fixed free ports and one store directory."""
 
-    def __init__(self, workdir: str, flush: str = "ASYNC_FLUSH", extra: tuple[str, ...] = ()) -> None:
+    def __init__(self, workdir: str, flush: str = "ASYNC_FLUSH", extra: tuple[str, ...] = (),
+                 grpc: bool = False) -> None:
+        """:param grpc: serve the 5.x endpoint too (only the 5.x tests need it: one port fewer to race for)."""
         self.workdir = workdir
         self.flush = flush
         self.extra = extra  # more ``twist rocketpy`` options
         self.namesrv_port, self.broker_port = free_port(), free_port()
         self.ha_port = free_port()  # not listen port + 1, which another test may hold
-        self.grpc_port = free_port()  # the 5.x endpoint (not its default 8081: tests run in parallel)
+        self.grpc_port = free_port() if grpc else 0  # not its default 8081: tests run in parallel
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(workdir, "rocketpy.log")
@@ -93,8 +95,8 @@ class Rocketpy:
             "--namesrv-listen", f"tcp:{self.namesrv_port}:interface=127.0.0.1",
             "--listen", f"tcp:{self.broker_port}:interface=127.0.0.1",
             "--ha-listen", f"tcp:{self.ha_port}:interface=127.0.0.1",
-            # the 5.x endpoint on a free port (its default 8081 is one per machine)
-            "--grpc-listen", f"tcp:{self.grpc_port}:interface=127.0.0.1",
+            # the 5.x endpoint on a free port (its default 8081 is one per machine), or none
+            "--grpc-listen", f"tcp:{self.grpc_port}:interface=127.0.0.1" if self.grpc_port else "none",
             "--store-dir", os.path.join(self.workdir, "store"),
             "--namesrv-config-dir", os.path.join(self.workdir, "namesrv"),
             "--commit-log-file-size", str(16 * 1024 * 1024),

@@ -49,7 +49,7 @@ class V5Harness(CppHarness):
         self.workdir = os.path.abspath(self.mktemp())
         self.home = os.path.join(self.workdir, "home")
         os.makedirs(self.home)
-        self.rocketpy = Rocketpy(self.workdir, extra=self.extra)
+        self.rocketpy = Rocketpy(self.workdir, extra=self.extra, grpc=True)
         self.addCleanup(self.rocketpy.stop)
         self.rocketpy.start()
         self.endpoint = f"127.0.0.1:{self.rocketpy.grpc_port}"
