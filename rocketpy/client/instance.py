@@ -201,6 +201,8 @@ class ClientInstance:
         self._heartbeat_loop.clock = reactor
         self._loops: list[Deferred[Any]] = []
         self._heartbeat_call: IDelayedCall | None = None
+        #: the broker addresses that acknowledged a heartbeat naming every current member's group
+        self._announced: set[str] = set()
         self._processor_registered = False
         #: requests waiting for their reply (``Producer.request``)
         self.reply_futures = RequestFutures()
@@ -212,6 +214,7 @@ class ClientInstance:
         if member in self.members:
             return
         self.members.append(member)
+        self._announced.clear()  # the brokers have not heard of this member's group yet
         if not self._processor_registered:
             self.remoting.register_processor(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, _NotifyProcessor(self))
             self.remoting.register_processor(
@@ -349,7 +352,13 @@ class ClientInstance:
 
     def _heartbeat_now(self) -> None:
         self._heartbeat_call = None
-        Deferred.fromCoroutine(self.send_heartbeat())  # it logs its own errors
+        Deferred.fromCoroutine(self.announce())  # it logs its own errors
+
+    async def announce(self) -> None:
+        """Heartbeat now unless every known master already has our groups: for a broker that must
+        reach us at once (a reply pushed to the requester, a transaction check-back)."""
+        if not set(self._all_broker_addrs(masters_only=True)) <= self._announced:
+            await self.send_heartbeat()
 
     async def _refresh_routes(self) -> None:
         topics = {t for m in self.members for t in m.topics()}
@@ -404,6 +413,7 @@ class ClientInstance:
         for addr in self._all_broker_addrs(masters_only=not body["consumerDataSet"]):
             try:
                 await self.api.heartbeat(addr, body, self.timeout)
+                self._announced.add(addr)
             except (RemotingError, MQError) as e:
                 self.log.warn("heartbeat to {addr} failed: {error}", addr=addr, error=e)
             except Exception:

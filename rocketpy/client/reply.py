@@ -71,8 +71,6 @@ class RequestFutures:
 
     def __init__(self) -> None:
         self._waiting: dict[str, Deferred[MessageExt]] = {}
-        #: master addresses our heartbeat (with the producer groups) reached for requests
-        self.announced: set[str] = set()
 
     def expect(self, correlation_id: str) -> Deferred[MessageExt]:
         d: Deferred[MessageExt] = Deferred()
@@ -150,13 +148,10 @@ async def request(instance: Any, clock: IReactorTime, send: Callable[[Message, f
     futures: RequestFutures = instance.reply_futures
     if msg.topic not in instance.routes:
         await instance.update_topic_route(msg.topic, use_default=True)
-    masters = {addrs[0] for addrs in instance.broker_addrs.values() if 0 in addrs}
-    if not masters <= futures.announced:
-        # the broker pushes the reply on the connection our producer heartbeat came in on: announce
-        # ourselves to new brokers before requesting (Java only does it for a topic without route,
-        # so its requests fail for up to 30 s after a plain send found the broker first)
-        await instance.send_heartbeat()
-        futures.announced |= masters
+    # the broker pushes the reply on the connection our producer heartbeat came in on: announce
+    # ourselves to new brokers before requesting (Java only does it for a topic without route,
+    # so its requests fail for up to 30 s after a plain send found the broker first)
+    await instance.announce()
     reply = futures.expect(correlation_id)
     try:
         try:

@@ -91,7 +91,6 @@ class TransactionProducer(Producer):
                  listener: TransactionListener, **kwargs: Any) -> None:
         super().__init__(group, namesrv_addrs, reactor, remoting_client, **kwargs)
         self.listener = listener
-        self._announced: set[str] = set()
 
     def start(self) -> Deferred[None]:
         _checker_of(self.instance.remoting).producers[self.group] = self
@@ -114,9 +113,7 @@ class TransactionProducer(Producer):
         msg.properties[MessageConst.TRANSACTION_PREPARED] = "true"
         msg.properties[MessageConst.PRODUCER_GROUP] = self.group
         result = await self.send(msg)
-        if result.queue.broker_name not in self._announced:  # check-backs need our connection known now,
-            self._announced.add(result.queue.broker_name)   # not after the 30 s heartbeat
-            await self.instance.send_heartbeat()
+        await self.instance.announce()  # check-backs need our connection known now, not after 30 s
         state = LocalTransactionState.ROLLBACK_MESSAGE
         remark = None
         if result.status is SendStatus.SEND_OK:
