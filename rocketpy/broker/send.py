@@ -19,7 +19,11 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from rocketpy.broker.processors import Rejected
-from rocketpy.broker.sendback import DEFAULT_MAX_RECONSUME_TIMES, dead_letter_topic, max_reconsume_times
+from rocketpy.broker.sendback import (
+    DEFAULT_MAX_RECONSUME_TIMES,
+    dead_letter_topic,
+    max_reconsume_times,
+)
 from rocketpy.broker.sendheader import SendHeader
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
@@ -34,6 +38,7 @@ from rocketpy.common.message import (
     RecordError,
     batch_entries,
     parse_address,
+    properties_length_bound,
     properties_to_string,
     string_to_properties,
 )
@@ -244,11 +249,9 @@ class SendMessageProcessor:
         """
         wait = props.pop(MessageConst.WAIT_STORE_MSG_OK, None)
         props[MessageConst.CLUSTER] = self._cluster
-        if (raw_length is None or raw_length > self._short_properties) and len(props) * 2 + sum(
-            map(len, props)
-        ) + sum(map(len, props.values())) > self._short_properties and len(
-            properties_to_string(props).encode()
-        ) > MAX_PROPERTIES_LENGTH:
+        if (raw_length is None or raw_length > self._short_properties) and properties_length_bound(
+            props
+        ) > self._short_properties and len(properties_to_string(props).encode()) > MAX_PROPERTIES_LENGTH:
             raise Rejected(
                 ResponseCode.MESSAGE_ILLEGAL, f"the message properties are over the limit {MAX_PROPERTIES_LENGTH}"
             )

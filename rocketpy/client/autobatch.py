@@ -23,7 +23,7 @@ from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode
 from rocketpy.client.results import SendResult
-from rocketpy.common.message import Message, MessageConst, encode_batch
+from rocketpy.common.message import Message, MessageConst, encode_batch, properties_length_bound
 from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.errors import RemotingTimeoutError
 
@@ -50,8 +50,7 @@ def batchable(msg: Message) -> bool:
 
 def entry_size(msg: Message) -> int:
     """The bytes ``msg`` takes in a batch body (its properties counted as text)."""
-    props = msg.properties
-    return BATCH_ENTRY_OVERHEAD + len(msg.body) + sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props)
+    return BATCH_ENTRY_OVERHEAD + len(msg.body) + properties_length_bound(msg.properties)
 
 
 @dataclass(slots=True)

@@ -113,6 +113,11 @@ def properties_to_string(properties: dict[str, str]) -> str:
     return PROPERTY_SEPARATOR.join([k + NAME_VALUE_SEPARATOR + v for k, v in properties.items()])
 
 
+def properties_length_bound(properties: dict[str, str]) -> int:
+    """An upper bound (by one) of ``len(properties_to_string(properties))`` without building it."""
+    return sum(map(len, properties)) + sum(map(len, properties.values())) + 2 * len(properties)
+
+
 def string_to_properties(text: str | None) -> dict[str, str]:
     """Parse a properties string; tolerates the trailing separator C++ and ali-ons add."""
     result: dict[str, str] = {}

@@ -16,7 +16,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from rocketpy.common import speedups
-from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.common.message import MessageConst, MessageExt, properties_length_bound
 from rocketpy.interfaces import IMessageStore
 from rocketpy.store.checkpoint import StoreCheckpoint
 from rocketpy.store.commitlog import CommitLog, wall_clock_ms
@@ -59,8 +59,7 @@ def inline_bound(puts: Sequence[Sequence[MessageExt]], max_body: int,
             if body > max_body or MessageConst.DELAY_TIME_LEVEL in props:
                 return None
             # the record: fixed fields, body, topic, and ≤ 4 UTF-8 bytes per properties character
-            size += fixed + body + len(msg.topic) + 4 * (
-                sum(map(len, props)) + sum(map(len, props.values())) + 2 * len(props))
+            size += fixed + body + len(msg.topic) + 4 * properties_length_bound(props)
             found = props.get(MessageConst.KEYS)
             keys += 2 + (found.count(" ") if found else 0)
             where = (msg.topic, msg.queue_id)
