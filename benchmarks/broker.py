@@ -121,6 +121,15 @@ class Errors:
             self.codes.add(response.code)
         return response
 
+    def error(self, error: BaseException | None) -> None:
+        """Count a failed call (its code when it has one, else -1)."""
+        self.count += 1
+        self.codes.add(getattr(error, "code", -1))
+
+    def failed(self, failure: Any) -> None:
+        """An errback: count the Failure's error, swallow it."""
+        self.error(failure.value)
+
 
 def measure_sends(client: RemotingClient, address: str, in_flight: int, seconds: float, errors: Errors,
                   batch: int = 0) -> Deferred[float]:

@@ -164,12 +164,9 @@ def client_sends(producer: Producer, method: str, in_flight: int, seconds: float
     """Messages/s through ``producer.<method>`` with ``in_flight`` outstanding; failures are counted."""
     send = getattr(producer, method)
 
-    def failed(failure: Any) -> None:
-        errors.count += 1
-        errors.codes.add(getattr(failure.value, "code", -1))
-
     def one() -> None:
-        send(Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"})).addErrback(failed).addCallback(loop.completed)
+        msg = Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"})
+        send(msg).addErrback(errors.failed).addCallback(loop.completed)
 
     loop = echo_bench._Loop(one, in_flight, seconds)
     return loop.run()
@@ -178,13 +175,9 @@ def client_sends(producer: Producer, method: str, in_flight: int, seconds: float
 def client_batches(producer: Producer, size: int, in_flight: int, seconds: float, errors: Any) -> Deferred[float]:
     """Messages/s through ``producer.send_batch`` of ``size`` messages, ``in_flight`` batches outstanding."""
 
-    def failed(failure: Any) -> None:
-        errors.count += 1
-        errors.codes.add(getattr(failure.value, "code", -1))
-
     def one() -> None:
         batch = [Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"}) for _ in range(size)]
-        producer.send_batch(batch).addErrback(failed).addCallback(loop.completed)
+        producer.send_batch(batch).addErrback(errors.failed).addCallback(loop.completed)
 
     loop = echo_bench._Loop(one, in_flight, seconds)
     return loop.run().addCallback(lambda rate: rate * size)

@@ -72,7 +72,6 @@ sys.path.insert(0, HERE)
 
 from twisted.internet import task  # noqa: E402
 from twisted.internet.defer import Deferred  # noqa: E402
-from twisted.python.failure import Failure  # noqa: E402
 
 import broker as broker_bench  # noqa: E402  (benchmarks/broker.py: rocketpy process, /proc CPU)
 import client as client_bench  # noqa: E402  (benchmarks/client.py: client send and pull loops)
@@ -233,11 +232,6 @@ class Latencies:
         return Sample(len(self.times) / (time.perf_counter() - self.start), statistics.median(self.times) * 1e3)
 
 
-def count_failure(errors: broker_bench.Errors, error: BaseException | None) -> None:
-    errors.count += 1
-    errors.codes.add(getattr(error, "code", -1))
-
-
 def rocketpy_one_at_a_time(producer: Producer, seconds: float, errors: broker_bench.Errors) -> Deferred[Sample]:
     """``Producer.send`` awaited one at a time: rate and p50 latency."""
 
@@ -248,7 +242,7 @@ def rocketpy_one_at_a_time(producer: Producer, seconds: float, errors: broker_be
             try:
                 await producer.send(message())
             except Exception as error:
-                count_failure(errors, error)
+                errors.error(error)
             latencies.add(began)
         return latencies.sample()
 
@@ -262,11 +256,8 @@ def rocketpy_pipelined(producer: Producer, seconds: float, errors: broker_bench.
 def rocketpy_batches(producer: Producer, seconds: float, errors: broker_bench.Errors) -> Deferred[Sample]:
     """Messages/s through ``send_batch`` of ``BATCH``, ``BATCHES_IN_FLIGHT`` outstanding."""
 
-    def failed(failure: Failure) -> None:
-        count_failure(errors, failure.value)
-
     def one() -> None:
-        producer.send_batch([message() for _ in range(BATCH)]).addErrback(failed).addCallback(loop.completed)
+        producer.send_batch([message() for _ in range(BATCH)]).addErrback(errors.failed).addCallback(loop.completed)
 
     loop = echo_bench._Loop(one, BATCHES_IN_FLIGHT, seconds)
     return loop.run().addCallback(lambda rate: Sample(rate * BATCH))
