@@ -14,8 +14,9 @@ from typing import Any
 import yaml
 
 from rocketpy.acl.addresses import AddressPatternError, Matcher, address_matcher
+from rocketpy.acl.config import AccessConfig, AclConfig, AclConfigError, is_true, text_or_none
 from rocketpy.acl.signing import Signer
-from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX, retry_topic
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX, DataVersion, retry_topic
 from rocketpy.remoting.errors import RequestRefused
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
@@ -37,10 +38,6 @@ class AclRefused(RequestRefused):
 class AclForbidden(AclRefused):
     """A known, correctly signed sender without the permission (the rest of :class:`AclRefused`
     is about who sends: no key, unknown key, bad signature)."""
-
-
-class AclConfigError(ValueError):
-    """A ``plain_acl.yml`` that cannot be used (the message says why)."""
 
 
 def parse_perm(text: Any) -> int:
@@ -83,14 +80,13 @@ class Account:
 
 @dataclass(frozen=True)
 class PlainAcl:
-    """A parsed ``plain_acl.yml``."""
+    """A parsed ``plain_acl.yml``: the matchers and accounts the check uses, the file's values as
+    written (``config``, for GET_BROKER_CLUSTER_ACL_CONFIG) and its ``dataVersion``."""
 
     global_white: tuple[Matcher, ...] = ()
     accounts: Mapping[str, Account] = field(default_factory=dict)
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
+    config: AclConfig = field(default_factory=AclConfig)
+    version: DataVersion = field(default_factory=DataVersion)
 
 
 def _resource_perms(account: Mapping[str, Any], key: str, is_topic: bool, perms: dict[str, int]) -> None:
@@ -106,33 +102,53 @@ def _resource_perms(account: Mapping[str, Any], key: str, is_topic: bool, perms:
         perms[name if is_topic else retry_topic(name)] = parse_perm(parts[1])
 
 
-def _account(entry: Any) -> Account:
-    if not isinstance(entry, dict):
-        raise AclConfigError(f"an account must be a mapping, not {entry!r}")
-    access_key, secret_key = _text(entry.get("accessKey")), _text(entry.get("secretKey"))
+def check_keys(access_key: str | None, secret_key: str | None) -> None:
+    """Java's ``checkPlainAccessConfig``: both keys longer than 6 characters.
+
+    :raises AclConfigError: with Java's message (but the secret key's length in place of the key).
+    """
     if access_key is None or secret_key is None or len(access_key) <= _MIN_KEY_LENGTH \
             or len(secret_key) <= _MIN_KEY_LENGTH:
         secret = None if secret_key is None else f"({len(secret_key)} characters)"  # Java prints it; we do not
         raise AclConfigError(f"The accessKey={access_key} and secretKey={secret} cannot be null and "
                              f"length should longer than 6")
+
+
+def _account(entry: Any) -> Account:
+    if not isinstance(entry, dict):
+        raise AclConfigError(f"an account must be a mapping, not {entry!r}")
+    access_key, secret_key = text_or_none(entry.get("accessKey")), text_or_none(entry.get("secretKey"))
+    check_keys(access_key, secret_key)
+    assert access_key is not None and secret_key is not None
     perms: dict[str, int] = {}
     _resource_perms(entry, "groupPerms", False, perms)
     _resource_perms(entry, "topicPerms", True, perms)
     try:
-        white = address_matcher(_text(entry.get("whiteRemoteAddress")))
+        white = address_matcher(text_or_none(entry.get("whiteRemoteAddress")))
     except AddressPatternError as e:
         raise AclConfigError(f"whiteRemoteAddress of accessKey {access_key}: {e}") from None
-    admin = entry.get("admin")
     return Account(
-        access_key, secret_key, white, admin is True or str(admin).lower() == "true",
+        access_key, secret_key, white, is_true(entry.get("admin")),
         parse_perm(entry.get("defaultTopicPerm")), parse_perm(entry.get("defaultGroupPerm")),
         perms or None,  # as Java: no map at all when no resource is listed
     )
 
 
-def parse_acl(text: str) -> PlainAcl:
+def data_version(data: Mapping[str, Any], default_timestamp: int) -> DataVersion:
+    """The file's ``dataVersion: [{counter: N, timestamp: MS}]``; counter 0 when absent or unreadable."""
+    versions = data.get("dataVersion")
+    if isinstance(versions, list) and versions and isinstance(versions[0], dict):
+        try:
+            return DataVersion(int(versions[0].get("counter", 0)), int(versions[0].get("timestamp", 0)))
+        except (TypeError, ValueError):
+            pass
+    return DataVersion(0, default_timestamp)
+
+
+def parse_acl(text: str, default_timestamp: int = 0) -> PlainAcl:
     """Parse the text of a ``plain_acl.yml``.
 
+    :param default_timestamp: the version's timestamp (ms) when the file has no ``dataVersion``.
     :raises AclConfigError: for YAML errors, bad keys, perms or address patterns.
     """
     try:
@@ -140,7 +156,7 @@ def parse_acl(text: str) -> PlainAcl:
     except yaml.YAMLError as e:
         raise AclConfigError(f"not valid YAML: {e}") from None
     if data is None:
-        return PlainAcl()
+        return PlainAcl(version=DataVersion(0, default_timestamp))
     if not isinstance(data, dict):
         raise AclConfigError("the file must be a mapping with globalWhiteRemoteAddresses and accounts")
     white = data.get("globalWhiteRemoteAddresses") or []
@@ -148,14 +164,18 @@ def parse_acl(text: str) -> PlainAcl:
     if not isinstance(white, list) or not isinstance(accounts, list):
         raise AclConfigError("globalWhiteRemoteAddresses and accounts must be lists")
     try:
-        matchers = tuple(address_matcher(_text(pattern)) for pattern in white)
+        matchers = tuple(address_matcher(text_or_none(pattern)) for pattern in white)
     except AddressPatternError as e:
         raise AclConfigError(f"globalWhiteRemoteAddresses: {e}") from None
     by_key: dict[str, Account] = {}
+    configs: list[AccessConfig] = []
     for entry in accounts:
         account = _account(entry)
-        by_key.setdefault(account.access_key, account)  # Java keeps the first of a repeated key
-    return PlainAcl(matchers, by_key)
+        if account.access_key not in by_key:  # Java keeps the first of a repeated key
+            by_key[account.access_key] = account
+            configs.append(AccessConfig.from_json(entry))
+    config = AclConfig([str(pattern) for pattern in white if pattern is not None], configs)
+    return PlainAcl(matchers, by_key, config, data_version(data, default_timestamp))
 
 
 def check_access(

@@ -22,7 +22,8 @@ from rocketpy.acl.plain import AclConfigError, PlainAcl, parse_acl
 RunBlocking = Callable[..., "Deferred[Any]"]
 
 
-def _stamp(path: str) -> tuple[int, int] | None:
+def file_stamp(path: str) -> tuple[int, int] | None:
+    """What tells a changed file (modification time, size); None when it cannot be read (blocking)."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -38,9 +39,10 @@ def load_acl_file(path: str) -> PlainAcl:
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
+            modified_ms = os.fstat(f.fileno()).st_mtime_ns // 1_000_000
     except (OSError, UnicodeDecodeError) as e:
         raise AclConfigError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
-    return parse_acl(text)
+    return parse_acl(text, modified_ms)  # a file without dataVersion: its modification time
 
 
 class AclFileWatcher:
@@ -61,7 +63,7 @@ class AclFileWatcher:
 
     async def start(self) -> None:
         """Load the file (failing with :class:`AclConfigError` if it is bad), then watch it."""
-        self._stamp = await self._run(_stamp, self.path)
+        self._stamp = await self._run(file_stamp, self.path)
         acl = await self._run(load_acl_file, self.path)
         self._apply(acl)
         self._looping = self._loop.start(self._interval, now=False)
@@ -72,6 +74,12 @@ class AclFileWatcher:
             self._loop.stop()
         return self._looping
 
+    def adopt(self, acl: PlainAcl, stamp: tuple[int, int] | None) -> None:
+        """Use *acl*, just written to the file by the broker (its new :func:`file_stamp` is *stamp*):
+        the next check sees no change and does not load it again."""
+        self._stamp = stamp
+        self._apply(acl)
+
     def _apply(self, acl: PlainAcl) -> None:
         self._use(acl)
         self.log.info("ACL {path}: {accounts} accounts, {white} global white addresses", path=self.path,
@@ -79,11 +87,13 @@ class AclFileWatcher:
 
     async def _check(self) -> None:
         try:
-            stamp = await self._run(_stamp, self.path)
+            stamp = await self._run(file_stamp, self.path)
             if stamp == self._stamp:
                 return
             self._stamp = stamp
             acl = await self._run(load_acl_file, self.path)
+            if self._stamp != stamp:  # the broker wrote the file meanwhile (adopt): its ACL stays
+                return
         except AclConfigError as e:
             self.log.warn("ACL {path} not applied, the last good one stays: {error}", path=self.path, error=e)
             return

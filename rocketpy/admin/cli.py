@@ -12,7 +12,7 @@ from typing import Any, NoReturn, TextIO
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 
-from rocketpy.admin import commands, render
+from rocketpy.admin import aclcommands, commands, render  # noqa: F401 (aclcommands registers its sub-commands)
 from rocketpy.client.admin import AdminClient
 from rocketpy.client.errors import MQClientError, MQError, RemotingError, RemotingTimeoutError
 from rocketpy.common.fastjson import BodyError

@@ -17,10 +17,14 @@ from rocketpy.interfaces import IRPCHook
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 
-#: Codes that need ``admin: true`` (Java's ``Permission.ADMIN_CODE``).
+#: Codes that need ``admin: true`` (Java's ``Permission.ADMIN_CODE``), and the ACL management codes: 5.2 asks
+#: admin of 50-52, 4.9 of none (any signed account could rewrite the ACL); 53 and 54 (the whitelist, the
+#: secret keys) need it here too.
 ADMIN_CODES = frozenset({
     RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.UPDATE_BROKER_CONFIG, RequestCode.DELETE_TOPIC_IN_BROKER,
     RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, RequestCode.DELETE_SUBSCRIPTIONGROUP,
+    RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_INFO,
+    RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG,
 })
 _LEFT_OUT = (SIGNATURE, UNIQUE_KEY_QUERY)
 #: SEND_BATCH_MESSAGE as RocketMQ 5 checks it (4.9 forgot it: any signed batch went through), and the

@@ -26,6 +26,7 @@ from rocketpy.broker.longpoll import PullRequestHoldService
 from rocketpy.broker.offsets import ConsumerOffsetManager, RebalanceLockManager
 from rocketpy.broker.outer import NameServerRegistration
 from rocketpy.broker.admin import AdminBrokerProcessor
+from rocketpy.broker.aclmanage import AclAdminProcessor
 from rocketpy.broker.processors import (
     BrokerTables,
     ClientManageProcessor,
@@ -152,9 +153,12 @@ class BrokerService(OrderedMultiService):
         if not self.config.acl_file:
             raise ValueError("aclEnable needs an ACL file (--acl-file)")
         validator = PlainAccessValidator(PlainAcl())
-        watcher = AclFileWatcher(self.config.acl_file, validator.use, self._reactor,
-                                 lambda f, *args: deferToThreadPool(self._reactor, self._pool, f, *args))
+        watcher = AclFileWatcher(self.config.acl_file, validator.use, self._reactor, self._in_config_pool)
         return validator, watcher
+
+    def _in_config_pool(self, f: Callable[..., Any], *args: Any) -> Deferred[Any]:
+        """``f(*args)`` in the config pool (the ACL file's reads and writes)."""
+        return deferToThreadPool(self._reactor, self._pool, f, *args)
 
     def _held_pulls(self) -> int:
         return 0 if self.hold is None else self.hold.parked_count()
@@ -212,7 +216,9 @@ class BrokerService(OrderedMultiService):
 
     def _register_processors(self, store_config: MessageStoreConfig) -> None:
         t = self.tables
-        for locator in (ClientManageProcessor(t), ConsumerManageProcessor(t), AdminBrokerProcessor(t)):
+        acl_admin = AclAdminProcessor(self.config, self.acl_validator, self.acl_watcher, self._in_config_pool,
+                                      self._reactor)
+        for locator in (ClientManageProcessor(t), ConsumerManageProcessor(t), AdminBrokerProcessor(t), acl_admin):
             register_responders(self.server, locator)
         for processor in self._feature_processors:
             for code in processor.codes:

@@ -11,6 +11,7 @@ a name server or broker cannot be reached.
 
 from __future__ import annotations
 
+from rocketpy.client.adminacl import AclAdmin
 from rocketpy.client.adminbase import NotFoundError, deferred_method, parse_body
 from rocketpy.client.adminmessages import TOOLS_CONSUMER_GROUP, TOOLS_PRODUCER_GROUP, MessageAdmin
 from rocketpy.client.admintypes import (
@@ -53,7 +54,7 @@ from rocketpy.remoting.codes import RequestCode, ResponseCode
 __all__ = ["AdminClient", "NotFoundError", "TOOLS_CONSUMER_GROUP", "TOOLS_PRODUCER_GROUP"]
 
 
-class AdminClient(MessageAdmin):
+class AdminClient(MessageAdmin, AclAdmin):
     """One admin connection set: the name servers and, on demand, the brokers.
 
     :param reactor: clock and network.
