@@ -84,7 +84,8 @@ async def execute(reactor: IReactorTime, argv: Sequence[str], out: TextIO, err: 
     try:
         output = await cmd.run(admin, args)
     except (MQError, RemotingError, BodyError, ValueError) as e:
-        err.write(f"{PROG} {cmd.name}: {failure_text(e, args.timeout)}\n")
+        one_line = " ".join(failure_text(e, args.timeout).splitlines())  # Java's ACL remarks hold newlines
+        err.write(f"{PROG} {cmd.name}: {one_line}\n")
         return 1
     finally:
         await admin.close()
