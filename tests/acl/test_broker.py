@@ -50,16 +50,19 @@ def send_request(topic: str, body: bytes = b"payload") -> RemotingCommand:
     return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body)
 
 
-class BrokerAclTests(TestCase):
+class AclBrokerTestCase(TestCase):
+    """A name server and one broker (``self.broker``: its address) on loopback, with ACL on by default."""
+
     timeout = 60
 
-    async def start(self, acl: str = ACL) -> None:
+    async def start(self, acl: str = ACL, acl_enable: bool = True) -> None:
         self.acl_path = os.path.abspath(self.mktemp())
         with open(self.acl_path, "w") as f:
             f.write(acl)
         self.cluster = LoopbackCluster(self)
         self.addCleanup(self.cluster.close)
-        self.broker = await self.cluster.add_broker("broker-a", acl_enable=True, acl_file=self.acl_path)
+        settings: dict[str, Any] = {"acl_enable": True, "acl_file": self.acl_path} if acl_enable else {}
+        self.broker = await self.cluster.add_broker("broker-a", **settings)
         self.raw = RemotingClient(reactor)
         self.addCleanup(self.raw.close)
 
@@ -78,6 +81,9 @@ class BrokerAclTests(TestCase):
         await producer.start()
         self.addCleanup(producer.shutdown)
         return producer
+
+
+class BrokerAclTests(AclBrokerTestCase):
 
     async def test_right_key_sends_and_consumes(self) -> None:
         """With the right key a producer sends to TopicA and a consumer of GroupA receives it."""

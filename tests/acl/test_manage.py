@@ -23,7 +23,7 @@ from rocketpy.common.topic import DataVersion
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
-from tests.acl.test_broker import ACL, ADMIN, REFUSED, USER
+from tests.acl.test_broker import ADMIN, REFUSED, USER, AclBrokerTestCase
 from tests.client.test_integration import LoopbackCluster
 
 USER_ACCOUNT = AccessConfig(USER[0], USER[1], None, False, "DENY", "DENY", ["TopicA=PUB|SUB", "TopicC=PUB"],
@@ -33,29 +33,15 @@ MANAGE_CODES = (RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, RequestCode.DELETE_ACL
                 RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
 
 
-class AclManagementTests(TestCase):
-    timeout = 60
-
-    async def start(self, acl_enable: bool = True) -> None:
-        self.acl_path = os.path.abspath(self.mktemp())
-        with open(self.acl_path, "w") as f:
-            f.write(ACL)
-        self.cluster = LoopbackCluster(self)
-        self.addCleanup(self.cluster.close)
-        settings: dict[str, Any] = {"acl_enable": True, "acl_file": self.acl_path} if acl_enable else {}
-        self.broker = await self.cluster.add_broker("broker-a", **settings)
-        self.controller = self.cluster.brokers["broker-a"]
+class AclManagementTests(AclBrokerTestCase):
+    @property
+    def controller(self) -> Any:
+        return self.cluster.brokers["broker-a"]
 
     def admin(self, credentials: tuple[str, str] | None = ADMIN) -> AdminClient:
         admin = AdminClient(reactor, self.cluster.namesrv_addr, credentials=credentials)
         self.addCleanup(admin.close)
         return admin
-
-    async def producer(self, credentials: Any) -> Producer:
-        producer = Producer("PG", self.cluster.namesrv_addr, reactor, credentials=credentials, retry_times=0)
-        await producer.start()
-        self.addCleanup(producer.shutdown)
-        return producer
 
     async def send_refused(self, producer: Producer, topic: str, message: str) -> None:
         error: Any = await self.assertFailure(producer.send(new_message(topic, b"x")), SendFailedError)
@@ -148,12 +134,10 @@ class AclManagementTests(TestCase):
         """Without ACL every management code answers at once: Java's failure code (50, 51, 53), or
         SYSTEM_ERROR (52, 54, which Java 4.9 leaves unanswered), with a remark saying ACL is off."""
         await self.start(acl_enable=False)
-        raw = RemotingClient(reactor)
-        self.addCleanup(raw.close)
         answers = []
         for code in MANAGE_CODES:
             fields = {"accessKey": "RocketMQ", "secretKey": "12345678", "globalWhiteAddrs": "*"}
-            response = await raw.invoke_sync(self.broker, RemotingCommand.request(code, fields), 5)
+            response = await self.call(RemotingCommand.request(code, fields))
             answers.append((response.code, response.remark))
         self.assertEqual(answers, [(209, ACL_OFF), (210, ACL_OFF), (1, ACL_OFF), (211, ACL_OFF), (1, ACL_OFF)])
 
