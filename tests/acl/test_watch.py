@@ -12,7 +12,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.acl.plain import AclConfigError, PlainAcl
 from rocketpy.broker.acl import PlainAccessValidator
-from rocketpy.acl.watch import AclFileWatcher
+from rocketpy.acl.watch import AclFileWatcher, file_stamp, load_acl_file
 from tests.acl.test_broker import ACL
 
 
@@ -65,3 +65,29 @@ class WatcherTests(SynchronousTestCase):
         self.write("accounts:\n  - accessKey: short\n")
         self.failureResultOf(Deferred.fromCoroutine(self.watcher.start()), AclConfigError)
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_adopted_acl_wins_over_a_load_under_way(self) -> None:
+        """The broker writes the file and adopts its ACL while a check's load is under way: that load's
+        result is dropped, and the next check sees the adopted file as unchanged."""
+        held: list[Deferred[Any]] = []
+
+        def run(f: Callable[..., Any], *args: Any) -> Deferred[Any]:
+            if f is load_acl_file and self.watcher_started:
+                held.append(Deferred())
+                return held[-1].addCallback(lambda _: f(*args))
+            return maybeDeferred(f, *args)
+
+        self.watcher_started = False
+        watcher = AclFileWatcher(self.path, self.validator.use, self.clock, run, interval=1.0)
+        self.successResultOf(Deferred.fromCoroutine(watcher.start()))
+        self.watcher_started = True
+        self.write(ACL.replace("rocketmq2", "rocketmq3"), mtime_ns=10**18)
+        self.clock.advance(1)  # the check's load waits in `held`
+        adopted = PlainAcl()
+        self.write(ACL.replace("rocketmq2", "rocketmq4"), mtime_ns=2 * 10**18)
+        watcher.adopt(adopted, file_stamp(self.path))
+        held.pop().callback(None)
+        self.assertIs(self.validator.acl, adopted)
+        self.clock.advance(1)
+        self.assertEqual((self.validator.acl, held), (adopted, []))
+        watcher.stop()
