@@ -54,6 +54,8 @@ class AclAdminProcessor:
         self._run = run_blocking
         self._clock = clock
         self._lock = DeferredLock()
+        #: the ACL file as the version answer names it (Java: the absolute path)
+        self._file = os.path.abspath(watcher.path) if watcher is not None else None
 
     def responders(self) -> Mapping[int, Callable[[IChannel, RemotingCommand], Any]]:
         return {
@@ -98,10 +100,10 @@ class AclAdminProcessor:
             return request.make_response(failed, ACL_OFF)
         text = get_str(fields, "globalWhiteAddrs")
         file = fields.get("aclFileFullPath")  # Java 4.9.4 requires it, but its mqadmin sends it only with -p
-        if file and os.path.realpath(file) != os.path.realpath(self._watcher.path):
+        if file and os.path.abspath(file) != self._file:  # paths compared as text: no file work here
             return self._refused(channel, request, failed, AclConfigError(
                 f"The globalWhiteAddresses[{text}] has been updated failed. "
-                f"(aclFileFullPath {file} is not this broker's ACL file, {os.path.abspath(self._watcher.path)})"))
+                f"(aclFileFullPath {file} is not this broker's ACL file, {self._file})"))
         from rocketpy.acl.manage import set_global_white
 
         patterns = split_patterns(text)
@@ -109,13 +111,13 @@ class AclAdminProcessor:
                           f"global white addresses set to {patterns}")
 
     def version(self, channel: IChannel, request: RemotingCommand) -> RemotingCommand:
-        if self._validator is None or self._watcher is None:
+        if self._validator is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, ACL_OFF)
         version = self._validator.acl.version.to_json()
         config = self._config
         fields = {
             "version": dump_json(version).decode(),
-            "allAclFileVersion": dump_json({os.path.abspath(self._watcher.path): version}).decode(),
+            "allAclFileVersion": dump_json({self._file: version}).decode(),
             "brokerName": config.broker_name, "brokerAddr": config.advertised_address,
             "clusterName": config.cluster_name,
         }
