@@ -1,9 +1,11 @@
 """The whole path a user takes: ``twist rocketpy --acl-enable … --tls-mode permissive …`` in its own
-process, and the blocking facade with ``credentials=`` and ``tls=True``."""
+process, the blocking facade with ``credentials=`` and ``tls=True``, and ``rocketpy-admin updateAclConfig``."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -12,7 +14,7 @@ from rocketpy.blocking import Producer, PushConsumer
 from rocketpy.client import new_message
 from rocketpy.client.errors import SendFailedError
 from rocketpy.client.subscription import client_msg_id
-from tests.acl.test_broker import ACL, REFUSED, USER
+from tests.acl.test_broker import ACL, ADMIN, REFUSED, USER
 from tests.interop.test_cpp import Rocketpy
 from tests.remoting.certs import CertificateSet
 
@@ -45,3 +47,15 @@ class SecureProcessTests(SynchronousTestCase):
             with self.assertRaises(SendFailedError) as caught:
                 anonymous.send(new_message("TopicA", b"x"))
         self.assertIn(REFUSED + "No accessKey is configured", str(caught.exception))
+        # an admin gives a new account PUB on TopicC with rocketpy-admin; its producer sends at once
+        admin = [sys.executable, "-m", "rocketpy.admin", "updateAclConfig", "-n", rocketpy.namesrv,
+                 "-b", f"127.0.0.1:{rocketpy.broker_port}", "-a", "NewUser1", "-s", "secret-1", "-t", "TopicC=PUB",
+                 "--accessKey", ADMIN[0], "--secretKey", ADMIN[1]]
+        done = subprocess.run(admin, capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        newcomer: dict[str, Any] = {"credentials": ("NewUser1", "secret-1"), "tls": True, "tls_ca": certs.self_signed}
+        with Producer("PG", rocketpy.namesrv, **newcomer) as producer:
+            self.assertTrue(producer.send(new_message("TopicC", b"granted remotely")).msg_id)
+        with open(acl_path) as f:
+            self.assertIn("NewUser1", f.read())
