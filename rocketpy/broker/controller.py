@@ -179,10 +179,11 @@ class BrokerService(OrderedMultiService):
         )
         self._feature_services: list[Service] = [self.schedule, self.transaction_check] if master else []
         self.send_back = SendBackProcessor(self.store, self.topics, self.subscriptions, lambda: master)
+        self.end_transaction = EndTransactionProcessor(self.transactions, lambda: master)
         self._feature_processors: list[Any] = [
             self.send_back,
             DelayOffsetProcessor(self.delay_offsets),
-            EndTransactionProcessor(self.transactions, lambda: master),
+            self.end_transaction,
             QueryMessageProcessor(self.store),
         ]
 

@@ -49,6 +49,10 @@ TRANS_GROUP = "CID_SYS_RMQ_TRANS"
 MAX_REMEMBERED = 100_000
 OP_TAG = "d"
 _MASK = MessageSysFlag.TRANSACTION_MASK
+#: END_TRANSACTION refusals of a header that names no half message of its group (Java's remarks)
+NO_HALF_MESSAGE = "Find prepared transaction message failed"
+WRONG_GROUP = "The producer group wrong"
+WRONG_OFFSET = "The transaction state table offset wrong"
 _DROPPED = (MessageConst.TRANSACTION_PREPARED, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID,
             MessageConst.TRANSACTION_CHECK_TIMES)
 
@@ -232,11 +236,11 @@ class EndTransactionProcessor:
         """The half message the header names, checked as Java's ``checkPrepareMessage``."""
         half: MessageExt | None = await self._tx.store.look_message_by_offset(header.commit_log_offset)
         if half is None or half.topic != TRANS_HALF_TOPIC:
-            raise Rejected(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")
+            raise Rejected(ResponseCode.SYSTEM_ERROR, NO_HALF_MESSAGE)
         if half.properties.get(MessageConst.PRODUCER_GROUP) != header.producer_group:
-            raise Rejected(ResponseCode.SYSTEM_ERROR, "The producer group wrong")
+            raise Rejected(ResponseCode.SYSTEM_ERROR, WRONG_GROUP)
         if half.queue_offset != header.tran_state_table_offset:
-            raise Rejected(ResponseCode.SYSTEM_ERROR, "The transaction state table offset wrong")
+            raise Rejected(ResponseCode.SYSTEM_ERROR, WRONG_OFFSET)
         return half
 
 

@@ -25,6 +25,9 @@ SHARDING_KEY = "__SHARDINGKEY"
 BORN_HOST = "__BORNHOST"
 TRACE_CONTEXT = "TRACE_CONTEXT"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+#: ProxyConfig.maxTransactionRecoverySecond: the longest orphaned-transaction recovery duration
+MAX_TRANSACTION_RECOVERY_S = 3600
 KEY_SEPARATOR = " "
 TBW102 = "TBW102"
 #: Properties the broker or proxy set: not the user's, and not accepted from the user.
@@ -36,7 +39,7 @@ SYSTEM_PROPERTIES = frozenset({
     MessageConst.MAX_RECONSUME_TIMES, MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageConst.CLUSTER,
     MessageConst.TRANSACTION_CHECK_TIMES, MessageConst.TRAN_PREPARED_QUEUE_OFFSET,
     MessageConst.CONSUME_START_TIME, MessageConst.MSG_REGION, MessageConst.TRACE_SWITCH,
-    SHARDING_KEY, BORN_HOST, TRACE_CONTEXT, TIMER_DELIVER_MS, "__STARTDELIVERTIME", "TIMER_DELAY_SEC",
+    SHARDING_KEY, BORN_HOST, TRACE_CONTEXT, TIMER_DELIVER_MS, CHECK_IMMUNITY, "__STARTDELIVERTIME", "TIMER_DELAY_SEC",
     "POP_CK", "1ST_POP_TIME", "BORN_TIMESTAMP",
 })
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -70,8 +73,7 @@ def send_request(msg: pb.Message, producer_group: str, queue_id: int, max_body_s
         raise GrpcError(pb.Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed the max {max_body_size}")
     if not sysp.message_id:
         raise GrpcError(pb.Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
-    if sysp.message_type in (pb.MessageType.DELAY, pb.MessageType.TRANSACTION) or sysp.HasField(
-            "delivery_timestamp"):
+    if sysp.message_type == pb.MessageType.DELAY or sysp.HasField("delivery_timestamp"):
         raise GrpcError(pb.Code.UNSUPPORTED, f"{pb.MessageType.Name(sysp.message_type)} messages are not "
                                              "supported by this rocketpy yet (doc/grpc.md)")
     props: dict[str, str] = {}
@@ -101,6 +103,8 @@ def send_request(msg: pb.Message, producer_group: str, queue_id: int, max_body_s
         props[BORN_HOST] = sysp.born_host
     born = millis(sysp.born_timestamp) if sysp.HasField("born_timestamp") else 0
     sys_flag = MessageSysFlag.COMPRESSED if sysp.body_encoding == pb.Encoding.GZIP else 0
+    if sysp.message_type == pb.MessageType.TRANSACTION:
+        sys_flag |= _half_message(sysp, props)
     fields = {
         "producerGroup": producer_group, "topic": msg.topic.name, "defaultTopic": TBW102,
         "defaultTopicQueueNums": "8", "queueId": str(queue_id), "sysFlag": str(sys_flag),
@@ -108,6 +112,18 @@ def send_request(msg: pb.Message, producer_group: str, queue_id: int, max_body_s
         "reconsumeTimes": "0", "unitMode": "false", "batch": "false",
     }
     return RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, bytes(msg.body))
+
+
+def _half_message(sysp: pb.SystemProperties, props: dict[str, str]) -> int:
+    """A TRANSACTION message's properties (``TRAN_MSG``, the recovery duration); its sysFlag bits."""
+    props[MessageConst.TRANSACTION_PREPARED] = "true"
+    if sysp.HasField("orphaned_transaction_recovery_duration"):
+        seconds = sysp.orphaned_transaction_recovery_duration.seconds
+        if seconds > MAX_TRANSACTION_RECOVERY_S:
+            raise GrpcError(pb.Code.BAD_REQUEST, "the max transaction recovery time of message is too large, "
+                                                 f"max is {MAX_TRANSACTION_RECOVERY_S}")
+        props[CHECK_IMMUNITY] = str(seconds)
+    return MessageSysFlag.TRANSACTION_PREPARED_TYPE
 
 
 def _message_type(ext: MessageExt) -> Any:

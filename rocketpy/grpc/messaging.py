@@ -4,7 +4,7 @@
 from gRPC's thread to the reactor). Each method returns the response message, or a Deferred
 of it; statuses and messages follow the Java proxy's activities (``RouteActivity``,
 ``ClientActivity``, ``SendMessageActivity``, ``ReceiveMessageActivity``, ``AckMessageActivity``,
-``ChangeInvisibleDurationActivity``).
+``ChangeInvisibleDurationActivity``, ``EndTransactionActivity``).
 """
 
 from __future__ import annotations
@@ -29,26 +29,31 @@ from rocketpy.broker.heartbeat import (
 from rocketpy.broker.send import SendMessageProcessor
 from rocketpy.broker.sendback import SendBackProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
+from rocketpy.broker.transaction import NO_HALF_MESSAGE, WRONG_GROUP, WRONG_OFFSET
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import java_hash
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, send_topic_problem
 from rocketpy.grpc import convert
 from rocketpy.grpc import settings as defaults
-from rocketpy.grpc.channel import GrpcClientChannel
+from rocketpy.grpc.channel import GrpcClientChannel, TelemetryStream
 from rocketpy.grpc.pop import DEFAULT_INVISIBLE_MS, PopService
 from rocketpy.grpc.receipts import AckOutcome, Lease
 from rocketpy.grpc.settings import ClientSettings
 from rocketpy.grpc.status import GrpcError, from_remoting, ok, overall, status
+from rocketpy.grpc.transaction import TransactionId, end_request, sent_transaction_id
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.util.configfile import JsonConfigFile
 
 MIN_INVISIBLE_MS = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv
 MAX_INVISIBLE_MS = 12 * 3600 * 1000  # ProxyConfig.maxInvisibleTimeMills
 TBW102 = "TBW102"
+#: END_TRANSACTION refusals meaning the transaction id names no half message of the topic
+_NOT_A_TRANSACTION = frozenset({NO_HALF_MESSAGE, WRONG_GROUP, WRONG_OFFSET})
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,7 @@ class Messaging:
 
     :param advertised: ``(host, port)`` that QueryRoute returns; None echoes the endpoint the
         client reached (the Java proxy's local mode).
+    :param end_transaction: the broker's END_TRANSACTION processor (None: EndTransaction is UNSUPPORTED).
     """
 
     log = Logger()
@@ -79,7 +85,8 @@ class Messaging:
                  groups: SubscriptionGroupManager, send: SendMessageProcessor, send_back: SendBackProcessor,
                  pop: PopService, retry_delays_ms: list[int], auto_create_topic: bool = True,
                  advertised: tuple[str, int] | None = None, rng: random.Random | None = None,
-                 consumers: ConsumerManager | None = None, producers: ProducerManager | None = None) -> None:
+                 consumers: ConsumerManager | None = None, producers: ProducerManager | None = None,
+                 end_transaction: IRequestProcessor | None = None) -> None:
         self._clock = clock
         self._broker_name = broker_name
         self._topics = topics
@@ -97,6 +104,7 @@ class Messaging:
         self._consumers = consumers
         self._producers = producers
         self._channels: dict[str, GrpcClientChannel] = {}
+        self._end_transaction = end_transaction
 
     def _group_config(self, group: str) -> SubscriptionGroupConfig:
         """The group's settings (created with the defaults, as on a 4.x heartbeat)."""
@@ -168,16 +176,29 @@ class Messaging:
 
     # -- clients ------------------------------------------------------------------
 
-    def telemetry(self, ctx: CallContext, command: rpc.TelemetryCommand) -> rpc.TelemetryCommand | None:
-        """Settings in, merged settings out; other commands are reports that need no answer."""
+    def telemetry(self, ctx: CallContext, command: rpc.TelemetryCommand,
+                  stream: TelemetryStream | None = None) -> rpc.TelemetryCommand | None:
+        """Settings in, merged settings out; other commands are reports that need no answer.
+
+        Settings also register the client in the broker's tables and make ``stream`` the way the
+        broker's requests reach it (``ClientActivity.processAndWriteClientSettings``).
+        """
         if command.WhichOneof("command") != "settings":
             return None
         merged = self.settings.update(ctx.client_id, command.settings)
+        if stream is not None:
+            self._channel(ctx).attach(stream)
+        found = self.settings.get(ctx.client_id)
+        if found is not None:
+            self._register(ctx, found, found.subscription.group.name)
         return rpc.TelemetryCommand(status=ok(), settings=merged)
 
-    def telemetry_closed(self, ctx: CallContext) -> None:
+    def telemetry_closed(self, ctx: CallContext, stream: TelemetryStream | None = None) -> None:
         """The client's Telemetry stream ended: it is gone (its auto-renewed leases run out)."""
         self.pop.client_gone(ctx.client_id)
+        channel = self._channels.get(ctx.client_id)
+        if channel is not None and stream is not None:
+            channel.detach(stream)
 
     def heartbeat(self, ctx: CallContext, request: rpc.HeartbeatRequest) -> rpc.HeartbeatResponse:
         found = self.settings.get(ctx.client_id)
@@ -186,20 +207,29 @@ class Messaging:
                                                        "cannot find client settings for this client"))
         if found.client_type in (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER):
             _check_group(request.group)
-            self._register_consumer(ctx, request.group.name, found)
-        elif found.client_type == pb.ClientType.PRODUCER:
-            self._register_producer(ctx, found)
-        else:
+        elif found.client_type != pb.ClientType.PRODUCER:
             return rpc.HeartbeatResponse(status=status(pb.Code.UNRECOGNIZED_CLIENT_TYPE,
                                                        pb.ClientType.Name(found.client_type)))
+        self._register(ctx, found, request.group.name)
         return rpc.HeartbeatResponse(status=ok())
 
-    def _channel_info(self, ctx: CallContext, settings: pb.Settings) -> ClientChannelInfo:
+    def _register(self, ctx: CallContext, settings: pb.Settings, group: str) -> None:
+        """A consumer in its group's table, a producer in its topics' (a consumer group must be legal)."""
+        if settings.client_type in (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER):
+            if group and send_topic_problem(group) is None:
+                self._register_consumer(ctx, group, settings)
+        elif settings.client_type == pb.ClientType.PRODUCER:
+            self._register_producer(ctx, settings)
+
+    def _channel(self, ctx: CallContext) -> GrpcClientChannel:
         channel = self._channels.get(ctx.client_id)
         if channel is None:
-            channel = self._channels[ctx.client_id] = GrpcClientChannel(ctx.client_id, ctx.peer)
+            channel = self._channels[ctx.client_id] = GrpcClientChannel(ctx.client_id, ctx.peer, self._broker_name)
+        return channel
+
+    def _channel_info(self, ctx: CallContext, settings: pb.Settings) -> ClientChannelInfo:
         language = pb.Language.Name(settings.user_agent.language) if settings.HasField("user_agent") else "OTHER"
-        return ClientChannelInfo(channel, ctx.client_id, language)
+        return ClientChannelInfo(self._channel(ctx), ctx.client_id, language)
 
     def _register_consumer(self, ctx: CallContext, group: str, settings: pb.Settings) -> None:
         """In the broker's consumer table, as ``ClientActivity.registerConsumer`` (CONSUME_PASSIVELY)."""
@@ -264,9 +294,42 @@ class Messaging:
                 raise GrpcError(from_remoting(response.code, response.remark).code,
                                 response.remark or str(response.code))
             fields = response.ext_fields
-            entries.append(rpc.SendResultEntry(status=ok(), message_id=msg.system_properties.message_id,
-                                               offset=int(fields.get("queueOffset", "0"))))
+            entry = rpc.SendResultEntry(status=ok(), message_id=msg.system_properties.message_id,
+                                        offset=int(fields.get("queueOffset", "0")))
+            if msg.system_properties.message_type == pb.MessageType.TRANSACTION:
+                entry.transaction_id = sent_transaction_id(self._broker_name, response)
+            entries.append(entry)
         return rpc.SendMessageResponse(status=overall({e.status.code for e in entries}), entries=entries)
+
+    # -- transactions ---------------------------------------------------------------
+
+    def end_transaction(self, ctx: CallContext, request: rpc.EndTransactionRequest
+                        ) -> Deferred[rpc.EndTransactionResponse]:
+        return Deferred.fromCoroutine(self._end_transaction_of(ctx, request))
+
+    async def _end_transaction_of(self, ctx: CallContext, request: rpc.EndTransactionRequest
+                                  ) -> rpc.EndTransactionResponse:
+        """Commit or roll back the half message the transaction id names (``EndTransactionActivity``)."""
+        if self._end_transaction is None:
+            raise GrpcError(pb.Code.UNSUPPORTED, "transactions are not served by this endpoint")
+        name = request.topic.name
+        problem = send_topic_problem(name) if name else "topic name cannot be empty"
+        if problem is not None:
+            raise GrpcError(pb.Code.ILLEGAL_TOPIC, problem)
+        if not request.transaction_id.strip():
+            raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
+        where = TransactionId.decode(request.transaction_id)
+        if where.broker_name != self._broker_name:
+            raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id!r} is of "
+                                                            f"broker {where.broker_name!r}, not this one")
+        response = await _as_deferred(self._end_transaction.process_request(
+            cast(Any, _Channel(ctx.peer)), end_request(request, where)))
+        if response is None or response.code == ResponseCode.SUCCESS:  # None: unknown state, nothing to do
+            return rpc.EndTransactionResponse(status=ok())
+        if response.remark in _NOT_A_TRANSACTION:
+            raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, f"{response.remark}: transaction "
+                                                            f"{request.transaction_id} of topic {name}")
+        raise GrpcError(from_remoting(response.code, response.remark).code, response.remark or str(response.code))
 
     # -- receive, ack, invisibility ------------------------------------------------
 

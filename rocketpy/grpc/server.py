@@ -90,6 +90,29 @@ class ReactorHop:
             raise
 
 
+_END = object()
+
+
+class TelemetryOutbox:
+    """What goes down one Telemetry stream, in order: answers (from the loop) and the broker's
+    commands (:meth:`write`, from the reactor thread)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        #: set once the stream ended (on the loop thread)
+        self.closed = False
+
+    def write(self, command: rpc.TelemetryCommand) -> bool:
+        if self.closed:
+            return False
+        try:
+            self._loop.call_soon_threadsafe(self.queue.put_nowait, command)
+        except RuntimeError:  # the loop is closed: the endpoint stopped
+            return False
+        return True
+
+
 def _metadata(context: grpc.aio.ServicerContext) -> dict[str, Any]:
     return dict(context.invocation_metadata() or ())
 
@@ -193,28 +216,51 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
         for response in stream:
             yield response
 
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        return await self._unary(self._messaging.end_transaction, request, context, rpc.EndTransactionResponse)
+
     async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+        """The client's commands are read by a task of their own; what goes back (answers, and the
+        broker's commands written from the reactor) passes through one :class:`TelemetryOutbox`."""
         try:
             call = _context(context)
         except GrpcError as e:  # ClientActivity.processTelemetryException: a 4xxxx code is INVALID_ARGUMENT
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"process client telemetryCommand failed. {e}")
             return
+        outbox = TelemetryOutbox(asyncio.get_running_loop())
+        reader = asyncio.ensure_future(self._read_telemetry(call, request_iterator, context, outbox))
+        try:
+            while True:
+                item = await outbox.queue.get()
+                if item is _END:
+                    break
+                if isinstance(item, Exception):
+                    await context.abort(grpc.StatusCode.INTERNAL, f"process client telemetryCommand failed. {item}")
+                yield item
+        finally:
+            outbox.closed = True
+            reader.cancel()
+            self._to_reactor(self._messaging.telemetry_closed, call, outbox)
+
+    async def _read_telemetry(self, call: CallContext, request_iterator: Any, context: Any,
+                              outbox: TelemetryOutbox) -> None:
+        """Each command of the client applied on the reactor, its answer (if any) to ``outbox``; then the end."""
         try:
             async for command in request_iterator:
                 try:
                     self._admit(context, command)
                 except GrpcError as e:  # the command is not applied; the stream stays for the next one
-                    yield rpc.TelemetryCommand(status=status(e.code, e.message))
+                    outbox.queue.put_nowait(rpc.TelemetryCommand(status=status(e.code, e.message)))
                     continue
-                try:
-                    answer = await self._hop(self._messaging.telemetry, call, command)
-                except Exception as e:
-                    self.log.failure("gRPC Telemetry failed", Failure(e))
-                    await context.abort(grpc.StatusCode.INTERNAL, f"process client telemetryCommand failed. {e}")
+                answer = await self._hop(self._messaging.telemetry, call, command, outbox)
                 if answer is not None:
-                    yield answer
-        finally:
-            self._to_reactor(self._messaging.telemetry_closed, call)
+                    outbox.queue.put_nowait(answer)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self.log.failure("gRPC Telemetry failed", Failure(e))
+            outbox.queue.put_nowait(e)
+        outbox.queue.put_nowait(_END)
 
 
 class GrpcService(Service):
@@ -368,7 +414,7 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
     messaging = Messaging(reactor, broker.config.broker_name, broker.topics, broker.subscriptions, broker.send_processor,
                      broker.send_back, pop, retry_delays_ms,
                      auto_create_topic=broker.config.auto_create_topic_enable, advertised=advertised,
-                     consumers=broker.consumers, producers=broker.producers)
+                     consumers=broker.consumers, producers=broker.producers, end_transaction=broker.end_transaction)
     messaging.checkpoint = checkpoint
     return messaging
 

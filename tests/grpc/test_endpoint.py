@@ -80,6 +80,14 @@ class GrpcCalls(TestCase):
         return self._call(lambda: list(self.stub.ReceiveMessage(
             request, timeout=poll + 5, metadata=self.metadata)))
 
+    async def _until(self, condition: Callable[[], bool], seconds: float = 10.0) -> None:
+        """Until ``condition()`` holds, checking every 10 ms of the reactor's time."""
+        for _ in range(int(seconds * 100)):
+            if condition():
+                return
+            await deferLater(reactor, 0.01, lambda: None)
+        self.fail(f"{condition} did not hold within {seconds} s")
+
     def _message(self, topic: str, body: bytes, tag: str = "TagA") -> pb.Message:
         sysp = pb.SystemProperties(tag=tag, keys=["k1"], message_id=uuid.uuid4().hex.upper(),
                                    message_type=pb.MessageType.NORMAL)
@@ -263,14 +271,6 @@ class GrpcEndpointTests(GrpcCalls):
         await self._unary("SendMessage", rpc.SendMessageRequest(messages=[self._message("TA", b"after")]))
         stream = await self._receive("GA", "TA")
         self.assertEqual([r.message.body for r in stream if r.HasField("message")], [b"after"])
-
-    async def _until(self, condition: Callable[[], bool], seconds: float = 10.0) -> None:
-        """Until ``condition()`` holds, checking every 10 ms of the reactor's time."""
-        for _ in range(int(seconds * 100)):
-            if condition():
-                return
-            await deferLater(reactor, 0.01, lambda: None)
-        self.fail(f"{condition} did not hold within {seconds} s")
 
     async def test_clients_in_the_broker_tables(self) -> None:
         """Heartbeats put 5.x clients in the broker's consumer and producer tables (what admin tools
