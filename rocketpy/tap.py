@@ -58,6 +58,8 @@ DEFAULTS: dict[str, str] = {
     "msg-trace-topic-name": "RMQ_SYS_TRACE_TOPIC",
     "message-delay-level": DEFAULT_DELAY_LEVELS,
     "gc-threshold": str(DEFAULT_GEN0_THRESHOLD),
+    "transaction-check-interval": "60000",
+    "transaction-timeout": "6000",
 }
 #: ``--http`` of the all-in-one role.
 DEFAULT_HTTP = "tcp:8080:interface=127.0.0.1"
@@ -88,12 +90,14 @@ JAVA_KEYS = {
     "tls.server.certPath": "tls-cert",
     "tls.server.keyPath": "tls-key",
     "tls.server.trustCertPath": "tls-ca",
+    "transactionCheckInterval": "transaction-check-interval",
+    "transactionTimeOut": "transaction-timeout",
 }
 _BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable", "enable-property-filter",
                  "clean-file-forcibly-enable", "trace-topic-enable")
 _INT_OPTIONS = (
     "commit-log-file-size", "consume-queue-file-size", "max-hash-slot-num", "max-index-num",
-    "broker-id", "default-topic-queue-nums", "gc-threshold",
+    "broker-id", "default-topic-queue-nums", "gc-threshold", "transaction-check-interval", "transaction-timeout",
 )
 _KEY_VALUE = re.compile(r"([^=:\s]+)\s*[=:]\s*(.*)$")
 _ENDPOINT_PORT = re.compile(r"^(?:tcp|tcp6):(?:port=)?(\d+)(?::|$)")
@@ -172,6 +176,9 @@ class Options(usage.Options):
          "RocketMQ 5.x gRPC endpoint, or none [default: tcp:8081:interface=127.0.0.1 with --role all, else none]"],
         ["grpc-advertised-address", None, None,
          "host:port that the gRPC QueryRoute returns [default: the address the client reached]"],
+        ["transaction-check-interval", None, None,
+         "ms between the broker's checks of undecided transactions [default: 60000]"],
+        ["transaction-timeout", None, None, "ms a half message waits before its first check [default: 6000]"],
         ["config", "c", None, "key=value file (option names or RocketMQ broker.conf names)"],
         ["acl-file", None, None, "plain_acl.yml of --acl-enable, re-read when it changes (doc/security.md)"],
         ["tls-mode", None, None, "disabled | permissive (TLS and plain TCP) | enforcing (TLS only) "
@@ -277,6 +284,8 @@ class Options(usage.Options):
         levels = self["message-delay-level"]
         if not re.fullmatch(r"\s*(\d+[smhd]\s*)+", levels):
             raise usage.UsageError(f"--message-delay-level must be like '1s 5s 1m 2h', not {levels!r}")
+        if self["transaction-check-interval"] <= 0 or self["transaction-timeout"] < 0:
+            raise usage.UsageError("--transaction-check-interval must be above 0 ms, --transaction-timeout 0 ms or more")
         if self["broker-role"] == "SLAVE" and self["broker-id"] <= 0:
             raise usage.UsageError("a SLAVE needs --broker-id 1 or more")
         if self["broker-role"] != "SLAVE":
@@ -428,6 +437,8 @@ def _broker_configs(options: Options) -> tuple[BrokerConfig, MessageStoreConfig]
         enable_property_filter=options["enable-property-filter"],
         trace_topic_enable=options["trace-topic-enable"],
         msg_trace_topic_name=options["msg-trace-topic-name"],
+        transaction_check_interval=options["transaction-check-interval"] / 1000,
+        transaction_timeout=options["transaction-timeout"] / 1000,
     )
     store_config = MessageStoreConfig(
         store_path_root_dir=os.path.expanduser(options["store-dir"]),

@@ -29,7 +29,7 @@ from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.config import MessageStoreConfig
-from rocketpy.tap import Options, OrderedServices, endpoint_port, makeService
+from rocketpy.tap import Options, OrderedServices, _broker_configs, endpoint_port, makeService
 from rocketpy.util.gctuning import GCThresholdService
 from tests.broker.test_clients import CPP_HEARTBEAT
 from tests.fakes import CannedStoreService, FakeChannel
@@ -107,6 +107,20 @@ class OptionsTests(SynchronousTestCase):
         ]:
             e = self.assertRaises(usage.UsageError, _parse, *argv)
             self.assertIn(text, str(e))
+
+    def test_transaction_check_timing(self) -> None:
+        """--transaction-check-interval / --transaction-timeout (ms, broker.conf names too) reach the BrokerConfig."""
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("transactionCheckInterval=2500\n")
+        o = _parse("--config", path, "--transaction-timeout", "0")
+        config, _ = _broker_configs(o)
+        self.assertEqual((config.transaction_check_interval, config.transaction_timeout), (2.5, 0.0))
+        default, _ = _broker_configs(_parse())
+        self.assertEqual((default.transaction_check_interval, default.transaction_timeout), (60.0, 6.0))
+        for argv in (["--transaction-check-interval", "0"], ["--transaction-timeout", "-1"],
+                     ["--transaction-timeout", "soon"]):
+            self.assertIn("--transaction-", str(self.assertRaises(usage.UsageError, _parse, *argv)))
 
     def test_message_delay_level(self) -> None:
         """--message-delay-level (messageDelayLevel in a config file) sets the delay levels; bad units are refused."""

@@ -8,14 +8,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from twisted.trial.unittest import SynchronousTestCase
+
 from rocketpy.common.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketpy.grpc.status import GrpcError
 from rocketpy.grpc.transaction import TransactionId
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from tests.grpc.test_endpoint import GrpcCalls
-
-from twisted.trial.unittest import SynchronousTestCase
 
 
 class TransactionIdTests(SynchronousTestCase):

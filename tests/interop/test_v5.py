@@ -93,10 +93,7 @@ class V5ClientTests(V5Harness):
         self.assertEqual(sorted(e["properties"]["index"] for e in got), [str(i) for i in range(5)])
         self.assertEqual({e["delivery_attempt"] for e in got}, {1})
         # All five were acked: the group's committed offsets (4.x admin view) reach the queues' ends.
-        stats = query(self.rocketpy.broker_port, RemotingCommand.request(
-            RequestCode.GET_CONSUME_STATS, {"consumerGroup": "G5", "topic": "T5"})).body.decode()
-        pairs = [(int(b), int(c)) for b, c in re.findall(r'"brokerOffset":(\d+),"consumerOffset":(\d+)', stats)]
-        self.assertEqual((sum(b for b, _ in pairs), sum(c for _, c in pairs)), (5, 5), stats)
+        self.assertEqual(broker_offsets(self.rocketpy.broker_port, "G5", "T5"), (5, 5))
 
     def test_push_consumer_redelivers_after_failure(self) -> None:
         """5.x PushConsumer: a FAILURE answer brings the message back (attempt 2) after the back-off."""
@@ -137,6 +134,38 @@ class V5ClientTests(V5Harness):
         got = self.consume("T45", "G45", 3)
         self.assertEqual(sorted(base64.b64decode(e["body"]) for e in got), [f"v5-{i}".encode() for i in range(3)])
         self.assertEqual({e["tags"] for e in got}, {"TagA"})
+
+
+def broker_offsets(port: int, group: str, topic: str) -> tuple[int, int]:
+    """The sums of a group's broker and consumer offsets over the topic's queues (GET_CONSUME_STATS)."""
+    stats = query(port, RemotingCommand.request(
+        RequestCode.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic})).body.decode()
+    pairs = [(int(b), int(c)) for b, c in re.findall(r'"brokerOffset":(\d+),"consumerOffset":(\d+)', stats)]
+    return sum(b for b, _ in pairs), sum(c for _, c in pairs)
+
+
+class V5TransactionTests(V5Harness):
+    """Transactional messages of the 5.x Producer; the broker's checks every second, after 1 s."""
+
+    extra = ("--transaction-check-interval", "1000", "--transaction-timeout", "1000")
+
+    def test_commit_rollback_and_check(self) -> None:
+        """Committed and check-committed messages reach a 5.x SimpleConsumer (and the C++ 4.x push
+        consumer); the rolled-back one never reaches the topic; the undecided one is resolved by the
+        producer's TransactionChecker through the broker's check."""
+        events = self.v5("transaction", "--topic", "TT", "--bodies", "commit-1", "rollback-2", "unknown-3")
+        sent = {e["body"]: e for e in events if e["event"] == "sent"}
+        self.assertEqual(set(sent), {"commit-1", "rollback-2", "unknown-3"})
+        self.assertTrue(all(e["transaction_id"] for e in sent.values()), sent)
+        self.assertEqual(events[-1]["unchecked"], [], f"never checked:\n{self.rocketpy.log_tail()}")
+        self.assertIn("unknown-3", {e["body"] for e in events if e["event"] == "checked"})
+        got = self.received("TT", "GT", 2)
+        self.assertEqual(sorted(e["body"] for e in got), ["commit-1", "unknown-3"])
+        self.assertEqual({e["message_id"] for e in got}, {sent["commit-1"]["message_id"], sent["unknown-3"]["message_id"]})
+        self.assertEqual(broker_offsets(self.rocketpy.broker_port, "GT", "TT"), (2, 2))  # never the rolled-back one
+        if CPP_SKIP is None:
+            cpp = self.consume("TT", "GT4", 2)
+            self.assertEqual(sorted(base64.b64decode(e["body"]) for e in cpp), [b"commit-1", b"unknown-3"])
 
 
 class V5AclTests(V5Harness):

@@ -13,6 +13,12 @@ Every command signs its requests with ``--access-key`` / ``--secret-key`` when g
 ``push --endpoint E --topic T --group G --expect N [--fail-times K]`` runs a PushConsumer whose
 listener answers FAILURE while a message's delivery attempt is at most K; it prints every
 delivery as ``consume`` does and ``{"event": "done", "count"}`` after N successes or ``--timeout``.
+``transaction --endpoint E --topic T --bodies B...`` sends one transactional message per body and
+commits it (a body starting ``commit``), rolls it back (``rollback``) or leaves it undecided; its
+TransactionChecker answers ROLLBACK for ``rollback`` bodies, else COMMIT, printing
+``{"event": "checked", "body", "transaction_id"}``. Prints ``{"event": "sent", "body", "message_id",
+"transaction_id"}`` per message and ``{"event": "done", "unchecked"}`` once every undecided one was
+checked, or at ``--timeout``.
 """
 
 from __future__ import annotations
@@ -116,6 +122,55 @@ def push(args: argparse.Namespace) -> None:
     emit(event="done", count=len(delivered))
 
 
+def transaction(args: argparse.Namespace) -> None:
+    import threading
+
+    from rocketmq import (
+        ClientConfiguration,
+        Credentials,
+        Message,
+        Producer,
+        TransactionChecker,
+        TransactionResolution,
+    )
+
+    undecided = {body for body in args.bodies if not body.startswith(("commit", "rollback"))}
+    lock, all_checked = threading.Lock(), threading.Event()
+
+    class Checker(TransactionChecker):
+        def check(self, message: Any) -> Any:
+            body = message.body.decode(errors="replace")
+            with lock:
+                emit(event="checked", body=body, message_id=message.message_id)
+                undecided.discard(body)
+                if not undecided:
+                    all_checked.set()
+            return TransactionResolution.ROLLBACK if body.startswith("rollback") else TransactionResolution.COMMIT
+
+    config = ClientConfiguration(args.endpoint, Credentials(args.access_key, args.secret_key))
+    producer = Producer(config, (args.topic,), Checker())
+    producer.startup()
+    try:
+        for body in args.bodies:
+            msg = Message()
+            msg.topic = args.topic
+            msg.body = body.encode()
+            msg.tag = "TagT"
+            txn = producer.begin_transaction()
+            receipt = producer.send(msg, txn)
+            emit(event="sent", body=body, message_id=receipt.message_id, transaction_id=receipt.transaction_id)
+            if body.startswith("commit"):
+                txn.commit()
+            elif body.startswith("rollback"):
+                txn.rollback()
+        if undecided:
+            all_checked.wait(args.timeout)
+            time.sleep(1.0)  # the checker's EndTransaction is sent asynchronously: let it land
+    finally:
+        producer.shutdown()
+    emit(event="done", unchecked=sorted(undecided))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
@@ -138,13 +193,16 @@ def main() -> None:
     u.add_argument("--filter", default="*")
     u.add_argument("--timeout", type=float, default=60)
     u.add_argument("--fail-times", type=int, default=0, help="answer FAILURE while delivery_attempt <= this")
-    for command in (p, c, u):
+    t = sub.add_parser("transaction")
+    t.add_argument("--bodies", nargs="+", required=True)
+    t.add_argument("--timeout", type=float, default=40)
+    for command in (p, c, u, t):
         command.add_argument("--endpoint", required=True)
         command.add_argument("--topic", required=True)
         command.add_argument("--access-key", default="", help="SessionCredentials for a broker with --acl-enable")
         command.add_argument("--secret-key", default="")
     args = parser.parse_args()
-    {"produce": produce, "consume": consume, "push": push}[args.command](args)
+    {"produce": produce, "consume": consume, "push": push, "transaction": transaction}[args.command](args)
 
 
 if __name__ == "__main__":
