@@ -29,8 +29,8 @@ from rocketpy.broker.heartbeat import (
 from rocketpy.broker.send import SendMessageProcessor
 from rocketpy.broker.sendback import SendBackProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
-from rocketpy.broker.transaction import NO_HALF_MESSAGE, WRONG_GROUP, WRONG_OFFSET
 from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.broker.transaction import NO_HALF_MESSAGE, WRONG_GROUP, WRONG_OFFSET
 from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import java_hash
 from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, send_topic_problem
@@ -44,8 +44,8 @@ from rocketpy.grpc.status import GrpcError, from_remoting, ok, overall, status
 from rocketpy.grpc.transaction import TransactionId, end_request, sent_transaction_id
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
-from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.interfaces import IRequestProcessor
+from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.util.configfile import JsonConfigFile
 
@@ -178,12 +178,16 @@ class Messaging:
 
     def telemetry(self, ctx: CallContext, command: rpc.TelemetryCommand,
                   stream: TelemetryStream | None = None) -> rpc.TelemetryCommand | None:
-        """Settings in, merged settings out; other commands are reports that need no answer.
+        """Settings in, merged settings out; the client's answers to the broker's commands go to the
+        calls waiting for them; nothing is answered but settings.
 
         Settings also register the client in the broker's tables and make ``stream`` the way the
         broker's requests reach it (``ClientActivity.processAndWriteClientSettings``).
         """
         if command.WhichOneof("command") != "settings":
+            channel = self._channels.get(ctx.client_id)
+            if channel is not None:
+                channel.answered(command)
             return None
         merged = self.settings.update(ctx.client_id, command.settings)
         if stream is not None:
@@ -215,6 +219,7 @@ class Messaging:
 
     def _register(self, ctx: CallContext, settings: pb.Settings, group: str) -> None:
         """A consumer in its group's table, a producer in its topics' (a consumer group must be legal)."""
+        self._channel(ctx).settings = settings
         if settings.client_type in (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER):
             if group and send_topic_problem(group) is None:
                 self._register_consumer(ctx, group, settings)
@@ -224,7 +229,8 @@ class Messaging:
     def _channel(self, ctx: CallContext) -> GrpcClientChannel:
         channel = self._channels.get(ctx.client_id)
         if channel is None:
-            channel = self._channels[ctx.client_id] = GrpcClientChannel(ctx.client_id, ctx.peer, self._broker_name)
+            channel = self._channels[ctx.client_id] = GrpcClientChannel(ctx.client_id, ctx.peer, self._broker_name,
+                                                                        self._clock)
         return channel
 
     def _channel_info(self, ctx: CallContext, settings: pb.Settings) -> ClientChannelInfo:

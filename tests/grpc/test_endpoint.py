@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import queue
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -87,6 +88,20 @@ class GrpcCalls(TestCase):
                 return
             await deferLater(reactor, 0.01, lambda: None)
         self.fail(f"{condition} did not hold within {seconds} s")
+
+    def _open_telemetry(self, settings: pb.Settings) -> tuple[Any, queue.Queue[Any]]:
+        """A Telemetry stream that stays open until ``None`` is put in the returned queue."""
+        requests: queue.Queue[Any] = queue.Queue()
+        requests.put(rpc.TelemetryCommand(settings=settings))
+
+        def commands() -> Iterator[Any]:
+            while (command := requests.get()) is not None:
+                yield command
+
+        stream = self.stub.Telemetry(commands(), metadata=self.metadata, timeout=30)
+        self.addCleanup(stream.cancel)
+        self.addCleanup(requests.put, None)
+        return stream, requests
 
     def _message(self, topic: str, body: bytes, tag: str = "TagA") -> pb.Message:
         sysp = pb.SystemProperties(tag=tag, keys=["k1"], message_id=uuid.uuid4().hex.upper(),

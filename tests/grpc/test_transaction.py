@@ -3,9 +3,7 @@ check of an orphaned transaction sent down the producer's Telemetry stream."""
 
 from __future__ import annotations
 
-import queue
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -109,20 +107,6 @@ class GrpcTransactionTests(GrpcCalls):
         too_long.system_properties.orphaned_transaction_recovery_duration.seconds = 3601
         sent = await self._unary("SendMessage", rpc.SendMessageRequest(messages=[too_long]))
         self.assertEqual(sent.status.code, pb.Code.BAD_REQUEST)
-
-    def _open_telemetry(self, settings: pb.Settings) -> tuple[Any, queue.Queue[Any]]:
-        """A Telemetry stream that stays open until ``None`` is put in the returned queue."""
-        requests: queue.Queue[Any] = queue.Queue()
-        requests.put(rpc.TelemetryCommand(settings=settings))
-
-        def commands() -> Iterator[Any]:
-            while (command := requests.get()) is not None:
-                yield command
-
-        stream = self.stub.Telemetry(commands(), metadata=self.metadata, timeout=30)
-        self.addCleanup(stream.cancel)
-        self.addCleanup(requests.put, None)
-        return stream, requests
 
     async def test_orphaned_transaction_recovered_through_telemetry(self) -> None:
         """The broker's check of an old half message becomes a RecoverOrphanedTransactionCommand on the
