@@ -13,11 +13,13 @@ import os
 import re
 import subprocess
 import sys
+import time
 from typing import Any
 
 from twisted.trial.unittest import SkipTest
 
-from rocketpy.remoting.codes import RequestCode
+from rocketpy.common.message import offset_msg_id
+from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from tests.interop.test_cpp import _SKIP as CPP_SKIP
 from tests.interop.test_cpp import REPO, CppHarness, Rocketpy, query
@@ -63,6 +65,16 @@ class V5Harness(CppHarness):
                                   capture_output=True, text=True, timeout=CHILD_TIMEOUT)
         except subprocess.TimeoutExpired as e:
             self.fail(f"5.x client {args!r} timed out:\n{e.stderr!r}\n--- rocketpy ---\n{self.rocketpy.log_tail()}")
+
+    def spawn_v5(self, *args: str) -> subprocess.Popen[str]:
+        """Start the 5.x harness in the background (killed at the test's end)."""
+        env = dict(os.environ, HOME=self.home)
+        env.pop("PYTHONPATH", None)
+        child = subprocess.Popen([self.python5, HARNESS, *args, "--endpoint", self.endpoint], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(child.communicate)
+        self.addCleanup(child.kill)
+        return child
 
     def v5(self, *args: str) -> list[dict[str, Any]]:
         """Run the 5.x harness; its JSON events (a failure shows its stderr and rocketpy's log)."""
@@ -166,6 +178,30 @@ class V5TransactionTests(V5Harness):
         if CPP_SKIP is None:
             cpp = self.consume("TT", "GT4", 2)
             self.assertEqual(sorted(base64.b64decode(e["body"]) for e in cpp), [b"commit-1", b"unknown-3"])
+
+
+class V5CommandTests(V5Harness):
+    """The broker's requests to a live official 5.x consumer over its Telemetry stream."""
+
+    def test_unanswered_verify_times_out_for_the_admin(self) -> None:
+        """mqadmin consumeMessage to a 5.x PushConsumer becomes a VerifyMessageCommand; the official
+        Python client does not answer it, so the admin gets CONSUME_MSG_TIMEOUT after 5 s, not a hang."""
+        self.v5("produce", "--topic", "TV", "--count", "1")
+        self.spawn_v5("push", "--topic", "TV", "--group", "GV", "--expect", "99", "--timeout", "40")
+        connections = RemotingCommand.request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "GV"})
+        deadline = time.monotonic() + 20
+        while (listed := query(self.rocketpy.broker_port, connections)).code != 0:
+            self.assertLess(time.monotonic(), deadline, "the 5.x consumer never registered")
+            time.sleep(0.2)
+        [client_id] = re.findall(r'"clientId":"([^"]+)"', listed.body.decode())
+        first_message = offset_msg_id(("127.0.0.1", self.rocketpy.broker_port), 0)  # a fresh store
+        started = time.monotonic()
+        response = query(self.rocketpy.broker_port, RemotingCommand.request(
+            RequestCode.CONSUME_MESSAGE_DIRECTLY, {"consumerGroup": "GV", "clientId": client_id,
+                                                   "msgId": first_message}), timeout=15)
+        self.assertEqual(response.code, ResponseCode.CONSUME_MSG_TIMEOUT, response.remark)
+        self.assertIn("did not answer the verify_message_command", response.remark or "")
+        self.assertLess(time.monotonic() - started, 10)
 
 
 class V5AclTests(V5Harness):
