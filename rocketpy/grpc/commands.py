@@ -17,7 +17,7 @@ from typing import Any
 
 from rocketpy.broker.heartbeat import SubscriptionData
 from rocketpy.common.fastjson import dump_json
-from rocketpy.common.message import decode_record
+from rocketpy.common.message import MessageExt, decode_record
 from rocketpy.grpc import convert
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
@@ -34,6 +34,15 @@ _DIRECT_RESULTS = {
 REMARK = "from gRPC client"
 
 
+def shown(ext: MessageExt) -> pb.Message:
+    """A stored message as a server command shows it (``GrpcConverter.buildMessage``): as received,
+    without receipt handle or invisibility."""
+    message = convert.to_v2(ext, "", ext.reconsume_times + 1, 0)
+    for name in ("receipt_handle", "invisible_duration"):
+        message.system_properties.ClearField(name)
+    return message
+
+
 def wants_jstack(request: RemotingCommand) -> bool:
     return request.ext_fields.get("jstackEnable", "").lower() == "true"
 
@@ -44,9 +53,7 @@ def command_for(request: RemotingCommand, nonce: str) -> rpc.TelemetryCommand:
     :raises RecordError: for a CONSUME_MESSAGE_DIRECTLY whose body is not a stored message.
     """
     if request.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
-        message = convert.to_v2(decode_record(request.body), "", 1, 0)
-        for name in ("receipt_handle", "invisible_duration"):
-            message.system_properties.ClearField(name)
+        message = shown(decode_record(request.body))
         return rpc.TelemetryCommand(verify_message_command=rpc.VerifyMessageCommand(nonce=nonce, message=message))
     return rpc.TelemetryCommand(print_thread_stack_trace_command=rpc.PrintThreadStackTraceCommand(nonce=nonce))
 

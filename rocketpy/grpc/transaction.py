@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 
 from rocketpy.common.message import MessageExt, MessageSysFlag, decode_offset_msg_id
-from rocketpy.grpc import convert
+from rocketpy.grpc.commands import shown
 from rocketpy.grpc.status import GrpcError
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
@@ -91,8 +91,5 @@ def recover_command(broker_name: str, check: RemotingCommand, half: MessageExt) 
     with the real topic): the message as a consumer would see it, and the id of the checked copy."""
     fields = check.ext_fields
     where = TransactionId(broker_name, int(fields["commitLogOffset"]), int(fields["tranStateTableOffset"]))
-    message = convert.to_v2(half, "", 1, 0)
-    for name in ("receipt_handle", "invisible_duration", "delivery_attempt"):
-        message.system_properties.ClearField(name)
     return rpc.TelemetryCommand(recover_orphaned_transaction_command=rpc.RecoverOrphanedTransactionCommand(
-        message=message, transaction_id=where.encode()))
+        message=shown(half), transaction_id=where.encode()))
