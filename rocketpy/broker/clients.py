@@ -246,8 +246,12 @@ class ProducerManager:
         return list(self._groups.get(group_name, {}).values())
 
     def get_available_channel(self, group_name: str) -> IChannel | None:
-        """One live connection of the group (the newest heartbeat), or None."""
-        infos = self.channels_of(group_name)
+        """One live connection of the group (the newest heartbeat), or None.
+
+        A channel that says it cannot take a request now (``writable`` False: a 5.x client without
+        its Telemetry stream) is passed over, as Java's ``getAvailableChannel`` skips unwritable ones.
+        """
+        infos = [i for i in self.channels_of(group_name) if getattr(i.channel, "writable", True)]
         return max(infos, key=lambda i: i.last_update).channel if infos else None
 
     def groups(self) -> list[str]:

@@ -66,6 +66,11 @@ class GrpcClientChannel:
         #: calls waiting for the client's answer, by nonce: the request and its response Deferred
         self._waiting: dict[str, tuple[RemotingCommand, Deferred[RemotingCommand]]] = {}
 
+    @property
+    def writable(self) -> bool:
+        """Whether the broker's requests can reach the client now (its Telemetry stream is open)."""
+        return self.stream is not None
+
     def attach(self, stream: TelemetryStream) -> None:
         """Server commands go down ``stream`` from now on."""
         self.stream = stream

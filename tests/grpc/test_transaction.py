@@ -144,3 +144,30 @@ class GrpcTransactionTests(GrpcCalls):
         channel = self.broker.producers.get_available_channel("TX")
         assert channel is not None
         await self._until(lambda: getattr(channel, "stream") is None)
+
+    async def test_check_goes_to_a_producer_with_a_stream(self) -> None:
+        """Of two producers of the topic, the one whose Telemetry stream ended is passed over even
+        with the newer heartbeat (Java's getAvailableChannel skips unwritable channels)."""
+        await self._start()
+        publishing = pb.Settings(client_type=pb.ClientType.PRODUCER,
+                                 publishing=pb.Publishing(topics=[pb.Resource(name="TX")]))
+        stream, _ = self._open_telemetry(publishing)
+        await self._call(next, stream)
+        gone = [("x-mq-client-id", "gone-client@2")]
+
+        def exchange_and_end() -> Any:
+            return list(self.stub.Telemetry(iter([rpc.TelemetryCommand(settings=publishing)]), metadata=gone))
+
+        await self._call(exchange_and_end)
+        beat = await self._call(self.stub.Heartbeat, rpc.HeartbeatRequest(client_type=pb.ClientType.PRODUCER), None,
+                                gone)
+        self.assertEqual(beat.status.code, pb.Code.OK)
+        self.assertEqual(sorted(i.client_id for i in self.broker.producers.channels_of("TX")),
+                         ["gone-client@2", "test-client@1"])
+        await self._until(lambda: len([i for i in self.broker.producers.channels_of("TX")
+                                        if getattr(i.channel, "writable")]) == 1)
+        entry = await self._send_half(self._half("TX", b"orphan", born_ms=int(time.time() * 1000) - 60_000))
+        await self.broker.transaction_check.check()
+        command = await self._call(next, stream)
+        self.assertEqual(command.recover_orphaned_transaction_command.message.system_properties.message_id,
+                         entry.message_id)
