@@ -8,13 +8,17 @@ op record (``RMQ_SYS_TRANS_OP_HALF_TOPIC``, tag ``d``, body = half queue offset)
 both outcomes. :class:`TransactionCheckService` walks the half queue every
 ``check_interval``: a message without an op record older than ``timeout`` is put back at
 the end of the half queue with ``TRANSACTION_CHECK_TIMES`` + 1 and its producer group is
-asked with CHECK_TRANSACTION_STATE (39); after ``check_max`` checks it goes to
-``TRANS_CHECK_MAX_TIME_TOPIC``. Its two queue offsets live in ``consumerOffset.json``
+asked with CHECK_TRANSACTION_STATE (39); after ``check_max`` checks (or ``max_age`` after its
+birth) it goes to ``TRANS_CHECK_MAX_TIME_TOPIC``. A message with ``CHECK_IMMUNITY_TIME_IN_SECONDS``
+(a 5.x client's orphaned-transaction recovery duration) is instead put back unasked until that
+time has passed, and its producer's own END_TRANSACTION after it is refused (ILLEGAL_OPERATION,
+Java 5): the check decides it. Its two queue offsets live in ``consumerOffset.json``
 (group ``CID_SYS_RMQ_TRANS``), so a restart resumes where it stopped.
 """
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -53,8 +57,38 @@ _MASK = MessageSysFlag.TRANSACTION_MASK
 NO_HALF_MESSAGE = "Find prepared transaction message failed"
 WRONG_GROUP = "The producer group wrong"
 WRONG_OFFSET = "The transaction state table offset wrong"
+#: END_TRANSACTION's refusal of a producer's own decision after the message's immunity time
+TOO_LATE = "the transaction outlived its check immunity time: the broker's check decides it"
 _DROPPED = (MessageConst.TRANSACTION_PREPARED, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID,
             MessageConst.TRANSACTION_CHECK_TIMES)
+_LONG = re.compile(r"-?[0-9]{1,18}")
+
+
+def _immunity_seconds(half: MessageExt) -> int | None:
+    """``CHECK_IMMUNITY_TIME_IN_SECONDS`` as a number: None when absent or empty, -1 when unreadable
+    (Java's ``getLong``)."""
+    text = half.properties.get(MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS)
+    if not text:
+        return None
+    return int(text) if _LONG.fullmatch(text) else -1
+
+
+def check_immunity_ms(half: MessageExt, timeout_ms: int) -> int | None:
+    """How long after its birth the check leaves ``half`` unasked: its immunity seconds (-1 or
+    unreadable: ``timeout_ms``), None without any (Java's ``TransactionalMessageServiceImpl.getImmunityTime``)."""
+    seconds = _immunity_seconds(half)
+    if seconds is None:
+        return None
+    return timeout_ms if seconds == -1 else seconds * 1000
+
+
+def too_late_for_producer(half: MessageExt, now_ms: int, timeout_ms: int) -> bool:
+    """A producer's own END_TRANSACTION for ``half`` comes after its immunity time (at least
+    ``timeout_ms``): Java 5's ``EndTransactionProcessor.rejectCommitOrRollback``."""
+    seconds = _immunity_seconds(half)
+    if seconds is None:
+        return False
+    return now_ms - half.born_timestamp > max(seconds * 1000, timeout_ms)
 
 
 def is_half(msg: MessageExt) -> bool:
@@ -189,15 +223,20 @@ class EndTransactionProcessor:
     """END_TRANSACTION (37): commit or roll back a half message.
 
     :param tx: the shared transaction store.
+    :param clock: tells a producer's late decision (``too_late_for_producer``).
     :param writable: tells whether the broker takes writes (a slave answers SLAVE_NOT_AVAILABLE).
+    :param timeout: the check's ``transaction_timeout`` in seconds, the least immunity time.
     """
 
     log = Logger()
     codes = (RequestCode.END_TRANSACTION,)
 
-    def __init__(self, tx: TransactionStore, writable: Any = lambda: True) -> None:
+    def __init__(self, tx: TransactionStore, clock: IReactorTime, writable: Any = lambda: True,
+                 timeout: float = 6.0) -> None:
         self._tx = tx
+        self._clock = clock
         self._writable = writable
+        self._timeout_ms = int(timeout * 1000)
 
     def reject_request(self) -> bool:
         return False
@@ -219,6 +258,9 @@ class EndTransactionProcessor:
             first = _first_offset(half)
             if first in self._tx.decided:  # a late or repeated answer: the transaction already ended
                 self.log.info("END_TRANSACTION {msg_id}: already ended", msg_id=header.msg_id)
+            elif not header.from_transaction_check and too_late_for_producer(
+                    half, int(self._clock.seconds() * 1000), self._timeout_ms):
+                raise Rejected(ResponseCode.ILLEGAL_OPERATION, TOO_LATE)
             elif kind == MessageSysFlag.TRANSACTION_COMMIT_TYPE:
                 status = await self._tx.put(committed_message(half, header.commit_log_offset))
                 if status not in STORED:
@@ -252,21 +294,25 @@ class TransactionCheckService(Service):
     :param offsets: keeps the half and op queue offsets (group ``CID_SYS_RMQ_TRANS``).
     :param clock: times the checks and measures message age.
     :param check_interval: seconds between checks (60).
-    :param timeout: seconds a half message is left alone after it was born (6).
+    :param timeout: seconds a half message is left alone after it was born (6), unless it
+        carries its own ``CHECK_IMMUNITY_TIME_IN_SECONDS``.
     :param check_max: checks before a message is given up (15).
+    :param max_age: seconds after its birth a half message is given up unasked (the store's
+        ``file_reserved_time``, 72 h: Java's ``needSkip``).
     """
 
     log = Logger()
 
     def __init__(self, tx: TransactionStore, producers: ProducerManager, offsets: ConsumerOffsetManager,
                  clock: IReactorTime, check_interval: float = 60.0, timeout: float = 6.0,
-                 check_max: int = 15) -> None:
+                 check_max: int = 15, max_age: float = 72 * 3600.0) -> None:
         self._tx = tx
         self._producers = producers
         self._offsets = offsets
         self._clock = clock
         self._timeout_ms = int(timeout * 1000)
         self._check_max = check_max
+        self._max_age_ms = int(max_age * 1000)
         self._interval = check_interval
         self._loop = LoopingCall(self.check)
         self._loop.clock = clock
@@ -317,10 +363,8 @@ class TransactionCheckService(Service):
                 continue
             msgs, _ = await self._tx.read(TRANS_HALF_TOPIC, half_offset, half_offset + 1)
             if msgs and _first_offset(msgs[0]) not in done:  # else: a copy whose original was decided
-                if now_ms - msgs[0].born_timestamp < self._timeout_ms:
-                    break  # this one and all later ones are too young
-                if not await self._resolve(msgs[0]):
-                    break  # the store refused the put-back: try again next pass
+                if not await self._visit(msgs[0], now_ms):
+                    break
             half_offset += 1
         self._commit(TRANS_HALF_TOPIC, half_offset)
         self._commit(TRANS_OP_HALF_TOPIC, op_offset)
@@ -354,27 +398,59 @@ class TransactionCheckService(Service):
             new_op_offset += 1
         return done, new_op_offset
 
+    async def _visit(self, half: MessageExt, now_ms: int) -> bool:
+        """An undecided half message: given up, put back unasked, checked, or left for the next pass.
+
+        As Java's ``TransactionalMessageServiceImpl.check``: one born ``max_age`` ago is given up;
+        one with an immunity time is put back unasked (the pass goes on) until that time has passed;
+        one without is left (with all later ones: the pass ends) until ``timeout`` has passed. Unlike
+        Java, an unasked put-back is not counted as a check (apache/rocketmq#8311: there, 15 of them
+        give a message up before its producer was ever asked).
+
+        :return: False to end the pass (too young, or the store refused a put: tried again next pass).
+        """
+        age = now_ms - half.born_timestamp
+        if age > self._max_age_ms:
+            return await self._give_up(half, f"born {age // 3_600_000} h ago")
+        immunity = check_immunity_ms(half, self._timeout_ms)
+        if immunity is None:
+            if 0 <= age <= self._timeout_ms:  # born in the future (clock skew): checked now, as Java
+                return False
+        elif age <= immunity:
+            return await self._put_back(half, dict(half.properties)) is not None
+        return await self._resolve(half)
+
     async def _resolve(self, half: MessageExt) -> bool:
         """Put ``half`` back (one more check) and ask its producer, or give it up; False if not stored."""
         props = dict(half.properties)
         times = int(props.get(MessageConst.TRANSACTION_CHECK_TIMES, "0") or 0)
         if times >= self._check_max:
-            self.log.warn("half message {id} undecided after {n} checks: to {topic}",
-                          id=props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX), n=times,
-                          topic=TRANS_CHECK_MAX_TIME_TOPIC)
-            given_up = _copy(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, props, half.sys_flag)
-            return await self._tx.put(given_up) in STORED
+            return await self._give_up(half, f"undecided after {times} checks")
         props[MessageConst.TRANSACTION_CHECK_TIMES] = str(times + 1)
+        copy = await self._put_back(half, props)
+        if copy is None:
+            return False
+        self._ask(copy)
+        return True
+
+    async def _give_up(self, half: MessageExt, why: str) -> bool:
+        """``half`` to ``TRANS_CHECK_MAX_TIME_TOPIC`` (RESUME_CHECK_HALF_MESSAGE brings it back)."""
+        self.log.warn("half message {id} {why}: to {topic}", id=half.properties.get(
+            MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX), why=why, topic=TRANS_CHECK_MAX_TIME_TOPIC)
+        given_up = _copy(half, TRANS_CHECK_MAX_TIME_TOPIC, 0, dict(half.properties), half.sys_flag)
+        return await self._tx.put(given_up) in STORED
+
+    async def _put_back(self, half: MessageExt, props: dict[str, str]) -> MessageExt | None:
+        """A copy of ``half`` with ``props`` at the end of the half queue, naming its first copy; None if not stored."""
         props.setdefault(MessageConst.TRAN_PREPARED_QUEUE_OFFSET, str(half.queue_offset))
         copy = _copy(half, TRANS_HALF_TOPIC, 0, props, half.sys_flag)
         result = await self._tx.store.put_message(copy)
         if result.status not in STORED or result.append is None:
-            return False
+            return None
         copy.queue_offset = result.append.queue_offset
         copy.commit_log_offset = result.append.wrote_offset
         copy.store_timestamp = result.append.store_timestamp
-        self._ask(copy)
-        return True
+        return copy
 
     def _ask(self, half: MessageExt) -> None:
         """CHECK_TRANSACTION_STATE to one live producer of the half message's group."""

@@ -332,6 +332,8 @@ class Messaging:
             cast(Any, _Channel(ctx.peer)), end_request(request, where)))
         if response is None or response.code == ResponseCode.SUCCESS:  # None: unknown state, nothing to do
             return rpc.EndTransactionResponse(status=ok())
+        if response.code == ResponseCode.ILLEGAL_OPERATION:  # after its recovery duration: the check decides
+            raise GrpcError(pb.Code.PRECONDITION_FAILED, response.remark or "too late")
         if response.remark in _NOT_A_TRANSACTION:
             raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, f"{response.remark}: transaction "
                                                             f"{request.transaction_id} of topic {name}")

@@ -33,18 +33,23 @@ class TransactionTestCase(SynchronousTestCase):
         self.topics = TopicConfigManager(self.clock)
         self.send = SendMessageProcessor(self.store, self.topics, STORE_HOST)
         self.tx = TransactionStore(self.store, STORE_HOST)
-        self.end = EndTransactionProcessor(self.tx)
+        self.end = EndTransactionProcessor(self.tx, self.clock)
         self.channel = FakeChannel()
 
-    def send_half(self, body: bytes = b"order", delay: bool = False) -> dict[str, str]:
-        """A PREPARED send as the Java client makes it; the response's ext fields."""
+    def send_half(self, body: bytes = b"order", delay: bool = False, immunity: str | None = None,
+                  born_in: float = 0) -> dict[str, str]:
+        """A PREPARED send as the Java client makes it (``immunity``: its CHECK_IMMUNITY_TIME_IN_SECONDS;
+        born ``born_in`` seconds from now); the response's ext fields."""
         props = {MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: "PG",
                  MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "UNIQ" + body.decode(), MessageConst.TAGS: "T"}
         if delay:
             props[MessageConst.DELAY_TIME_LEVEL] = "3"
+        if immunity is not None:
+            props[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS] = immunity
         fields = to_fields(
             producerGroup="PG", topic="Orders", defaultTopic="TBW102", defaultTopicQueueNums=4, queueId=2,
-            sysFlag=MessageSysFlag.TRANSACTION_PREPARED_TYPE, bornTimestamp=int(self.clock.seconds() * 1000),
+            sysFlag=MessageSysFlag.TRANSACTION_PREPARED_TYPE,
+            bornTimestamp=int((self.clock.seconds() + born_in) * 1000),
             flag=0, properties=properties_to_string(props),
         )
         request = RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, body)
@@ -128,20 +133,21 @@ class HalfAndEndTests(TransactionTestCase):
                          ResponseCode.SYSTEM_ERROR)
         self.assertEqual(self.end_code({**sent, "commitLogOffset": "999999"}, COMMIT),
                          ResponseCode.SYSTEM_ERROR)
-        self.end = EndTransactionProcessor(self.tx, writable=lambda: False)
+        self.end = EndTransactionProcessor(self.tx, self.clock, writable=lambda: False)
         self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SLAVE_NOT_AVAILABLE)
         self.assertEqual((self.real(), self.ops()), ([], []))
 
 
-class CheckBackTests(TransactionTestCase):
+class CheckBackTestCase(TransactionTestCase):
     def setUp(self) -> None:
         super().setUp()
         self.producers = ProducerManager(self.clock)
         self.producers.register_producer("PG", ClientChannelInfo(self.channel, "client-1"))
         self.offsets = ConsumerOffsetManager()
 
-    def checker(self, check_max: int = 15) -> TransactionCheckService:
-        service = TransactionCheckService(self.tx, self.producers, self.offsets, self.clock, 60.0, 6.0, check_max)
+    def checker(self, check_max: int = 15, max_age: float = 72 * 3600.0) -> TransactionCheckService:
+        service = TransactionCheckService(self.tx, self.producers, self.offsets, self.clock, 60.0, 6.0, check_max,
+                                          max_age)
         service.startService()
         self.addCleanup(service.stopService)
         return service
@@ -149,6 +155,11 @@ class CheckBackTests(TransactionTestCase):
     def checks(self) -> list[RemotingCommand]:
         return [r for r in self.channel.sent if r.code == RequestCode.CHECK_TRANSACTION_STATE]
 
+    def checked(self) -> list[bytes]:
+        return [decode_record(c.body).body for c in self.checks()]
+
+
+class CheckBackTests(CheckBackTestCase):
     def test_undecided_message_is_checked(self) -> None:
         """After 60 s an undecided half message is put back (check 1) and its producer asked, oneway."""
         self.send_half()
@@ -252,3 +263,80 @@ class CheckBackTests(TransactionTestCase):
         self.checker()
         self.clock.advance(60)
         self.assertEqual([decode_record(c.body).body for c in self.checks()], [b"b", b"b"])
+
+
+class ImmunityTests(CheckBackTestCase):
+    """``CHECK_IMMUNITY_TIME_IN_SECONDS`` (4.x producers; a 5.x client's orphaned-transaction recovery duration)."""
+
+    def test_first_check_waits_for_the_immunity_time(self) -> None:
+        """Put back unasked and uncounted each pass until 300 s have passed; later messages are checked meanwhile."""
+        self.send_half(b"immune", immunity="300")
+        self.checker()
+        self.clock.advance(10)
+        self.send_half(b"plain")
+        self.clock.pump([50] + [60] * 4)  # passes at 60 .. 300 s
+        self.assertEqual(self.checked(), [b"plain"] * 5)  # undecided: asked every pass
+        copies = [m for m in read_queue(self, self.store, TRANS_HALF_TOPIC) if m.body == b"immune"]
+        self.assertEqual(len(copies), 6)  # the original and one unasked put-back per pass
+        for copy in copies[1:]:
+            self.assertEqual(copy.properties[MessageConst.TRAN_PREPARED_QUEUE_OFFSET], "0")
+            self.assertNotIn(MessageConst.TRANSACTION_CHECK_TIMES, copy.properties)
+        self.clock.advance(60)
+        [shown] = [m for m in map(decode_record, (c.body for c in self.checks())) if m.body == b"immune"]
+        self.assertEqual(shown.properties[MessageConst.TRANSACTION_CHECK_TIMES], "1")
+
+    def test_producer_decides_within_the_immunity_time(self) -> None:
+        """The producer's own commit of the first copy, after put-backs, ends the put-backs: never asked."""
+        sent = self.send_half(immunity="600")
+        self.checker()
+        self.clock.pump([60] * 2)
+        self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
+        before = self.store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)
+        self.clock.pump([60] * 12)
+        self.assertEqual((self.checks(), len(self.real())), ([], 1))
+        self.assertEqual(self.store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0), before)
+
+    def test_immunity_shorter_than_the_timeout(self) -> None:
+        """1 s of immunity checks a message born 3 s before the pass, which the 6 s timeout would leave;
+        -1 (and an unreadable value) means the timeout."""
+        self.checker()
+        self.clock.advance(57)
+        self.send_half(b"short", immunity="1")
+        self.send_half(b"default", immunity="-1")
+        self.send_half(b"garbage", immunity="soon")
+        self.clock.advance(3)
+        self.assertEqual(self.checked(), [b"short"])
+        self.clock.advance(60)
+        self.assertEqual(self.checked(), [b"short", b"short", b"default", b"garbage"])  # short: asked again
+
+    def test_late_producer_decision_is_refused(self) -> None:
+        """After the immunity time (at least the 6 s timeout) the producer's own END_TRANSACTION gets
+        ILLEGAL_OPERATION and changes nothing; an answer to a check still commits (Java 5)."""
+        late = self.send_half(b"late", immunity="120")
+        short = self.send_half(b"short", immunity="1")
+        plain = self.send_half(b"plain")
+        self.clock.advance(5)
+        self.assertEqual(self.end_code(short, ROLLBACK), ResponseCode.SUCCESS)  # 5 s < the 6 s timeout
+        self.clock.advance(116)
+        self.assertEqual(self.end_code(late, COMMIT), ResponseCode.ILLEGAL_OPERATION)
+        self.assertEqual(self.end_code(late, ROLLBACK), ResponseCode.ILLEGAL_OPERATION)
+        self.assertEqual((self.real(), self.ops()), ([], [b"1"]))
+        self.assertEqual(self.end_code(plain, COMMIT), ResponseCode.SUCCESS)  # no immunity: never late
+        self.assertEqual(self.end_code(late, COMMIT, check=True), ResponseCode.SUCCESS)
+        self.assertEqual([m.body for m in self.real()], [b"plain", b"late"])
+
+    def test_given_up_unasked_after_max_age(self) -> None:
+        """A half message born longer ago than the store keeps files is given up without a check (needSkip)."""
+        self.send_half(immunity="3600")
+        self.checker(max_age=100)
+        self.clock.pump([60] * 3)
+        self.assertEqual(self.checks(), [])
+        [dropped] = read_queue(self, self.store, TRANS_CHECK_MAX_TIME_TOPIC)
+        self.assertEqual(dropped.body, b"order")
+
+    def test_born_in_the_future_is_checked_at_once(self) -> None:
+        """A producer clock ahead of the broker's does not hold the check back (Java checks a negative age)."""
+        self.send_half(b"ahead", born_in=600)
+        self.checker()
+        self.clock.advance(60)
+        self.assertEqual(self.checked(), [b"ahead"])

@@ -8,6 +8,7 @@ from typing import Any
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from rocketpy.common.message import MessageConst, decode_record
 from rocketpy.common.topic import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketpy.grpc.status import GrpcError
 from rocketpy.grpc.transaction import TransactionId
@@ -29,11 +30,13 @@ class TransactionIdTests(SynchronousTestCase):
 class GrpcTransactionTests(GrpcCalls):
     """A TRANSACTION send is a half message until EndTransaction; the broker's check reaches the producer."""
 
-    def _half(self, topic: str, body: bytes, born_ms: int | None = None) -> pb.Message:
+    def _half(self, topic: str, body: bytes, born_ms: int | None = None, recovery_s: int | None = None) -> pb.Message:
         msg = self._message(topic, body)
         msg.system_properties.message_type = pb.MessageType.TRANSACTION
         if born_ms is not None:
             msg.system_properties.born_timestamp.FromMilliseconds(born_ms)
+        if recovery_s is not None:
+            msg.system_properties.orphaned_transaction_recovery_duration.seconds = recovery_s
         return msg
 
     async def _send_half(self, msg: pb.Message) -> Any:
@@ -171,3 +174,35 @@ class GrpcTransactionTests(GrpcCalls):
         command = await self._call(next, stream)
         self.assertEqual(command.recover_orphaned_transaction_command.message.system_properties.message_id,
                          entry.message_id)
+
+    async def test_recovery_duration_delays_the_check(self) -> None:
+        """A transaction is not checked before its orphaned_transaction_recovery_duration has passed
+        (CHECK_IMMUNITY_TIME_IN_SECONDS); after it, the producer's own EndTransaction is refused and
+        the answer to the check decides (Java 5's EndTransactionProcessor)."""
+        await self._start()
+        stream, _ = self._open_telemetry(pb.Settings(
+            client_type=pb.ClientType.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="TX")])))
+        await self._call(next, stream)
+        born = int(time.time() * 1000) - 60_000
+        await self._send_half(self._half("TX", b"recovering", born_ms=born, recovery_s=3600))
+        orphan = await self._send_half(self._half("TX", b"orphan", born_ms=born))
+        late = await self._send_half(self._half("TX", b"late", born_ms=born, recovery_s=30))
+        await self.broker.transaction_check.check()
+
+        asked = [await self._call(next, stream) for _ in range(2)]  # written in half queue order during the check
+        recovers = [c.recover_orphaned_transaction_command for c in asked]
+        self.assertEqual([r.message.body for r in recovers], [b"orphan", b"late"])
+        found = await self.broker.store.get_message("TEST", TRANS_HALF_TOPIC, 0, 0, 100)
+        halves = [decode_record(r) for r in found.records]
+        [put_back] = [m for m in halves[3:] if m.body == b"recovering"]  # unasked, uncounted
+        self.assertNotIn(MessageConst.TRANSACTION_CHECK_TIMES, put_back.properties)
+        self.assertEqual(put_back.properties[MessageConst.CHECK_IMMUNITY_TIME_IN_SECONDS], "3600")
+
+        refused = await self._end("TX", late, pb.TransactionResolution.COMMIT)
+        self.assertEqual(refused.status.code, pb.Code.PRECONDITION_FAILED, refused)
+        self.assertEqual(self._stored("TX"), 0)
+        for entry, recover in zip((orphan, late), recovers):
+            done = await self._end("TX", entry, pb.TransactionResolution.COMMIT, recover.transaction_id,
+                                   pb.TransactionSource.SOURCE_SERVER_CHECK)
+            self.assertEqual(done.status.code, pb.Code.OK, done)
+        self.assertEqual(self._stored("TX"), 2)
