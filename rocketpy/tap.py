@@ -181,7 +181,7 @@ class Options(usage.Options):
         ["transaction-timeout", None, None, "ms a half message waits before its first check [default: 6000]"],
         ["config", "c", None, "key=value file (option names or RocketMQ broker.conf names)"],
         ["acl-file", None, None, "plain_acl.yml of --acl-enable, re-read when it changes (doc/security.md)"],
-        ["tls-mode", None, None, "disabled | permissive (TLS and plain TCP) | enforcing (TLS only) "
+        ["tls-mode", None, None, "disabled | permissive (TLS and plain TCP; gRPC: plain only) | enforcing (TLS only) "
          "[default: enforcing with --tls-cert, else disabled]"],
         ["tls-cert", None, None, "PEM certificate of the broker and name server ports"],
         ["tls-key", None, None, "PEM private key of --tls-cert"],
@@ -374,7 +374,7 @@ def _grpc_service(reactor: Any, options: Options, broker: Any, delays_ms: list[i
         return None
     return GrpcService(reactor, options["grpc-listen"],
                        lambda: broker_messaging(reactor, broker, delays_ms, options["grpc-advertised"]),
-                       broker_access(broker))
+                       broker_access(broker), options.get("tls"))
 
 
 def makeService(options: Options, reactor: Any = None) -> OrderedServices:

@@ -33,6 +33,7 @@ from rocketpy.grpc.status import GrpcError, status
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.grpc.v2 import service_pb2_grpc
 from rocketpy.grpc.v2.definition_pb2 import Code
+from rocketpy.remoting.tls import ServerTLS
 from rocketpy.util.ratelimit import EveryFewSeconds
 from rocketpy.util.wakeups import CoalescedJobs
 
@@ -268,14 +269,19 @@ class GrpcService(Service):
 
     :param make_messaging: builds the Messaging on the reactor at start (the broker is started by then).
     :param access: the plain ACL check of every request (``--acl-enable``), None for none.
+    :param tls: the broker's ``--tls-*`` settings: ``enforcing`` serves TLS only (client
+        certificates required with a client CA); ``permissive`` and ``disabled`` serve plaintext
+        (grpcio cannot serve both on one port; doc/grpc.md, "TLS").
     """
 
     log = Logger()
 
     def __init__(self, reactor: Any, listen: str, make_messaging: Callable[[], Messaging],
-                 access: GrpcAccessCheck | None = None) -> None:
+                 access: GrpcAccessCheck | None = None, tls: ServerTLS | None = None) -> None:
         self._reactor = reactor
         self._access = access
+        self._tls = tls if tls is not None and tls.mode == "enforcing" else None
+        self._permissive = tls is not None and tls.mode == "permissive"
         self._address = listen_address(listen)
         self._make_messaging = make_messaging
         self.messaging: Messaging | None = None
@@ -310,14 +316,23 @@ class GrpcService(Service):
         thread.start()
         servicer = Servicer(self.messaging, ReactorHop(self._reactor), self._access, self._reactor)
         self.port = await self._in_loop(self._serve(servicer))
-        self.log.info("gRPC (RocketMQ 5.x) endpoint listening on {address} (port {port})",
-                      address=self._address, port=self.port)
+        if self._permissive:
+            self.log.warn("--tls-mode permissive: the gRPC endpoint {address} speaks plaintext only (grpcio "
+                          "cannot serve TLS and plaintext on one port); --tls-mode enforcing makes it TLS only",
+                          address=self._address)
+        security = "plaintext" if self._tls is None else (
+            "TLS only, client certificates required" if self._tls.ca else "TLS only")
+        self.log.info("gRPC (RocketMQ 5.x) endpoint listening on {address} (port {port}, {security})",
+                      address=self._address, port=self.port, security=security)
 
     async def _serve(self, servicer: Servicer) -> int:
         server = self._server = grpc.aio.server(
             options=[("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_SIZE)])
         service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)
-        port = server.add_insecure_port(self._address)
+        if self._tls is None:
+            port = server.add_insecure_port(self._address)
+        else:  # the files are read here, on the loop thread
+            port = server.add_secure_port(self._address, server_credentials(self._tls))
         await server.start()
         return port
 
@@ -377,6 +392,16 @@ class GrpcService(Service):
 
         future.add_done_callback(done)
         return d
+
+
+def server_credentials(tls: ServerTLS) -> grpc.ServerCredentials:
+    """grpcio's credentials for ``tls``: its certificate and key; with a client CA, client
+    certificates it signed are required (as the 4.x ports with ``--tls-ca``).
+
+    :raises TLSConfigError: a file cannot be read.
+    """
+    cert, key, ca = tls.pem()
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
 
 
 def _chain(d: Deferred[Any]) -> Deferred[None]:

@@ -87,6 +87,14 @@ class ServerTLS:
             return private.options()
         return private.options(load_certificate(self.ca))  # requires and verifies client certificates
 
+    def pem(self) -> tuple[bytes, bytes, bytes | None]:
+        """The certificate, key and client CA files' bytes (for servers other than Twisted's: gRPC).
+
+        :raises TLSConfigError: a file cannot be read.
+        """
+        ca = _read(self.ca, "client CA certificate") if self.ca else None
+        return _read(self.cert, "certificate"), _read(self.key, "private key"), ca
+
     def client(self) -> ClientTLS:
         """How this server's process connects to its peers (a broker to its name servers): presenting
         its own certificate, trusting the client CA if given, else its own certificate."""

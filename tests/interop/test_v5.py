@@ -39,9 +39,10 @@ producer.shutdown()
 
 
 class V5Harness(CppHarness):
-    """A rocketpy process (with ``extra`` options) and the 5.x client harness against it."""
+    """A rocketpy process (with ``extra`` options) and the 5.x client harness against it (with ``child_env``)."""
 
     extra: tuple[str, ...] = ()
+    child_env: dict[str, str] = {}
 
     def setUp(self) -> None:
         try:
@@ -51,14 +52,17 @@ class V5Harness(CppHarness):
         self.workdir = os.path.abspath(self.mktemp())
         self.home = os.path.join(self.workdir, "home")
         os.makedirs(self.home)
-        self.rocketpy = Rocketpy(self.workdir, extra=self.extra, grpc=True)
+        self.rocketpy = self.make_rocketpy()
         self.addCleanup(self.rocketpy.stop)
         self.rocketpy.start()
         self.endpoint = f"127.0.0.1:{self.rocketpy.grpc_port}"
 
+    def make_rocketpy(self) -> Rocketpy:
+        return Rocketpy(self.workdir, extra=self.extra, grpc=True)
+
     def run_v5(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run the 5.x harness to its end (a timeout fails the test, with rocketpy's log)."""
-        env = dict(os.environ, HOME=self.home)
+        env = dict(os.environ, HOME=self.home, **self.child_env)
         env.pop("PYTHONPATH", None)  # the venv's rocketmq, not the C++ wrapper or this repo
         try:
             return subprocess.run([self.python5, HARNESS, *args, "--endpoint", self.endpoint], env=env,
@@ -68,7 +72,7 @@ class V5Harness(CppHarness):
 
     def spawn_v5(self, *args: str) -> subprocess.Popen[str]:
         """Start the 5.x harness in the background (killed at the test's end)."""
-        env = dict(os.environ, HOME=self.home)
+        env = dict(os.environ, HOME=self.home, **self.child_env)
         env.pop("PYTHONPATH", None)
         child = subprocess.Popen([self.python5, HARNESS, *args, "--endpoint", self.endpoint], env=env,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -85,8 +89,9 @@ class V5Harness(CppHarness):
                       f"--- rocketpy ---\n{self.rocketpy.log_tail()}")
         return events
 
-    def received(self, topic: str, group: str, expect: int) -> list[dict[str, Any]]:
-        events = self.v5("consume", "--topic", topic, "--group", group, "--expect", str(expect), "--timeout", "30")
+    def received(self, topic: str, group: str, expect: int, *more: str) -> list[dict[str, Any]]:
+        events = self.v5("consume", "--topic", topic, "--group", group, "--expect", str(expect), "--timeout", "30",
+                         *more)
         return [e for e in events if e["event"] == "message"]
 
 
@@ -225,3 +230,59 @@ class V5AclTests(V5Harness):
         self.assertNotEqual(refused.returncode, 0)
         self.assertNotIn('"event": "sent"', refused.stdout)
         self.assertIn("Check signature failed for accessKey=RocketMQ", self.rocketpy.log_tail())
+
+
+class TLSRocketpy(Rocketpy):
+    """A rocketpy process with ``--tls-mode enforcing``: ready once its gRPC port completes a TLS
+    handshake trusting ``trust`` (its 4.x ports speak only TLS, which the name server query does not)."""
+
+    def __init__(self, workdir: str, trust: str, extra: tuple[str, ...]) -> None:
+        super().__init__(workdir, extra=extra, grpc=True)
+        with open(trust, "rb") as f:
+            self.trust = f.read()
+
+    def _wait_registered(self) -> None:
+        import grpc
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"rocketpy exited with {self.process.returncode}:\n{self.log_tail()}")
+            channel = grpc.secure_channel(f"127.0.0.1:{self.grpc_port}", grpc.ssl_channel_credentials(self.trust))
+            try:
+                grpc.channel_ready_future(channel).result(timeout=1)
+                return
+            except grpc.FutureTimeoutError:
+                pass
+            finally:
+                channel.close()
+        raise AssertionError(f"rocketpy's gRPC port did not complete a TLS handshake:\n{self.log_tail()}")
+
+
+class V5TLSTests(V5Harness):
+    """The 5.x client with ``tls_enable=True`` against rocketpy with ``--tls-mode enforcing``, trusting the
+    server's certificate through ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` (the client's
+    ``grpc.ssl_channel_credentials()`` takes no CA of its own)."""
+
+    def setUp(self) -> None:
+        from tests.remoting.certs import CertificateSet
+
+        self.certs = CertificateSet(os.path.abspath(self.mktemp()))
+        self.extra = ("--tls-cert", self.certs.self_signed, "--tls-key", self.certs.self_signed_key,
+                      "--tls-mode", "enforcing")
+        self.child_env = {"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": self.certs.self_signed}
+        super().setUp()
+
+    def make_rocketpy(self) -> Rocketpy:
+        return TLSRocketpy(self.workdir, self.certs.self_signed, self.extra)
+
+    def test_tls_producer_and_consumer(self) -> None:
+        """Over TLS: a 5.x Producer's messages reach a 5.x SimpleConsumer; without TLS the client gets nothing sent."""
+        sent = [e for e in self.v5("produce", "--topic", "TS", "--count", "2", "--tls") if e["event"] == "sent"]
+        self.assertEqual(len(sent), 2)
+        got = self.received("TS", "GS", 2, "--tls")
+        self.assertEqual(sorted(e["body"] for e in got), ["v5-0", "v5-1"])
+        plain = self.run_v5("produce", "--topic", "TS")
+        self.assertNotEqual(plain.returncode, 0)
+        self.assertNotIn('"event": "sent"', plain.stdout)

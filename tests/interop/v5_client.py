@@ -9,7 +9,8 @@ message, then ``{"event": "done"}``.
 acks unless ``--no-ack``, prints ``{"event": "message", "body", "tag", "message_id",
 "delivery_attempt", "properties"}`` per message and ``{"event": "done", "count"}`` once it has
 ``--expect`` messages or at ``--timeout``.
-Every command signs its requests with ``--access-key`` / ``--secret-key`` when given.
+Every command signs its requests with ``--access-key`` / ``--secret-key`` when given; ``produce`` and
+``consume`` connect with TLS with ``--tls`` (trusting ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, else grpcio's roots).
 ``push --endpoint E --topic T --group G --expect N [--fail-times K]`` runs a PushConsumer whose
 listener answers FAILURE while a message's delivery attempt is at most K; it prints every
 delivery as ``consume`` does and ``{"event": "done", "count"}`` after N successes or ``--timeout``.
@@ -38,7 +39,8 @@ def emit(**event: Any) -> None:
 def produce(args: argparse.Namespace) -> None:
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
-    producer = Producer(ClientConfiguration(args.endpoint, Credentials(args.access_key, args.secret_key)), (args.topic,))
+    producer = Producer(ClientConfiguration(args.endpoint, Credentials(args.access_key, args.secret_key)), (args.topic,),
+                        tls_enable=args.tls)
     producer.startup()
     try:
         for i in range(args.count):
@@ -66,7 +68,8 @@ def consume(args: argparse.Namespace) -> None:
     )
 
     consumer = SimpleConsumer(ClientConfiguration(args.endpoint, Credentials(args.access_key, args.secret_key)), args.group,
-                              {args.topic: FilterExpression(args.filter)}, await_duration=args.await_duration)
+                              {args.topic: FilterExpression(args.filter)}, await_duration=args.await_duration,
+                              tls_enable=args.tls)
     consumer.startup()
     count = 0
     deadline = time.monotonic() + args.timeout
@@ -187,6 +190,8 @@ def main() -> None:
     c.add_argument("--filter", default="*")
     c.add_argument("--timeout", type=float, default=60)
     c.add_argument("--no-ack", action="store_true")
+    for command in (p, c):
+        command.add_argument("--tls", action="store_true", help="connect with TLS")
     u = sub.add_parser("push")
     u.add_argument("--group", required=True)
     u.add_argument("--expect", type=int, required=True)
