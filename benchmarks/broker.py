@@ -59,9 +59,10 @@ def free_port() -> int:
         return port
 
 
-def start_rocketpy(workdir: str, flush: str, grpc_port: int | None = None) -> tuple[subprocess.Popen[bytes], int]:
+def start_rocketpy(workdir: str, flush: str, grpc_port: int | None = None,
+                   extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], int]:
     """A rocketpy process with the given flush mode (its 5.x gRPC endpoint on ``grpc_port``, or
-    none); returns it and the broker port once it accepts."""
+    none; ``extra`` options); returns it and the broker port once it accepts."""
     namesrv, broker = free_port(), free_port()
     args = [
         sys.executable, "-m", "twisted", "rocketpy",
@@ -72,6 +73,7 @@ def start_rocketpy(workdir: str, flush: str, grpc_port: int | None = None) -> tu
         "--flush-disk-type", flush, "--http", "none",
         "--grpc-listen", "none" if grpc_port is None else f"tcp:{grpc_port}:interface=127.0.0.1",
         "--ha-listen", f"tcp:{free_port()}:interface=127.0.0.1",  # listen port + 1 may be taken
+        *extra,
     ]
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
     log = open(os.path.join(workdir, "rocketpy.log"), "ab")

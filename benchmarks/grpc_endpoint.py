@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/grpc_endpoint.py [--seconds 3] [--in-flight 32]
+    python benchmarks/grpc_endpoint.py [--seconds 3] [--in-flight 32] [--tls]
 
 Starts ``python -m twisted rocketpy`` with its gRPC endpoint on a free port, then measures with
 1 KiB bodies, each with the CPU µs per message of the broker process:
@@ -11,6 +11,9 @@ Starts ``python -m twisted rocketpy`` with its gRPC endpoint on a free port, the
 - ``grpc send/N``: N SendMessage calls in flight (``stub.SendMessage.future``);
 - ``grpc receive+ack``: ReceiveMessage of 32, then one AckMessage of the 32 handles;
 - ``4.x send/1``: ``rocketpy.blocking.Producer.send`` (SEND_MESSAGE_V2), one at a time.
+
+With ``--tls`` the broker runs ``--tls-mode enforcing`` with a throwaway self-signed certificate and
+the gRPC rows go over TLS (the 4.x row is left out).
 """
 
 from __future__ import annotations
@@ -118,13 +121,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--in-flight", type=int, default=32)
+    parser.add_argument("--tls", action="store_true", help="the gRPC endpoint with --tls-mode enforcing")
     options = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="rocketpy-bench-grpc-")
     grpc_port = free_port()
-    process, _ = start_rocketpy(workdir, "ASYNC_FLUSH", grpc_port)
+    extra: tuple[str, ...] = ()
+    target = f"127.0.0.1:{grpc_port}"
+    if options.tls:
+        from tests.remoting.certs import CertificateSet
+
+        certs = CertificateSet(os.path.join(workdir, "certs"))
+        extra = ("--tls-cert", certs.self_signed, "--tls-key", certs.self_signed_key, "--tls-mode", "enforcing")
+        with open(certs.self_signed, "rb") as f:
+            trust = f.read()
+    process, _ = start_rocketpy(workdir, "ASYNC_FLUSH", grpc_port, extra)
     try:
         namesrv_port = client_bench._namesrv_port(process)
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        channel = (grpc.secure_channel(target, grpc.ssl_channel_credentials(trust)) if options.tls
+                   else grpc.insecure_channel(target))
+        with channel:
             stub = MessagingServiceStub(channel)
             grpc.channel_ready_future(channel).result(timeout=30)
             sent = sends_one_at_a_time(stub, 0.5)  # warm up: topic creation, connections
@@ -132,7 +147,8 @@ def main() -> None:
             sent += measured(f"grpc send/{options.in_flight}", process.pid,
                              lambda: sends_in_flight(stub, options.seconds, options.in_flight))
             measured("grpc receive+ack", process.pid, lambda: receives(stub, options.seconds, sent))
-        measured("4.x send/1", process.pid, lambda: sends_4x(f"127.0.0.1:{namesrv_port}", options.seconds))
+        if not options.tls:
+            measured("4.x send/1", process.pid, lambda: sends_4x(f"127.0.0.1:{namesrv_port}", options.seconds))
     finally:
         process.terminate()
         process.wait(30)
