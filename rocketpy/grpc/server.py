@@ -280,7 +280,8 @@ class GrpcService(Service):
                  access: GrpcAccessCheck | None = None, tls: ServerTLS | None = None) -> None:
         self._reactor = reactor
         self._access = access
-        self._tls = tls if tls is not None and tls.mode == "enforcing" else None
+        #: the TLS the port speaks (``enforcing``), None for plaintext
+        self.tls = tls if tls is not None and tls.mode == "enforcing" else None
         self._permissive = tls is not None and tls.mode == "permissive"
         self._address = listen_address(listen)
         self._make_messaging = make_messaging
@@ -320,8 +321,8 @@ class GrpcService(Service):
             self.log.warn("--tls-mode permissive: the gRPC endpoint {address} speaks plaintext only (grpcio "
                           "cannot serve TLS and plaintext on one port); --tls-mode enforcing makes it TLS only",
                           address=self._address)
-        security = "plaintext" if self._tls is None else (
-            "TLS only, client certificates required" if self._tls.ca else "TLS only")
+        security = "plaintext" if self.tls is None else (
+            "TLS only, client certificates required" if self.tls.ca else "TLS only")
         self.log.info("gRPC (RocketMQ 5.x) endpoint listening on {address} (port {port}, {security})",
                       address=self._address, port=self.port, security=security)
 
@@ -329,10 +330,10 @@ class GrpcService(Service):
         server = self._server = grpc.aio.server(
             options=[("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_SIZE)])
         service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)
-        if self._tls is None:
+        if self.tls is None:
             port = server.add_insecure_port(self._address)
         else:  # the files are read here, on the loop thread
-            port = server.add_secure_port(self._address, server_credentials(self._tls))
+            port = server.add_secure_port(self._address, server_credentials(self.tls))
         await server.start()
         return port
 

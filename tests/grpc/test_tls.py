@@ -17,6 +17,7 @@ from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.grpc.v2.service_pb2_grpc import MessagingServiceStub
 from rocketpy.remoting.tls import ServerTLS
+from rocketpy.tap import Options, makeService
 from tests.client.test_integration import LoopbackCluster
 from tests.logs import assert_logs
 from tests.remoting.certs import CertificateSet
@@ -106,3 +107,19 @@ class GrpcTLSTests(TestCase):
     async def test_disabled(self) -> None:
         await self._start("disabled")
         await self._assert_ok(grpc.insecure_channel(self.target))
+
+
+class TLSOptionsTests(TestCase):
+    """``twistd rocketpy``'s ``--tls-*`` options reach the gRPC endpoint."""
+
+    def test_options_reach_the_endpoint(self) -> None:
+        certs = CertificateSet(self.mktemp())
+        root = self.mktemp()
+        for mode, expected in (("enforcing", certs.self_signed), ("permissive", None), ("disabled", None)):
+            options = Options()
+            options.parseOptions(["--grpc-listen", "tcp:0:interface=127.0.0.1", "--http", "none",
+                                  "--store-dir", root, "--tls-cert", certs.self_signed,
+                                  "--tls-key", certs.self_signed_key, "--tls-mode", mode])
+            endpoint = makeService(options, reactor).getServiceNamed("grpc")
+            assert isinstance(endpoint, GrpcService)
+            self.assertEqual(None if endpoint.tls is None else endpoint.tls.cert, expected, mode)
