@@ -183,7 +183,7 @@ class Options(usage.Options):
         ["acl-file", None, None, "plain_acl.yml of --acl-enable, re-read when it changes (doc/security.md)"],
         ["tls-mode", None, None, "disabled | permissive (TLS and plain TCP; gRPC: plain only) | enforcing (TLS only) "
          "[default: enforcing with --tls-cert, else disabled]"],
-        ["tls-cert", None, None, "PEM certificate of the broker and name server ports"],
+        ["tls-cert", None, None, "PEM certificate of the broker, name server and gRPC ports"],
         ["tls-key", None, None, "PEM private key of --tls-cert"],
         ["tls-ca", None, None, "PEM CA: clients must present a certificate it signed [default: none asked]"],
     ]

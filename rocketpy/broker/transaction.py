@@ -414,7 +414,7 @@ class TransactionCheckService(Service):
             return await self._give_up(half, f"born {age // 3_600_000} h ago")
         immunity = check_immunity_ms(half, self._timeout_ms)
         if immunity is None:
-            if 0 <= age <= self._timeout_ms:  # born in the future (clock skew): checked now, as Java
+            if 0 <= age <= self._timeout_ms:  # too young (a negative age, clock skew, is checked now, as Java)
                 return False
         elif age <= immunity:
             return await self._put_back(half, dict(half.properties)) is not None
