@@ -313,6 +313,8 @@ class TransactionCheckService(Service):
         self._timeout_ms = int(timeout * 1000)
         self._check_max = check_max
         self._max_age_ms = int(max_age * 1000)
+        #: op queue offset → the half queue's end when the record was first read (since start)
+        self._op_seen: dict[int, int] = {}
         self._interval = check_interval
         self._loop = LoopingCall(self.check)
         self._loop.clock = clock
@@ -355,7 +357,7 @@ class TransactionCheckService(Service):
         store = self._tx.store
         half_end = store.get_max_offset_in_queue(TRANS_HALF_TOPIC, 0)  # put-backs wait for the next pass
         half_offset = self._offset(TRANS_HALF_TOPIC)
-        done, op_offset = await self._read_ops(half_offset)
+        done, op_offset = await self._read_ops(half_offset, half_end)
         now_ms = int(self._clock.seconds() * 1000)
         while half_offset < half_end and self.running:
             if half_offset in done:
@@ -369,11 +371,14 @@ class TransactionCheckService(Service):
         self._commit(TRANS_HALF_TOPIC, half_offset)
         self._commit(TRANS_OP_HALF_TOPIC, op_offset)
 
-    async def _read_ops(self, half_offset: int) -> tuple[set[int], int]:
+    async def _read_ops(self, half_offset: int, half_end: int) -> tuple[set[int], int]:
         """Half offsets with op records not yet passed over, and the new op queue offset.
 
-        The op offset moves only over records of half messages already passed, so the
-        others are read again next pass (Java's ``calculateOpOffset``).
+        The op offset moves only over records the checker no longer needs (Java's
+        ``calculateOpOffset``), so the others are read again next pass: a record is needed until
+        a pass starts (``half_offset``) beyond the half queue's end when it was first read, since
+        put-back copies of its message (which name its first offset) may lie anywhere before
+        that end, also behind a young message where a pass stops.
         """
         store = self._tx.store
         start = offset = self._offset(TRANS_OP_HALF_TOPIC)
@@ -388,7 +393,7 @@ class TransactionCheckService(Service):
                 except ValueError:
                     target = -1
                 done.add(target)
-                if target < half_offset:
+                if target < half_offset and self._op_seen.setdefault(op.queue_offset, half_end) <= half_offset:
                     passed.add(op.queue_offset)
             if offset_after <= offset:
                 break
@@ -396,6 +401,8 @@ class TransactionCheckService(Service):
         new_op_offset = start
         while new_op_offset in passed:
             new_op_offset += 1
+        for op_offset in [o for o in self._op_seen if o < new_op_offset]:
+            del self._op_seen[op_offset]
         return done, new_op_offset
 
     async def _visit(self, half: MessageExt, now_ms: int) -> bool:

@@ -340,3 +340,22 @@ class ImmunityTests(CheckBackTestCase):
         self.checker()
         self.clock.advance(60)
         self.assertEqual(self.checked(), [b"ahead"])
+
+    def test_decision_reaches_a_copy_behind_a_young_message(self) -> None:
+        """A decision read while the pass stops at a young message before the live copy still ends the
+        put-backs: its op record is passed over only once a pass started beyond every copy there was
+        when it was first read (checks every 2 s, 6 s timeout)."""
+        service = TransactionCheckService(self.tx, self.producers, self.offsets, self.clock, 2.0, 6.0)
+        service.startService()
+        self.addCleanup(service.stopService)
+        sent = self.send_half(b"immune", immunity="100")
+        self.clock.advance(2)  # put back unasked (offset 1)
+        self.clock.advance(1)
+        self.send_half(b"plain")  # offset 2
+        self.clock.advance(1)  # offset 1 put back again (3); the pass stops at offset 2, 1 s old
+        self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
+        self.clock.pump([2] * 60)
+        self.assertEqual(self.checked().count(b"immune"), 0)
+        halves = read_queue(self, self.store, TRANS_HALF_TOPIC)
+        self.assertEqual([m.body for m in halves].count(b"immune"), 3)  # no put-back after the commit
+        self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_OP_HALF_TOPIC, 0), 1)
