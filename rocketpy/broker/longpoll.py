@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
@@ -105,6 +105,8 @@ class PullRequestHoldService(Service):
         :param rerun: re-executes the pull; its response becomes the answer.
         :return: fires with the response to send, or None when the request was dropped.
         """
+        if not self.running:  # a pull that reached the processor while the broker stops
+            return succeed(None)
         key = queue_key(topic, queue_id)
         parked = _Parked(key, channel, offset, rerun)
         parked.result = Deferred(lambda _: self._unpark(parked))

@@ -116,3 +116,12 @@ class PullRequestHoldServiceTests(SynchronousTestCase):
         self.assertIsNone(self.successResultOf(d1))
         self.assertIsNone(self.successResultOf(d2))
         self.assertEqual(self.reruns, 0)
+
+    def test_pull_after_stop_is_dropped(self) -> None:
+        """A pull that reaches the processor while the broker stops is dropped, not parked: no
+        timer outlives the service."""
+        self.service.stopService()
+        d = self.park()
+        self.assertIsNone(self.successResultOf(d))
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.assertEqual(self.service.parked_count(), 0)

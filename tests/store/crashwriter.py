@@ -39,6 +39,7 @@ def crash_config(store_dir: str, flush_disk_type: str, write_path: str,
         commit_log_write_path=write_path,
         max_hash_slot_num=1000,
         max_index_num=4000,
+        os_page_cache_busy_timeout=30.0,  # a loaded machine must not turn the writer's puts away
     )
 
 
