@@ -976,7 +976,7 @@ fail:
 
 /* ---- the store's inline-append check --------------------------------------------------- */
 
-static PyObject *str_delay, *str_keys, *str_space, *py_inline_bound;
+static PyObject *str_delay, *str_timer_at, *str_timer_sec, *str_timer_ms, *str_keys, *str_space, *py_inline_bound;
 
 /* entries[(topic, queue_id)] += count */
 static int run_flush(PyObject *entries, PyObject *topic, PyObject *queue_id, Py_ssize_t count) {
@@ -1042,7 +1042,14 @@ static PyObject *inline_bound(PyObject *self, PyObject *const *args, Py_ssize_t 
             PyObject *topic = *(PyObject **)((char *)msg + slot_offsets[0]);
             PyObject *queue_id = *(PyObject **)((char *)msg + slot_offsets[4]);
             Py_ssize_t body = PyBytes_GET_SIZE(*(PyObject **)((char *)msg + slot_offsets[1])), chars = 0, pos = 0;
+            /* a delay level or a timer moves the message to another queue */
             int delayed = PyDict_Contains(props, str_delay);
+            if (delayed == 0)
+                delayed = PyDict_Contains(props, str_timer_at);
+            if (delayed == 0)
+                delayed = PyDict_Contains(props, str_timer_sec);
+            if (delayed == 0)
+                delayed = PyDict_Contains(props, str_timer_ms);
             if (delayed != 0) {
                 Py_DECREF(entries);
                 if (delayed < 0)
@@ -1536,10 +1543,13 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     str_cluster = PyUnicode_InternFromString("CLUSTER");
     str_false = PyUnicode_InternFromString("false");
     str_delay = PyUnicode_InternFromString("DELAY");  /* MessageConst.DELAY_TIME_LEVEL */
+    str_timer_at = PyUnicode_InternFromString("TIMER_DELIVER_MS");  /* MessageConst.TIMER_* */
+    str_timer_sec = PyUnicode_InternFromString("TIMER_DELAY_SEC");
+    str_timer_ms = PyUnicode_InternFromString("TIMER_DELAY_MS");
     str_keys = PyUnicode_InternFromString("KEYS");
     str_space = PyUnicode_InternFromString(" ");
     if (str_wait == NULL || str_cluster == NULL || str_false == NULL || str_delay == NULL || str_keys == NULL ||
-        str_space == NULL)
+        str_space == NULL || str_timer_at == NULL || str_timer_sec == NULL || str_timer_ms == NULL)
         return NULL;
     zlib = PyImport_ImportModule("zlib");
     if (zlib == NULL)

@@ -416,11 +416,12 @@ class BrokerServiceTests(SynchronousTestCase):
         self.assertEqual(self.events, ["store start"])
         self.assertEqual([port[0] for port in self.reactor.tcpServers], [10911, 10912])
         self.assertEqual(self.store_config.store_host, ("192.0.2.1", 10911))
-        self.assertEqual(len(self.broker.store.listeners), 2)
+        self.assertEqual(len(self.broker.store.listeners), 3)  # long polling, HA, timer
         self.broker.offsets.commit_offset("h", "G", "T", 0, 3)
         self.assertEqual(self.broker.store.positions()[:2],  # retention's guard: groups, then delay levels
                          [("G", "T", 0, 3), ("(delayed messages)", "SCHEDULE_TOPIC_XXXX", 0, 0)])
-        self.assertEqual(len(self.broker.store.positions()), 1 + 18)
+        self.assertEqual(len(self.broker.store.positions()), 1 + 18 + 1)
+        self.assertEqual(self.broker.store.positions()[-1], ("(timer messages)", "rmq_sys_wheel_timer", 0, 0))
         self.assertTrue(self.pool.started)
         self.successResultOf(self.broker.stopService())
 
@@ -428,8 +429,8 @@ class BrokerServiceTests(SynchronousTestCase):
         """The broker's parts start in doc/broker.md's order (and stop in reverse): config, store,
         features, connections, listeners, registration, HA."""
         self.assertEqual([s.name for s in self.broker], [
-            "config", "store", "long polling", "ScheduleMessageService", "TransactionCheckService",
-            "offsets persistence", "channel scan", "traffic", "connections", "listener", "registration", "HA"])
+            "config", "store", "long polling", "ScheduleMessageService", "TimerMessageService",
+            "TransactionCheckService", "offsets persistence", "channel scan", "traffic", "connections", "listener", "registration", "HA"])
 
     def test_fast_listen(self) -> None:
         """With fast_listen the broker also listens on the VIP port, and stops both ports."""

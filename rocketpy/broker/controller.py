@@ -38,6 +38,7 @@ from rocketpy.broker.schedule import DelayOffsetProcessor, DelayOffsetTable, Sch
 from rocketpy.broker.reply import REPLY_CODES, ReplyMessageProcessor
 from rocketpy.broker.send import SendMessageProcessor
 from rocketpy.broker.sendback import SendBackProcessor
+from rocketpy.broker.timer import TimerCheckpoint, TimerMessageService
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.broker.traffic import BrokerTraffic
@@ -137,7 +138,7 @@ class BrokerService(OrderedMultiService):
         self.registration = NameServerRegistration(reactor, self.client, config, self.topics)
         self._replication(store_config)
         self._pool = config_pool if config_pool is not None else ThreadPool(1, 1, "rocketpy-broker-config")
-        for table in (self.topics, self.subscriptions, self.offsets, self.delay_offsets):
+        for table in (self.topics, self.subscriptions, self.offsets, self.delay_offsets, self.timer_checkpoint):
             table.writer = self._write_in_pool
         self._fast_listener: ListeningService | None = None
         self._build_tree()
@@ -170,14 +171,17 @@ class BrokerService(OrderedMultiService):
         self.delay_offsets = DelayOffsetTable(os.path.join(store_config.config_dir, "delayOffset.json"))
         levels = [ms / 1000 for ms in store_config.delay_level_table()]
         self.schedule = ScheduleMessageService(self.store, self._reactor, levels, self.delay_offsets)
+        self.timer_checkpoint = TimerCheckpoint(os.path.join(store_config.config_dir, "timerCheckpoint.json"))
+        self.timer = TimerMessageService(self.store, self._reactor, self.timer_checkpoint)
         # retention above 85 % keeps files holding unconsumed or undelivered messages (doc/features.md)
-        self.store.set_consumer_positions(lambda: self.offsets.positions() + self.delay_offsets.positions(len(levels)))
+        self.store.set_consumer_positions(lambda: self.offsets.positions() + self.delay_offsets.positions(len(levels))
+                                          + self.timer_checkpoint.positions())
         self.transactions = TransactionStore(self.store, store_config.store_host)
         self.transaction_check = TransactionCheckService(
             self.transactions, self.producers, self.offsets, self._reactor, config.transaction_check_interval,
             config.transaction_timeout, config.transaction_check_max, store_config.file_reserved_time * 3600,
         )
-        self._feature_services: list[Service] = [self.schedule, self.transaction_check] if master else []
+        self._feature_services: list[Service] = [self.schedule, self.timer, self.transaction_check] if master else []
         self.send_back = SendBackProcessor(self.store, self.topics, self.subscriptions, lambda: master)
         self.end_transaction = EndTransactionProcessor(self.transactions, self._reactor, lambda: master,
                                                        config.transaction_timeout)

@@ -78,6 +78,9 @@ _PUT_RESPONSES: dict[PutMessageStatus, tuple[int, str | None, bool]] = {
     PutMessageStatus.OS_PAGECACHE_BUSY: (
         ResponseCode.SYSTEM_ERROR, "[PC_SYNCHRONIZED]broker busy, start flow control for a while", False),
     PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR", False),
+    # the remark with the limit comes with the result (rocketpy.store.timer)
+    PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "timer message illegal", False),
+    PutMessageStatus.WHEEL_TIMER_NOT_ENABLE: (ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled", False),
 }
 
 
@@ -372,6 +375,7 @@ class SendMessageProcessor:
             result.status, (ResponseCode.SYSTEM_ERROR, "UNKNOWN_ERROR DEFAULT", False)
         )
         if not stored:
+            remark = result.remark or remark
             held = self._refusals_logged.admit(result.status)
             if held is not None:
                 self.log.warn("put to topic {topic} refused: {status} ({remark}); {held} more refused since the "

@@ -21,6 +21,7 @@ from rocketpy.common.topic import (
     PERM_WRITE,
     REPLY_TOPIC_POSTFIX,
     SCHEDULE_TOPIC,
+    TIMER_TOPIC,
     SELF_TEST_TOPIC,
     TBW102,
     DataVersion,
@@ -84,6 +85,7 @@ class TopicConfigManager(JsonConfigFile):
         yield TopicConfig(broker, 1, 1, PERM_INHERIT | (rw if broker_rw else 0))
         yield TopicConfig(OFFSET_MOVED_EVENT, 1, 1)
         yield TopicConfig(SCHEDULE_TOPIC, SCHEDULE_QUEUE_NUMS, SCHEDULE_QUEUE_NUMS)
+        yield TopicConfig(TIMER_TOPIC, 1, 1)
         yield TopicConfig(f"{cluster}_{REPLY_TOPIC_POSTFIX}", 1, 1)
 
     def _now_ms(self) -> int:

@@ -262,9 +262,12 @@ class EndTransactionProcessor:
                     half, int(self._clock.seconds() * 1000), self._timeout_ms):
                 raise Rejected(ResponseCode.ILLEGAL_OPERATION, TOO_LATE)
             elif kind == MessageSysFlag.TRANSACTION_COMMIT_TYPE:
-                status = await self._tx.put(committed_message(half, header.commit_log_offset))
-                if status not in STORED:
-                    raise Rejected(ResponseCode.SYSTEM_ERROR, f"commit of {header.msg_id} failed: {status.name}")
+                result = await self._tx.store.put_message(committed_message(half, header.commit_log_offset))
+                if result.status is PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL:  # the timer applies on commit
+                    raise Rejected(ResponseCode.MESSAGE_ILLEGAL, result.remark or "timer message illegal")
+                if result.status not in STORED:
+                    raise Rejected(ResponseCode.SYSTEM_ERROR,
+                                   result.remark or f"commit of {header.msg_id} failed: {result.status.name}")
             self._tx.remember(first)
             await self._tx.mark_done(half.queue_offset)
         except HeaderError as e:

@@ -24,6 +24,8 @@ BENCHMARK_TOPIC = "BenchmarkTest"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 #: Where the store parks delayed messages, one queue per delay level.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: Where the store parks timer messages (RocketMQ 5's ``TimerMessageStore.TIMER_TOPIC``), queue 0.
+TIMER_TOPIC = "rmq_sys_wheel_timer"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
@@ -35,6 +37,7 @@ REPLY_TOPIC_POSTFIX = "REPLY_TOPIC"
 SEND_FORBIDDEN_TOPICS = frozenset(
     {
         SCHEDULE_TOPIC,
+        TIMER_TOPIC,  # not in Java's set: a send there would bypass the timer's checks
         TRANS_HALF_TOPIC,
         TRANS_OP_HALF_TOPIC,
         TRANS_CHECK_MAX_TIME_TOPIC,

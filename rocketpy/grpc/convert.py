@@ -24,7 +24,9 @@ from rocketpy.remoting.command import RemotingCommand
 SHARDING_KEY = "__SHARDINGKEY"
 BORN_HOST = "__BORNHOST"
 TRACE_CONTEXT = "TRACE_CONTEXT"
-TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+TIMER_DELIVER_MS = MessageConst.TIMER_DELIVER_MS
+#: The longest delivery delay a send may ask (ProxyConfig ``maxDelayTimeMills``: 1 day).
+MAX_DELAY_MS = 24 * 3600 * 1000
 CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 #: ProxyConfig.maxTransactionRecoverySecond: the longest orphaned-transaction recovery duration
 MAX_TRANSACTION_RECOVERY_S = 3600
@@ -40,7 +42,9 @@ SYSTEM_PROPERTIES = frozenset({
     MessageConst.TRANSACTION_CHECK_TIMES, MessageConst.TRAN_PREPARED_QUEUE_OFFSET,
     MessageConst.CONSUME_START_TIME, MessageConst.MSG_REGION, MessageConst.TRACE_SWITCH,
     SHARDING_KEY, BORN_HOST, TRACE_CONTEXT, TIMER_DELIVER_MS, CHECK_IMMUNITY, "__STARTDELIVERTIME", "TIMER_DELAY_SEC",
-    "POP_CK", "1ST_POP_TIME", "BORN_TIMESTAMP",
+    "POP_CK", "1ST_POP_TIME", "BORN_TIMESTAMP", MessageConst.TIMER_DELAY_MS, MessageConst.TIMER_OUT_MS,
+    MessageConst.TIMER_ENQUEUE_MS, MessageConst.TIMER_DEQUEUE_MS, MessageConst.TIMER_ROLL_TIMES,
+    MessageConst.TIMER_DEL_UNIQKEY,
 })
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -61,7 +65,8 @@ def duration(ms: int) -> Duration:
     return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
-def send_request(msg: pb.Message, producer_group: str, queue_id: int, max_body_size: int) -> RemotingCommand:
+def send_request(msg: pb.Message, producer_group: str, queue_id: int, max_body_size: int,
+                 now_ms: int = 0) -> RemotingCommand:
     """The SEND_MESSAGE request the broker's send processor stores (checks as the Java proxy).
 
     :raises GrpcError: for a message the proxy refuses (empty body, bad key, reserved property …).
@@ -73,9 +78,6 @@ def send_request(msg: pb.Message, producer_group: str, queue_id: int, max_body_s
         raise GrpcError(pb.Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed the max {max_body_size}")
     if not sysp.message_id:
         raise GrpcError(pb.Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
-    if sysp.message_type == pb.MessageType.DELAY or sysp.HasField("delivery_timestamp"):
-        raise GrpcError(pb.Code.UNSUPPORTED, f"{pb.MessageType.Name(sysp.message_type)} messages are not "
-                                             "supported by this rocketpy yet (doc/grpc.md)")
     props: dict[str, str] = {}
     for key, value in msg.user_properties.items():
         if key in SYSTEM_PROPERTIES:
@@ -101,6 +103,12 @@ def send_request(msg: pb.Message, producer_group: str, queue_id: int, max_body_s
         props[TRACE_CONTEXT] = sysp.trace_context
     if sysp.born_host:
         props[BORN_HOST] = sysp.born_host
+    if sysp.HasField("delivery_timestamp"):  # any message type, as SendMessageActivity.fillDelayMessageProperty
+        deliver_ms = millis(sysp.delivery_timestamp)
+        if deliver_ms - now_ms > MAX_DELAY_MS:
+            raise GrpcError(pb.Code.ILLEGAL_DELIVERY_TIME, f"the max delay time of message is too large, max is "
+                                                           f"{MAX_DELAY_MS}")
+        props[TIMER_DELIVER_MS] = str(deliver_ms)
     born = millis(sysp.born_timestamp) if sysp.HasField("born_timestamp") else 0
     sys_flag = MessageSysFlag.COMPRESSED if sysp.body_encoding == pb.Encoding.GZIP else 0
     if sysp.message_type == pb.MessageType.TRANSACTION:
@@ -130,11 +138,23 @@ def _message_type(ext: MessageExt) -> Any:
     props = ext.properties
     if props.get(MessageConst.TRANSACTION_PREPARED) == "true":
         return pb.MessageType.TRANSACTION
+    if MessageConst.DELAY_TIME_LEVEL in props or TIMER_DELIVER_MS in props or MessageConst.TIMER_DELAY_SEC in props:
+        return pb.MessageType.DELAY
     if SHARDING_KEY in props:
         return pb.MessageType.FIFO
-    if TIMER_DELIVER_MS in props or MessageConst.DELAY_TIME_LEVEL in props:
-        return pb.MessageType.DELAY
     return pb.MessageType.NORMAL
+
+
+def _delivery_ms(props: dict[str, str], now_ms: int) -> int | None:
+    """``delivery_timestamp`` as GrpcConverter gives it: now + TIMER_DELAY_SEC, else TIMER_DELIVER_MS."""
+    try:
+        if MessageConst.TIMER_DELAY_SEC in props:
+            return now_ms + int(props[MessageConst.TIMER_DELAY_SEC]) * 1000
+        if TIMER_DELIVER_MS in props:
+            return int(props[TIMER_DELIVER_MS])
+    except ValueError:
+        pass
+    return None
 
 
 def crc32_hex(body: bytes) -> str:
@@ -142,7 +162,7 @@ def crc32_hex(body: bytes) -> str:
     return f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"
 
 
-def to_v2(ext: MessageExt, receipt_handle: str, attempt: int, invisible_ms: int) -> pb.Message:
+def to_v2(ext: MessageExt, receipt_handle: str, attempt: int, invisible_ms: int, now_ms: int = 0) -> pb.Message:
     """A stored message as a ReceiveMessage response's ``Message`` (``GrpcConverter.buildMessage``)."""
     props = ext.properties
     sysp = pb.SystemProperties(
@@ -170,6 +190,9 @@ def to_v2(ext: MessageExt, receipt_handle: str, attempt: int, invisible_ms: int)
         sysp.message_group = props[SHARDING_KEY]
     if TRACE_CONTEXT in props:
         sysp.trace_context = props[TRACE_CONTEXT]
+    deliver_ms = _delivery_ms(props, now_ms)
+    if deliver_ms is not None:
+        sysp.delivery_timestamp.CopyFrom(timestamp(deliver_ms))
     user = {k: v for k, v in props.items() if k not in SYSTEM_PROPERTIES}
     return pb.Message(topic=pb.Resource(name=ext.topic), user_properties=user, system_properties=sysp,
                       body=ext.body)

@@ -294,7 +294,8 @@ class Messaging:
         channel = _Channel(ctx.peer)
         entries = []
         for msg in request.messages:
-            command = convert.send_request(msg, producer_group, queue_id, defaults.MAX_MESSAGE_SIZE)
+            command = convert.send_request(msg, producer_group, queue_id, defaults.MAX_MESSAGE_SIZE,
+                                           int(self._clock.seconds() * 1000))
             response: RemotingCommand = await _as_deferred(self._send.process_request(channel, command))
             if response.code != ResponseCode.SUCCESS:
                 raise GrpcError(from_remoting(response.code, response.remark).code,
@@ -397,7 +398,7 @@ class Messaging:
         stream = [rpc.ReceiveMessageResponse(status=ok())]
         for ext, lease in received:
             stream.append(rpc.ReceiveMessageResponse(
-                message=convert.to_v2(ext, lease.handle, lease.attempt, invisible_ms)))
+                message=convert.to_v2(ext, lease.handle, lease.attempt, invisible_ms, self.pop.now_ms())))
         return stream
 
     def ack_message(self, ctx: CallContext, request: rpc.AckMessageRequest) -> rpc.AckMessageResponse:

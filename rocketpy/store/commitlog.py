@@ -26,7 +26,7 @@ from rocketpy.common.message import (
     patch_record,
     tags_code,
 )
-from rocketpy.common.topic import SCHEDULE_TOPIC, TOPIC_MAX_LENGTH
+from rocketpy.common.topic import SCHEDULE_TOPIC, TIMER_TOPIC, TOPIC_MAX_LENGTH
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.delay import DelayLevels
 from rocketpy.store.dispatch import DispatchRequest, SupportsDispatch
@@ -34,6 +34,7 @@ from rocketpy.store.mappedfile import MappedFile
 from rocketpy.store.mappedfilequeue import MappedFileQueue
 from rocketpy.store.recovery import BLANK_SIZE, walk
 from rocketpy.store.stats import StoreStats
+from rocketpy.store.timer import TimerRules, is_timer_request
 from rocketpy.store.status import (
     AppendMessageResult,
     AppendMessageStatus,
@@ -77,6 +78,7 @@ class CommitLog:
         self.reput_offset = 0  # first byte not yet dispatched (HA appends)
         self._lock = threading.Lock()
         self._delays = DelayLevels(config.delay_level_table())
+        self.timer = TimerRules(config)
         self._host_hex = offset_msg_id(config.store_host, 0)[:-16]
         self._tags_codes: dict[str, int] = {}
 
@@ -143,7 +145,7 @@ class CommitLog:
                     continue
                 status = PutMessageStatus.MESSAGE_ILLEGAL
             self.stats.record_failure(status.value)
-            results[i] = PutMessageResult(status)
+            results[i] = PutMessageResult(status, remark=self.timer.remark(status))
         if encoded:
             with self._lock:
                 begin = self.begin_time_in_lock = self.now_ms()
@@ -190,7 +192,12 @@ class CommitLog:
         for msg in msgs:
             if len(msg.topic) > TOPIC_MAX_LENGTH or len(msg.body) > max_body:
                 return bufs, PutMessageStatus.MESSAGE_ILLEGAL
-            if MessageConst.DELAY_TIME_LEVEL in msg.properties and msg.topic != SCHEDULE_TOPIC:
+            props = msg.properties
+            if is_timer_request(props):
+                refused = self.timer.divert(msg, self.now_ms())
+                if refused is not None:
+                    return bufs, refused
+            if MessageConst.DELAY_TIME_LEVEL in props and msg.topic != SCHEDULE_TOPIC:
                 self._delays.divert(msg)
             msg.store_host = host
             try:
@@ -300,6 +307,8 @@ class CommitLog:
             code = self._tags_codes.get(tags, 0) or self._tags_code(tags)
         if msg.topic == SCHEDULE_TOPIC:
             code = self._delays.delivery_time(msg, code)
+        elif msg.topic == TIMER_TOPIC:
+            code = self.timer.due_ms(msg, 0)
         request = DispatchRequest(
             msg.topic, msg.queue_id, msg.commit_log_offset, msg.store_size, code, msg.store_timestamp,
             msg.queue_offset, props.get(MessageConst.KEYS), props.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),

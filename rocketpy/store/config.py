@@ -48,6 +48,10 @@ class MessageStoreConfig:
     message_index_safe: bool = False  # abnormal recovery also waits for the index checkpoint
     check_crc_on_recover: bool = True
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    #: timer messages (any delivery time, RocketMQ 5): on, their longest delay, their precision
+    timer_wheel_enable: bool = True
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    timer_precision_ms: int = 1000
     max_transfer_count_on_message_in_memory: int = 32
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_disk: int = 8

@@ -29,6 +29,7 @@ from rocketpy.store.recovery import RecoveryReport, boot_id, page_cache_intact, 
 from rocketpy.store.retention import ConsumerPosition, Retention, used_ratio
 from rocketpy.store.stats import StoreStats
 from rocketpy.store.status import PutMessageResult, PutMessageStatus, QueryMessageResult
+from rocketpy.store.timer import is_timer_request
 
 _log = Logger()
 
@@ -49,14 +50,14 @@ def inline_bound(puts: Sequence[Sequence[MessageExt]], max_body: int,
                  fixed: int) -> tuple[int, int, dict[tuple[str, int], int]] | None:
     """For :meth:`MessageStore.can_append_inline`: a bound of the records' bytes, the number of
     index keys, and the consume-queue entries per ``(topic, queue_id)`` of ``puts``; None when a
-    body is over ``max_body`` or a message has a delay level."""
+    body is over ``max_body`` or a message has a delay level or asks for a timer."""
     size = keys = 0
     entries: dict[tuple[str, int], int] = {}
     for msgs in puts:
         for msg in msgs:
             body = len(msg.body)
             props = msg.properties
-            if body > max_body or MessageConst.DELAY_TIME_LEVEL in props:
+            if body > max_body or MessageConst.DELAY_TIME_LEVEL in props or is_timer_request(props):
                 return None
             # the record: fixed fields, body, topic, and ≤ 4 UTF-8 bytes per properties character
             size += fixed + body + len(msg.topic) + 4 * properties_length_bound(props)
@@ -243,8 +244,8 @@ class MessageStore(MessageReader):
 
         That needs small bodies on the mmap write path (memory copies into pages already
         faulted in by :meth:`MappedFile._populate`, for a bound of the records' sizes), no file
-        to create for the commit log, the consume queues or the index, and no delay level
-        (which would move a message to another queue).
+        to create for the commit log, the consume queues or the index, and no delay level or
+        timer (which would move a message to another queue).
         """
         if self.config.write_path != "mmap" or not self.running:
             return False

@@ -19,6 +19,8 @@ class PutMessageStatus(Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    WHEEL_TIMER_MSG_ILLEGAL = "WHEEL_TIMER_MSG_ILLEGAL"
+    WHEEL_TIMER_NOT_ENABLE = "WHEEL_TIMER_NOT_ENABLE"
 
 
 class AppendMessageStatus(Enum):
@@ -61,6 +63,8 @@ class PutMessageResult:
 
     status: PutMessageStatus
     append: AppendMessageResult | None = None
+    #: the store's explanation of a refusal, when the status alone does not say it
+    remark: str | None = None
 
     @property
     def ok(self) -> bool:

@@ -336,6 +336,8 @@ class SendMessageProcessorTests(SynchronousTestCase):
             PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
             PutMessageStatus.OS_PAGECACHE_BUSY: ResponseCode.SYSTEM_ERROR,
             PutMessageStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+            PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+            PutMessageStatus.WHEEL_TIMER_NOT_ENABLE: ResponseCode.SYSTEM_ERROR,
         }
         self.assertEqual(set(expected), set(PutMessageStatus))
         for status, code in expected.items():

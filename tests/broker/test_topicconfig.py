@@ -36,6 +36,7 @@ class SystemTopicTests(SynchronousTestCase):
             "broker-x": (1, 7),
             "OFFSET_MOVED_EVENT": (1, 6),
             "SCHEDULE_TOPIC_XXXX": (18, 6),
+            "rmq_sys_wheel_timer": (1, 6),
             "ClusterY_REPLY_TOPIC": (1, 6),
         }
         got = {n: (c.write_queue_nums, c.perm) for n, c in m.topics().items()}
