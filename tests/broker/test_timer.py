@@ -182,7 +182,7 @@ class TimerTests(SynchronousTestCase):
         put(self, self.store, timed(b"keep", at(NOW_MS + 2000)))
         put(self, self.store, timed(b"drop", at(NOW_MS + 2000)))
         put(self, self.store, timed(b"x", at(NOW_MS + 2000),
-                                    **{MessageConst.TIMER_DEL_UNIQKEY: delete_key("Orders", b"drop".hex())}))
+                                    {MessageConst.TIMER_DEL_UNIQKEY: delete_key("Orders", b"drop".hex())}))
         service = self.service()
         self.clock.advance(2.0)
         self.assertEqual(self.bodies(), [b"keep"])
