@@ -3,11 +3,11 @@
 Run by the interpreter of the virtual environment that :mod:`tests.interop.v5venv` makes (its
 ``rocketmq`` package is not the C++ wrapper's). Prints one JSON object per line:
 
-``produce --endpoint E --topic T --count N`` prints ``{"event": "sent", "i", "message_id"}`` per
+``produce --endpoint E --topic T --count N [--delivery-at MS]`` prints ``{"event": "sent", "i", "message_id"}`` per
 message, then ``{"event": "done"}``.
 ``consume --endpoint E --topic T --group G --expect N`` receives (invisible ``--invisible`` s),
 acks unless ``--no-ack``, prints ``{"event": "message", "body", "tag", "message_id",
-"delivery_attempt", "properties"}`` per message and ``{"event": "done", "count"}`` once it has
+"delivery_attempt", "properties", "delivery_timestamp", "received_ms"}`` per message and ``{"event": "done", "count"}`` once it has
 ``--expect`` messages or at ``--timeout``.
 Every command signs its requests with ``--access-key`` / ``--secret-key`` when given; ``produce`` and
 ``consume`` connect with TLS with ``--tls`` (trusting ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, else grpcio's roots).
@@ -52,6 +52,9 @@ def produce(args: argparse.Namespace) -> None:
             msg.add_property("index", str(i))
             if args.message_group:
                 msg.message_group = args.message_group
+            if args.delivery_at:
+                # the client copies this value into Timestamp.seconds (its docstring says ms): seconds
+                msg.delivery_timestamp = args.delivery_at // 1000
             receipt = producer.send(msg)
             emit(event="sent", i=i, message_id=receipt.message_id)
     finally:
@@ -79,7 +82,8 @@ def consume(args: argparse.Namespace) -> None:
                 count += 1
                 emit(event="message", body=msg.body.decode(errors="replace"), tag=msg.tag,
                      message_id=msg.message_id, delivery_attempt=msg.delivery_attempt,
-                     properties=dict(msg.properties or {}))
+                     properties=dict(msg.properties or {}), delivery_timestamp=msg.delivery_timestamp,
+                     received_ms=int(time.time() * 1000))
                 if not args.no_ack:
                     consumer.ack(msg)
     finally:
@@ -182,6 +186,7 @@ def main() -> None:
     p.add_argument("--tag", default="TagA")
     p.add_argument("--body-prefix", default="v5")
     p.add_argument("--message-group", default="", help="send FIFO messages of this group")
+    p.add_argument("--delivery-at", type=int, default=0, help="delivery timestamp (epoch ms, whole seconds) of every message")
     c = sub.add_parser("consume")
     c.add_argument("--group", required=True)
     c.add_argument("--expect", type=int, required=True)
