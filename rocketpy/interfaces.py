@@ -98,6 +98,7 @@ class IStoreService(Interface):
 
     max_physical_offset = Attribute("int: the commit-log offset after the last appended byte.")
     min_physical_offset = Attribute("int: the start of the oldest commit-log file (0 when none).")
+    flushed_offset = Attribute("int: how far the commit log is durable on disk.")
     stats = Attribute("StoreStats: the store's counters (puts, bytes per topic, failures, latencies).")
     checked_disk_ratio = Attribute("float: the store partitions' used ratio at the last retention check.")
     refused = Attribute("Counter[str]: puts refused before reaching the store, by status.")

@@ -141,6 +141,10 @@ class FakeStoreService:
     def max_physical_offset(self) -> int:
         return len(self.log)
 
+    @property
+    def flushed_offset(self) -> int:
+        return len(self.log)
+
     def queue_wait(self) -> float:
         return 0.0
 

@@ -18,6 +18,7 @@ so a restart reads about as many entries as are pending, not the delivered histo
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from typing import Any
 
 from twisted.application.service import Service
@@ -31,7 +32,7 @@ from rocketpy.common.message import MessageConst, MessageExt, RecordError, decod
 from rocketpy.common.topic import TIMER_TOPIC
 from rocketpy.interfaces import IStoreService
 from rocketpy.store.consumequeue import PREFILL_SIZE
-from rocketpy.store.status import GetMessageStatus, PutMessageStatus
+from rocketpy.store.status import AppendMessageResult, GetMessageStatus, PutMessageStatus
 from rocketpy.store.timer import delete_key
 from rocketpy.util.configfile import JsonConfigFile
 
@@ -125,6 +126,9 @@ class TimerMessageService(Service):
         self._pending: dict[int, int] = {}
         self._heap: list[tuple[int, int]] = []  # (due, offset); entries no longer pending are skipped
         self._in_flight: dict[int, int] = {}  # popped for delivery or roll, still pending
+        #: delivered (or rolled) but the copy is not flushed yet: still pending for the checkpoint
+        self._unflushed: dict[int, int] = {}
+        self._flush_marks: deque[tuple[int, int]] = deque()  # (copy's commit-log end, queue offset)
         self._scanned = 0
         self._delivered_below: tuple[int, int] = (0, 0)  # from the checkpoint: skipped below its scan offset
         self._recovered_until = 0
@@ -167,6 +171,7 @@ class TimerMessageService(Service):
         if self._looping is not None:
             await self._looping
             self._looping = None
+        self._flush_marks.append((-1, -1))  # the store flushes everything when it stops, right after us
         await self._persist()
 
     # -- figures --------------------------------------------------------------
@@ -174,7 +179,7 @@ class TimerMessageService(Service):
     def backlog(self) -> int:
         """Timer messages parked and not yet delivered (read or not yet read)."""
         end = self._store.get_max_offset_in_queue(TIMER_TOPIC, 0)
-        return len(self._pending) + max(0, end - self._scanned)
+        return len(self._pending) - len(self._unflushed) + max(0, end - self._scanned)
 
     def next_due_ms(self) -> int | None:
         """When the earliest pending message is due (ms), None when none is pending."""
@@ -280,7 +285,7 @@ class TimerMessageService(Service):
         due: list[tuple[int, int]] = []
         while heap and heap[0][0] <= now:
             entry = heap[0]
-            if pending.get(entry[1]) != entry[0] or entry[1] in self._in_flight:
+            if pending.get(entry[1]) != entry[0] or entry[1] in self._in_flight or entry[1] in self._unflushed:
                 heapq.heappop(heap)  # rolled or delivered
                 continue
             if len(due) >= DELIVER_BATCH and entry[0] != due[-1][0]:
@@ -310,7 +315,9 @@ class TimerMessageService(Service):
             for (offset, msg), result in zip(puts, results):
                 if result.status in STORED:
                     self.delivered += 1
-                elif result.status in _HOPELESS:
+                    self._stored(offset, result.append)
+                    continue
+                if result.status in _HOPELESS:
                     self.log.error("timer message {id} cannot be stored on {topic} ({status}): dropped",
                                    id=msg.properties.get(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX), topic=msg.topic,
                                    status=result.status.name)
@@ -343,6 +350,26 @@ class TimerMessageService(Service):
         self._pending.pop(offset, None)
         self._in_flight.pop(offset, None)
 
+    def _stored(self, offset: int, append: AppendMessageResult | None) -> None:
+        """The copy of ``offset`` is stored: done once the commit log is durable past it (until then
+        the checkpoint still counts it pending, so a machine crash cannot lose it)."""
+        due = self._in_flight.pop(offset)
+        if append is None or append.next_offset <= self._store.flushed_offset:
+            self._pending.pop(offset, None)
+            return
+        self._unflushed[offset] = due
+        self._flush_marks.append((append.next_offset, offset))
+
+    def _release_flushed(self) -> None:
+        flushed, marks = self._store.flushed_offset, self._flush_marks
+        if marks and marks[-1][0] == -1:  # stopping: all of them
+            flushed = 1 << 62
+            marks.pop()
+        while marks and marks[0][0] <= flushed:
+            offset = marks.popleft()[1]
+            self._unflushed.pop(offset, None)
+            self._pending.pop(offset, None)
+
     async def _read(self, offsets: list[int]) -> dict[int, MessageExt]:
         """The parked messages at these queue offsets (missing or unreadable ones left out, logged)."""
         found = await gatherResults([self._store.get_message(_GROUP, TIMER_TOPIC, 0, o, 1) for o in offsets],
@@ -363,18 +390,20 @@ class TimerMessageService(Service):
 
     def _pending_from(self) -> tuple[int, int]:
         """The smallest (due, offset) still pending, ``_NONE_PENDING`` when none is."""
-        heap, pending, in_flight = self._heap, self._pending, self._in_flight
-        while heap and (pending.get(heap[0][1]) != heap[0][0] or heap[0][1] in in_flight):
+        heap, pending, in_flight, unflushed = self._heap, self._pending, self._in_flight, self._unflushed
+        while heap and (pending.get(heap[0][1]) != heap[0][0] or heap[0][1] in in_flight or heap[0][1] in unflushed):
             heapq.heappop(heap)
         least = heap[0] if heap else _NONE_PENDING
-        for offset, due in in_flight.items():
-            least = min(least, (due, offset))
+        for held in (in_flight, unflushed):
+            for offset, due in held.items():
+                least = min(least, (due, offset))
         return least
 
     async def _persist(self) -> None:
         """Write the checkpoint when it changed; roll old pending entries first if they pin a long range."""
         if self.running:
             await self._maybe_roll()
+        self._release_flushed()
         cp = self.checkpoint
         cp.low_offset = next(iter(self._pending), self._scanned)
         cp.scan_offset = self._scanned
@@ -395,7 +424,7 @@ class TimerMessageService(Service):
         for offset, due in self._pending.items():
             if offset >= cut or len(batch) >= SCAN_BATCH:
                 break
-            if offset not in self._in_flight:
+            if offset not in self._in_flight and offset not in self._unflushed:
                 batch.append((due, offset))
         for due, offset in batch:
             self._in_flight[offset] = due
@@ -408,7 +437,7 @@ class TimerMessageService(Service):
             results = await self._store.put_many([(m,) for _offset, m in moved]) if moved else []
             for (offset, _msg), result in zip(moved, results):
                 if result.status in STORED:
-                    self._done(offset)
+                    self._stored(offset, result.append)
                     self.rolled += 1
             self.log.info("timer: re-parked {count} long-pending messages at the queue end", count=len(moved))
         finally:

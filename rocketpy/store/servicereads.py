@@ -34,6 +34,10 @@ class StoreReads:
         return cast(int, self._store.min_physical_offset)
 
     @property
+    def flushed_offset(self) -> int:
+        return cast(int, self._store.flushed_offset)
+
+    @property
     def stats(self) -> StoreStats:
         """The store's counters (written by its writer thread; plain ints, read as they are)."""
         return cast(StoreStats, self._store.stats)

@@ -40,7 +40,8 @@ class TimerTests(SynchronousTestCase):
         self.path = os.path.join(self.root, "config", "timerCheckpoint.json")
 
     def open(self, **overrides: Any) -> StoreService:
-        return open_store(self, self.clock, self.root, **overrides)
+        """The store, flushing whatever was written every 0.5 s (deliveries count once flushed)."""
+        return open_store(self, self.clock, self.root, flush_commit_log_least_pages=0, **overrides)
 
     def service(self, roll_span: int = 100_000) -> TimerMessageService:
         service = TimerMessageService(self.store, self.clock, TimerCheckpoint(self.path), roll_span)
@@ -209,9 +210,9 @@ class TimerTests(SynchronousTestCase):
         delivered after it comes again (at least once)."""
         for i in range(5):
             put(self, self.store, timed(b"m%d" % i, at(NOW_MS + 1000 * (i + 1))))
-        self.clock.advance(0.5)
-        crashed = self.service()  # checkpoints at 1.5 s, 2.5 s, …
-        self.clock.pump([0.1] * 17)  # m0 delivered at 1 s, checkpoint at 1.5 s, m1 delivered at 2 s
+        self.clock.advance(0.7)
+        crashed = self.service()  # checkpoints at 1.7 s, 2.7 s, …; the store flushes every 0.5 s
+        self.clock.pump([0.1] * 15)  # m0 delivered at 1 s and flushed, checkpoint at 1.7 s, m1 delivered at 2 s
         self.assertEqual(self.bodies(), [b"m0", b"m1"])
         crashed._loop.stop()  # the process dies: nothing more is written, nothing more delivered
         crashed.running = 0
@@ -228,7 +229,7 @@ class TimerTests(SynchronousTestCase):
         for i in range(40):
             put(self, self.store, timed(b"s%d" % i, at(NOW_MS + 1000)))
         service = self.service(roll_span=10)
-        self.clock.pump([1.0] * 3)
+        self.clock.pump([0.5] * 8)
         self.assertEqual(service.rolled, 1)
         with open(self.path) as f:
             self.assertEqual(json.load(f)["lowOffset"], 41)  # the copy
