@@ -57,6 +57,9 @@ DEFAULTS: dict[str, str] = {
     "trace-topic-enable": "false",
     "msg-trace-topic-name": "RMQ_SYS_TRACE_TOPIC",
     "message-delay-level": DEFAULT_DELAY_LEVELS,
+    "timer-wheel-enable": "true",
+    "timer-max-delay-sec": str(3 * 24 * 3600),
+    "timer-precision-ms": "1000",
     "gc-threshold": str(DEFAULT_GEN0_THRESHOLD),
     "transaction-check-interval": "60000",
     "transaction-timeout": "6000",
@@ -85,6 +88,9 @@ JAVA_KEYS = {
     "traceTopicEnable": "trace-topic-enable",
     "msgTraceTopicName": "msg-trace-topic-name",
     "messageDelayLevel": "message-delay-level",
+    "timerWheelEnable": "timer-wheel-enable",
+    "timerMaxDelaySec": "timer-max-delay-sec",
+    "timerPrecisionMs": "timer-precision-ms",
     "aclEnable": "acl-enable",
     "tls.server.mode": "tls-mode",
     "tls.server.certPath": "tls-cert",
@@ -94,10 +100,11 @@ JAVA_KEYS = {
     "transactionTimeOut": "transaction-timeout",
 }
 _BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable", "enable-property-filter",
-                 "clean-file-forcibly-enable", "trace-topic-enable")
+                 "clean-file-forcibly-enable", "trace-topic-enable", "timer-wheel-enable")
 _INT_OPTIONS = (
     "commit-log-file-size", "consume-queue-file-size", "max-hash-slot-num", "max-index-num",
     "broker-id", "default-topic-queue-nums", "gc-threshold", "transaction-check-interval", "transaction-timeout",
+    "timer-max-delay-sec", "timer-precision-ms",
 )
 _KEY_VALUE = re.compile(r"([^=:\s]+)\s*[=:]\s*(.*)$")
 _ENDPOINT_PORT = re.compile(r"^(?:tcp|tcp6):(?:port=)?(\d+)(?::|$)")
@@ -167,6 +174,9 @@ class Options(usage.Options):
         ["trace-topic-enable", None, None, "create the message trace topic (true | false) [default: false]"],
         ["msg-trace-topic-name", None, None, "the message trace topic [default: RMQ_SYS_TRACE_TOPIC]"],
         ["message-delay-level", None, None, 'delay of each DELAY level, units s m h d [default: "1s 5s 10s … 2h"]'],
+        ["timer-wheel-enable", None, None, "serve timer messages (TIMER_DELIVER_MS …, 5.x delivery times) [default: true]"],
+        ["timer-max-delay-sec", None, None, "longest timer delay; longer ones are refused [default: 259200, 3 days]"],
+        ["timer-precision-ms", None, None, "timer step: 100, 200, 500 or 1000 [default: 1000]"],
         ["gc-threshold", None, None,
          f"the garbage collector's first-generation threshold; 0 keeps Python's [default: {DEFAULT_GEN0_THRESHOLD}]"],
         ["http", None, None,
@@ -450,5 +460,8 @@ def _broker_configs(options: Options) -> tuple[BrokerConfig, MessageStoreConfig]
         broker_role=options["broker-role"],
         message_delay_level=options["message-delay-level"],
         clean_file_forcibly_enable=options["clean-file-forcibly-enable"],
+        timer_wheel_enable=options["timer-wheel-enable"],
+        timer_max_delay_sec=options["timer-max-delay-sec"],
+        timer_precision_ms=options["timer-precision-ms"],
     )
     return config, store_config

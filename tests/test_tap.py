@@ -133,6 +133,21 @@ class OptionsTests(SynchronousTestCase):
         e = self.assertRaises(usage.UsageError, _parse, "--message-delay-level", "1s 5x")
         self.assertIn("--message-delay-level", str(e))
 
+    def test_timer_options(self) -> None:
+        """--timer-max-delay-sec / --timer-precision-ms / --timer-wheel-enable (broker.conf timerMaxDelaySec …)
+        reach the store config; RocketMQ 5's defaults: 3 days, 1000 ms, on."""
+        _config, store = _broker_configs(_parse())
+        self.assertEqual((store.timer_max_delay_sec, store.timer_precision_ms, store.timer_wheel_enable),
+                         (259200, 1000, True))
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("timerMaxDelaySec=60\ntimerPrecisionMs=500\ntimerWheelEnable=false\n")
+        _config, store = _broker_configs(_parse("--config", path))
+        self.assertEqual((store.timer_max_delay_sec, store.timer_precision_ms, store.timer_wheel_enable),
+                         (60, 500, False))
+        e = self.assertRaises(usage.UsageError, _parse, "--timer-max-delay-sec", "3d")
+        self.assertIn("--timer-max-delay-sec", str(e))
+
     def test_enable_property_filter(self) -> None:
         """--enable-property-filter (enablePropertyFilter in broker.conf) reaches BrokerConfig; off by default."""
         self.assertIs(_parse()["enable-property-filter"], False)

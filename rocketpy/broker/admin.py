@@ -193,6 +193,7 @@ class AdminBrokerProcessor(TableProcessor):
             brokerActive="true",
             heldPullRequests=str(self._t.held_pulls()),  # rocketpy's own: long polls parked now
         )
+        table.update(self._t.timer_figures())
         return ok_response(request, dump_json({"table": table}))
 
     def _tps(self, key: str) -> str:

@@ -126,6 +126,7 @@ class BrokerService(OrderedMultiService):
             reactor, RebalanceLockManager(reactor), self._held_pulls, self.traffic,
         )
         self._features(store_config)
+        self.tables.timer_figures = self.timer.runtime_figures
         listeners: list[Any] = [ClientChannelListener(self.consumers, self.producers)]
         if self.hold is not None:
             listeners.append(self.hold)

@@ -60,6 +60,8 @@ class BrokerTables:
     held_pulls: Callable[[], int] = lambda: 0
     #: traffic counters and rates (GET_CONSUME_STATS, GET_BROKER_RUNTIME_INFO); None: not counted
     traffic: BrokerTraffic | None = None
+    #: the timer's GET_BROKER_RUNTIME_INFO keys (``TimerMessageService.runtime_figures``)
+    timer_figures: Callable[[], dict[str, str]] = dict
 
     def queue(self, request: RemotingCommand) -> tuple[str, int]:
         """The request's ``topic`` and ``queueId``, checked against the topic table.

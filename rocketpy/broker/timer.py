@@ -181,9 +181,18 @@ class TimerMessageService(Service):
         end = self._store.get_max_offset_in_queue(TIMER_TOPIC, 0)
         return len(self._pending) - len(self._unflushed) + max(0, end - self._scanned)
 
+    def runtime_figures(self) -> dict[str, str]:
+        """RocketMQ 5's GET_BROKER_RUNTIME_INFO timer keys: seconds the earliest pending message is
+        overdue, queue entries not read yet, messages pending."""
+        due = self.next_due_ms()
+        end = self._store.get_max_offset_in_queue(TIMER_TOPIC, 0)
+        return {"timerReadBehind": str(max(0, self._now_ms() - due) // 1000 if due is not None else 0),
+                "timerOffsetBehind": str(max(0, end - self._scanned)),
+                "timerCongestNum": str(len(self._pending) - len(self._unflushed))}
+
     def next_due_ms(self) -> int | None:
         """When the earliest pending message is due (ms), None when none is pending."""
-        due = self._pending_from()[0]
+        due = self._pending_from(delivered=False)[0]
         return None if due == _NONE_PENDING[0] else due
 
     # -- scheduling -----------------------------------------------------------
@@ -388,13 +397,14 @@ class TimerMessageService(Service):
 
     # -- checkpoint and roll ----------------------------------------------------
 
-    def _pending_from(self) -> tuple[int, int]:
-        """The smallest (due, offset) still pending, ``_NONE_PENDING`` when none is."""
+    def _pending_from(self, delivered: bool = True) -> tuple[int, int]:
+        """The smallest (due, offset) still pending, ``_NONE_PENDING`` when none is; with ``delivered``,
+        delivered ones not yet flushed count as pending (the checkpoint's view)."""
         heap, pending, in_flight, unflushed = self._heap, self._pending, self._in_flight, self._unflushed
         while heap and (pending.get(heap[0][1]) != heap[0][0] or heap[0][1] in in_flight or heap[0][1] in unflushed):
             heapq.heappop(heap)
         least = heap[0] if heap else _NONE_PENDING
-        for held in (in_flight, unflushed):
+        for held in (in_flight, unflushed) if delivered else (in_flight,):
             for offset, due in held.items():
                 least = min(least, (due, offset))
         return least

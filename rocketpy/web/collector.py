@@ -225,6 +225,8 @@ class BrokerCollector(Collector):
         for level, count in broker.schedule.backlogs().items():
             self._own(delays, count, str(level))
         yield delays
+        yield self._own(GaugeMetricFamily("rocketpy_timer_backlog", "Timer messages parked and not yet delivered",
+                                          labels=OWN), broker.timer.backlog())
         yield self._own(GaugeMetricFamily("rocketpy_transaction_half_backlog",
                                           "Half (prepared) messages the transaction checker has not passed",
                                           labels=OWN), broker.transaction_check.half_backlog())

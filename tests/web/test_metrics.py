@@ -155,6 +155,9 @@ class MetricsTests(BrokerHttpTestCase):
         for i in range(1, 4):
             await producer.send_to_queue(Message("MetricsC", b"c%d" % i), sent.queue)
         await producer.send(new_message("MetricsD", b"in 10 s", delay_level=3))
+        timed = new_message("MetricsD", b"in an hour")
+        timed.properties["TIMER_DELAY_SEC"] = "3600"
+        await producer.send(timed)
         transactions = TransactionProducer("TPG", cluster.namesrv_addr, reactor, listener=Undecided())
         await transactions.start()
         self.addCleanup(transactions.shutdown)
@@ -197,6 +200,8 @@ class MetricsTests(BrokerHttpTestCase):
         self.assertEqual(value(after, "rocketpy_delay_backlog", level="3"), 1)
         self.assertEqual(sum(delayed.values()), 1)
         self.assertEqual(value(after, "rocketpy_transaction_half_backlog"), 1)
+        self.assertEqual(value(after, "rocketpy_timer_backlog"), 1)
+        self.assertEqual((table["timerCongestNum"], table["timerOffsetBehind"], table["timerReadBehind"]), ("1", "0", "0"))
 
 
 class NegotiationTests(BrokerHttpTestCase):
