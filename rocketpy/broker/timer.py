@@ -39,7 +39,9 @@ from rocketpy.util.configfile import JsonConfigFile
 #: Consume-queue entries read per store hop.
 SCAN_BATCH = 4096
 #: Messages delivered per round (all those due at the same time as the last go with it).
-DELIVER_BATCH = 32
+DELIVER_BATCH = 256
+#: Messages one store read returns at most (``max_transfer_count_on_message_in_memory``).
+READ_RUN = 32
 #: Checkpoint interval, and re-check after a refused put.
 PERSIST_INTERVAL = 1.0
 RECHECK = 0.1
@@ -51,6 +53,17 @@ TIMER_MESSAGES = "(timer messages)"
 _HOPELESS = frozenset({PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
                        PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL, PutMessageStatus.WHEEL_TIMER_NOT_ENABLE})
 _NONE_PENDING = (1 << 63, 0)
+
+
+def _runs(offsets: list[int], longest: int) -> list[tuple[int, int]]:
+    """Sorted offsets as (start, count) runs of consecutive ones, each at most ``longest`` long."""
+    runs: list[tuple[int, int]] = []
+    for offset in offsets:
+        if runs and runs[-1][0] + runs[-1][1] == offset and runs[-1][1] < longest:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((offset, 1))
+    return runs
 
 
 class TimerCheckpoint(JsonConfigFile):
@@ -380,20 +393,32 @@ class TimerMessageService(Service):
             self._pending.pop(offset, None)
 
     async def _read(self, offsets: list[int]) -> dict[int, MessageExt]:
-        """The parked messages at these queue offsets (missing or unreadable ones left out, logged)."""
-        found = await gatherResults([self._store.get_message(_GROUP, TIMER_TOPIC, 0, o, 1) for o in offsets],
-                                    consumeErrors=True)
+        """The parked messages at these queue offsets (missing or unreadable ones left out, logged):
+        one store read per run of consecutive offsets (up to a read's message limit), then one per
+        offset still missing."""
+        wanted = set(offsets)
         out: dict[int, MessageExt] = {}
-        for offset, result in zip(offsets, found):
-            if result.status is not GetMessageStatus.FOUND or not result.records:
-                self.log.error("timer message at queue offset {offset} is gone ({status}): skipped", offset=offset,
-                               status=result.status.name)
-                continue
-            try:
-                out[offset] = decode_record(result.records[0])
-            except RecordError:
-                self.log.error("unreadable timer message at queue offset {offset}: skipped", offset=offset)
+        await self._read_runs(_runs(sorted(wanted), READ_RUN), wanted, out)
+        missing = sorted(wanted - out.keys())
+        if missing:
+            await self._read_runs([(o, 1) for o in missing], wanted, out)
+        for offset in sorted(wanted - out.keys()):
+            self.log.error("timer message at queue offset {offset} is gone or unreadable: skipped", offset=offset)
         return out
+
+    async def _read_runs(self, runs: list[tuple[int, int]], wanted: set[int], out: dict[int, MessageExt]) -> None:
+        found = await gatherResults([self._store.get_message(_GROUP, TIMER_TOPIC, 0, start, count)
+                                     for start, count in runs], consumeErrors=True)
+        for result in found:
+            if result.status is not GetMessageStatus.FOUND:
+                continue
+            for record in result.records:
+                try:
+                    msg = decode_record(record)
+                except RecordError:
+                    continue
+                if msg.queue_offset in wanted:  # the record knows its own queue offset
+                    out[msg.queue_offset] = msg
 
     # -- checkpoint and roll ----------------------------------------------------
 

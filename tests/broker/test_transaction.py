@@ -16,7 +16,7 @@ from rocketpy.broker.transaction import (
 )
 from rocketpy.common.headers import to_fields
 from rocketpy.common.message import MessageConst, MessageExt, MessageSysFlag, decode_record, properties_to_string
-from rocketpy.common.topic import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from rocketpy.common.topic import TIMER_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from tests.fakes import FakeChannel
@@ -37,11 +37,11 @@ class TransactionTestCase(SynchronousTestCase):
         self.channel = FakeChannel()
 
     def send_half(self, body: bytes = b"order", delay: bool = False, immunity: str | None = None,
-                  born_in: float = 0) -> dict[str, str]:
+                  born_in: float = 0, **more: str) -> dict[str, str]:
         """A PREPARED send as the Java client makes it (``immunity``: its CHECK_IMMUNITY_TIME_IN_SECONDS;
-        born ``born_in`` seconds from now); the response's ext fields."""
+        born ``born_in`` seconds from now; ``more`` properties); the response's ext fields."""
         props = {MessageConst.TRANSACTION_PREPARED: "true", MessageConst.PRODUCER_GROUP: "PG",
-                 MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "UNIQ" + body.decode(), MessageConst.TAGS: "T"}
+                 MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "UNIQ" + body.decode(), MessageConst.TAGS: "T", **more}
         if delay:
             props[MessageConst.DELAY_TIME_LEVEL] = "3"
         if immunity is not None:
@@ -105,6 +105,28 @@ class HalfAndEndTests(TransactionTestCase):
         self.assertEqual(self.ops(), [b"0"])
         [op] = read_queue(self, self.store, TRANS_OP_HALF_TOPIC)
         self.assertEqual(op.properties[MessageConst.TAGS], "d")
+
+    def test_timer_applies_on_commit(self) -> None:
+        """A half message keeps its timer properties and waits on the half topic; the commit parks it on
+        the timer topic (TIMER_DELAY_SEC counted from the commit). A timer beyond the maximum is
+        refused at commit with MESSAGE_ILLEGAL and the half message stays undecided (checks go on)."""
+        sent = self.send_half(TIMER_DELAY_SEC="5")
+        [half] = read_queue(self, self.store, TRANS_HALF_TOPIC)
+        self.assertEqual(half.properties[MessageConst.TIMER_DELAY_SEC], "5")
+        self.assertEqual(read_queue(self, self.store, TIMER_TOPIC), [])
+        self.clock.advance(2)
+        self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
+        self.assertEqual(self.real(), [])
+        [parked] = read_queue(self, self.store, TIMER_TOPIC)
+        self.assertEqual((parked.properties[MessageConst.REAL_TOPIC], parked.properties[MessageConst.REAL_QUEUE_ID]),
+                         ("Orders", "2"))
+        self.assertEqual(parked.properties[MessageConst.TIMER_OUT_MS], str(int(self.clock.seconds() * 1000) + 4000))
+        far = self.send_half(b"far", TIMER_DELAY_SEC=str(4 * 86400))
+        response = self.end_tx(far, COMMIT)
+        assert response is not None
+        self.assertEqual(response.code, ResponseCode.MESSAGE_ILLEGAL)
+        self.assertIn("max delay 259200000ms", response.remark or "")
+        self.assertEqual(self.ops(), [b"0"])  # only the first one is decided
 
     def test_rollback(self) -> None:
         """Rollback writes only the op record."""
