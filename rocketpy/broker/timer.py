@@ -82,9 +82,10 @@ class TimerCheckpoint(JsonConfigFile):
                 "pendingFromMs": self.pending_from[0], "pendingFromOffset": self.pending_from[1]}
 
     def apply_json(self, obj: dict[str, Any]) -> None:
-        self.low_offset = int(obj["lowOffset"])
-        self.scan_offset = int(obj["scanOffset"])
-        self.pending_from = (int(obj["pendingFromMs"]), int(obj["pendingFromOffset"]))
+        """A missing field reads as "nothing known": more is delivered again, nothing is lost."""
+        self.low_offset = int(obj.get("lowOffset", 0))
+        self.scan_offset = int(obj.get("scanOffset", 0))
+        self.pending_from = (int(obj.get("pendingFromMs", 0)), int(obj.get("pendingFromOffset", 0)))
 
     def positions(self) -> list[tuple[str, str, int, int]]:
         """Retention keeps the files of undelivered timer messages."""
@@ -452,8 +453,8 @@ class TimerMessageService(Service):
         """Re-park the oldest half of a long read range at the queue's end when few of its entries are pending."""
         low = next(iter(self._pending), self._scanned)
         span = self._scanned - low
-        if span <= self._roll_span or len(self._pending) * 4 >= span or self._busy:
-            return
+        if span <= self._roll_span or len(self._pending) * 4 >= span:
+            return  # (a round may run meanwhile: each takes only entries the other has not in flight)
         cut = low + span // 2
         batch: list[tuple[int, int]] = []
         for offset, due in self._pending.items():
