@@ -53,6 +53,17 @@ def millis(ts: Timestamp) -> int:
     return ts.seconds * 1000 + ts.nanos // 1_000_000
 
 
+#: ``Timestamp.seconds`` from here on (the year 5138) can only be milliseconds put in the seconds field.
+MS_IN_SECONDS_FIELD = 100_000_000_000
+
+
+def delivery_ms(ts: Timestamp) -> int:
+    """A send's delivery time in ms. rocketmq-python-client 5.1.2 copies ``Message.delivery_timestamp``
+    (ms, as its docstring says) into ``Timestamp.seconds``: such a value is read as ms (the Java proxy
+    refuses it as too far ahead)."""
+    return ts.seconds if ts.seconds >= MS_IN_SECONDS_FIELD else millis(ts)
+
+
 def timestamp(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
@@ -104,7 +115,7 @@ def send_request(msg: pb.Message, producer_group: str, queue_id: int, max_body_s
     if sysp.born_host:
         props[BORN_HOST] = sysp.born_host
     if sysp.HasField("delivery_timestamp"):  # any message type, as SendMessageActivity.fillDelayMessageProperty
-        deliver_ms = millis(sysp.delivery_timestamp)
+        deliver_ms = delivery_ms(sysp.delivery_timestamp)
         if deliver_ms - now_ms > MAX_DELAY_MS:
             raise GrpcError(pb.Code.ILLEGAL_DELIVERY_TIME, f"the max delay time of message is too large, max is "
                                                            f"{MAX_DELAY_MS}")

@@ -7,7 +7,7 @@ broker delivers it then). Plain code, run under the commit log's encode step."""
 from __future__ import annotations
 
 from rocketpy.common.message import MessageConst, MessageExt, MessageSysFlag
-from rocketpy.common.topic import TIMER_TOPIC, TRANS_HALF_TOPIC
+from rocketpy.common.topic import TIMER_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.status import PutMessageStatus
 
@@ -16,8 +16,8 @@ TIMER_PROPERTIES = (MessageConst.TIMER_DELAY_SEC, MessageConst.TIMER_DELAY_MS, M
 _TIMED_TYPES = (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT_TYPE)
 _TRAN_MASK = MessageSysFlag.TRANSACTION_MASK
 PRECISIONS = (100, 200, 500, 1000)
-#: Parked already, or a half message (its timer applies once committed).
-_UNTIMED_TOPICS = (TIMER_TOPIC, TRANS_HALF_TOPIC)
+#: Parked already, or a half message (its timer applies once committed, never once given up).
+_UNTIMED_TOPICS = (TIMER_TOPIC, TRANS_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC)
 
 
 def is_timer_request(props: dict[str, str]) -> bool:

@@ -49,6 +49,21 @@ class TimerFeatureTests(FeatureTestCase):
         self.assertEqual(refused.exception.code, ResponseCode.MESSAGE_ILLEGAL)
         self.assertIn("max delay 259200000ms", refused.exception.remark or "")
 
+    async def test_batch(self) -> None:
+        """A batch (SEND_BATCH_MESSAGE) whose messages ask for different times: each waits for its own."""
+        cluster = await self.cluster()
+        p = await self.producer(cluster)
+        now = _now_ms()
+        msgs = [new_message("TimedB", b"b%d" % i) for i in range(3)]
+        msgs[0].properties[MessageConst.TIMER_DELIVER_MS] = str(now + 1500)
+        msgs[1].properties[MessageConst.TIMER_DELAY_MS] = "500"  # due first
+        await p.send_batch(msgs)  # the third has no timer: stored at once
+        broker = cluster.brokers["broker-a"]
+        await until(lambda: broker.timer.backlog() == 0, "both delivered", rounds=600)
+        got = sorted(await self.pull_all(cluster, "TimedB"), key=lambda m: m.store_timestamp)
+        self.assertEqual([m.body for m in got], [b"b2", b"b1", b"b0"])
+        self.assertGreaterEqual(got[2].store_timestamp, now + 1500)
+
     async def test_restart_with_a_timer_pending(self) -> None:
         """A broker stopped with one timer delivered and one pending delivers each exactly once after
         its restart on the same store."""

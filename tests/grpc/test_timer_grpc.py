@@ -43,15 +43,21 @@ class GrpcTimerTests(GrpcCalls):
         self.assertEqual(refused.status.code, pb.Code.ILLEGAL_DELIVERY_TIME)
         self.assertIn("max is 86400000", refused.status.message)
 
+        # rocketmq-python-client 5.1.2 puts milliseconds in Timestamp.seconds: read as milliseconds
+        python5 = self._message("TT", b"python5")
+        python5.system_properties.delivery_timestamp.seconds = deliver_ms
+        sent5 = await self._unary("SendMessage", rpc.SendMessageRequest(messages=[python5]))
+        self.assertEqual(sent5.status.code, pb.Code.OK, sent5)
+
         received: dict[bytes, pb.Message] = {}
-        while len(received) < 2:
+        while len(received) < 3:
             stream = await self._receive("GT", "TT")
             arrived_ms = int(time.time() * 1000)
             for response in stream:
                 if response.HasField("message"):
                     received[response.message.body] = response.message
                     self.assertGreaterEqual(arrived_ms, deliver_ms)
-        for body in (b"timed", b"four"):
+        for body in (b"timed", b"four", b"python5"):
             sysp = received[body].system_properties
             self.assertEqual(sysp.message_type, pb.MessageType.DELAY)
             self.assertEqual(sysp.delivery_timestamp.ToMilliseconds(), deliver_ms)

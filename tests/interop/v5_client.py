@@ -53,8 +53,7 @@ def produce(args: argparse.Namespace) -> None:
             if args.message_group:
                 msg.message_group = args.message_group
             if args.delivery_at:
-                # the client copies this value into Timestamp.seconds (its docstring says ms): seconds
-                msg.delivery_timestamp = args.delivery_at // 1000
+                msg.delivery_timestamp = args.delivery_at  # ms, as its docstring says (doc/grpc.md)
             receipt = producer.send(msg)
             emit(event="sent", i=i, message_id=receipt.message_id)
     finally:
@@ -186,7 +185,7 @@ def main() -> None:
     p.add_argument("--tag", default="TagA")
     p.add_argument("--body-prefix", default="v5")
     p.add_argument("--message-group", default="", help="send FIFO messages of this group")
-    p.add_argument("--delivery-at", type=int, default=0, help="delivery timestamp (epoch ms, whole seconds) of every message")
+    p.add_argument("--delivery-at", type=int, default=0, help="delivery timestamp (epoch ms) of every message")
     c = sub.add_parser("consume")
     c.add_argument("--group", required=True)
     c.add_argument("--expect", type=int, required=True)
