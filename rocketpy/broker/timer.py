@@ -154,6 +154,8 @@ class TimerMessageService(Service):
         self._loop.clock = clock
         self._looping: Deferred[Any] | None = None
         self._persisted: dict[str, Any] | None = None
+        #: (first queue offset read, when) until the first read after a start reaches the queue's end
+        self._recovery: tuple[int, float] | None = None
         self.delivered = 0
         self.cancelled = 0
         self.rolled = 0
@@ -167,6 +169,7 @@ class TimerMessageService(Service):
         cp.load()
         self._scanned = cp.low_offset
         self._recovered_until, self._delivered_below = cp.scan_offset, cp.pending_from
+        self._recovery = (cp.low_offset, self._clock.seconds())
         self._store.add_arrival_listener(self._arrived)
         self._looping = self._loop.start(PERSIST_INTERVAL, now=False)
         self._kick()
@@ -268,12 +271,22 @@ class TimerMessageService(Service):
                 if not await self._scan():
                     return True
                 continue
+            if self._recovery is not None:
+                self._recovered()
             due = self._pop_due()
             if not due:
                 return False
             if not await self._deliver(due):
                 return True
         return False
+
+    def _recovered(self) -> None:
+        assert self._recovery is not None
+        start, began = self._recovery
+        self._recovery = None
+        self.log.info("timer messages: {pending} pending, read from queue offset {start} to {end} in {seconds:.3f} s",
+                      pending=len(self._pending), start=start, end=self._scanned,
+                      seconds=self._clock.seconds() - began)
 
     async def _scan(self) -> bool:
         """Read the next entries into the pending set; False when the queue cannot be read now."""

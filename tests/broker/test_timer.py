@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any
 
+from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.broker.timer import TimerCheckpoint, TimerMessageService
@@ -198,11 +199,15 @@ class TimerTests(SynchronousTestCase):
         self.successResultOf(service.stopService())
         with open(self.path) as f:
             self.assertEqual(json.load(f)["lowOffset"], 1)
+        timer_calls = [c for c in self.clock.getDelayedCalls() if "TimerMessageService" in repr(c.func)]
+        self.assertEqual(timer_calls, [])  # neither the delivery timer nor the checkpoint loop is left
         self.restart_store()
-        self.service()
+        with capturedLogs() as events:
+            self.service()
+        [recovered] = [e for e in events if "pending, read from" in e["log_format"]]
+        self.assertEqual((recovered["pending"], recovered["start"], recovered["end"]), (1, 1, 2))
         self.clock.pump([1.0] * 60)
         self.assertEqual(self.bodies(), [b"first", b"second"])
-        self.assertEqual(self.clock.getDelayedCalls() != [], True)
 
     def test_crash_loses_nothing(self) -> None:
         """A crash (no final checkpoint) after the last 1 s write: what was pending then comes, and what
