@@ -167,6 +167,11 @@ class TimerMessageService(Service):
         super().startService()
         cp = self.checkpoint
         cp.load()
+        end = self._store.get_max_offset_in_queue(TIMER_TOPIC, 0)
+        if cp.scan_offset > end:  # the store was emptied but the config directory kept: start over
+            self.log.warn("timer checkpoint is at queue offset {offset}, beyond the timer queue's end {end}: "
+                          "reading the queue from its start", offset=cp.scan_offset, end=end)
+            cp.low_offset, cp.scan_offset, cp.pending_from = 0, 0, _NONE_PENDING
         self._scanned = cp.low_offset
         self._recovered_until, self._delivered_below = cp.scan_offset, cp.pending_from
         self._recovery = (cp.low_offset, self._clock.seconds())

@@ -199,7 +199,7 @@ class TimerTests(SynchronousTestCase):
         self.successResultOf(service.stopService())
         with open(self.path) as f:
             self.assertEqual(json.load(f)["lowOffset"], 1)
-        timer_calls = [c for c in self.clock.getDelayedCalls() if "TimerMessageService" in repr(c.func)]
+        timer_calls = [c for c in self.clock.getDelayedCalls() if "TimerMessageService" in repr(c)]
         self.assertEqual(timer_calls, [])  # neither the delivery timer nor the checkpoint loop is left
         self.restart_store()
         with capturedLogs() as events:
@@ -208,6 +208,16 @@ class TimerTests(SynchronousTestCase):
         self.assertEqual((recovered["pending"], recovered["start"], recovered["end"]), (1, 1, 2))
         self.clock.pump([1.0] * 60)
         self.assertEqual(self.bodies(), [b"first", b"second"])
+
+    def test_checkpoint_beyond_the_queue(self) -> None:
+        """A checkpoint from an older store (its files deleted, config kept) does not hide new timers."""
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path, "w") as f:
+            json.dump({"lowOffset": 50, "scanOffset": 60, "pendingFromMs": 0, "pendingFromOffset": 0}, f)
+        put(self, self.store, timed(b"new", at(NOW_MS + 1000)))
+        self.service()
+        self.clock.advance(1.0)
+        self.assertEqual(self.bodies(), [b"new"])
 
     def test_crash_loses_nothing(self) -> None:
         """A crash (no final checkpoint) after the last 1 s write: what was pending then comes, and what
