@@ -3,17 +3,24 @@
 Per (group, topic, queue) a *cursor* is the next queue offset never handed out; received
 messages are leased in a :class:`~rocketpy.grpc.receipts.ReceiptTable`. The group's consumer
 offset (what ``mqadmin consumerProgress`` shows, shared with 4.x pull) is the lowest offset
-still in flight, or the cursor. A lease past its expiry is handed out again, attempt + 1.
+still in flight, or the cursor. As RocketMQ 5's broker (``PopReviveService``), a lease past its
+expiry is *revived*: its message is copied to the group's POP retry topic ``%RETRY%<group>_<topic>``
+with one more reconsume time, and the lease ends, so the original queue's progress moves on.
+Receives read that retry topic too (first, one time in five; else when the queues left room), and
+a message read ``max_attempts`` times goes to the group's DLQ instead of to the consumer. A FIFO
+group's leases are not revived: they come back in place, in order.
 A new group starts at offset 0 when the queue still holds its first message, else at its end
-(RocketMQ's ``ConsumeInitMode.MAX`` with ``initPopOffsetByCheckMsgInMem``).
+(RocketMQ's ``ConsumeInitMode.MAX`` with ``initPopOffsetByCheckMsgInMem``); on a retry topic at
+its first message.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -22,7 +29,9 @@ from rocketpy.broker.filter import TagFilter
 from rocketpy.broker.offsets import ConsumerOffsetManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.message import MessageExt, decode_record
-from rocketpy.grpc.receipts import AckOutcome, Lease, ReceiptTable
+from rocketpy.common.topic import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from rocketpy.grpc.receipts import AckOutcome, Lease, ReceiptTable, pop_retry_topic
+from rocketpy.grpc.revive import revived_copy
 from rocketpy.interfaces import IStoreService
 
 #: ProxyConfig defaults of the Java proxy's receipt-handle renewal (PushConsumer receives).
@@ -30,6 +39,10 @@ DEFAULT_INVISIBLE_MS = 60_000
 RENEW_PERIOD_S = 5.0
 RENEW_AHEAD_MS = 10_000
 RENEW_MAX_MS = 3 * 3600 * 1000
+#: How often expired leases of groups nobody receives for are revived (RocketMQ revives within about a second).
+REVIVE_PERIOD_S = 1.0
+#: BrokerConfig.popFromRetryProbability: the percentage of receives that read the retry topic first.
+RETRY_FIRST_PERCENT = 20
 
 Received = list[tuple[MessageExt, Lease]]
 #: ``(group, lease) -> Deferred[bool]``: move the leased message to the group's DLQ; True once stored.
@@ -43,7 +56,7 @@ class PopService:
 
     def __init__(self, clock: IReactorTime, store: IStoreService, topics: TopicConfigManager,
                  offsets: ConsumerOffsetManager, dead_letter: DeadLetter | None = None,
-                 client_host: str = "grpc") -> None:
+                 client_host: str = "grpc", rng: random.Random | None = None) -> None:
         self._clock = clock
         self._store = store
         self._topics = topics
@@ -57,6 +70,9 @@ class PopService:
         self._waiters: dict[str, list[Deferred[None]]] = {}
         self._renewer = LoopingCall(self.renew_due)
         self._renewer.clock = clock
+        self._reviver = LoopingCall(lambda: Deferred.fromCoroutine(self.revive_due()))
+        self._reviver.clock = clock
+        self._rng = rng or random.Random()
 
     def now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
@@ -98,7 +114,9 @@ class PopService:
         d: Deferred[None] = Deferred()
         self._waiters.setdefault(topic, []).append(d)
         expiry = self.receipts.next_expiry(group, topic)
-        wait_ms = left_ms if expiry is None else max(1, min(left_ms, expiry - self.now_ms() + 1))
+        until_expiry = None if expiry is None else expiry - self.now_ms() + 1
+        # a lease already past its expiry here is a FIFO one that another kind of receive handles
+        wait_ms = left_ms if until_expiry is None or until_expiry <= 0 else min(left_ms, until_expiry)
         def timed_out() -> None:
             if not d.called:
                 d.callback(None)
@@ -114,27 +132,41 @@ class PopService:
 
     async def _take(self, group: str, topic: str, batch: int, invisible_ms: int, tag_filter: TagFilter,
                     max_attempts: int, fifo: bool) -> Received:
+        if fifo:
+            return await self._take_in_order(group, topic, batch, invisible_ms, tag_filter, max_attempts)
+        await self._revive(self.receipts.take_due(self.now_ms(), (group, topic)))
+        retry = pop_retry_topic(group, topic)
+        retry_first = self._rng.randrange(100) < RETRY_FIRST_PERCENT  # PopMessageProcessor's randomQ
         found: Received = []
-        if not fifo:
-            expired = self.receipts.take_expired(group, topic, self.now_ms(), batch)
-            found.extend(await self._redeliver(group, expired, invisible_ms, max_attempts))
+        for name in ([retry, topic] if retry_first else [topic, retry]):
+            config = self._topics.select_topic_config(name)
+            for queue_id in range(config.read_queue_nums if config is not None else 0):
+                if len(found) >= batch:
+                    return found
+                found.extend(await self._read_queue(group, topic, name, queue_id, batch - len(found), invisible_ms,
+                                                    tag_filter, max_attempts))
+        return found
+
+    async def _take_in_order(self, group: str, topic: str, batch: int, invisible_ms: int, tag_filter: TagFilter,
+                             max_attempts: int) -> Received:
+        """FIFO: per queue, the expired batch again in order, else the next messages once nothing is in flight."""
+        found: Received = []
         config = self._topics.select_topic_config(topic)
         for queue_id in range(config.read_queue_nums if config is not None else 0):
             if len(found) >= batch:
                 break
-            if fifo:
-                if self.receipts.queue_busy(group, topic, queue_id, self.now_ms()):
-                    continue  # one batch in flight per queue: order within each message group
-                expired = self.receipts.take_queue(group, topic, queue_id)
-                if expired:
-                    found.extend(await self._redeliver(group, expired, invisible_ms, max_attempts))
-                    continue
-            found.extend(await self._read_queue(group, topic, queue_id, batch - len(found), invisible_ms,
-                                                tag_filter))
+            if self.receipts.queue_busy(group, topic, queue_id, self.now_ms()):
+                continue  # one batch in flight per queue: order within each message group
+            expired = self.receipts.take_queue(group, topic, queue_id)
+            if expired:
+                found.extend(await self._redeliver(group, expired, invisible_ms, max_attempts))
+                continue
+            found.extend(await self._read_queue(group, topic, topic, queue_id, batch - len(found), invisible_ms,
+                                                tag_filter, 0, orderly=True))
         return found
 
     async def _redeliver(self, group: str, expired: list[Lease], invisible_ms: int, max_attempts: int) -> Received:
-        """Expired leases (out of the table) leased again in order, attempt + 1, or to the DLQ."""
+        """A FIFO queue's expired leases (out of the table) leased again in order, attempt + 1, or to the DLQ."""
         found: Received = []
         for lease in expired:
             if max_attempts and lease.attempt >= max_attempts and await self._to_dead_letter(group, lease):
@@ -144,33 +176,68 @@ class PopService:
                 self._commit(group, lease.topic, lease.queue_id)
                 continue
             renewed = self.receipts.lease(group, lease.topic, lease.queue_id, lease.offset, lease.commit_log_offset,
-                                          lease.attempt + 1, self.now_ms(), invisible_ms)
+                                          lease.attempt + 1, self.now_ms(), invisible_ms, orderly=True)
             found.append((ext, renewed))
         return found
 
-    async def _read_queue(self, group: str, topic: str, queue_id: int, wanted: int, invisible_ms: int,
-                          tag_filter: TagFilter) -> Received:
-        key = (group, topic, queue_id)
+    # -- revive ---------------------------------------------------------------------
+
+    async def revive_due(self) -> None:
+        """Revive every expired lease (not FIFO ones) into its group's retry topic."""
+        await self._revive(self.receipts.take_due(self.now_ms()))
+
+    async def _revive(self, due: list[Lease]) -> None:
+        if due:
+            await gatherResults([Deferred.fromCoroutine(self._revive_one(lease)) for lease in due])
+
+    async def _revive_one(self, lease: Lease) -> None:
+        """Copy the lease's message to the retry topic, then end the lease; on failure it stays
+        (expired) in the table and is tried again at the next revive."""
+        try:
+            original = await self._store.look_message_by_offset(lease.commit_log_offset)
+            if original is not None:  # else deleted by retention meanwhile: nothing to revive
+                retry = self._topics.create_topic_in_send_message_back_method(
+                    pop_retry_topic(lease.group, lease.topic), 1, PERM_READ | PERM_WRITE)
+                result = await self._store.put_message(revived_copy(original, retry.topic_name, lease.leased_ms))
+                if not result.ok:
+                    raise RuntimeError(f"the store refused it: {result.status.name}")
+        except Exception:
+            self.log.failure("reviving {topic}:{queue}:{offset} of {group} to its retry topic failed",
+                             topic=lease.queue_topic, queue=lease.queue_id, offset=lease.offset, group=lease.group)
+            lease.reviving = False
+            return
+        self.receipts.remove(lease)
+        self._commit(lease.group, lease.queue_topic, lease.queue_id)
+        self._wake(lease.topic)
+
+    async def _read_queue(self, group: str, topic: str, name: str, queue_id: int, wanted: int, invisible_ms: int,
+                          tag_filter: TagFilter, max_attempts: int, orderly: bool = False) -> Received:
+        """Up to ``wanted`` messages of queue ``queue_id`` of ``name`` (``topic`` or its retry topic), leased."""
+        key = (group, name, queue_id)
         if key in self._reading:  # another receive of the group reads this queue now
             return []
         self._reading.add(key)
         try:
             cursor = self._cursor(key)
-            if cursor >= self._store.get_max_offset_in_queue(topic, queue_id):
+            if cursor >= self._store.get_max_offset_in_queue(name, queue_id):
                 return []
-            result = await self._store.get_message(group, topic, queue_id, cursor, wanted,
+            result = await self._store.get_message(group, name, queue_id, cursor, wanted,
                                                    None if tag_filter.matches_all else tag_filter)
             now = self.now_ms()
+            retry = name != topic
             found: Received = []
             for record in result.records:
                 ext = decode_record(record)
                 if not tag_filter.matches_tag(ext.tags):
                     continue
                 lease = self.receipts.lease(group, topic, queue_id, ext.queue_offset, ext.commit_log_offset,
-                                            ext.reconsume_times + 1, now, invisible_ms)
+                                            ext.reconsume_times + 1, now, invisible_ms, retry=retry, orderly=orderly)
+                if max_attempts and ext.reconsume_times >= max_attempts and await self._to_dead_letter(group, lease):
+                    continue  # PopMessageResultFilterImpl: read once too often, to the DLQ
+                ext.topic = topic  # a retry topic's copy shows its real topic, as the Java proxy does
                 found.append((ext, lease))
             self._cursors[key] = max(cursor, result.next_begin_offset)
-            self._commit(group, topic, queue_id)
+            self._commit(group, name, queue_id)
             return found
         finally:
             self._reading.discard(key)
@@ -182,12 +249,16 @@ class PopService:
             cursor = self._offsets.query_offset(group, topic, queue_id)
             if cursor < 0:
                 first = self._store.get_min_offset_in_queue(topic, queue_id)
-                cursor = 0 if first == 0 else self._store.get_max_offset_in_queue(topic, queue_id)
+                if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or first == 0:
+                    cursor = first
+                else:
+                    cursor = self._store.get_max_offset_in_queue(topic, queue_id)
             self._cursors[key] = cursor
         return cursor
 
     def _commit(self, group: str, topic: str, queue_id: int) -> None:
-        """The group's consumer offset: the lowest offset in flight, or the cursor."""
+        """The group's consumer offset on ``topic`` (its retry topic too): the lowest offset in flight,
+        or the cursor."""
         cursor = self._cursors.get((group, topic, queue_id))
         if cursor is None:
             return
@@ -195,7 +266,7 @@ class PopService:
         self._offsets.commit_offset(self._host, group, topic, queue_id, cursor if lowest is None else lowest)
 
     async def _to_dead_letter(self, group: str, lease: Lease) -> bool:
-        """Move an expired lease's message to the DLQ; False (it comes back) when that failed."""
+        """Move a lease's message to the DLQ and end the lease; False (it is delivered) when that failed."""
         if self.dead_letter is None:
             return False
         try:
@@ -205,7 +276,8 @@ class PopService:
                              topic=lease.topic, queue=lease.queue_id, offset=lease.offset, group=group)
             moved = False
         if moved:
-            self._commit(group, lease.topic, lease.queue_id)
+            self.receipts.remove(lease)
+            self._commit(group, lease.queue_topic, lease.queue_id)
         return moved
 
     # -- ack and invisibility -------------------------------------------------------
@@ -213,8 +285,8 @@ class PopService:
     def ack(self, group: str, topic: str, handle: str) -> AckOutcome:
         outcome, lease = self.receipts.ack(group, topic, handle, self.now_ms())
         if lease is not None:
-            self._commit(group, topic, lease.queue_id)
-            if self.receipts.lowest_offset(group, topic, lease.queue_id) is None:
+            self._commit(group, lease.queue_topic, lease.queue_id)
+            if self.receipts.lowest_offset(group, lease.queue_topic, lease.queue_id) is None:
                 self._wake(topic)  # the queue is free: a FIFO receive waiting on it can go on
         return outcome
 
@@ -242,16 +314,19 @@ class PopService:
         return {
             "cursors": [[g, t, q, c] for (g, t, q), c in self._cursors.items()],
             "leases": [[x.group, x.topic, x.queue_id, x.offset, x.commit_log_offset, x.attempt, x.expires_ms,
-                        x.handle, x.leased_ms] for x in self.receipts.leases()],
+                        x.handle, x.leased_ms, int(x.retry), int(x.orderly)] for x in self.receipts.leases()],
         }
 
     def restore(self, obj: dict[str, Any]) -> None:
         """Merge a :meth:`snapshot`. :raises ValueError: or ``TypeError`` when it is malformed."""
         for group, topic, queue_id, cursor in obj.get("cursors", []):
             self._cursors[(str(group), str(topic), int(queue_id))] = int(cursor)
-        for group, topic, queue_id, offset, clo, attempt, expires, handle, leased in obj.get("leases", []):
+        for row in obj.get("leases", []):
+            group, topic, queue_id, offset, clo, attempt, expires, handle, leased = row[:9]
+            retry, orderly = (bool(row[9]), bool(row[10])) if len(row) > 9 else (False, False)  # older files
             self.receipts.restore(Lease(str(group), str(topic), int(queue_id), int(offset), int(clo), int(attempt),
-                                        int(expires), str(handle), leased_ms=int(leased)))
+                                        int(expires), str(handle), leased_ms=int(leased), retry=retry,
+                                        orderly=orderly))
 
     # -- auto-renewal -----------------------------------------------------------------
 
@@ -270,11 +345,13 @@ class PopService:
 
     def start(self) -> None:
         self._renewer.start(RENEW_PERIOD_S, now=False)
+        self._reviver.start(REVIVE_PERIOD_S, now=False)
 
     def stop(self) -> None:
-        """Stop renewing and answer every waiting receive now (the endpoint is closing)."""
-        if self._renewer.running:
-            self._renewer.stop()
+        """Stop renewing and reviving, and answer every waiting receive now (the endpoint is closing)."""
+        for loop in (self._renewer, self._reviver):
+            if loop.running:
+                loop.stop()
         for topic in list(self._waiters):
             self._wake(topic)
 

@@ -1,7 +1,8 @@
 """In-flight receipts of POP consumption: which received messages are invisible until when.
 
 A :class:`Lease` is one delivery of one message to one consumer group: the message stays
-invisible until ``expires_ms``, and comes back (with ``attempt + 1``) if not acked by then.
+invisible until ``expires_ms``; if not acked by then it comes back with ``attempt + 1`` (through
+the group's POP retry topic, or in place for a FIFO group: :mod:`rocketpy.grpc.pop`).
 The table is plain data with no Twisted and no clock of its own (callers pass ``now_ms``),
 so a later step can checkpoint it to disk (:meth:`ReceiptTable.leases` lists everything).
 
@@ -19,6 +20,8 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
+
 
 class AckOutcome(enum.Enum):
     OK = "ok"
@@ -26,9 +29,19 @@ class AckOutcome(enum.Enum):
     INVALID = "receipt handle is invalid"
 
 
+def pop_retry_topic(group: str, topic: str) -> str:
+    """The group's POP retry topic of ``topic``: ``%RETRY%<group>_<topic>`` (RocketMQ 5's
+    ``KeyBuilder.buildPopRetryTopicV1``, the name its brokers use by default)."""
+    return f"{RETRY_GROUP_TOPIC_PREFIX}{group}_{topic}"
+
+
 @dataclass(slots=True)
 class Lease:
-    """One delivery of the message at ``(topic, queue_id, offset)`` to ``group``."""
+    """One delivery of the message at ``(queue_topic, queue_id, offset)`` to ``group``.
+
+    ``topic`` is the topic the group subscribes (what its acks name); the message is stored there,
+    or in the group's POP retry topic of it when ``retry``.
+    """
 
     group: str
     topic: str
@@ -41,6 +54,17 @@ class Lease:
     #: the client whose lease the endpoint renews until acked (a PushConsumer's auto_renew).
     renewed_for: str | None = None
     leased_ms: int = 0
+    #: the message is a revived copy in ``pop_retry_topic(group, topic)``
+    retry: bool = False
+    #: a FIFO group's lease: when it expires the message comes back in place, in order
+    orderly: bool = False
+    #: expired, being copied to the retry topic (kept in the table, and so in checkpoints, until stored)
+    reviving: bool = False
+
+    @property
+    def queue_topic(self) -> str:
+        """The topic whose queue holds the message."""
+        return pop_retry_topic(self.group, self.topic) if self.retry else self.topic
 
 
 def handle_expiry(handle: str) -> int | None:
@@ -69,10 +93,10 @@ class ReceiptTable:
         return iter(list(self._by_handle.values()))
 
     def lease(self, group: str, topic: str, queue_id: int, offset: int, commit_log_offset: int,
-              attempt: int, now_ms: int, invisible_ms: int) -> Lease:
+              attempt: int, now_ms: int, invisible_ms: int, retry: bool = False, orderly: bool = False) -> Lease:
         """Make the message invisible for ``invisible_ms``; a new handle."""
         lease = Lease(group, topic, queue_id, offset, commit_log_offset, attempt, now_ms + invisible_ms,
-                      leased_ms=now_ms)
+                      leased_ms=now_ms, retry=retry, orderly=orderly)
         self._add(lease)
         return lease
 
@@ -92,12 +116,17 @@ class ReceiptTable:
 
     def _index(self, lease: Lease) -> None:
         self._by_handle[lease.handle] = lease
-        self._by_queue.setdefault((lease.group, lease.topic, lease.queue_id), {})[lease.offset] = lease
+        self._by_queue.setdefault((lease.group, lease.queue_topic, lease.queue_id), {})[lease.offset] = lease
         self._by_topic.setdefault((lease.group, lease.topic), {})[lease.handle] = lease
+
+    def remove(self, lease: Lease) -> None:
+        """Take a lease out of the table (its message was revived or moved to the DLQ)."""
+        if self._by_handle.get(lease.handle) is lease:
+            self._remove(lease)
 
     def _remove(self, lease: Lease) -> None:
         del self._by_handle[lease.handle]
-        key = (lease.group, lease.topic, lease.queue_id)
+        key = (lease.group, lease.queue_topic, lease.queue_id)
         queue = self._by_queue[key]
         del queue[lease.offset]
         if not queue:
@@ -157,13 +186,15 @@ class ReceiptTable:
             if lease.renewed_for == client_id:
                 lease.renewed_for = None
 
-    def take_expired(self, group: str, topic: str, now_ms: int, limit: int) -> list[Lease]:
-        """Up to ``limit`` leases of ``group`` on ``topic`` past their expiry, removed from the table."""
-        due = [lease for lease in self._by_topic.get((group, topic), {}).values() if lease.expires_ms < now_ms]
+    def take_due(self, now_ms: int, group_topic: tuple[str, str] | None = None) -> list[Lease]:
+        """Expired leases to revive (not FIFO ones), oldest first, marked ``reviving``; they stay in
+        the table until :meth:`remove`. Only those of ``(group, topic)`` when given."""
+        leases = self._by_handle.values() if group_topic is None else self._by_topic.get(group_topic, {}).values()
+        due = [lease for lease in leases if lease.expires_ms < now_ms and not lease.orderly and not lease.reviving]
         due.sort(key=lambda lease: lease.expires_ms)
-        for lease in due[:limit]:
-            self._remove(lease)
-        return due[:limit]
+        for lease in due:
+            lease.reviving = True
+        return due
 
     def queue_busy(self, group: str, topic: str, queue_id: int, now_ms: int) -> bool:
         """Whether a lease of the queue is still invisible (a FIFO queue then waits)."""
@@ -177,10 +208,12 @@ class ReceiptTable:
         return leases
 
     def next_expiry(self, group: str, topic: str) -> int | None:
-        """The earliest expiry among ``group``'s leases on ``topic``."""
-        return min((lease.expires_ms for lease in self._by_topic.get((group, topic), {}).values()), default=None)
+        """The earliest expiry among ``group``'s leases on ``topic`` (not those being revived)."""
+        return min((lease.expires_ms for lease in self._by_topic.get((group, topic), {}).values()
+                    if not lease.reviving), default=None)
 
     def lowest_offset(self, group: str, topic: str, queue_id: int) -> int | None:
-        """The smallest queue offset still in flight: the group's progress cannot pass it."""
+        """The smallest offset in flight of the queue (``topic`` as in :attr:`Lease.queue_topic`):
+        the group's progress cannot pass it."""
         queue = self._by_queue.get((group, topic, queue_id))
         return min(queue) if queue else None

@@ -248,6 +248,37 @@ class GrpcEndpointTests(GrpcCalls):
         self.assertEqual(again.status.code, pb.Code.INVALID_RECEIPT_HANDLE)
         self.assertEqual(len(self.service.messaging.pop.receipts), 0)  # type: ignore[union-attr]
 
+    async def test_retry_topic_then_dead_letter_queue(self) -> None:
+        """A message given back (ChangeInvisibleDuration 0) comes back from %RETRY%<group>_<topic>
+        under its topic and id, attempt 2; given back again with retryMaxTimes 1, the next receive
+        moves it to %DLQ%<group> instead."""
+        await self._start()
+        self.broker.subscriptions.update_subscription_group_config(SubscriptionGroupConfig("GR", retry_max_times=1))
+        sent = await self._unary("SendMessage", rpc.SendMessageRequest(messages=[self._message("TR", b"poison")]))
+
+        async def give_back(message: pb.Message) -> None:
+            change = await self._unary("ChangeInvisibleDuration", rpc.ChangeInvisibleDurationRequest(
+                group=pb.Resource(name="GR"), topic=pb.Resource(name="TR"),
+                receipt_handle=message.system_properties.receipt_handle,
+                message_id=message.system_properties.message_id))
+            self.assertEqual(change.status.code, pb.Code.OK)
+
+        for attempt in (1, 2):
+            [_, received, _] = await self._receive("GR", "TR")
+            sysp = received.message.system_properties
+            self.assertEqual((received.message.topic.name, sysp.message_id, sysp.delivery_attempt),
+                             ("TR", sent.entries[0].message_id, attempt))
+            await give_back(received.message)
+        await self._unary("SendMessage", rpc.SendMessageRequest(messages=[self._message("TR", b"fine")]))
+        stream = await self._receive("GR", "TR")
+        self.assertEqual([r.message.body for r in stream if r.HasField("message")], [b"fine"])
+        self.assertEqual(self.broker.store.get_max_offset_in_queue("%RETRY%GR_TR", 0), 2)
+        self.assertEqual(self.broker.store.get_max_offset_in_queue("%DLQ%GR", 0), 1)
+        dead = await self.broker.store.look_message_by_offset(
+            await self.broker.store.get_commit_log_offset_in_queue("%DLQ%GR", 0, 0))
+        assert dead is not None
+        self.assertEqual((dead.body, dead.properties["RETRY_TOPIC"]), (b"poison", "TR"))
+
     async def test_stop_writes_the_checkpoint(self) -> None:
         """Stopping the endpoint writes the in-flight receipts to <store>/config/popReceipts.json."""
         await self._start()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -14,7 +17,7 @@ from rocketpy.grpc.checkpoint import PopCheckpoint
 from rocketpy.grpc.pop import PopService, Received
 from rocketpy.grpc.receipts import AckOutcome, Lease, ReceiptTable
 from rocketpy.util.configfile import ConfigFileError
-from tests.broker.featurestore import new_clock, open_store, put
+from tests.broker.featurestore import new_clock, open_store, put, read_queue
 
 ALL = build_tag_filter("*")
 
@@ -47,8 +50,21 @@ class ReceiptTableTests(SynchronousTestCase):
         self.assertEqual(table.lowest_offset("G", "T", 0), 5)
         table.ack("G", "T", renewed.handle, 3000)
         self.assertEqual(table.lowest_offset("G", "T", 0), 6)
-        self.assertEqual(table.take_expired("G", "T", 20_000, 10)[0].offset, 6)
+        [due] = table.take_due(20_000)
+        self.assertEqual((due.offset, due.reviving), (6, True))
+        self.assertEqual(table.take_due(20_000), [])  # being revived: not handed out twice
+        self.assertEqual(table.lowest_offset("G", "T", 0), 6)  # still holds progress until revived
+        table.remove(due)
         self.assertIsNone(table.lowest_offset("G", "T", 0))
+
+    def test_retry_and_fifo_leases(self) -> None:
+        """A retry-topic lease is indexed under the group's retry topic; FIFO leases are never due."""
+        table = ReceiptTable()
+        retry = table.lease("G", "T", 0, 3, 300, 2, 1000, 10_000, retry=True)
+        table.lease("G", "T", 0, 3, 400, 1, 1000, 10_000, orderly=True)
+        self.assertEqual(retry.queue_topic, "%RETRY%G_T")
+        self.assertEqual(table.lowest_offset("G", "%RETRY%G_T", 0), 3)
+        self.assertEqual(table.take_due(20_000, ("G", "T")), [retry])
 
 
 class PopServiceTests(SynchronousTestCase):
@@ -112,15 +128,19 @@ class PopServiceTests(SynchronousTestCase):
         self.assertEqual([m.body for m, _ in self.receive(tag="A")], [b"a2"])
 
     def test_dead_letter_after_max_attempts(self) -> None:
-        """A message not acked after the maximum deliveries goes to the DLQ, not back to the consumer."""
+        """A message not acked after the maximum deliveries goes to the DLQ, not back to the consumer:
+        its retry-topic copy read once too often is what moves."""
         self.put(b"poison")
         for attempt in (1, 2):
             [(_, lease)] = self.receive(max_attempts=2)
             self.assertEqual(lease.attempt, attempt)
             self.clock.advance(11)
         self.assertEqual(self.receive(max_attempts=2), [])
-        self.assertEqual([(group, lease.offset) for group, lease in self.dead], [("G", 0)])
+        self.assertEqual([(group, lease.queue_topic, lease.offset, lease.attempt) for group, lease in self.dead],
+                         [("G", "%RETRY%G_T", 1, 3)])
         self.assertEqual(self.offsets.query_offset("G", "T", 0), 1)
+        self.assertEqual(self.offsets.query_offset("G", "%RETRY%G_T", 0), 2)
+        self.assertEqual(len(self.pop.receipts), 0)
 
     def test_change_invisible_and_forward(self) -> None:
         """ChangeInvisibleDuration(0) makes a message visible again; forwarding ends its lease."""
@@ -233,3 +253,92 @@ class PopServiceTests(SynchronousTestCase):
         """A group without an offset starts at 0 while the queue still holds its first message."""
         self.put(b"before")
         self.assertEqual([m.body for m, _ in self.receive()], [b"before"])
+
+    def test_expired_lease_revived_into_the_retry_topic(self) -> None:
+        """Unacked past its invisibility, a message is copied to %RETRY%<group>_<topic> (one more
+        reconsume time, same id, tag and body) by the reviver alone: the original queue's progress
+        moves on and the lease table empties; the copy is received as the real topic, attempt 2."""
+        self.pop.start()
+        self.addCleanup(self.pop.stop)
+        put(self, self.store, MessageExt(topic="T", body=b"fails", properties={
+            MessageConst.TAGS: "A", MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: "ID-1", "user": "u"}))
+        self.put(b"next")
+        first = dict((m.body, lease) for m, lease in self.receive())
+        self.pop.ack("G", "T", first[b"next"].handle)
+        self.assertEqual(self.offsets.query_offset("G", "T", 0), 0)  # "fails" in flight holds it
+        self.clock.advance(11)  # the reviver runs every second: no receive needed
+        self.assertEqual(len(self.pop.receipts), 0)
+        self.assertEqual(self.offsets.query_offset("G", "T", 0), 2)
+        [copy] = read_queue(self, self.store, "%RETRY%G_T")
+        self.assertEqual((copy.body, copy.reconsume_times, copy.tags, copy.properties["user"]),
+                         (b"fails", 1, "A", "u"))
+        self.assertEqual(copy.properties[MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX], "ID-1")
+        self.assertEqual(copy.properties[MessageConst.RETRY_TOPIC], "T")
+        retry_config = self.topics.select_topic_config("%RETRY%G_T")
+        self.assertEqual(retry_config.read_queue_nums if retry_config else None, 1)
+        [(msg, lease)] = self.receive()
+        self.assertEqual((msg.topic, msg.body, lease.attempt, lease.retry), ("T", b"fails", 2, True))
+        self.assertEqual(self.offsets.query_offset("G", "%RETRY%G_T", 0), 0)
+        self.assertEqual(self.pop.ack("G", "T", lease.handle), AckOutcome.OK)
+        self.assertEqual(self.offsets.query_offset("G", "%RETRY%G_T", 0), 1)
+        self.assertEqual(self.pop.ack("G", "T", first[b"fails"].handle), AckOutcome.EXPIRED)
+
+    def test_retry_topic_read_first_one_time_in_five(self) -> None:
+        """A receive reads the retry topic first when its draw is under 20, else after the queues."""
+        self.put(b"old")
+        [(_, lease)] = self.receive()
+        self.clock.advance(11)
+        self.successResultOf(Deferred.fromCoroutine(self.pop.revive_due()))
+        self.put(b"new")
+        for draw, expected in ((20, [b"new"]), (19, [b"old"])):
+            self.pop = PopService(self.clock, self.store, self.topics, ConsumerOffsetManager(), self._dead_letter,
+                                  rng=_Draw(draw))
+            self.pop.restore({"cursors": [["G", "T", 0, 1]]})
+            self.assertEqual([m.body for m, _ in self.receive(batch=1)], expected)
+
+    def test_long_poll_answered_by_a_revived_message(self) -> None:
+        """A receive waiting while the group's message is in flight gets it back once it expires."""
+        self.put(b"x")
+        self.receive()
+        d = Deferred.fromCoroutine(self.pop.receive("G", "T", 10, 10_000, 20_000, ALL))
+        self.clock.advance(9.9)
+        self.assertNoResult(d)
+        self.clock.advance(0.2)
+        self.assertEqual([(m.body, lease.attempt) for m, lease in self.successResultOf(d)], [(b"x", 2)])
+
+    def test_retry_lease_survives_a_restart(self) -> None:
+        """A lease on the retry topic is checkpointed as one: after a restart its ack moves that topic's offset."""
+        self.put(b"x")
+        self.receive()
+        self.clock.advance(11)
+        [(_, lease)] = self.receive()
+        path = self.mktemp()
+        self.successResultOf(PopCheckpoint(self.pop, path).persist())
+        restarted = PopService(self.clock, self.store, self.topics, self.offsets, self._dead_letter)
+        PopCheckpoint(restarted, path).load()
+        self.assertEqual(restarted.ack("G", "T", lease.handle), AckOutcome.OK)
+        self.assertEqual(self.offsets.query_offset("G", "%RETRY%G_T", 0), 1)
+
+    def test_fifo_leases_not_revived(self) -> None:
+        """FIFO leases stay where they are past their expiry (order must hold): no retry topic."""
+        self.pop.start()
+        self.addCleanup(self.pop.stop)
+        self.put(b"f0")
+        self.put(b"f1")
+        self.assertEqual(self.fifo(), [(b"f0", 1), (b"f1", 1)])
+        self.clock.advance(30)
+        self.assertEqual(len(self.pop.receipts), 2)
+        self.assertIsNone(self.topics.select_topic_config("%RETRY%G_T"))
+        self.assertEqual(self.offsets.query_offset("G", "T", 0), 0)
+        self.assertEqual(self.fifo(), [(b"f0", 2), (b"f1", 2)])
+
+
+class _Draw(random.Random):
+    """A random source whose every draw is ``value``."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__()
+        self.value = value
+
+    def randrange(self, *args: Any, **kwargs: Any) -> int:
+        return self.value

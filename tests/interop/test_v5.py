@@ -120,6 +120,11 @@ class V5ClientTests(V5Harness):
         self.assertEqual(events[-1]["count"], 3)
         attempts = sorted((e["body"], e["delivery_attempt"]) for e in events if e["event"] == "message")
         self.assertEqual(attempts, sorted((f"v5-{i}", n) for i in range(3) for n in (1, 2)))
+        # The second deliveries came from the group's POP retry topic: the topic's own progress moved on.
+        self.assertEqual(broker_offsets(self.rocketpy.broker_port, "GP", "TP"), (3, 3))
+        retry = query(self.rocketpy.broker_port, RemotingCommand.request(
+            RequestCode.GET_MAX_OFFSET, {"topic": "%RETRY%GP_TP", "queueId": "0"}))
+        self.assertEqual(retry.ext_fields.get("offset"), "3")
 
     def test_fifo_group_in_order(self) -> None:
         """A FIFO message group (5.x Producer) reaches a consumeMessageOrderly group's SimpleConsumer in order."""
