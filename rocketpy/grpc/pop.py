@@ -29,7 +29,7 @@ from rocketpy.broker.filter import TagFilter
 from rocketpy.broker.offsets import ConsumerOffsetManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.message import MessageExt, decode_record
-from rocketpy.common.topic import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from rocketpy.common.topic import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX, TOPIC_MAX_LENGTH
 from rocketpy.grpc.receipts import AckOutcome, Lease, ReceiptTable, pop_retry_topic
 from rocketpy.grpc.revive import revived_copy
 from rocketpy.interfaces import IStoreService
@@ -134,10 +134,18 @@ class PopService:
                     max_attempts: int, fifo: bool) -> Received:
         if fifo:
             return await self._take_in_order(group, topic, batch, invisible_ms, tag_filter, max_attempts)
-        await self._revive(self.receipts.take_due(self.now_ms(), (group, topic)))
+        due = self.receipts.take_due(self.now_ms(), (group, topic))
         retry = pop_retry_topic(group, topic)
-        retry_first = self._rng.randrange(100) < RETRY_FIRST_PERCENT  # PopMessageProcessor's randomQ
         found: Received = []
+        if len(retry) > TOPIC_MAX_LENGTH:  # no retry topic can have that name: back from their place
+            for lease in due[batch:]:
+                lease.reviving = False
+            for lease in due[:batch]:
+                self.receipts.remove(lease)
+            found.extend(await self._redeliver(group, due[:batch], invisible_ms, max_attempts))
+        else:
+            await self._revive(due)
+        retry_first = self._rng.randrange(100) < RETRY_FIRST_PERCENT  # PopMessageProcessor's randomQ
         for name in ([retry, topic] if retry_first else [topic, retry]):
             config = self._topics.select_topic_config(name)
             for queue_id in range(config.read_queue_nums if config is not None else 0):
@@ -166,17 +174,18 @@ class PopService:
         return found
 
     async def _redeliver(self, group: str, expired: list[Lease], invisible_ms: int, max_attempts: int) -> Received:
-        """A FIFO queue's expired leases (out of the table) leased again in order, attempt + 1, or to the DLQ."""
+        """Expired leases (out of the table) leased again from their place in order, attempt + 1, or to
+        the DLQ: a FIFO queue's, or those of a group and topic whose retry topic name is too long."""
         found: Received = []
         for lease in expired:
             if max_attempts and lease.attempt >= max_attempts and await self._to_dead_letter(group, lease):
                 continue
             ext = await self._store.look_message_by_offset(lease.commit_log_offset)
             if ext is None:  # deleted by retention meanwhile
-                self._commit(group, lease.topic, lease.queue_id)
+                self._commit(group, lease.queue_topic, lease.queue_id)
                 continue
             renewed = self.receipts.lease(group, lease.topic, lease.queue_id, lease.offset, lease.commit_log_offset,
-                                          lease.attempt + 1, self.now_ms(), invisible_ms, orderly=True)
+                                          lease.attempt + 1, self.now_ms(), invisible_ms, lease.retry, lease.orderly)
             found.append((ext, renewed))
         return found
 
@@ -193,11 +202,14 @@ class PopService:
     async def _revive_one(self, lease: Lease) -> None:
         """Copy the lease's message to the retry topic, then end the lease; on failure it stays
         (expired) in the table and is tried again at the next revive."""
+        retry_name = pop_retry_topic(lease.group, lease.topic)
+        if len(retry_name) > TOPIC_MAX_LENGTH:  # the group's receives give it back in place
+            lease.reviving = False
+            return
         try:
             original = await self._store.look_message_by_offset(lease.commit_log_offset)
             if original is not None:  # else deleted by retention meanwhile: nothing to revive
-                retry = self._topics.create_topic_in_send_message_back_method(
-                    pop_retry_topic(lease.group, lease.topic), 1, PERM_READ | PERM_WRITE)
+                retry = self._topics.create_topic_in_send_message_back_method(retry_name, 1, PERM_READ | PERM_WRITE)
                 result = await self._store.put_message(revived_copy(original, retry.topic_name, lease.leased_ms))
                 if not result.ok:
                     raise RuntimeError(f"the store refused it: {result.status.name}")

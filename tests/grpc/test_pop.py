@@ -332,6 +332,29 @@ class PopServiceTests(SynchronousTestCase):
         self.assertEqual(self.offsets.query_offset("G", "T", 0), 0)
         self.assertEqual(self.fifo(), [(b"f0", 2), (b"f1", 2)])
 
+    def test_retry_topic_name_too_long(self) -> None:
+        """When %RETRY%<group>_<topic> would pass 127 characters, an expired message comes back from its
+        place, as before there were retry topics (the reviver leaves it to the group's receives)."""
+        self.pop.start()
+        self.addCleanup(self.pop.stop)
+        topic = "L" * 120
+        self.topics.update_topic_config(TopicConfig(topic, 1, 1))
+        put(self, self.store, MessageExt(topic=topic, body=b"long", properties={MessageConst.TAGS: "A"}))
+
+        def receive() -> list[tuple[bytes, int]]:
+            d = Deferred.fromCoroutine(self.pop.receive("G", topic, 10, 10_000, 0, ALL, 2))
+            return [(m.body, lease.attempt) for m, lease in self.successResultOf(d)]
+
+        self.assertEqual(receive(), [(b"long", 1)])
+        self.clock.advance(12)
+        self.assertEqual(len(self.pop.receipts), 1)
+        self.assertEqual(receive(), [(b"long", 2)])
+        self.assertEqual(self.topics.select_topic_config(f"%RETRY%G_{topic}"), None)
+        self.clock.advance(11)
+        self.assertEqual(receive(), [])  # delivered twice: to the DLQ
+        self.assertEqual([(lease.topic, lease.attempt) for _, lease in self.dead], [(topic, 2)])
+        self.assertEqual(self.offsets.query_offset("G", topic, 0), 1)
+
 
 class _Draw(random.Random):
     """A random source whose every draw is ``value``."""
