@@ -334,11 +334,11 @@ class PopService:
         for group, topic, queue_id, cursor in obj.get("cursors", []):
             self._cursors[(str(group), str(topic), int(queue_id))] = int(cursor)
         for row in obj.get("leases", []):
-            group, topic, queue_id, offset, clo, attempt, expires, handle, leased = row[:9]
-            retry, orderly = (bool(row[9]), bool(row[10])) if len(row) > 9 else (False, False)  # older files
+            group, topic, queue_id, offset, clo, attempt, expires, handle, leased, retry, orderly = (
+                row if len(row) != 9 else [*row, False, False])  # 9 fields: a file from before retry topics
             self.receipts.restore(Lease(str(group), str(topic), int(queue_id), int(offset), int(clo), int(attempt),
-                                        int(expires), str(handle), leased_ms=int(leased), retry=retry,
-                                        orderly=orderly))
+                                        int(expires), str(handle), leased_ms=int(leased), retry=bool(retry),
+                                        orderly=bool(orderly)))
 
     # -- auto-renewal -----------------------------------------------------------------
 

@@ -214,6 +214,9 @@ class PopServiceTests(SynchronousTestCase):
         with open(path, "w") as f:
             f.write('{"leases": [["G", "T", 0, 0, 0, 1, 5, "no-handle", 0]]}')
         self.assertRaises(ConfigFileError, PopCheckpoint(self.pop, path).load)
+        with open(path, "w") as f:
+            f.write('{"leases": [["G", "T", 0, 0, 0, 1, 5, "5_1_0_0", 0, 1]]}')  # 10 fields: neither old nor new
+        self.assertRaises(ConfigFileError, PopCheckpoint(self.pop, path).load)
 
     def fifo(self, batch: int = 2) -> list[tuple[bytes, int]]:
         d = Deferred.fromCoroutine(self.pop.receive("G", "T", batch, 10_000, 0, ALL, fifo=True))
@@ -318,6 +321,12 @@ class PopServiceTests(SynchronousTestCase):
         PopCheckpoint(restarted, path).load()
         self.assertEqual(restarted.ack("G", "T", lease.handle), AckOutcome.OK)
         self.assertEqual(self.offsets.query_offset("G", "%RETRY%G_T", 0), 1)
+
+    def test_checkpoint_from_before_retry_topics(self) -> None:
+        """A lease row of 9 fields (a file written before retry topics) is a lease on its own topic."""
+        self.pop.restore({"leases": [["G", "T", 0, 4, 400, 1, 5, "5_7_0_4", 0]]})
+        [lease] = self.pop.receipts.leases()
+        self.assertEqual((lease.queue_topic, lease.offset, lease.retry, lease.orderly), ("T", 4, False, False))
 
     def test_fifo_leases_not_revived(self) -> None:
         """FIFO leases stay where they are past their expiry (order must hold): no retry topic."""
