@@ -25,9 +25,10 @@ setup(
         # selenium drives the Debian chromium + chromium-driver in the dashboard's browser test.
         "test": ["rocketmq==0.4.4", "PyYAML>=5.1", "twisted[tls]>=24.7", "pytest", "hdrhistogram>=0.10", "lz4>=4",
                  "zstandard>=0.22", "hypothesis>=6", "grpcio>=1.85.1", "protobuf>=7.35.1,<8",
+                 "uvloop>=0.19; sys_platform != 'win32'",
                  "selenium>=4.10"],
         # The RocketMQ 5.x gRPC endpoint (doc/grpc.md); rocketpy/grpc/v2 was generated for these.
-        "grpc": ["grpcio>=1.85.1", "protobuf>=7.35.1,<8"],
+        "grpc": ["grpcio>=1.85.1", "protobuf>=7.35.1,<8", "uvloop>=0.19; sys_platform != 'win32'"],
         # --acl-enable reads plain_acl.yml; --tls-* and clients' tls=True need pyOpenSSL (doc/security.md)
         "acl": ["PyYAML>=5.1"],
         "tls": ["twisted[tls]>=24.7"],

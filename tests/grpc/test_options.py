@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 
@@ -10,7 +11,7 @@ from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.grpc.endpoint import listen_address
-from rocketpy.grpc.server import GrpcService
+from rocketpy.grpc.server import GrpcService, _new_event_loop
 from rocketpy.tap import makeService
 from tests.acl.test_broker import ACL
 from tests.test_tap import _parse
@@ -62,6 +63,18 @@ class GrpcOptionsTests(SynchronousTestCase):
         self.assertEqual(set(threading.enumerate()) - before, set())  # none started (others may have ended)
         top = makeService(_parse("--store-dir", self.mktemp(), "--grpc-listen", "none"), MemoryReactorClock())
         self.assertNotIn(GrpcService, [type(s) for s in top])
+
+    def test_uvloop_when_installed(self) -> None:
+        """The endpoint's loop thread runs uvloop when it is installed (the grpc extra), else asyncio's loop."""
+        try:
+            import uvloop
+        except ImportError:
+            expected: type = asyncio.AbstractEventLoop
+        else:
+            expected = uvloop.Loop
+        loop = _new_event_loop()
+        self.addCleanup(loop.close)
+        self.assertIsInstance(loop, expected)
 
     def test_stop_before_start(self) -> None:
         """Stopping an endpoint that never started does nothing (no loop, no thread)."""
