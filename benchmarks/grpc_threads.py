@@ -10,7 +10,9 @@ server's CPU µs per call:
 
 - ``aio``: grpc.aio alone, the handler answers in the loop (the floor);
 - ``aio+hop``: grpc.aio on its own thread, the answer made on an epoll reactor thread through
-  ``rocketpy.grpc.server.ReactorHop`` (what rocketpy does);
+  ``rocketpy.grpc.server.ReactorHop`` (what rocketpy does without uvloop);
+- ``uvloop+hop``: the same with uvloop's loop on the gRPC thread (what rocketpy does with the
+  ``grpc`` extra; skipped when uvloop is not installed);
 - ``sync+blocking``: grpcio's thread-pool server (16 threads), ``blockingCallFromThread``;
 - ``asyncio-reactor``: grpc.aio on the loop of Twisted's asyncio reactor, no hop.
 """
@@ -39,7 +41,7 @@ from rocketpy.grpc.v2 import definition_pb2 as pb  # noqa: E402
 from rocketpy.grpc.v2 import service_pb2 as rpc  # noqa: E402
 from rocketpy.grpc.v2 import service_pb2_grpc  # noqa: E402
 
-MODES = ("aio", "aio+hop", "sync+blocking", "asyncio-reactor")
+MODES = ("aio", "aio+hop", "uvloop+hop", "sync+blocking", "asyncio-reactor")
 
 
 def answer(*_: Any) -> rpc.HeartbeatResponse:
@@ -64,7 +66,7 @@ def server(mode: str, port: int) -> None:
         async def direct() -> Any:
             return answer()
         asyncio.run(serve_aio(port, direct))
-    elif mode == "aio+hop":
+    elif mode in ("aio+hop", "uvloop+hop"):
         from twisted.internet import reactor
 
         from rocketpy.grpc.server import ReactorHop
@@ -72,7 +74,12 @@ def server(mode: str, port: int) -> None:
 
         async def hopped() -> Any:
             return await hop(answer)
-        threading.Thread(target=lambda: asyncio.run(serve_aio(port, hopped)), daemon=True).start()
+        if mode == "aio+hop":
+            loop = asyncio.new_event_loop()
+        else:
+            import uvloop
+            loop = uvloop.new_event_loop()
+        threading.Thread(target=lambda: loop.run_until_complete(serve_aio(port, hopped)), daemon=True).start()
         reactor.run()  # type: ignore[attr-defined]
     elif mode == "sync+blocking":
         from twisted.internet import reactor
@@ -130,8 +137,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     options = parser.parse_args()
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
+    try:
+        import uvloop  # noqa: F401
+        modes = MODES
+    except ImportError:
+        modes = tuple(m for m in MODES if m != "uvloop+hop")
     for _ in range(options.rounds):
-        for mode in MODES:
+        for mode in modes:
             port = free_port()
             child = subprocess.Popen([sys.executable, __file__, "--serve", mode, str(port)], env=env)
             try:
