@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/grpc_clients.py [--rounds 3] [--seconds 3] [--in-flight 32]
+    python benchmarks/grpc_clients.py [--rounds 3] [--seconds 3] [--in-flight 32] [--tls]
 
 Starts one ``python -m twisted rocketpy`` (name server + broker on listening sockets it hands
 over as ``fd:`` endpoints, the gRPC endpoint on port 0, ``--http none``, a temporary store,
@@ -20,7 +20,11 @@ ASYNC_FLUSH), then per round, 1 KiB bodies, each generation on a fresh topic of 
 
 The 5.x client runs in a child process from the virtual environment the interop tests make
 (``tests/interop/v5venv.py``; its ``rocketmq`` package would clash with the C++ wrapper), and
-reports when its measured loop starts and ends; the 4.x clients run in this process. Prints
+reports when its measured loop starts and ends; the 4.x clients run in this process. With
+``--tls`` every client speaks TLS: the broker runs with a throwaway CA-signed certificate
+(``tests/remoting/certs.py``) and ``--tls-mode permissive``, the 5.x client with ``tls_enable``
+trusting the CA through ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, the 4.x clients with
+``tls=True, tls_ca``. Prints
 each round, then the medians with the broker process's CPU µs per message (``/proc``, all its
 threads: the reactor, the gRPC loop thread and grpcio's C core, the store's pools).
 """
@@ -52,6 +56,7 @@ from broker import process_cpu  # noqa: E402
 from rocketpy import blocking  # noqa: E402
 from rocketpy.client import Message  # noqa: E402
 from tests.interop.v5venv import v5_python  # noqa: E402
+from tests.remoting.certs import CertificateSet  # noqa: E402
 
 BODY = b"x" * 1024
 CHILD = os.path.join(HERE, "grpc_clients_v5.py")
@@ -73,7 +78,7 @@ def _listening() -> socket.socket:
 class Broker:
     """One rocketpy process on sockets of ours (no port to race for) and its gRPC port from its log."""
 
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, certs: CertificateSet | None = None) -> None:
         self.workdir = workdir
         self.log_path = os.path.join(workdir, "rocketpy.log")
         namesrv, broker = _listening(), _listening()
@@ -87,6 +92,8 @@ class Broker:
             "--http", "none", "--flush-disk-type", "ASYNC_FLUSH",
             "--store-dir", os.path.join(workdir, "store"), "--namesrv-config-dir", os.path.join(workdir, "namesrv"),
         ]
+        if certs is not None:  # 4.x ports take TLS and plain TCP (the broker registers in plain); gRPC TLS only
+            args += ["--tls-cert", certs.server, "--tls-key", certs.server_key, "--tls-mode", "permissive"]
         env = dict(os.environ, PYTHONPATH=REPO)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -116,9 +123,13 @@ class Broker:
         self.process.wait(30)
 
 
-def v5_run(broker: Broker, python5: str, home: str, mode: str, *args: str) -> Run:
-    """One run of the 5.x child; the broker's CPU between its start and end lines."""
+def v5_run(broker: Broker, python5: str, home: str, mode: str, *args: str, ca: str | None = None) -> Run:
+    """One run of the 5.x child (over TLS trusting ``ca`` when given); the broker's CPU between its
+    start and end lines."""
     env = dict(os.environ, HOME=home)
+    if ca is not None:
+        env["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = ca
+        args = (*args, "--tls")
     env.pop("PYTHONPATH", None)
     child = subprocess.Popen([python5, CHILD, mode, "--endpoint", f"127.0.0.1:{broker.grpc_port}", *args],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -201,16 +212,16 @@ def warm_4x(producer: blocking.Producer, topic: str) -> int:
 
 
 def one_round(broker: Broker, python5: str, home: str, r: int, options: argparse.Namespace,
-              producer: blocking.Producer, consumer: blocking.PullConsumer) -> dict[str, Run]:
+              producer: blocking.Producer, consumer: blocking.PullConsumer, ca: str | None) -> dict[str, Run]:
     seconds, n = str(options.seconds), options.in_flight
     v5, v4 = f"BenchV5R{r}", f"BenchV4R{r}"
     runs: dict[str, Run] = {}
-    runs["5.x send/1"] = v5_run(broker, python5, home, "send", "--topic", v5, "--seconds", seconds)
+    runs["5.x send/1"] = v5_run(broker, python5, home, "send", "--topic", v5, "--seconds", seconds, ca=ca)
     runs[f"5.x send_async/{n}"] = v5_run(broker, python5, home, "send-async", "--topic", v5, "--seconds", seconds,
-                                         "--in-flight", str(n))
+                                         "--in-flight", str(n), ca=ca)
     sent5 = runs["5.x send/1"][0] + runs[f"5.x send_async/{n}"][0] + 40  # and two warm-ups of 20
     runs["5.x receive+ack"] = v5_run(broker, python5, home, "receive", "--topic", v5, "--group", f"BenchG{r}",
-                                     "--expect", str(sent5), "--seconds", str(10 * options.seconds))
+                                     "--expect", str(sent5), "--seconds", str(10 * options.seconds), ca=ca)
     sent4 = warm_4x(producer, v4)
     runs["4.x send/1"] = measured(broker, lambda: sends_4x(producer, v4, options.seconds))
     runs[f"4.x send_async/{n}"] = measured(broker, lambda: sends_4x_in_flight(producer, v4, options.seconds, n))
@@ -227,17 +238,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--in-flight", type=int, default=32)
+    parser.add_argument("--tls", action="store_true", help="every client over TLS")
     options = parser.parse_args()
     python5 = v5_python()
     workdir = tempfile.mkdtemp(prefix="rocketpy-bench-v5-")
     home = os.path.join(workdir, "home")  # the 5.x client logs under ~/logs
     os.makedirs(home)
-    broker = Broker(workdir)
+    certs = CertificateSet(os.path.join(workdir, "certs")) if options.tls else None
+    ca = None if certs is None else certs.ca
+    tls: dict[str, Any] = {} if ca is None else {"tls": True, "tls_ca": ca}
+    broker = Broker(workdir, certs)
     try:
-        producer = blocking.Producer("BenchPG4", broker.namesrv, auto_batch=False).start()
-        consumer = blocking.PullConsumer("BenchPull4", broker.namesrv).start()
+        producer = blocking.Producer("BenchPG4", broker.namesrv, auto_batch=False, **tls).start()
+        consumer = blocking.PullConsumer("BenchPull4", broker.namesrv, **tls).start()
         try:
-            rounds = [one_round(broker, python5, home, r, options, producer, consumer)
+            rounds = [one_round(broker, python5, home, r, options, producer, consumer, ca)
                       for r in range(options.rounds)]
         finally:
             producer.shutdown()
@@ -246,6 +261,7 @@ def main() -> None:
         broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     print(f"\nmedians of {options.rounds} rounds x {options.seconds} s, 1 KiB bodies, ASYNC_FLUSH, "
+          f"{'TLS, ' if options.tls else ''}"
           f"python {sys.version.split()[0]}, load average {os.getloadavg()[0]:.1f}")
     print("| client | msg/s | broker CPU µs/msg |\n|---|---|---|")
     for name in rounds[0]:

@@ -41,7 +41,7 @@ def message(topic: str) -> Any:
 def send(args: argparse.Namespace) -> None:
     from rocketmq import ClientConfiguration, Credentials, Producer
 
-    producer = Producer(ClientConfiguration(args.endpoint, Credentials()), (args.topic,))
+    producer = Producer(ClientConfiguration(args.endpoint, Credentials()), (args.topic,), tls_enable=args.tls)
     producer.startup()
     try:
         for _ in range(20):  # warm up: route, connection, settings
@@ -72,7 +72,7 @@ def receive(args: argparse.Namespace) -> None:
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
     consumer = SimpleConsumer(ClientConfiguration(args.endpoint, Credentials()), args.group,
-                              {args.topic: FilterExpression()}, await_duration=5)
+                              {args.topic: FilterExpression()}, await_duration=5, tls_enable=args.tls)
     consumer.startup()
     try:
         emit(event="start")
@@ -96,6 +96,7 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=32)
     parser.add_argument("--group", default="BenchV5")
     parser.add_argument("--expect", type=int, default=1 << 62)
+    parser.add_argument("--tls", action="store_true", help="tls_enable (trusting $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)")
     args = parser.parse_args()
     (receive if args.mode == "receive" else send)(args)
 
