@@ -16,6 +16,7 @@ expiry wins over the handle's while the lease is in it.
 from __future__ import annotations
 
 import enum
+import heapq
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -82,6 +83,9 @@ class ReceiptTable:
         self._by_handle: dict[str, Lease] = {}
         #: (group, topic, queue_id) → {offset: lease}; a message has at most one live lease.
         self._by_queue: dict[tuple[str, str, int], dict[int, Lease]] = {}
+        #: (group, topic, queue_id) → a min-heap of its offsets in flight, and of some that no longer
+        #: are (dropped once they reach the top): the lowest in flight without a scan per ack
+        self._lowest: dict[tuple[str, str, int], list[int]] = {}
         #: (group, topic) → {handle: lease}: what a receive scans for expired leases
         self._by_topic: dict[tuple[str, str], dict[str, Lease]] = {}
         self._seq = itertools.count(1)
@@ -116,7 +120,9 @@ class ReceiptTable:
 
     def _index(self, lease: Lease) -> None:
         self._by_handle[lease.handle] = lease
-        self._by_queue.setdefault((lease.group, lease.queue_topic, lease.queue_id), {})[lease.offset] = lease
+        key = (lease.group, lease.queue_topic, lease.queue_id)
+        self._by_queue.setdefault(key, {})[lease.offset] = lease
+        heapq.heappush(self._lowest.setdefault(key, []), lease.offset)
         self._by_topic.setdefault((lease.group, lease.topic), {})[lease.handle] = lease
 
     def remove(self, lease: Lease) -> None:
@@ -131,6 +137,7 @@ class ReceiptTable:
         del queue[lease.offset]
         if not queue:
             del self._by_queue[key]
+            del self._lowest[key]
         topic_key = (lease.group, lease.topic)
         leases = self._by_topic[topic_key]
         del leases[lease.handle]
@@ -215,5 +222,11 @@ class ReceiptTable:
     def lowest_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The smallest offset in flight of the queue (``topic`` as in :attr:`Lease.queue_topic`):
         the group's progress cannot pass it."""
-        queue = self._by_queue.get((group, topic, queue_id))
-        return min(queue) if queue else None
+        key = (group, topic, queue_id)
+        queue = self._by_queue.get(key)
+        if not queue:
+            return None
+        heap = self._lowest[key]
+        while heap[0] not in queue:
+            heapq.heappop(heap)
+        return heap[0]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet.defer import Deferred, succeed
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -56,6 +58,23 @@ class ReceiptTableTests(SynchronousTestCase):
         self.assertEqual(table.lowest_offset("G", "T", 0), 6)  # still holds progress until revived
         table.remove(due)
         self.assertIsNone(table.lowest_offset("G", "T", 0))
+
+    @given(st.lists(st.tuples(st.sampled_from(["lease", "ack", "renew"]), st.integers(0, 20)), max_size=80))
+    @settings(max_examples=150, deadline=None)
+    def test_lowest_offset_is_the_smallest_in_flight(self, steps: list[tuple[str, int]]) -> None:
+        """Whatever the order of leases, acks and renewals, lowest_offset is the smallest offset in flight."""
+        table = ReceiptTable()
+        live: dict[int, Lease] = {}
+        for op, offset in steps:
+            if op == "lease" and offset not in live:
+                live[offset] = table.lease("G", "T", 0, offset, offset, 1, 1000, 10_000)
+            elif op == "ack" and offset in live:
+                table.ack("G", "T", live.pop(offset).handle, 2000)
+            elif op == "renew" and offset in live:
+                _, renewed = table.renew("G", "T", live[offset].handle, 2000, 10_000)
+                assert renewed is not None
+                live[offset] = renewed
+            self.assertEqual(table.lowest_offset("G", "T", 0), min(live, default=None))
 
     def test_retry_and_fifo_leases(self) -> None:
         """A retry-topic lease is indexed under the group's retry topic; FIFO leases are never due."""
