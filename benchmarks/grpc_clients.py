@@ -21,10 +21,10 @@ ASYNC_FLUSH), then per round, 1 KiB bodies, each generation on a fresh topic of 
 The 5.x client runs in a child process from the virtual environment the interop tests make
 (``tests/interop/v5venv.py``; its ``rocketmq`` package would clash with the C++ wrapper), and
 reports when its measured loop starts and ends; the 4.x clients run in this process. With
-``--tls`` every client speaks TLS: the broker runs with a throwaway CA-signed certificate
-(``tests/remoting/certs.py``) and ``--tls-mode permissive``, the 5.x client with ``tls_enable``
-trusting the CA through ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, the 4.x clients with
-``tls=True, tls_ca``. Prints
+``--tls`` every client speaks TLS: the broker runs with a throwaway self-signed certificate
+(``tests/remoting/certs.py``) and ``--tls-mode enforcing``, the 5.x client with ``tls_enable``
+trusting it through ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, the 4.x clients with ``tls=True,
+tls_ca``. Prints
 each round, then the medians with the broker process's CPU µs per message (``/proc``, all its
 threads: the reactor, the gRPC loop thread and grpcio's C core, the store's pools).
 """
@@ -92,8 +92,8 @@ class Broker:
             "--http", "none", "--flush-disk-type", "ASYNC_FLUSH",
             "--store-dir", os.path.join(workdir, "store"), "--namesrv-config-dir", os.path.join(workdir, "namesrv"),
         ]
-        if certs is not None:  # 4.x ports take TLS and plain TCP (the broker registers in plain); gRPC TLS only
-            args += ["--tls-cert", certs.server, "--tls-key", certs.server_key, "--tls-mode", "permissive"]
+        if certs is not None:  # TLS only, everywhere (the broker registers with its name server over TLS too)
+            args += ["--tls-cert", certs.self_signed, "--tls-key", certs.self_signed_key, "--tls-mode", "enforcing"]
         env = dict(os.environ, PYTHONPATH=REPO)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -245,7 +245,7 @@ def main() -> None:
     home = os.path.join(workdir, "home")  # the 5.x client logs under ~/logs
     os.makedirs(home)
     certs = CertificateSet(os.path.join(workdir, "certs")) if options.tls else None
-    ca = None if certs is None else certs.ca
+    ca = None if certs is None else certs.self_signed
     tls: dict[str, Any] = {} if ca is None else {"tls": True, "tls_ca": ca}
     broker = Broker(workdir, certs)
     try:

@@ -12,15 +12,17 @@ from rocketpy.common.message import MessageConst, MessageExt
 
 #: ``MessageConst.PROPERTY_FIRST_POP_TIME``
 FIRST_POP_TIME = "1ST_POP_TIME"
-#: Properties that would delay the copy again (left from an earlier delayed or timer delivery).
-_DELAYING = (MessageConst.DELAY_TIME_LEVEL, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID,
-             "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "__STARTDELIVERTIME")
+#: Left from an earlier delayed delivery: the store would delay the copy again (sendback drops them too).
+_DELAYING = (MessageConst.DELAY_TIME_LEVEL, MessageConst.REAL_TOPIC, MessageConst.REAL_QUEUE_ID)
+#: A timer request: kept once the timer delivered the message (``TIMER_OUT_MS``: never parked again),
+#: dropped from a message that never went through the timer (it would be parked or refused).
+_TIMER = (MessageConst.TIMER_DELIVER_MS, MessageConst.TIMER_DELAY_SEC, MessageConst.TIMER_DELAY_MS)
 
 
 def revived_copy(original: MessageExt, retry_topic: str, first_pop_ms: int) -> MessageExt:
     """``original`` (as stored) for ``retry_topic``, one more reconsume time."""
     props = dict(original.properties)
-    for key in _DELAYING:
+    for key in _DELAYING if MessageConst.TIMER_OUT_MS in props else _DELAYING + _TIMER:
         props.pop(key, None)
     props.setdefault(MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, original.msg_id)
     props.setdefault(MessageConst.RETRY_TOPIC, original.topic)  # the DLQ copy names the real topic

@@ -305,6 +305,20 @@ class PopServiceTests(SynchronousTestCase):
         self.assertEqual(self.offsets.query_offset("G", "%RETRY%G_T", 0), 1)
         self.assertEqual(self.pop.ack("G", "T", first[b"fails"].handle), AckOutcome.EXPIRED)
 
+    def test_revived_timer_message_is_not_timed_again(self) -> None:
+        """A message the timer delivered keeps its timer properties on the retry topic (it is not parked
+        again: TIMER_OUT_MS); one that asked for a timer without going through it loses them."""
+        now_ms = self.pop.now_ms()
+        put(self, self.store, MessageExt(topic="T", body=b"timed", properties={
+            MessageConst.TIMER_DELIVER_MS: str(now_ms - 5), MessageConst.TIMER_OUT_MS: str(now_ms - 100)}))
+        put(self, self.store, MessageExt(topic="T", body=b"zero", properties={MessageConst.TIMER_DELAY_SEC: "0"}))
+        self.receive()
+        self.clock.advance(11)
+        self.successResultOf(Deferred.fromCoroutine(self.pop.revive_due()))
+        copies = {m.body: m.properties for m in read_queue(self, self.store, "%RETRY%G_T")}
+        self.assertEqual(copies[b"timed"][MessageConst.TIMER_DELIVER_MS], str(now_ms - 5))
+        self.assertNotIn(MessageConst.TIMER_DELAY_SEC, copies[b"zero"])
+
     def test_retry_topic_read_first_one_time_in_five(self) -> None:
         """A receive reads the retry topic first when its draw is under 20, else after the queues."""
         self.put(b"old")
