@@ -6,6 +6,13 @@ most ``max_bytes`` and ``max_count`` messages. One send at a time therefore
 waits for nothing; ``linger`` seconds of waiting may be added for throughput.
 (RocketMQ 5's Java producer ``autoBatch``; Kafka's ``linger.ms`` and ``batch.size``.)
 
+An answer first gives its members their results, so what their callbacks send joins
+the waiting sends, which leave when the queue has nothing else in flight, or else at
+the end of the reactor turn (``callLater(0)``: the other answers of the same read are
+in by then). Flushing on every answer instead splits a closed loop's sends into ever
+smaller batches (1, 2, 7, 29 messages at 1000 in flight over 4 queues; doc/benchmarks.md,
+"Seventh pass").
+
 Every caller gets a Deferred of its own :class:`SendResult` (its UNIQ_KEY, its
 store id, its queue offset) or of the request's failure, so the producer's retry
 rules apply to each member as to an unbatched send. Only 4.x protocol is used.
@@ -100,7 +107,9 @@ class AutoBatcher:
         if queue is None:
             queue = self._queues[key] = _Queue()
         if queue.in_flight == 0 and not queue.waiting and self.linger <= 0:
-            return self._request(key, queue, msg, timeout, None)
+            done: Deferred[Any] = Deferred()
+            self._request(key, queue, msg, timeout, None).addBoth(self._answered_alone, key, queue, done)
+            return done
         waiting = _Waiting(msg, entry_size(msg), self._clock.seconds() + timeout)
         queue.waiting.append(waiting)
         if queue.in_flight == 0 and queue.linger_call is None:
@@ -121,15 +130,28 @@ class AutoBatcher:
     def _request(
         self, key: _Key, queue: _Queue, msg: Message, timeout: float, ids: str | None
     ) -> Deferred[Any]:
+        """One request; its caller ends it with :meth:`_answered` once its members have their results."""
         queue.in_flight += 1
         addr, mq, mode = key
-        return self._send_request(addr, msg, mq, mode, timeout, ids).addBoth(self._answered, key, queue)
+        return self._send_request(addr, msg, mq, mode, timeout, ids)
 
-    def _answered(self, result: Any, key: _Key, queue: _Queue) -> Any:
+    def _answered_alone(self, result: Any, key: _Key, queue: _Queue, done: Deferred[Any]) -> None:
+        if isinstance(result, Failure):
+            done.errback(result)
+        else:
+            done.callback(result)
+        self._answered(key, queue)
+
+    def _answered(self, key: _Key, queue: _Queue) -> None:
+        """A request's members have their results: what they sent meanwhile joined the waiting
+        sends, which leave now (while the queue still counted the request as in flight)."""
         queue.in_flight -= 1
-        if queue.waiting and queue.linger_call is None:
+        if not queue.waiting or queue.linger_call is not None:
+            return
+        if queue.in_flight == 0:
             self._flush(key, queue)
-        return result
+        else:  # more answers may be in this read: flush once they are all in
+            queue.linger_call = self._clock.callLater(0, self._lingered, key, queue)
 
     def _flush(self, key: _Key, queue: _Queue) -> None:
         """Send everything waiting, in order, in requests within the limits."""
@@ -152,7 +174,8 @@ class AutoBatcher:
     def _send_chunk(self, key: _Key, queue: _Queue, chunk: list[_Waiting], now: float) -> None:
         timeout = min(member.deadline for member in chunk) - now
         if len(chunk) == 1:
-            self._request(key, queue, chunk[0].msg, timeout, None).chainDeferred(chunk[0].done)
+            self._request(key, queue, chunk[0].msg, timeout, None).addBoth(
+                self._answered_alone, key, queue, chunk[0].done)
             return
         msgs = [member.msg for member in chunk]
         try:
@@ -166,7 +189,11 @@ class AutoBatcher:
         batch = Message(msgs[0].topic, body, 0, {})
         self._request(key, queue, batch, timeout, ids).addCallbacks(
             _deliver, _fail_all, callbackArgs=(chunk,), errbackArgs=(chunk,)
-        )
+        ).addBoth(self._answered_batch, key, queue)
+
+    def _answered_batch(self, result: Any, key: _Key, queue: _Queue) -> Any:
+        self._answered(key, queue)
+        return result  # None, or a failure of _deliver (reported as unhandled)
 
 
 def _deliver(result: SendResult, chunk: list[_Waiting]) -> None:
