@@ -30,7 +30,7 @@ from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode
 from rocketpy.client.results import SendResult
-from rocketpy.common.message import Message, MessageConst, encode_batch, properties_length_bound
+from rocketpy.common.message import Message, MessageConst, encode_batch, properties_to_string
 from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.errors import RemotingTimeoutError
 
@@ -57,15 +57,17 @@ def batchable(msg: Message) -> bool:
 
 def entry_size(msg: Message) -> int:
     """The bytes ``msg`` takes in a batch body (its properties counted as text)."""
-    return BATCH_ENTRY_OVERHEAD + len(msg.body) + properties_length_bound(msg.properties)
+    return BATCH_ENTRY_OVERHEAD + len(msg.body) + len(properties_to_string(msg.properties))
 
 
-@dataclass(slots=True)
 class _Waiting:
-    msg: Message
-    size: int
-    deadline: float
-    done: Deferred[Any] = field(default_factory=Deferred)
+    """A send waiting for its queue's next batch."""
+
+    __slots__ = ("msg", "size", "deadline", "done")
+
+    def __init__(self, msg: Message, size: int, deadline: float) -> None:
+        self.msg, self.size, self.deadline = msg, size, deadline
+        self.done: Deferred[Any] = Deferred()
 
 
 @dataclass(slots=True)

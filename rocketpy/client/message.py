@@ -98,6 +98,9 @@ def _month_start_ms(now_ms: int) -> tuple[int, int]:
     return start * 1000, calendar.timegm((year, month, 1, 0, 0, 0)) * 1000
 
 
+_HEX2 = [f"{i:02X}" for i in range(256)]
+
+
 class UniqKeyGenerator:
     """Makes ``UNIQ_KEY`` message ids like Java's ``MessageClientIDSetter``.
 
@@ -117,6 +120,7 @@ class UniqKeyGenerator:
         self._prefix = (packed_ip + struct.pack(">HI", pid & 0xFFFF, rng.getrandbits(32))).hex().upper()
         self._counter = rng.getrandbits(16)
         self._start_ms, self._next_start_ms = 0, 0
+        self._last_ms, self._time_prefix = -1, ""  # the prefix and time part of the last id's ms
 
     def next_id(self, now: float) -> str:
         """A new id.
@@ -124,7 +128,10 @@ class UniqKeyGenerator:
         :param now: the current time in seconds (from the client's clock).
         """
         now_ms = int(now * 1000)
-        if not self._start_ms <= now_ms < self._next_start_ms:
-            self._start_ms, self._next_start_ms = _month_start_ms(now_ms)
-        self._counter = (self._counter + 1) & 0xFFFF
-        return f"{self._prefix}{(now_ms - self._start_ms) & 0xFFFFFFFF:08X}{self._counter:04X}"
+        if now_ms != self._last_ms:
+            if not self._start_ms <= now_ms < self._next_start_ms:
+                self._start_ms, self._next_start_ms = _month_start_ms(now_ms)
+            self._last_ms = now_ms
+            self._time_prefix = f"{self._prefix}{(now_ms - self._start_ms) & 0xFFFFFFFF:08X}"
+        self._counter = counter = (self._counter + 1) & 0xFFFF
+        return self._time_prefix + _HEX2[counter >> 8] + _HEX2[counter & 0xFF]

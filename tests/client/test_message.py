@@ -64,6 +64,15 @@ class UniqKeyTests(SynchronousTestCase):
         self.assertEqual(second[:28], key[:28])
         self.assertEqual((int(second[28:], 16) - int(key[28:], 16)) & 0xFFFF, 1)
 
+    def test_time_field_follows_the_clock(self) -> None:
+        """Ids made within one ms share its time field; the next ms gets the next value."""
+        gen = UniqKeyGenerator("127.0.0.1", 1, random.Random(3))
+        keys = [gen.next_id(t) for t in (1_700_000_000.0, 1_700_000_000.0004, 1_700_000_000.0012)]
+        times = [int(key[20:28], 16) for key in keys]
+        self.assertEqual((times[1] - times[0], times[2] - times[0]), (0, 1))
+        self.assertEqual([int(key[28:], 16) for key in keys[1:]],
+                         [(int(keys[0][28:], 16) + n) & 0xFFFF for n in (1, 2)])
+
     def test_month_rollover(self) -> None:
         """The time field restarts at the start of the next month."""
         gen = UniqKeyGenerator("127.0.0.1", 1, random.Random(2))
