@@ -46,6 +46,7 @@ setup(
     },
     # Optional C versions of the hot pure functions (doc/store.md, "Compiled accelerator"):
     # built when a compiler is present; without one pip warns and the Python code runs.
-    ext_modules=[Extension("rocketpy._speedups", ["rocketpy/_speedups.c"], optional=True)],
+    ext_modules=[Extension("rocketpy._speedups", ["rocketpy/_speedups.c"], depends=["rocketpy/_speedups_client.h"],
+                           optional=True)],
     zip_safe=False,
 )

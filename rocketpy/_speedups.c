@@ -1235,6 +1235,8 @@ static PyObject *set_send_header(PyObject *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
+#include "_speedups_client.h"  /* control_json, put_control: extFields values with \u00XX escapes */
+
 /* ---- JSON frames (rocketpy.remoting.codec.encode) ---------------------------------------- */
 
 /* RemotingCommand's attributes the JSON header holds, and the body. */
@@ -1274,8 +1276,9 @@ static char *put_raw(char *at, const char *s, Py_ssize_t n) {
 }
 
 /* The whole frame of a JSON command whose header is all plain: ints within 64 bits, ASCII text
- * without escapes, a dict of str extFields, a bytes body; None for anything else (the Python
- * encoder then answers, errors included). Byte-identical to orjson's compact output. */
+ * without escapes (but control characters in extFields values, _speedups_client.h), a dict of
+ * str extFields, a bytes body; None for anything else (the Python encoder then answers, errors
+ * included). Byte-identical to orjson's compact output. */
 static PyObject *json_frame(PyObject *self, PyObject *cmd) {
     PyObject *a[J_ATTRS] = {NULL}, *result = NULL, *k, *v;
     char nums[4][24], *at;
@@ -1307,7 +1310,7 @@ static PyObject *json_frame(PyObject *self, PyObject *cmd) {
     if (PyDict_GET_SIZE(a[J_EXT]) > 0) {
         header += 14;  /* "extFields":{}, */
         while (PyDict_Next(a[J_EXT], &pos, &k, &v)) {
-            Py_ssize_t kn = plain_json(k), vn = plain_json(v);
+            Py_ssize_t kn = plain_json(k), vn = control_json(v);  /* a send's properties: \x01, \x02 */
             if (kn < 0 || vn < 0)
                 goto python;
             header += kn + vn + 2;  /* ':' and ',' or, after the last, the closing '}' */
@@ -1335,7 +1338,7 @@ static PyObject *json_frame(PyObject *self, PyObject *cmd) {
             first = 0;
             at = put_str(at, k);
             *at++ = ':';
-            at = put_str(at, v);
+            at = put_control(at, v);
         }
         *at++ = '}';
     }
