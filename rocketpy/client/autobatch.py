@@ -36,6 +36,9 @@ from rocketpy.remoting.errors import RemotingTimeoutError
 
 #: ``(addr, message, queue, mode, timeout, batch_ids) -> Deferred[SendResult]``: one request.
 SendRequest = Callable[[str, Message, MessageQueue, Mode, float, str | None], Deferred[Any]]
+#: ``(failure, *retry) -> outcome``: what becomes of a send that failed (a Failure, a result or a
+#: Deferred of one), given the ``retry`` arguments passed to :meth:`AutoBatcher.send`.
+FailureHandler = Callable[..., Any]
 _Key = tuple[str, MessageQueue, Mode]
 
 #: RocketMQ 5's Java ``batchMaxBytes``.
@@ -61,12 +64,12 @@ def entry_size(msg: Message) -> int:
 
 
 class _Waiting:
-    """A send waiting for its queue's next batch."""
+    """A send waiting for its queue's next batch (or alone in flight)."""
 
-    __slots__ = ("msg", "size", "deadline", "done")
+    __slots__ = ("msg", "size", "deadline", "retry", "done")
 
-    def __init__(self, msg: Message, size: int, deadline: float) -> None:
-        self.msg, self.size, self.deadline = msg, size, deadline
+    def __init__(self, msg: Message, size: int, deadline: float, retry: tuple[Any, ...] | None) -> None:
+        self.msg, self.size, self.deadline, self.retry = msg, size, deadline, retry
         self.done: Deferred[Any] = Deferred()
 
 
@@ -84,7 +87,8 @@ class AutoBatcher:
     """Holds back sends to a queue while a request to it is in flight; see the module doc."""
 
     def __init__(
-        self, clock: IReactorTime, send_request: SendRequest, max_bytes: int, max_count: int, linger: float
+        self, clock: IReactorTime, send_request: SendRequest, max_bytes: int, max_count: int, linger: float,
+        on_failure: FailureHandler | None = None,
     ) -> None:
         """
         :param send_request: makes one request (a single message, or a batch when
@@ -92,9 +96,12 @@ class AutoBatcher:
         :param max_bytes: most bytes of bodies and properties in one batch request.
         :param max_count: most messages in one batch request.
         :param linger: seconds an idle queue waits for company before sending (0: none).
+        :param on_failure: gets a failed send given ``retry`` arguments (the producer's first-attempt
+            errback, without one more callback on every send's Deferred).
         """
         self._clock = clock
         self._send_request = send_request
+        self._on_failure = on_failure
         self.max_bytes, self.max_count, self.linger = max_bytes, max_count, linger
         self._queues: dict[_Key, _Queue] = {}
 
@@ -102,17 +109,24 @@ class AutoBatcher:
         """True when ``msg`` is batchable and its body leaves room in a batch."""
         return len(msg.body) + BATCH_ENTRY_OVERHEAD < self.max_bytes and batchable(msg)
 
-    def send(self, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float) -> Deferred[Any]:
-        """Send ``msg`` (UNIQ_KEY already set) now if its queue is idle, else with the next batch."""
+    def send(
+        self, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float,
+        retry: tuple[Any, ...] | None = None,
+    ) -> Deferred[Any]:
+        """Send ``msg`` (UNIQ_KEY already set) now if its queue is idle, else with the next batch.
+
+        :param retry: if given, a failure goes to ``on_failure(failure, *retry)`` and the returned
+            Deferred fires with what that gives.
+        """
         key = (addr, mq, mode)
         queue = self._queues.get(key)
         if queue is None:
             queue = self._queues[key] = _Queue()
         if queue.in_flight == 0 and not queue.waiting and self.linger <= 0:
-            done: Deferred[Any] = Deferred()
-            self._request(key, queue, msg, timeout, None).addBoth(self._answered_alone, key, queue, done)
-            return done
-        waiting = _Waiting(msg, entry_size(msg), self._clock.seconds() + timeout)
+            alone = _Waiting(msg, 0, 0.0, retry)
+            self._request(key, queue, msg, timeout, None).addBoth(self._answered_alone, key, queue, alone)
+            return alone.done
+        waiting = _Waiting(msg, entry_size(msg), self._clock.seconds() + timeout, retry)
         queue.waiting.append(waiting)
         if queue.in_flight == 0 and queue.linger_call is None:
             queue.linger_call = self._clock.callLater(self.linger, self._lingered, key, queue)
@@ -137,12 +151,28 @@ class AutoBatcher:
         addr, mq, mode = key
         return self._send_request(addr, msg, mq, mode, timeout, ids)
 
-    def _answered_alone(self, result: Any, key: _Key, queue: _Queue, done: Deferred[Any]) -> None:
+    def _answered_alone(self, result: Any, key: _Key, queue: _Queue, member: _Waiting) -> None:
         if isinstance(result, Failure):
-            done.errback(result)
+            self._fail(member, result)
         else:
-            done.callback(result)
+            member.done.callback(result)
         self._answered(key, queue)
+
+    def _fail(self, member: _Waiting, failure: Failure) -> None:
+        """``member`` failed: its Deferred gets the failure, or what ``on_failure`` makes of it."""
+        if member.retry is None or self._on_failure is None:
+            member.done.errback(failure)
+            return
+        try:
+            outcome = self._on_failure(failure, *member.retry)
+        except Exception:
+            outcome = Failure()
+        if isinstance(outcome, Deferred):
+            outcome.chainDeferred(member.done)
+        elif isinstance(outcome, Failure):
+            member.done.errback(outcome)
+        else:
+            member.done.callback(outcome)
 
     def _answered(self, key: _Key, queue: _Queue) -> None:
         """A request's members have their results: what they sent meanwhile joined the waiting
@@ -163,7 +193,7 @@ class AutoBatcher:
         size = 0
         for member in waiting:
             if member.deadline <= now:
-                member.done.errback(RemotingTimeoutError("the send timed out waiting for its batch"))
+                self._fail(member, Failure(RemotingTimeoutError("the send timed out waiting for its batch")))
                 continue
             if chunk and (size + member.size > self.max_bytes or len(chunk) >= self.max_count):
                 self._send_chunk(key, queue, chunk, now)
@@ -177,21 +207,23 @@ class AutoBatcher:
         timeout = min(member.deadline for member in chunk) - now
         if len(chunk) == 1:
             self._request(key, queue, chunk[0].msg, timeout, None).addBoth(
-                self._answered_alone, key, queue, chunk[0].done)
+                self._answered_alone, key, queue, chunk[0])
             return
         msgs = [member.msg for member in chunk]
         try:
             body = encode_batch(msgs)
         except Exception:
-            failure = Failure()
-            for member in chunk:
-                member.done.errback(failure)
+            self._fail_all(Failure(), chunk)
             return
         ids = ",".join(m.properties[_UNIQ_KEY] for m in msgs)
         batch = Message(msgs[0].topic, body, 0, {})
         self._request(key, queue, batch, timeout, ids).addCallbacks(
-            _deliver, _fail_all, callbackArgs=(chunk,), errbackArgs=(chunk,)
+            _deliver, self._fail_all, callbackArgs=(chunk,), errbackArgs=(chunk,)
         ).addBoth(self._answered_batch, key, queue)
+
+    def _fail_all(self, failure: Failure, chunk: list[_Waiting]) -> None:
+        for member in chunk:
+            self._fail(member, failure)
 
     def _answered_batch(self, result: Any, key: _Key, queue: _Queue) -> Any:
         self._answered(key, queue)
@@ -209,8 +241,3 @@ def _deliver(result: SendResult, chunk: list[_Waiting]) -> None:
             result.status, ids[i], store_ids[i], result.queue, result.queue_offset + i,
             result.transaction_id, result.region_id,
         ))
-
-
-def _fail_all(failure: Failure, chunk: list[_Waiting]) -> None:
-    for member in chunk:
-        member.done.errback(failure)

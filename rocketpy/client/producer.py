@@ -166,7 +166,8 @@ class Producer(JoiningMember):
         self._uniq = UniqKeyGenerator(rng=rng)
         self._publish: dict[str, TopicPublishInfo] = {}
         self._batcher = (
-            AutoBatcher(self._clock, self._request, batch_max_bytes, batch_max_count, linger) if auto_batch else None
+            AutoBatcher(self._clock, self._request, batch_max_bytes, batch_max_count, linger, self._first_failed)
+            if auto_batch else None
         )
 
     # ClientInstance member (start/shutdown: JoiningMember)
@@ -266,10 +267,10 @@ class Producer(JoiningMember):
         except Exception:
             return fail()
         args = (msg, mq, mode, timeout, batch_ids, begin)
-        d = self._attempt(msg, mq, mode, timeout, batch_ids)
         if self.fault_strategy.enabled or (mode is Mode.SYNC and self.retry_another_broker_when_not_store_ok):
+            d = self._attempt(msg, mq, mode, timeout, batch_ids)
             return d.addCallbacks(self._first_sent, self._first_failed, callbackArgs=args, errbackArgs=args)
-        return d.addErrback(self._first_failed, *args)
+        return self._attempt(msg, mq, mode, timeout, batch_ids, first=args)
 
     def _first_sent(
         self, result: SendResult | None, msg: Message, mq: MessageQueue, mode: Mode, timeout: float,
@@ -434,19 +435,23 @@ class Producer(JoiningMember):
 
     def _attempt(
         self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None,
-        may_batch: bool = True,
+        may_batch: bool = True, first: tuple[Any, ...] | None = None,
     ) -> Deferred[SendResult | None]:
         """One attempt (Java's ``sendKernelImpl``); never raises: a failure is the Deferred's.
 
         :param may_batch: the message may join an automatic batch (not for chosen queues).
+        :param first: :meth:`_first_failed`'s arguments: the first attempt of :meth:`_send_default`,
+            whose failure may lead to more attempts.
         """
         try:
             addr = self.instance.master_address(mq.broker_name)
             if addr is None:
-                return Deferred.fromCoroutine(self._attempt_after_lookup(msg, mq, mode, timeout, batch_ids, may_batch))
-            return self._send_kernel(addr, msg, mq, mode, timeout, batch_ids, may_batch)
+                d = Deferred.fromCoroutine(self._attempt_after_lookup(msg, mq, mode, timeout, batch_ids, may_batch))
+            else:
+                return self._send_kernel(addr, msg, mq, mode, timeout, batch_ids, may_batch, first)
         except Exception:
-            return fail()
+            d = fail()
+        return d if first is None else d.addErrback(self._first_failed, *first)
 
     async def _attempt_after_lookup(
         self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None, may_batch: bool
@@ -460,17 +465,18 @@ class Producer(JoiningMember):
 
     def _send_kernel(
         self, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None,
-        may_batch: bool,
+        may_batch: bool, first: tuple[Any, ...] | None = None,
     ) -> Deferred[SendResult | None]:
         """One attempt to the broker at ``addr``: UNIQ_KEY, compression, hooks, then the request
-        (or a place in the queue's next automatic batch)."""
+        (or a place in the queue's next automatic batch). A failure goes to :meth:`_first_failed`
+        with ``first`` when given (by the batcher for its sends: one callback fewer per send)."""
         wire, sys_flag, reconsume, max_reconsume = self._wire_message(msg, batch_ids is not None)
         batcher = self._batcher
         if (
             batcher is not None and may_batch and wire is msg and sys_flag == 0 and batch_ids is None
             and mode is not Mode.ONEWAY and batcher.fits(msg)
         ):  # ``wire is msg``: not compressed, not a retry topic, no hooks
-            return batcher.send(addr, msg, mq, mode, timeout)
+            return batcher.send(addr, msg, mq, mode, timeout, first)
         context = None
         if self.check_forbidden_hooks or self.send_message_hooks:
             context = SendMessageContext(self.group, wire, mq, addr, mode)
@@ -481,7 +487,7 @@ class Producer(JoiningMember):
             d.addCallbacks(
                 self._hooks_after_sent, self._hooks_after_failed, callbackArgs=(context,), errbackArgs=(context,)
             )
-        return d
+        return d if first is None else d.addErrback(self._first_failed, *first)
 
     def _request(
         self, addr: str, wire: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None,

@@ -124,6 +124,30 @@ class AutoBatcherTests(SynchronousTestCase):
             self.failureResultOf(d, RemotingConnectError)
         self.assertEqual([(q.in_flight, q.waiting) for q in b._queues.values()], [(0, [])])
 
+    def test_failures_go_to_the_failure_handler(self) -> None:
+        """With ``retry`` arguments a failed send's Deferred gets what ``on_failure`` makes of the failure:
+        a retry's Deferred, a value, or a failure; without them the failure itself."""
+        handled: list[tuple[Any, ...]] = []
+        retried: Deferred[Any] = Deferred()
+
+        def on_failure(failure: Any, name: str) -> Any:
+            handled.append((failure.type, name))
+            return {"retried": retried, "value": "recovered"}.get(name, failure)
+
+        b = AutoBatcher(self.clock, self.requests, 1 << 20, 1000, 0.0, on_failure)
+        lone = b.send("a", message(0), MQ, Mode.SYNC, 3.0, ("retried",))
+        rest = [b.send("a", message(n), MQ, Mode.SYNC, 3.0, retry)
+                for n, retry in ((1, ("value",)), (2, ("failed",)), (3, None))]
+        self.requests.made[0][3].errback(RemotingConnectError("a", "gone"))  # the lone send fails...
+        self.assertNoResult(lone)  # ...and waits for its retry
+        self.requests.made[1][3].errback(RemotingConnectError("a", "gone"))  # then the batch of the rest
+        self.assertEqual(handled, [(RemotingConnectError, name) for name in ("retried", "value", "failed")])
+        self.assertEqual(self.successResultOf(rest[0]), "recovered")
+        self.failureResultOf(rest[1], RemotingConnectError)
+        self.failureResultOf(rest[2], RemotingConnectError)
+        retried.callback("second attempt")
+        self.assertEqual(self.successResultOf(lone), "second attempt")
+
     def test_member_past_its_deadline_times_out(self) -> None:
         b = self.batcher()
         b.send("a", message(0), MQ, Mode.SYNC, 3.0)
