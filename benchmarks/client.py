@@ -21,7 +21,8 @@ temporary store) in another process, then measures with 1 KiB bodies:
 - ``raw+uniq send/1000``: the raw loop with a ``UNIQ_KEY`` property, which the broker indexes
   (the client always sets one, so this is the fair baseline for ``client async/1000``);
 - finally the CPU per send and per pulled message of the client layer alone, on a stub
-  remoting client (independent of scheduling on a busy machine).
+  remoting client (independent of scheduling on a busy machine): one send at a time, and
+  ``send_async`` with 1000 in flight, auto-batched and not.
 
 Prints per-round figures, medians with the CPU µs per message of the client process and of the
 broker process, and the client/raw ratios.
@@ -62,6 +63,7 @@ from rocketpy.client.route import TopicPublishInfo  # noqa: E402
 from rocketpy.common.message import decode_records, encode_record  # noqa: E402
 from rocketpy.common.route import BrokerData, MessageQueue, QueueData, TopicRouteData  # noqa: E402
 from rocketpy.remoting.client import RemotingClient  # noqa: E402
+from rocketpy.remoting.codec import decode, encode  # noqa: E402
 from rocketpy.remoting.codes import RequestCode  # noqa: E402
 from rocketpy.remoting.command import RemotingCommand  # noqa: E402
 
@@ -118,15 +120,66 @@ class _StubRemoting:
         pass
 
 
+class _HoldingStub(_StubRemoting):
+    """Holds every request until :meth:`answer_all`, which answers each with the encoded response
+    decoded again (a batch's members share its one store id)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: list[Deferred[RemotingCommand]] = []
+        self.frame = encode(self.response)[4:]
+
+    def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
+        encode(request)  # as the channel would
+        d: Deferred[RemotingCommand] = Deferred()
+        self.held.append(d)
+        return d
+
+    invoke_async = invoke_sync
+
+    def answer_all(self) -> None:
+        held, self.held = self.held, []
+        for d in held:
+            d.callback(decode(self.frame))
+
+
+def stub_producer(stub: Any, clock: task.Clock, **kwargs: Any) -> Producer:
+    """A started producer on ``stub`` with a cached route of 4 queues (no name server)."""
+    producer = Producer("PG", "ns:9876", clock, stub, **kwargs)
+    producer.start()
+    producer._publish[TOPIC] = TopicPublishInfo(TOPIC, TopicRouteData(
+        [QueueData("b", 4, 4, 6)], [BrokerData("c", "b", {0: "127.0.0.1:1"})]))
+    producer.instance.broker_addrs["b"] = {0: "127.0.0.1:1"}
+    return producer
+
+
+def cpu_per_send_in_flight(auto_batch: bool, in_flight: int = 1000, n: int = 100_000) -> float:
+    """CPU µs per ``send_async`` with ``in_flight`` outstanding on a stub that answers everything held
+    in rounds (no sockets, so it holds on a loaded machine): the producer's own cost per send."""
+    stub, clock = _HoldingStub(), task.Clock()
+    producer = stub_producer(stub, clock, auto_batch=auto_batch)
+    sent, done = [0], [0]
+
+    def one(_: object = None) -> None:
+        if _ is not None:
+            done[0] += 1
+        if sent[0] < n:
+            sent[0] += 1
+            producer.send_async(Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"})).addCallback(one)
+
+    start = time.process_time()
+    for _ in range(in_flight):
+        one()
+    while done[0] < n:
+        stub.answer_all()
+        clock.advance(0)  # the batcher's end-of-turn flush
+    return (time.process_time() - start) / n * 1e6
+
+
 def cpu_per_send(n: int = 20000) -> tuple[float, float]:
     """CPU µs per send: through ``Producer.send`` and building the raw request, both on a stub."""
     stub = _StubRemoting()
-    clock = task.Clock()
-    producer = Producer("PG", "ns:9876", clock, stub)  # type: ignore[arg-type]
-    producer.start()
-    producer._publish[TOPIC] = TopicPublishInfo(TOPIC, TopicRouteData(  # a cached route: no name server
-        [QueueData("b", 8, 8, 6)], [BrokerData("c", "b", {0: "127.0.0.1:1"})]))
-    producer.instance.broker_addrs["b"] = {0: "127.0.0.1:1"}
+    producer = stub_producer(stub, task.Clock())
     start = time.process_time()
     for _ in range(n):
         producer.send(Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"}))
@@ -309,6 +362,8 @@ def report(results: dict[str, list[float]], cpu: dict[str, list[tuple[float, flo
         print(f"{name:<24}{median:>10,.0f} /s  cpu {own:6.1f} / {broker:6.1f} us{ratio}")
     client_cpu, raw_cpu = cpu_per_send()
     print(f"CPU per send on a stub remoting client: Producer.send {client_cpu:.1f} us, raw request {raw_cpu:.1f} us")
+    print(f"CPU per send_async on a stub, 1000 in flight: auto-batched {cpu_per_send_in_flight(True):.1f} us, "
+          f"not batched {cpu_per_send_in_flight(False):.1f} us")
     client_cpu, raw_cpu = cpu_per_pulled_message()
     print(f"CPU per pulled message on a stub: PullConsumer.pull {client_cpu:.2f} us, decode alone {raw_cpu:.2f} us")
 
