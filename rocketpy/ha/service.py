@@ -198,6 +198,12 @@ class HAService(OrderedMultiService):
     def slave_count(self) -> int:
         return len(self._sessions)
 
+    @property
+    def slave_offsets(self) -> list[int]:
+        """Each connected slave's last acknowledged offset, lowest first: -1 until its first
+        report (where its transfer starts) is taken, and while it is ahead of this master."""
+        return sorted(session.ack_offset for session in self._sessions)
+
     def slave_lags(self) -> list[tuple[str, int, float]]:
         """Per connected slave: its address, the bytes it lacks and for how many seconds it
         has lacked some (0 when it has everything)."""

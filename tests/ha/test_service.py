@@ -141,6 +141,17 @@ class TransferTests(SynchronousTestCase):
         self.clock.advance(2)
         self.assertEqual(self.service.slave_lags(), [(address, 3, 2.0)])
 
+    def test_slave_offsets(self) -> None:
+        """Each slave's last report, -1 until the first one is taken."""
+        first, second = Link(self.service), Link(self.service)
+        self.assertEqual(self.service.slave_offsets, [-1, -1])
+        second.ack(3 * FILE)
+        self.assertEqual(self.service.slave_offsets, [-1, 3 * FILE])
+        first.ack(0)
+        self.assertEqual(self.service.slave_offsets, [0, 3 * FILE])
+        first.ack(3 * FILE + 10)
+        self.assertEqual(self.service.slave_offsets, [3 * FILE, 3 * FILE + 10])
+
     def test_lost_link_leaves_no_timer(self) -> None:
         """A closed link is forgotten and its heartbeat timer cancelled."""
         link = Link(self.service)

@@ -61,6 +61,17 @@ class InlineCheckTests(SynchronousTestCase):
         self.assertFalse(store.can_append_inline([(message("T", b"x"),)]))
 
 
+def kill(store: MessageStore) -> None:
+    """Stop ``store`` like a killed process: no flush, abort file left, lock released."""
+    store.commit_log.close()
+    store.consume_queues.close()
+    store.index.close()
+    os.close(store._lock_fd)  # the OS releases the lock of a dead process
+    store._lock_fd = -1
+    store.running = False
+    store.checkpoint = None
+
+
 class StoreCase(SynchronousTestCase):
     """A started store with 64 KiB commit-log files and a fake clock."""
 
@@ -85,14 +96,7 @@ class StoreCase(SynchronousTestCase):
 
     def crash(self) -> MessageStore:
         """Stop like a killed process (no flush, abort file left, lock released), then reopen."""
-        store = self.store
-        store.commit_log.close()
-        store.consume_queues.close()
-        store.index.close()
-        os.close(store._lock_fd)  # the OS releases the lock of a dead process
-        store._lock_fd = -1
-        store.running = False
-        store.checkpoint = None
+        kill(self.store)
         self.store = self.open_store()
         return self.store
 
@@ -439,3 +443,28 @@ class ReplicationTests(StoreCase):
                 self.assertEqual(a.read(), b.read())
         self.assertEqual(self.queue_bodies("T", 1, slave), [m.body for m in msgs[1::2]])
         self.assertFalse(slave.append_to_commit_log(offset + 5, b"gap"))
+
+    def test_slave_restart_mid_record_resumes_with_every_queue_entry(self) -> None:
+        """A slave stopped (cleanly, then killed) after a block ending inside a record reopens at
+        that record's start; fed the rest of the log from there, its queues hold every message."""
+        msgs = self.put_many(150)
+        data = self.store.get_commit_log_data(0)  # the first file
+        assert data is not None
+        config = small_config(self.mktemp(), broker_role="SLAVE")
+        slave = self.open_store(config)
+        self.assertTrue(slave.append_to_commit_log(0, data[: msgs[40].commit_log_offset + 30]))
+        slave.shutdown()
+        slave = self.open_store(config)
+        self.assertEqual(slave.max_physical_offset, msgs[40].commit_log_offset)
+        self.assertEqual(slave.get_max_offset_in_queue("T", 0), 20)
+        self.assertTrue(slave.append_to_commit_log(slave.max_physical_offset, data[
+            msgs[40].commit_log_offset : msgs[80].commit_log_offset + 30]))
+        kill(slave)
+        slave = self.open_store(config)
+        self.assertEqual((slave.last_exit_ok, slave.max_physical_offset), (False, msgs[80].commit_log_offset))
+        self.assertEqual(slave.get_max_offset_in_queue("T", 0), 40)
+        self.assertTrue(slave.append_to_commit_log(slave.max_physical_offset, data[msgs[80].commit_log_offset :]))
+        self.assertEqual(slave.max_physical_offset, SIZE)
+        held = [m for m in msgs if m.commit_log_offset < SIZE]
+        self.assertEqual(self.queue_bodies("T", 0, slave), [m.body for m in held if m.queue_id == 0])
+        self.assertEqual(self.queue_bodies("T", 1, slave), [m.body for m in held if m.queue_id == 1])
