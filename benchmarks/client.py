@@ -307,6 +307,8 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         "client pull": lambda s: Deferred.fromCoroutine(client_pulls(puller, s)),
         "push consume": lambda s: Deferred.fromCoroutine(push_consume(reactor, namesrv, f"CID_PUSH_{next(groups)}", s)),
     }
+    if options.only:
+        runs = {name: run for name, run in runs.items() if name in options.only}
     results: dict[str, list[float]] = {}
     cpu: dict[str, list[tuple[float, float]]] = {}
     try:
@@ -354,7 +356,7 @@ def report(results: dict[str, list[float]], cpu: dict[str, list[tuple[float, flo
              "client auto-batch/1000": "raw+uniq send/1000", "client pull": "raw pull+decode"}
     for name, median in medians.items():
         ratio = ""
-        if name in pairs:
+        if pairs.get(name) in medians:
             rounds = statistics.median(c / r for c, r in zip(results[name], results[pairs[name]]))
             ratio = f"  ({median / medians[pairs[name]]:.0%} of {pairs[name]}; per-round median {rounds:.0%})"
         own = statistics.median(c for c, _ in cpu[name])
@@ -373,6 +375,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--flush", default="async", help="async or sync")
+    parser.add_argument("--only", action="append", default=[], metavar="RUN",
+                        help="only this run (repeatable), e.g. --only 'client batch32/32'")
     options = parser.parse_args()
     task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, options)))
 

@@ -1440,6 +1440,8 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
     return result;
 }
 
+#include "_speedups_store.h"
+
 /* ---- setup ------------------------------------------------------------------------------ */
 
 /* Find MessageExt's slot offsets; any surprise leaves use_slots at 0 (the class is called). */
@@ -1515,6 +1517,7 @@ static PyMethodDef methods[] = {
      "Register SendHeader, parse_fields (the reference) and the (short, long) keys of its fields."},
     {"stored_batch", (PyCFunction)(void (*)(void))stored_batch, METH_FASTCALL,
      "The broker's messages of a batch body, or None for its Python loop (rocketpy.broker.send)."},
+    STORE_METHODS
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",

@@ -12,10 +12,11 @@ import errno
 import struct
 import threading
 import time
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Protocol, Sequence, cast
 
 from twisted.logger import Logger
 
+from rocketpy.common import speedups
 from rocketpy.common.message import (
     BLANK_MAGIC_CODE,
     MessageConst,
@@ -28,8 +29,10 @@ from rocketpy.common.message import (
 )
 from rocketpy.common.topic import SCHEDULE_TOPIC, TIMER_TOPIC, TOPIC_MAX_LENGTH
 from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.consumequeue import ConsumeQueueStore
 from rocketpy.store.delay import DelayLevels
 from rocketpy.store.dispatch import DispatchRequest, SupportsDispatch
+from rocketpy.store.index import IndexService
 from rocketpy.store.mappedfile import MappedFile
 from rocketpy.store.mappedfilequeue import MappedFileQueue
 from rocketpy.store.recovery import BLANK_SIZE, walk
@@ -50,6 +53,24 @@ _NO_QUEUE_OFFSET = (MessageSysFlag.TRANSACTION_PREPARED_TYPE, MessageSysFlag.TRA
 _TRAN_MASK = MessageSysFlag.TRANSACTION_MASK
 
 _log = Logger()
+
+#: One put of an append: its index in the results, its messages, their encoded records, their bytes.
+Put = tuple[int, Sequence[MessageExt], list[bytearray], int]
+#: What placing a chunk gives: the end offset, the queue offsets to restore, the records, each put's ids.
+Placed = tuple[int, list[tuple[str, int]], list[bytearray], list[list[str]]]
+
+
+class StoreSpeedups(Protocol):
+    """The compiled store functions (``rocketpy/_speedups_store.h``)."""
+
+    def place_chunk(self, chunk: list[Put], table: dict[str, int], phys: int, now: int, host: str) -> Placed | None: ...
+
+    def dispatch_chunk(self, chunk: list[Put], consume_queues: ConsumeQueueStore, index: IndexService | None,
+                       dispatch: Callable[[MessageExt], None]) -> None: ...
+
+
+#: The compiled module when built (None: the Python methods run); a CommitLog's ``speedups``.
+COMPILED = cast("StoreSpeedups | None", speedups.compiled if hasattr(speedups.compiled, "place_chunk") else None)
 
 
 def wall_clock_ms() -> int:
@@ -81,6 +102,8 @@ class CommitLog:
         self.timer = TimerRules(config)
         self._host_hex = offset_msg_id(config.store_host, 0)[:-16]
         self._tags_codes: dict[str, int] = {}
+        #: the compiled put functions, or None for the Python reference (tests compare both)
+        self.speedups = COMPILED
 
     def load(self) -> bool:
         """Open the existing files (recovery must follow); False if one has the wrong size."""
@@ -129,7 +152,7 @@ class CommitLog:
         write call (a system call on the pwrite path) are paid once per hop, not per put.
         """
         results: list[PutMessageResult | None] = [None] * len(puts)
-        encoded: list[tuple[int, Sequence[MessageExt], list[bytearray], int]] = []
+        encoded: list[Put] = []
         limit = self.queue.mapped_file_size - BLANK_SIZE
         for i, msgs in enumerate(puts):
             try:
@@ -211,10 +234,9 @@ class CommitLog:
             bufs.append(buf)
         return bufs, None
 
-    def _append(self, encoded: list[tuple[int, Sequence[MessageExt], list[bytearray], int]],
-                results: list[PutMessageResult | None], now: int) -> None:
+    def _append(self, encoded: list[Put], results: list[PutMessageResult | None], now: int) -> None:
         """Under the lock: place each put, write the puts of one file with one call, then dispatch."""
-        chunk: list[tuple[int, Sequence[MessageExt], list[bytearray], int]] = []
+        chunk: list[Put] = []
         chunk_bytes = 0
         mf: MappedFile | None = None
         for put in encoded:
@@ -237,27 +259,13 @@ class CommitLog:
         if chunk:
             self._write_chunk(mf, chunk, chunk_bytes, results, now)  # type: ignore[arg-type]
 
-    def _write_chunk(self, mf: MappedFile, chunk: list[tuple[int, Sequence[MessageExt], list[bytearray], int]],
-                     chunk_bytes: int, results: list[PutMessageResult | None], now: int) -> None:
+    def _write_chunk(self, mf: MappedFile, chunk: list[Put], chunk_bytes: int, results: list[PutMessageResult | None],
+                     now: int) -> None:
         """Assign offsets to the puts of ``chunk``, write them at the end of ``mf``, dispatch them."""
-        base = phys = mf.file_from_offset + mf.wrote_position
+        base = mf.file_from_offset + mf.wrote_position
         table = self.topic_queue_table
-        undo: list[tuple[str, int]] = []  # (key, previous next offset): restored if the write fails
-        out: list[bytearray] = []
-        for _i, msgs, bufs, _total in chunk:
-            for msg, buf in zip(msgs, bufs):
-                if msg.sys_flag & _TRAN_MASK in _NO_QUEUE_OFFSET:
-                    queue_offset = 0
-                else:
-                    key = f"{msg.topic}-{msg.queue_id}"
-                    queue_offset = table.get(key, 0)
-                    table[key] = queue_offset + 1
-                    undo.append((key, queue_offset))
-                patch_record(buf, queue_offset, phys, now)
-                msg.queue_offset, msg.commit_log_offset, msg.store_timestamp = queue_offset, phys, now
-                msg.store_size = size = len(buf)
-                phys += size
-            out += bufs
+        placed = None if self.speedups is None else self.speedups.place_chunk(chunk, table, base, now, self._host_hex)
+        phys, undo, out, ids = self._place(chunk, base, now) if placed is None else placed
         try:
             if len(out) == 1:
                 mf.append(out[0])
@@ -272,20 +280,72 @@ class CommitLog:
                 results[i] = PutMessageResult(status)
             return
         mf.store_timestamp = now
-        host = self._host_hex
-        dispatch = self.dispatch
-        for i, msgs, _bufs, total in chunk:
-            for msg in msgs:
-                dispatch(msg)
+        self._dispatch_chunk(chunk)
+        for (i, msgs, _bufs, total), put_ids in zip(chunk, ids):
             first = msgs[0]
-            if len(msgs) == 1:
-                ids = [host + format(first.commit_log_offset, "016X")]
-            else:
-                ids = [host + format(msg.commit_log_offset, "016X") for msg in msgs]
-            append = AppendMessageResult(AppendMessageStatus.PUT_OK, first.commit_log_offset, total, ids,
+            append = AppendMessageResult(AppendMessageStatus.PUT_OK, first.commit_log_offset, total, put_ids,
                                          first.queue_offset, len(msgs), now)
             results[i] = PutMessageResult(PutMessageStatus.PUT_OK, append)
         self.reput_offset = phys
+
+    def _place(self, chunk: list[Put], phys: int, now: int) -> Placed:
+        """The reference of the compiled ``place_chunk``: each record's queue offset (the next of
+        its queue, 0 for transaction PREPARED and ROLLBACK records), commit-log offset ``phys``
+        on, store time ``now``, patched into the record and set on the message.
+
+        :returns: the end offset, ``(key, previous next offset)`` pairs to restore when the write
+            fails, the records in order, and each put's message ids.
+        """
+        table = self.topic_queue_table
+        host = self._host_hex
+        undo: list[tuple[str, int]] = []
+        out: list[bytearray] = []
+        ids: list[list[str]] = []
+        for _i, msgs, bufs, _total in chunk:
+            put_ids = []
+            for msg, buf in zip(msgs, bufs):
+                if msg.sys_flag & _TRAN_MASK in _NO_QUEUE_OFFSET:
+                    queue_offset = 0
+                else:
+                    key = f"{msg.topic}-{msg.queue_id}"
+                    queue_offset = table.get(key, 0)
+                    table[key] = queue_offset + 1
+                    undo.append((key, queue_offset))
+                patch_record(buf, queue_offset, phys, now)
+                msg.queue_offset, msg.commit_log_offset, msg.store_timestamp = queue_offset, phys, now
+                msg.store_size = size = len(buf)
+                put_ids.append(host + format(phys, "016X"))
+                phys += size
+            out += bufs
+            ids.append(put_ids)
+        return phys, undo, out, ids
+
+    def _dispatch_chunk(self, chunk: list[Put]) -> None:
+        """:meth:`dispatch` every record of ``chunk``, in order: in one compiled call when the
+        dispatchers are the store's consume queues (and index)."""
+        compiled = self.speedups
+        targets = self._compiled_targets() if compiled is not None else None
+        if targets is None:
+            dispatch = self.dispatch
+            for _i, msgs, _bufs, _total in chunk:
+                for msg in msgs:
+                    dispatch(msg)
+            return
+        try:
+            compiled.dispatch_chunk(chunk, targets[0], targets[1], self.dispatch)  # type: ignore[union-attr]
+        except Exception:  # what dispatch() does for a dispatcher's failure (memory, in C)
+            _log.failure("commit log {dir}: dispatching a chunk failed", dir=self.queue.store_path)
+            self.dispatch_failed = True
+
+    def _compiled_targets(self) -> tuple[ConsumeQueueStore, IndexService | None] | None:
+        # dispatch_chunk knows these two dispatchers only (a slave's QueueRecorder goes the Python way)
+        dispatchers = self.dispatchers
+        if not dispatchers or type(dispatchers[0]) is not ConsumeQueueStore or len(dispatchers) > 2:
+            return None
+        if len(dispatchers) == 1:
+            return dispatchers[0], None
+        index = dispatchers[1]
+        return (dispatchers[0], index) if type(index) is IndexService else None
 
     def _file_with_room(self, size: int) -> MappedFile:
         # END_OF_FILE: fill the rest of a file too small for ``size`` with a blank, go to the next.

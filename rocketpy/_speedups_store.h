@@ -1,0 +1,598 @@
+/* The store's per-record put work in C, included once by rocketpy/_speedups.c (doc/store.md,
+ * "Compiled accelerator"): place_chunk (the first loop of CommitLog._write_chunk: queue
+ * offsets, record patches, the messages' store fields, message ids) and dispatch_chunk
+ * (CommitLog.dispatch for the consume queues and the index: one 20-byte consume-queue entry and
+ * the index entries of UNIQ_KEY and KEYS per record).
+ *
+ * As in the rest of the module, the Python code is the reference. place_chunk changes nothing
+ * and returns None unless every record of the chunk is well formed (the caller then runs its
+ * Python loop); dispatch_chunk hands each record it cannot take whole (a schedule or
+ * transaction record, a queue or index file to create, a duplicate, a gap, an unusual type) to
+ * the Python dispatch, in order, after writing back what it has cached. The bytes written are
+ * those of the Python code (tests/store/test_store_speedups.py compares the files).
+ *
+ * Uses from _speedups.c: get_i32, put_i32, put_i64, as_int64 (I32_OK, I64_OK), MessageExt,
+ * use_slots and slot_offsets. */
+
+#define CQ_UNIT 20
+#define INDEX_HEADER 40
+#define INDEX_ENTRY 20
+#define SCHEDULE_TOPIC_NAME "SCHEDULE_TOPIC_XXXX"
+#define SLOT(msg, field) (*(PyObject **)((char *)(msg) + slot_offsets[field]))
+/* MessageExt's fields (FIELD_NAMES' order) */
+enum { F_TOPIC = 0, F_PROPERTIES = 3, F_QUEUE_ID = 4, F_SYS_FLAG = 5, F_STORE_TIMESTAMP = 8, F_QUEUE_OFFSET = 12,
+       F_COMMIT_LOG_OFFSET = 13, F_STORE_SIZE = 14 };
+
+/* Java's String.hashCode continued from h over text[start:end] (UTF-16 code units); 0 for a
+ * lone surrogate (the Python reference raises). */
+static int java_hash_span(uint32_t h, PyObject *text, Py_ssize_t start, Py_ssize_t end, uint32_t *out) {
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    Py_ssize_t i;
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const Py_UCS1 *s = data;
+        for (i = start; i < end; i++)
+            h = 31 * h + s[i];
+    } else {
+        for (i = start; i < end; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (c >= 0xD800 && c <= 0xDFFF)
+                return 0;
+            if (c >= 0x10000) {  /* a surrogate pair */
+                c -= 0x10000;
+                h = 31 * h + (0xD800 + (c >> 10));
+                c = 0xDC00 + (c & 0x3FF);
+            }
+            h = 31 * h + c;
+        }
+    }
+    *out = h;
+    return 1;
+}
+
+/* Attribute names, interned on first use. */
+enum { S_TABLE, S_FILES, S_MAPPED_FILES, S_WROTE, S_COMMITTED, S_FROM, S_FILE_SIZE, S_DATA, S_MAX_PHYSIC,
+       S_LOGICS_TS, S_INDEX_COUNT, S_MAX_ENTRIES, S_SLOTS, S_ENTRIES_AT, S_MAPPED, S_BEGIN_TS, S_END_TS,
+       S_BEGIN_PHY, S_END_PHY, S_HASH_SLOT_COUNT, S_DIRTY, S_TAGS, S_KEYS, S_UNIQ_KEY, N_STORE_NAMES };
+static const char *const STORE_NAMES[N_STORE_NAMES] = {
+    "_table", "files", "mapped_files", "wrote_position", "committed_position", "file_from_offset", "file_size",
+    "data", "max_physic_offset", "logics_msg_timestamp", "index_count", "max_entries", "slots", "_entries_at",
+    "mapped", "begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count",
+    "_dirty", "TAGS", "KEYS", "UNIQ_KEY"};
+static PyObject *store_names[N_STORE_NAMES];
+
+static int store_names_ready(void) {
+    int i;
+    if (store_names[0] != NULL)
+        return 1;
+    for (i = 0; i < N_STORE_NAMES; i++)
+        if ((store_names[i] = PyUnicode_InternFromString(STORE_NAMES[i])) == NULL)
+            return 0;
+    return 1;
+}
+
+/* ---- place_chunk ------------------------------------------------------------------------ */
+
+/* One record of a chunk: its message and encoded buffer (borrowed). */
+static int chunk_put(PyObject *item, PyObject **msgs, PyObject **bufs) {
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4)
+        return 0;
+    *msgs = PyTuple_GET_ITEM(item, 1);
+    *bufs = PyTuple_GET_ITEM(item, 2);
+    return (PyList_CheckExact(*msgs) || PyTuple_CheckExact(*msgs)) && PyList_CheckExact(*bufs) &&
+           PySequence_Fast_GET_SIZE(*msgs) == PyList_GET_SIZE(*bufs);
+}
+
+/* Is the message one place_chunk can take: a slotted MessageExt with a str topic and 32-bit
+ * queue id and system flag, its record a bytearray with the fixed fields? */
+static int placeable(PyObject *msg, PyObject *buf) {
+    int64_t v;
+    return use_slots && Py_IS_TYPE(msg, (PyTypeObject *)MessageExt) && SLOT(msg, F_TOPIC) != NULL &&
+           PyUnicode_CheckExact(SLOT(msg, F_TOPIC)) && SLOT(msg, F_QUEUE_ID) != NULL &&
+           PyLong_CheckExact(SLOT(msg, F_QUEUE_ID)) && I32_OK(SLOT(msg, F_QUEUE_ID), &v) && SLOT(msg, F_SYS_FLAG) != NULL && I32_OK(SLOT(msg, F_SYS_FLAG), &v) &&
+           PyByteArray_CheckExact(buf) && PyByteArray_GET_SIZE(buf) >= FIXED_V4;
+}
+
+/* slot = value (a new reference, may be NULL after a failed allocation: then -1). */
+static int set_slot(PyObject *msg, int field, PyObject *value) {
+    if (value == NULL)
+        return -1;
+    Py_XSETREF(SLOT(msg, field), value);
+    return 0;
+}
+
+/* host (ASCII) followed by the offset as 16 upper-case hex digits: offset_msg_id's form. */
+static PyObject *offset_id(PyObject *host, int64_t offset) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(host);
+    PyObject *id = PyUnicode_New(n + 16, 127);
+    char *p;
+    int i;
+    if (id == NULL)
+        return NULL;
+    p = PyUnicode_DATA(id);
+    memcpy(p, PyUnicode_DATA(host), n);
+    for (i = 15; i >= 0; i--, offset = (int64_t)((uint64_t)offset >> 4))
+        p[n + i] = "0123456789ABCDEF"[offset & 15];
+    return id;
+}
+
+/* place_chunk(chunk, table, phys, now, host) -> (phys, undo, records, ids) or None
+ * CommitLog._place (the reference): for each put (i, msgs, bufs, total) of chunk and each of its
+ * records from commit-log offset phys on: the queue offset from table ("topic-queueId" -> next
+ * offset, advanced; 0 for transaction PREPARED and ROLLBACK records), the record patched, the
+ * message's queue_offset, commit_log_offset, store_timestamp and store_size set. Returns the
+ * end offset, [(key, previous next offset)] to restore if the write fails, every record in
+ * order, and each put's message ids. None when a record is not well formed: nothing changed. */
+static PyObject *place_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *chunk, *table, *host, *undo = NULL, *seen = NULL, *out = NULL, *ids = NULL, *now_obj;
+    PyObject *last_topic_obj = NULL, *key = NULL, *result = NULL;
+    int64_t phys, now, last_qid = -1;
+    Py_ssize_t c, j;
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "place_chunk() takes 5 arguments");
+    chunk = args[0], table = args[1], now_obj = args[3], host = args[4];
+    if (!PyList_CheckExact(chunk) || !PyDict_CheckExact(table) || !I64_OK(args[2], &phys) ||
+        phys < 0 || !I64_OK(now_obj, &now) || !PyUnicode_CheckExact(host) || !PyUnicode_IS_ASCII(host) || MessageExt == NULL)
+        Py_RETURN_NONE;
+    for (c = 0; c < PyList_GET_SIZE(chunk); c++) {  /* check everything before changing anything */
+        PyObject *msgs = NULL, *bufs = NULL;
+        if (!chunk_put(PyList_GET_ITEM(chunk, c), &msgs, &bufs))
+            Py_RETURN_NONE;
+        for (j = 0; j < PyList_GET_SIZE(bufs); j++)
+            if (!placeable(PySequence_Fast_GET_ITEM(msgs, j), PyList_GET_ITEM(bufs, j)))
+                Py_RETURN_NONE;
+    }
+    if ((undo = PyList_New(0)) == NULL || (seen = PyDict_New()) == NULL || (out = PyList_New(0)) == NULL ||
+        (ids = PyList_New(PyList_GET_SIZE(chunk))) == NULL)
+        goto fail;
+    for (c = 0; c < PyList_GET_SIZE(chunk); c++) {
+        PyObject *msgs = NULL, *bufs = NULL, *put_ids;
+        chunk_put(PyList_GET_ITEM(chunk, c), &msgs, &bufs);
+        if ((put_ids = PyList_New(PyList_GET_SIZE(bufs))) == NULL)
+            goto fail;
+        PyList_SET_ITEM(ids, c, put_ids);
+        for (j = 0; j < PyList_GET_SIZE(bufs); j++) {
+            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *buf = PyList_GET_ITEM(bufs, j), *topic, *id;
+            int64_t qid, sys_flag, queue_offset = 0, size = PyByteArray_GET_SIZE(buf);
+            unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf);
+            topic = SLOT(msg, F_TOPIC);
+            I32_OK(SLOT(msg, F_QUEUE_ID), &qid);
+            I32_OK(SLOT(msg, F_SYS_FLAG), &sys_flag);
+            if ((sys_flag & 0xC) != 0x4 && (sys_flag & 0xC) != 0xC) {  /* not PREPARED or ROLLBACK */
+                PyObject *next;
+                if (topic != last_topic_obj || qid != last_qid) {
+                    Py_XSETREF(key, PyUnicode_FromFormat("%U-%lld", topic, (long long)qid));
+                    if (key == NULL)
+                        goto fail;
+                    last_topic_obj = topic, last_qid = qid;
+                }
+                next = PyDict_GetItemWithError(table, key);  /* borrowed */
+                if (next == NULL && PyErr_Occurred())
+                    goto fail;
+                if (next != NULL && !I64_OK(next, &queue_offset)) {
+                    PyErr_SetString(PyExc_TypeError, "the queue offset table holds a non-integer");
+                    goto fail;
+                }
+                if (PyDict_GetItemWithError(seen, key) == NULL) {  /* the first offset of a key restores it */
+                    PyObject *pair;
+                    if (PyErr_Occurred() || PyDict_SetItem(seen, key, Py_None) < 0)
+                        goto fail;
+                    pair = Py_BuildValue("(OL)", key, (long long)queue_offset);
+                    if (pair == NULL || PyList_Append(undo, pair) < 0) {
+                        Py_XDECREF(pair);
+                        goto fail;
+                    }
+                    Py_DECREF(pair);
+                }
+                next = PyLong_FromLongLong(queue_offset + 1);
+                if (next == NULL || PyDict_SetItem(table, key, next) < 0) {
+                    Py_XDECREF(next);
+                    goto fail;
+                }
+                Py_DECREF(next);
+            }
+            put_i64(p + 20, queue_offset);
+            put_i64(p + 28, phys);
+            put_i64(p + 56, now);
+            if (set_slot(msg, F_QUEUE_OFFSET, PyLong_FromLongLong(queue_offset)) < 0 ||
+                set_slot(msg, F_COMMIT_LOG_OFFSET, PyLong_FromLongLong(phys)) < 0 ||
+                set_slot(msg, F_STORE_TIMESTAMP, Py_NewRef(now_obj)) < 0 ||
+                set_slot(msg, F_STORE_SIZE, PyLong_FromLongLong(size)) < 0)
+                goto fail;
+            if ((id = offset_id(host, phys)) == NULL)
+                goto fail;
+            PyList_SET_ITEM(put_ids, j, id);
+            if (PyList_Append(out, buf) < 0)
+                goto fail;
+            phys += size;
+        }
+    }
+    result = Py_BuildValue("(LOOO)", (long long)phys, undo, out, ids);
+fail:
+    Py_XDECREF(undo);
+    Py_XDECREF(seen);
+    Py_XDECREF(out);
+    Py_XDECREF(ids);
+    Py_XDECREF(key);
+    return result;
+}
+
+/* ---- dispatch_chunk --------------------------------------------------------------------- */
+
+/* An int attribute in [lo, hi] into *out: 1; 0 when missing or another value (no exception). */
+static int int_attr(PyObject *o, int name, int64_t lo, int64_t hi, int64_t *out) {
+    PyObject *v = PyObject_GetAttr(o, store_names[name]);
+    int ok;
+    if (v == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    ok = as_int64(v, lo, hi, out);
+    Py_DECREF(v);
+    return ok;
+}
+
+/* obj.name = v (int); -1 with an exception. */
+static int set_int_attr(PyObject *o, int name, int64_t v) {
+    PyObject *value = PyLong_FromLongLong(v);
+    int r = value == NULL ? -1 : PyObject_SetAttr(o, store_names[name], value);
+    Py_XDECREF(value);
+    return r;
+}
+
+/* The last item of o.name (a list), or NULL (no exception) when it is missing or empty; new reference. */
+static PyObject *last_of(PyObject *o, int name) {
+    PyObject *list = PyObject_GetAttr(o, store_names[name]), *last = NULL;
+    if (list == NULL)
+        PyErr_Clear();
+    else if (PyList_CheckExact(list) && PyList_GET_SIZE(list) > 0)
+        last = Py_NewRef(PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1));
+    Py_XDECREF(list);
+    return last;
+}
+
+/* A writable view of o.data (an mmap) of at least need bytes: 1; 0 (no exception) otherwise. */
+static int data_view(PyObject *o, Py_buffer *view, int64_t need) {
+    PyObject *data = PyObject_GetAttr(o, store_names[S_DATA]);
+    int r;
+    if (data == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    r = PyObject_GetBuffer(data, view, PyBUF_WRITABLE);
+    Py_DECREF(data);
+    if (r < 0) {  /* closed by retention, or not a buffer: the Python code says what happens */
+        PyErr_Clear();
+        return 0;
+    }
+    if (view->len < need) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+/* What a record needs of a message (references held until record_release, checked). */
+typedef struct {
+    PyObject *topic, *queue_id, *store_ts_obj, *uniq, *keys;
+    int64_t offset, size, queue_offset, store_ts, tags_code;
+    Py_ssize_t nkeys;
+} Record;
+
+/* The record of msg for the fast path: 1; 0 when it needs the Python dispatch. */
+static int record_of(PyObject *msg, Record *r) {
+    PyObject *props, *tags;
+    int64_t v, sys_flag;
+    uint32_t h;
+    Py_ssize_t i, n;
+    int i_slot;
+    if (!use_slots || !Py_IS_TYPE(msg, (PyTypeObject *)MessageExt))
+        return 0;
+    for (i_slot = 0; i_slot < N_FIELDS; i_slot++)
+        if (SLOT(msg, i_slot) == NULL)
+            return 0;
+    r->topic = SLOT(msg, F_TOPIC);
+    r->queue_id = SLOT(msg, F_QUEUE_ID);
+    r->store_ts_obj = SLOT(msg, F_STORE_TIMESTAMP);
+    props = SLOT(msg, F_PROPERTIES);
+    if (!PyUnicode_CheckExact(r->topic) || !PyDict_CheckExact(props) || !I32_OK(r->queue_id, &v) ||
+        !I32_OK(SLOT(msg, F_SYS_FLAG), &sys_flag) || (sys_flag & 0x4) ||  /* PREPARED, ROLLBACK: Python */
+        !I64_OK(SLOT(msg, F_COMMIT_LOG_OFFSET), &r->offset) || r->offset < 0 ||
+        !I32_OK(SLOT(msg, F_STORE_SIZE), &r->size) || r->size < 0 ||
+        !as_int64(SLOT(msg, F_QUEUE_OFFSET), 0, INT64_MAX / CQ_UNIT, &r->queue_offset) ||
+        !as_int64(r->store_ts_obj, -((int64_t)1 << 61), (int64_t)1 << 61, &r->store_ts) ||
+        PyUnicode_CompareWithASCIIString(r->topic, SCHEDULE_TOPIC_NAME) == 0)
+        return 0;
+    tags = PyDict_GetItemWithError(props, store_names[S_TAGS]);
+    r->uniq = PyDict_GetItemWithError(props, store_names[S_UNIQ_KEY]);
+    r->keys = PyDict_GetItemWithError(props, store_names[S_KEYS]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    r->tags_code = 0;
+    if (tags != NULL) {
+        if (!PyUnicode_CheckExact(tags) || !java_hash_span(0, tags, 0, PyUnicode_GET_LENGTH(tags), &h))
+            return 0;
+        r->tags_code = (int32_t)h;
+    }
+    if (r->uniq != NULL && !PyUnicode_CheckExact(r->uniq))
+        return 0;
+    r->nkeys = r->uniq != NULL;
+    if (r->keys != NULL && r->keys != Py_None) {
+        int kind;
+        const void *data;
+        if (!PyUnicode_CheckExact(r->keys))
+            return 0;
+        kind = PyUnicode_KIND(r->keys), data = PyUnicode_DATA(r->keys), n = PyUnicode_GET_LENGTH(r->keys);
+        for (i = 0; i < n; i++)  /* the non-empty words between spaces */
+            if (PyUnicode_READ(kind, data, i) != ' ' && (i == 0 || PyUnicode_READ(kind, data, i - 1) == ' '))
+                r->nkeys++;
+    } else {
+        r->keys = NULL;
+    }
+    Py_INCREF(r->topic);  /* the dispatch reads other objects meanwhile: hold what it uses */
+    Py_INCREF(r->queue_id);
+    Py_INCREF(r->store_ts_obj);
+    Py_XINCREF(r->uniq);
+    Py_XINCREF(r->keys);
+    return 1;
+}
+
+static void record_release(Record *r) {
+    Py_DECREF(r->topic);
+    Py_DECREF(r->queue_id);
+    Py_DECREF(r->store_ts_obj);
+    Py_XDECREF(r->uniq);
+    Py_XDECREF(r->keys);
+}
+
+/* ConsumeQueue.put's common case: the entry goes at the end of the queue's last file, which has
+ * room, exactly where the queue offset says, after the newest record. 1 done, 0 not taken
+ * (nothing changed), -1 error. */
+static int cq_put(PyObject *queues_table, Record *r, PyObject *cqs) {
+    PyObject *queues, *cq, *mf = NULL;
+    int64_t max_physic, wrote, from, file_size;
+    Py_buffer view;
+    unsigned char *p;
+    int done = 0;
+    queues = PyDict_GetItemWithError(queues_table, r->topic);  /* borrowed */
+    cq = queues != NULL && PyDict_CheckExact(queues) ? PyDict_GetItemWithError(queues, r->queue_id) : NULL;
+    if (cq == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_INCREF(cq);
+    if (!int_attr(cq, S_MAX_PHYSIC, INT64_MIN, INT64_MAX, &max_physic) || r->offset + r->size <= max_physic)
+        goto done;
+    {
+        PyObject *files = PyObject_GetAttr(cq, store_names[S_FILES]);
+        if (files == NULL) {
+            PyErr_Clear();
+            goto done;
+        }
+        mf = last_of(files, S_MAPPED_FILES);
+        Py_DECREF(files);
+    }
+    if (mf == NULL || !int_attr(mf, S_WROTE, 0, INT64_MAX / 2, &wrote) ||
+        !int_attr(mf, S_FROM, 0, INT64_MAX / 2, &from) || !int_attr(mf, S_FILE_SIZE, 0, INT64_MAX / 2, &file_size) ||
+        wrote + CQ_UNIT > file_size || r->queue_offset * CQ_UNIT != from + wrote || !data_view(mf, &view, wrote + CQ_UNIT))
+        goto done;
+    p = (unsigned char *)view.buf + wrote;
+    put_i64(p, r->offset);
+    put_i32(p + 8, (int32_t)r->size);
+    put_i64(p + 12, r->tags_code);
+    PyBuffer_Release(&view);
+    done = -1;
+    {
+        PyObject *position = PyLong_FromLongLong(wrote + CQ_UNIT);
+        if (position == NULL || PyObject_SetAttr(mf, store_names[S_WROTE], position) < 0 ||
+            PyObject_SetAttr(mf, store_names[S_COMMITTED], position) < 0) {
+            Py_XDECREF(position);
+            goto done;
+        }
+        Py_DECREF(position);
+    }
+    if (set_int_attr(cq, S_MAX_PHYSIC, r->offset + r->size) < 0 ||
+        PyObject_SetAttr(cqs, store_names[S_LOGICS_TS], r->store_ts_obj) < 0)
+        goto done;
+    done = 1;
+done:
+    Py_DECREF(cq);
+    Py_XDECREF(mf);
+    return done;
+}
+
+/* An index file's header fields and layout. */
+typedef struct {
+    int64_t count, max_entries, slots, entries_at, begin_ts, end_ts, begin_phy, end_phy, hash_slot_count;
+} IndexState;
+
+static const int INDEX_FIELDS[9] = {S_INDEX_COUNT, S_MAX_ENTRIES, S_SLOTS, S_ENTRIES_AT, S_BEGIN_TS, S_END_TS,
+                                    S_BEGIN_PHY, S_END_PHY, S_HASH_SLOT_COUNT};
+
+/* IndexFile.put_hash for one key: the entry, its slot, the fields (the room was checked). */
+static void index_put(IndexState *s, unsigned char *data, uint32_t khash, const Record *r) {
+    int64_t slot_at = INDEX_HEADER + (int64_t)(khash % (uint64_t)s->slots) * 4, seconds = 0;
+    int32_t prev = get_i32(data + slot_at);
+    unsigned char *e = data + s->entries_at + s->count * INDEX_ENTRY;
+    if (prev <= 0 || prev > s->count)
+        prev = 0;
+    if (s->begin_ts > 0) {
+        int64_t elapsed = r->store_ts - s->begin_ts;
+        seconds = elapsed < 0 ? 0 : elapsed / 1000;
+        if (seconds > INT32_MAX)
+            seconds = INT32_MAX;
+    }
+    put_i32(e, (int32_t)khash);
+    put_i64(e + 4, r->offset);
+    put_i32(e + 12, (int32_t)seconds);
+    put_i32(e + 16, prev);
+    put_i32(data + slot_at, (int32_t)s->count);
+    if (s->count <= 1) {
+        s->begin_phy = r->offset;
+        s->begin_ts = r->store_ts;
+    }
+    s->hash_slot_count++;
+    s->count++;
+    s->end_phy = r->offset;
+    s->end_ts = r->store_ts;
+}
+
+/* |hashCode| of topic + "#" + key[start:end], Integer.MIN_VALUE -> 0 (index.key_hash). */
+static int index_key_hash(uint32_t prefix, PyObject *key, Py_ssize_t start, Py_ssize_t end, uint32_t *out) {
+    uint32_t h;
+    int32_t v;
+    if (!java_hash_span(prefix, key, start, end, &h))
+        return 0;
+    v = (int32_t)h;
+    *out = v == INT32_MIN ? 0 : (uint32_t)(v < 0 ? -v : v);
+    return 1;
+}
+
+/* IndexService.dispatch's common case: the newest file has room for every key of the record,
+ * which is newer than its last one. 1 done, 0 not taken (nothing changed), -1 error. */
+static int index_dispatch(PyObject *index, Record *r) {
+    PyObject *f = last_of(index, S_FILES), *mapped = NULL;
+    IndexState s;
+    int64_t *fields[9] = {&s.count, &s.max_entries, &s.slots, &s.entries_at, &s.begin_ts, &s.end_ts, &s.begin_phy,
+                          &s.end_phy, &s.hash_slot_count};
+    int64_t values[9];
+    Py_buffer view;
+    uint32_t prefix, khash[2] = {0, 0};
+    unsigned char *data;
+    int i, done = 0;
+    if (f == NULL)
+        return 0;
+    for (i = 0; i < 9; i++)
+        if (!int_attr(f, INDEX_FIELDS[i], i < 4 ? 0 : -((int64_t)1 << 61), i < 4 ? INT32_MAX : (int64_t)1 << 61,
+                      fields[i]))
+            goto done;
+    if (s.count >= s.max_entries || s.count + r->nkeys > s.max_entries || s.slots <= 0 ||
+        s.hash_slot_count + r->nkeys > INT32_MAX || s.hash_slot_count < INT32_MIN ||
+        r->offset < s.end_phy || (r->offset == s.end_phy && s.end_ts > 0))
+        goto done;
+    if (!java_hash_span(0, r->topic, 0, PyUnicode_GET_LENGTH(r->topic), &prefix) ||
+        (r->uniq != NULL && !index_key_hash(prefix * 31 + '#', r->uniq, 0, PyUnicode_GET_LENGTH(r->uniq), &khash[0])))
+        goto done;
+    if (r->keys != NULL) {  /* every key hashes (no lone surrogate) before anything is written */
+        Py_ssize_t n = PyUnicode_GET_LENGTH(r->keys), start = 0, end;
+        int kind = PyUnicode_KIND(r->keys);
+        const void *kd = PyUnicode_DATA(r->keys);
+        for (; start < n; start = end + 1) {
+            for (end = start; end < n && PyUnicode_READ(kind, kd, end) != ' '; end++)
+                ;
+            if (end > start && !index_key_hash(prefix * 31 + '#', r->keys, start, end, &khash[1]))
+                goto done;
+        }
+    }
+    mapped = PyObject_GetAttr(f, store_names[S_MAPPED]);
+    if (mapped == NULL) {
+        PyErr_Clear();
+        goto done;
+    }
+    if (s.entries_at < INDEX_HEADER + s.slots * 4 || !data_view(mapped, &view, s.entries_at + s.max_entries * INDEX_ENTRY))
+        goto done;  /* the view covers the header, the slots and every entry */
+    data = view.buf;
+    if (r->uniq != NULL)
+        index_put(&s, data, khash[0], r);
+    if (r->keys != NULL) {
+        Py_ssize_t n = PyUnicode_GET_LENGTH(r->keys), start = 0, end;
+        int kind = PyUnicode_KIND(r->keys);
+        const void *kd = PyUnicode_DATA(r->keys);
+        for (; start < n; start = end + 1) {
+            for (end = start; end < n && PyUnicode_READ(kind, kd, end) != ' '; end++)
+                ;
+            if (end > start) {
+                index_key_hash(prefix * 31 + '#', r->keys, start, end, &khash[1]);
+                index_put(&s, data, khash[1], r);
+            }
+        }
+    }
+    put_i64(data, s.begin_ts);  /* IndexFile.write_header */
+    put_i64(data + 8, s.end_ts);
+    put_i64(data + 16, s.begin_phy);
+    put_i64(data + 24, s.end_phy);
+    put_i32(data + 32, (int32_t)s.hash_slot_count);
+    put_i32(data + 36, (int32_t)s.count);
+    PyBuffer_Release(&view);
+    done = -1;
+    values[0] = s.count, values[1] = s.begin_ts, values[2] = s.end_ts, values[3] = s.begin_phy;
+    values[4] = s.end_phy, values[5] = s.hash_slot_count;
+    {
+        static const int WRITTEN[6] = {S_INDEX_COUNT, S_BEGIN_TS, S_END_TS, S_BEGIN_PHY, S_END_PHY, S_HASH_SLOT_COUNT};
+        for (i = 0; i < 6; i++)
+            if (set_int_attr(f, WRITTEN[i], values[i]) < 0)
+                goto done;
+    }
+    if (PyObject_SetAttr(f, store_names[S_DIRTY], Py_True) < 0)
+        goto done;
+    done = 1;
+done:
+    Py_DECREF(f);
+    Py_XDECREF(mapped);
+    return done;
+}
+
+/* dispatch_chunk(chunk, consume_queues, index, dispatch) -> None
+ * CommitLog.dispatch of every record of chunk's puts (i, msgs, bufs, total), in order, for the
+ * dispatchers [consume_queues] (index None) or [consume_queues, index]: a record's consume-queue
+ * entry and index keys are written here when both go the common way, otherwise dispatch(msg)
+ * (the Python method) does the record. (If only the entry was written, the Python consume
+ * queue then ignores it as a duplicate: it is at or below the queue's newest record.) */
+static PyObject *dispatch_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *chunk, *cqs, *index, *slow, *table = NULL;
+    Py_ssize_t c, j;
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "dispatch_chunk() takes 4 arguments");
+    chunk = args[0], cqs = args[1], index = args[2], slow = args[3];
+    if (!PyList_CheckExact(chunk))
+        return PyErr_Format(PyExc_TypeError, "dispatch_chunk() needs a list of puts");
+    if (!store_names_ready())
+        return NULL;
+    table = PyObject_GetAttr(cqs, store_names[S_TABLE]);
+    if (table == NULL)
+        return NULL;
+    for (c = 0; c < PyList_GET_SIZE(chunk); c++) {
+        PyObject *item = PyList_GET_ITEM(chunk, c), *msgs;
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4 ||
+            !(PyList_CheckExact(PyTuple_GET_ITEM(item, 1)) || PyTuple_CheckExact(PyTuple_GET_ITEM(item, 1)))) {
+            PyErr_SetString(PyExc_TypeError, "dispatch_chunk() needs (i, msgs, bufs, total) puts");
+            goto fail;
+        }
+        msgs = Py_NewRef(PyTuple_GET_ITEM(item, 1));
+        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
+            PyObject *msg = Py_NewRef(PySequence_Fast_GET_ITEM(msgs, j));
+            Record r;
+            int taken = 0;
+            if (PyDict_CheckExact(table) && record_of(msg, &r)) {
+                taken = cq_put(table, &r, cqs);
+                if (taken > 0 && index != Py_None)
+                    taken = index_dispatch(index, &r);
+                record_release(&r);
+            }
+            if (taken == 0) {
+                PyObject *done = PyObject_CallOneArg(slow, msg);
+                taken = done == NULL ? -1 : 1;
+                Py_XDECREF(done);
+            }
+            Py_DECREF(msg);
+            if (taken < 0) {
+                Py_DECREF(msgs);
+                goto fail;
+            }
+        }
+        Py_DECREF(msgs);
+    }
+    Py_DECREF(table);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(table);
+    return NULL;
+}
+
+#define STORE_METHODS                                                                                         \
+    {"place_chunk", (PyCFunction)(void (*)(void))place_chunk, METH_FASTCALL,                                  \
+     "The first loop of rocketpy.store.commitlog.CommitLog._write_chunk, or None for its Python reference."}, \
+    {"dispatch_chunk", (PyCFunction)(void (*)(void))dispatch_chunk, METH_FASTCALL,                            \
+     "CommitLog.dispatch of a chunk's records to the consume queues and the index."},

@@ -1,0 +1,182 @@
+"""The compiled put path of the store (``rocketpy/_speedups_store.h``: ``place_chunk`` and
+``dispatch_chunk``) against the Python reference: the same puts through a store of each kind
+leave byte-identical commit-log, consume-queue and index files, the same results and the same
+state (doc/store.md, "Compiled accelerator")."""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any, Sequence
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.common.message import MessageConst, MessageExt
+from rocketpy.common.topic import SCHEDULE_TOPIC
+from rocketpy.store import commitlog
+from rocketpy.store.mappedfile import MappedFile
+from rocketpy.store.messagestore import MessageStore
+from rocketpy.store.status import PutMessageResult
+from tests.common.implementations import C_SKIP
+from tests.store.test_commitlog import T0, FakeClock, small_config
+
+SKIP = C_SKIP if commitlog.COMPILED is None or C_SKIP else None
+EXAMPLES = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+WORDS = st.text(st.sampled_from("ab \u00e9\u4e2d\U0001F600"), max_size=12)
+PROPERTIES = st.fixed_dictionaries({}, optional={
+    MessageConst.TAGS: WORDS | st.just(""),
+    MessageConst.KEYS: WORDS | st.just("  k1  k2 ") | st.just(""),
+    MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: st.text("0123456789ABCDEF", min_size=0, max_size=32),
+    MessageConst.DELAY_TIME_LEVEL: st.sampled_from(["1", "3"]),
+    "P": st.text(max_size=5).filter(lambda s: "\x01" not in s and "\x02" not in s),
+})
+MESSAGE = st.builds(
+    lambda topic, queue_id, sys_flag, body, properties: (topic, queue_id, sys_flag, body, properties),
+    st.sampled_from(["T", "T\u4e2d", SCHEDULE_TOPIC, "U"]), st.integers(0, 3), st.sampled_from([0, 0x4, 0x8, 0xC, 0x1]),
+    st.binary(max_size=400), PROPERTIES,
+)
+# hops of puts (each put: one message or a batch of one topic and queue)
+HOPS = st.lists(st.lists(st.lists(MESSAGE, min_size=1, max_size=6), min_size=1, max_size=8), min_size=1, max_size=14)
+
+Spec = tuple[str, int, int, bytes, dict[str, str]]
+
+
+def build(spec: Spec, batch_head: Spec) -> MessageExt:
+    """The message of ``spec``, in the topic and queue of its batch's first message."""
+    topic, queue_id = batch_head[0], batch_head[1]
+    _t, _q, sys_flag, body, properties = spec
+    return MessageExt(topic=topic, body=body, queue_id=queue_id, sys_flag=sys_flag, properties=dict(properties),
+                      born_timestamp=T0 - 5, born_host=("192.168.1.2", 50000))
+
+
+def files_under(root: str) -> dict[str, bytes]:
+    """Every file's bytes under ``root`` by relative path (the lock file aside)."""
+    out = {}
+    for folder, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            if name != "lock":
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, root)] = f.read()
+    return out
+
+
+def result_fields(result: PutMessageResult) -> Any:
+    append = result.append
+    return result.status, None if append is None else (
+        append.wrote_offset, append.wrote_bytes, append.msg_ids, append.queue_offset, append.msg_num,
+        append.store_timestamp)
+
+
+def message_fields(msg: MessageExt) -> tuple[Any, ...]:
+    return (msg.topic, msg.queue_id, msg.queue_offset, msg.commit_log_offset, msg.store_timestamp, msg.store_size,
+            msg.properties)
+
+
+class StorePair:
+    """Two stores in sibling directories with one clock: compiled put path and Python."""
+
+    def __init__(self, test: SynchronousTestCase, **config: Any) -> None:
+        self.clock = FakeClock()
+        root = test.mktemp()
+        self.roots = [os.path.join(root, "c"), os.path.join(root, "python")]
+        self.stores = [MessageStore(small_config(r, commit_log_write_path="mmap", **config), self.clock,
+                                    total_memory=1 << 30) for r in self.roots]
+        self.stores[1].commit_log.speedups = None
+        for store in self.stores:
+            test.addCleanup(store.shutdown)
+            test.assertTrue(store.load())
+            store.start()
+        self.fallbacks = 0
+        python_dispatch = self.stores[0].commit_log.dispatch
+
+        def counted(msg: MessageExt) -> None:
+            self.fallbacks += 1
+            python_dispatch(msg)
+
+        self.stores[0].commit_log.dispatch = counted  # type: ignore[method-assign]
+
+    def put_many(self, test: SynchronousTestCase, puts: Sequence[Sequence[Spec]]) -> None:
+        outcomes = []
+        for store in self.stores:
+            batches = [[build(spec, specs[0]) for spec in specs] for specs in puts]
+            results = store.put_many(batches)
+            outcomes.append(([result_fields(r) for r in results], [[message_fields(m) for m in b] for b in batches]))
+        test.assertEqual(outcomes[0], outcomes[1])
+
+    def assert_same(self, test: SynchronousTestCase) -> None:
+        c, python = self.stores
+        test.assertEqual(files_under(self.roots[0]), files_under(self.roots[1]))
+        test.assertEqual(c.commit_log.topic_queue_table, python.commit_log.topic_queue_table)
+        test.assertEqual(c.commit_log.dispatch_failed, python.commit_log.dispatch_failed)
+        test.assertEqual(c.consume_queues.logics_msg_timestamp, python.consume_queues.logics_msg_timestamp)
+        test.assertEqual([(q.topic, q.queue_id, q.max_physic_offset, q.max_offset) for q in c.consume_queues.queues],
+                         [(q.topic, q.queue_id, q.max_physic_offset, q.max_offset)
+                          for q in python.consume_queues.queues])
+        fields = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count",
+                  "index_count")
+        test.assertEqual([[getattr(f, name) for name in fields] for f in c.index.files],
+                         [[getattr(f, name) for name in fields] for f in python.index.files])
+
+
+class CompiledPutPathTests(SynchronousTestCase):
+    skip = SKIP
+
+    @EXAMPLES
+    @given(HOPS, st.lists(st.integers(0, 3000), min_size=14, max_size=14))
+    def test_same_files(self, hops: list[list[list[Spec]]], steps: list[int]) -> None:
+        """Random hops (batches, transactions, delays, the schedule topic, keys with spaces and
+        astral characters, new queue and index files, full commit-log files) write the same bytes."""
+        pair = StorePair(self)
+        for hop, step in zip(hops, steps):
+            pair.clock.now += step
+            pair.put_many(self, hop)
+        pair.assert_same(self)
+
+    def test_common_records_are_compiled(self) -> None:
+        """Past a queue's first record, plain records and batches never reach the Python dispatch."""
+        pair = StorePair(self)
+        plain: Spec = ("T", 0, 0, b"x" * 100, {"KEYS": "a b", "TAGS": "t", "UNIQ_KEY": "ABC"})
+        pair.put_many(self, [[plain]])
+        self.assertEqual(pair.fallbacks, 1, "the queue and the index file are created by Python")
+        pair.put_many(self, [[plain] * 5, [plain], [plain] * 3])
+        self.assertEqual(pair.fallbacks, 1)
+        pair.assert_same(self)
+
+    def test_index_disabled(self) -> None:
+        pair = StorePair(self, message_index_enable=False)
+        plain: Spec = ("T", 1, 0, b"y" * 50, {"KEYS": "a", "UNIQ_KEY": "U"})
+        for _ in range(30):
+            pair.put_many(self, [[plain] * 4, [plain]])
+        self.assertEqual(pair.fallbacks, 2, "the queue's first and second files are created by Python")
+        pair.assert_same(self)
+
+    def test_failed_write_restores_queue_offsets(self) -> None:
+        """A write that fails gives back the queue offsets it took, in both."""
+        pair = StorePair(self)
+        plain: Spec = ("T", 0, 0, b"z" * 10, {})
+        pair.put_many(self, [[plain], [("T", 1, 0, b"z", {})]])
+
+        def fail(*args: Any) -> int:
+            raise OSError(errno.ENOSPC, "full")
+
+        self.patch(MappedFile, "append_many", fail)
+        self.patch(MappedFile, "append", fail)
+        pair.put_many(self, [[plain] * 3, [("T", 1, 0, b"z", {})], [("T", 2, 0, b"z", {})], [plain]])
+        self.assertEqual(pair.stores[0].commit_log.topic_queue_table, {"T-0": 1, "T-1": 1, "T-2": 0})
+        pair.assert_same(self)
+
+    def test_unusual_messages_go_the_python_way(self) -> None:
+        """A MessageExt subclass is placed and dispatched by the Python code, with the same files."""
+
+        class Marked(MessageExt):
+            pass
+
+        pair = StorePair(self)
+        for store in pair.stores:
+            msg = Marked(topic="T", body=b"m", properties={"KEYS": "k"}, born_timestamp=T0, born_host=("1.2.3.4", 1))
+            self.assertEqual(store.put_many([[msg]])[0].status.name, "PUT_OK")
+        pair.assert_same(self)
