@@ -347,62 +347,6 @@ static void record_release(Record *r) {
     Py_XDECREF(r->keys);
 }
 
-/* ConsumeQueue.put's common case: the entry goes at the end of the queue's last file, which has
- * room, exactly where the queue offset says, after the newest record. 1 done, 0 not taken
- * (nothing changed), -1 error. */
-static int cq_put(PyObject *queues_table, Record *r, PyObject *cqs) {
-    PyObject *queues, *cq, *mf = NULL;
-    int64_t max_physic, wrote, from, file_size;
-    Py_buffer view;
-    unsigned char *p;
-    int done = 0;
-    queues = PyDict_GetItemWithError(queues_table, r->topic);  /* borrowed */
-    cq = queues != NULL && PyDict_CheckExact(queues) ? PyDict_GetItemWithError(queues, r->queue_id) : NULL;
-    if (cq == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    Py_INCREF(cq);
-    if (!int_attr(cq, S_MAX_PHYSIC, INT64_MIN, INT64_MAX, &max_physic) || r->offset + r->size <= max_physic)
-        goto done;
-    {
-        PyObject *files = PyObject_GetAttr(cq, store_names[S_FILES]);
-        if (files == NULL) {
-            PyErr_Clear();
-            goto done;
-        }
-        mf = last_of(files, S_MAPPED_FILES);
-        Py_DECREF(files);
-    }
-    if (mf == NULL || !int_attr(mf, S_WROTE, 0, INT64_MAX / 2, &wrote) ||
-        !int_attr(mf, S_FROM, 0, INT64_MAX / 2, &from) || !int_attr(mf, S_FILE_SIZE, 0, INT64_MAX / 2, &file_size) ||
-        wrote + CQ_UNIT > file_size || r->queue_offset * CQ_UNIT != from + wrote || !data_view(mf, &view, wrote + CQ_UNIT))
-        goto done;
-    p = (unsigned char *)view.buf + wrote;
-    put_i64(p, r->offset);
-    put_i32(p + 8, (int32_t)r->size);
-    put_i64(p + 12, r->tags_code);
-    PyBuffer_Release(&view);
-    done = -1;
-    {
-        PyObject *position = PyLong_FromLongLong(wrote + CQ_UNIT);
-        if (position == NULL || PyObject_SetAttr(mf, store_names[S_WROTE], position) < 0 ||
-            PyObject_SetAttr(mf, store_names[S_COMMITTED], position) < 0) {
-            Py_XDECREF(position);
-            goto done;
-        }
-        Py_DECREF(position);
-    }
-    if (set_int_attr(cq, S_MAX_PHYSIC, r->offset + r->size) < 0 ||
-        PyObject_SetAttr(cqs, store_names[S_LOGICS_TS], r->store_ts_obj) < 0)
-        goto done;
-    done = 1;
-done:
-    Py_DECREF(cq);
-    Py_XDECREF(mf);
-    return done;
-}
-
 /* An index file's header fields and layout. */
 typedef struct {
     int64_t count, max_entries, slots, entries_at, begin_ts, end_ts, begin_phy, end_phy, hash_slot_count;
@@ -450,88 +394,193 @@ static int index_key_hash(uint32_t prefix, PyObject *key, Py_ssize_t start, Py_s
     return 1;
 }
 
-/* IndexService.dispatch's common case: the newest file has room for every key of the record,
- * which is newer than its last one. 1 done, 0 not taken (nothing changed), -1 error. */
-static int index_dispatch(PyObject *index, Record *r) {
-    PyObject *f = last_of(index, S_FILES), *mapped = NULL;
-    IndexState s;
-    int64_t *fields[9] = {&s.count, &s.max_entries, &s.slots, &s.entries_at, &s.begin_ts, &s.end_ts, &s.begin_phy,
-                          &s.end_phy, &s.hash_slot_count};
-    int64_t values[9];
+/* What dispatch_chunk keeps between the records of one call: the consume queues and the index
+ * file it writes, their fields and mapped views. Nothing else writes them meanwhile (the store's
+ * one writer runs this call); the fields go back to the Python objects before any Python
+ * dispatch and at the end (flush_cache), and each entry's bytes are in place before that. */
+#define CQ_CACHE 8
+typedef struct {
+    PyObject *cq, *mf;
     Py_buffer view;
-    uint32_t prefix, khash[2] = {0, 0};
-    unsigned char *data;
-    int i, done = 0;
+    int64_t wrote, from, file_size, max_physic;
+} CachedQueue;
+
+typedef struct {
+    PyObject *cqs, *index, *table, *logics_ts;
+    CachedQueue queues[CQ_CACHE];
+    int nqueues;
+    PyObject *file;  /* the index file, NULL when not loaded */
+    Py_buffer iview;
+    IndexState s;
+} DispatchCache;
+
+/* Write the cached fields back and drop the cache; -1 with an exception. */
+static int flush_cache(DispatchCache *c) {
+    int i, r = 0;
+    for (i = 0; i < c->nqueues; i++) {
+        CachedQueue *q = &c->queues[i];
+        PyObject *position = PyLong_FromLongLong(q->wrote);
+        if (r == 0 && (position == NULL || PyObject_SetAttr(q->mf, store_names[S_WROTE], position) < 0 ||
+                       PyObject_SetAttr(q->mf, store_names[S_COMMITTED], position) < 0 ||
+                       set_int_attr(q->cq, S_MAX_PHYSIC, q->max_physic) < 0))
+            r = -1;
+        Py_XDECREF(position);
+        PyBuffer_Release(&q->view);
+        Py_DECREF(q->cq);
+        Py_DECREF(q->mf);
+    }
+    c->nqueues = 0;
+    if (c->logics_ts != NULL) {
+        if (r == 0 && PyObject_SetAttr(c->cqs, store_names[S_LOGICS_TS], c->logics_ts) < 0)
+            r = -1;
+        Py_CLEAR(c->logics_ts);
+    }
+    if (c->file != NULL) {
+        static const int WRITTEN[6] = {S_INDEX_COUNT, S_BEGIN_TS, S_END_TS, S_BEGIN_PHY, S_END_PHY, S_HASH_SLOT_COUNT};
+        int64_t values[6] = {c->s.count, c->s.begin_ts, c->s.end_ts, c->s.begin_phy, c->s.end_phy, c->s.hash_slot_count};
+        for (i = 0; i < 6 && r == 0; i++)
+            if (set_int_attr(c->file, WRITTEN[i], values[i]) < 0)
+                r = -1;
+        if (r == 0 && PyObject_SetAttr(c->file, store_names[S_DIRTY], Py_True) < 0)
+            r = -1;
+        PyBuffer_Release(&c->iview);
+        Py_CLEAR(c->file);
+    }
+    return r;
+}
+
+/* The cached queue cq, loaded when missing; NULL (no exception) when it cannot be written here:
+ * no file, or the last file is full (a new one is Python's to create). */
+static CachedQueue *cached_queue(DispatchCache *c, PyObject *cq) {
+    CachedQueue *q;
+    PyObject *files;
+    int i;
+    for (i = 0; i < c->nqueues; i++)
+        if (c->queues[i].cq == cq)
+            return &c->queues[i];
+    if (c->nqueues == CQ_CACHE && flush_cache(c) < 0)
+        return NULL;
+    q = &c->queues[c->nqueues];
+    files = PyObject_GetAttr(cq, store_names[S_FILES]);
+    if (files == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    q->mf = last_of(files, S_MAPPED_FILES);
+    Py_DECREF(files);
+    if (q->mf == NULL)
+        return NULL;
+    if (!int_attr(cq, S_MAX_PHYSIC, INT64_MIN, INT64_MAX, &q->max_physic) ||
+        !int_attr(q->mf, S_WROTE, 0, INT64_MAX / 4, &q->wrote) || !int_attr(q->mf, S_FROM, 0, INT64_MAX / 4, &q->from) ||
+        !int_attr(q->mf, S_FILE_SIZE, 0, INT64_MAX / 4, &q->file_size) || !data_view(q->mf, &q->view, q->file_size)) {
+        Py_DECREF(q->mf);
+        return NULL;
+    }
+    q->cq = Py_NewRef(cq);
+    c->nqueues++;
+    return q;
+}
+
+/* ConsumeQueue.put's common case: the entry goes at the end of the queue's last file, which has
+ * room, exactly where the queue offset says, after the newest record. 1 done, 0 not taken
+ * (nothing changed). */
+static int cq_put(DispatchCache *c, Record *r) {
+    PyObject *queues, *cq;
+    CachedQueue *q;
+    unsigned char *p;
+    queues = PyDict_GetItemWithError(c->table, r->topic);  /* borrowed */
+    cq = queues != NULL && PyDict_CheckExact(queues) ? PyDict_GetItemWithError(queues, r->queue_id) : NULL;
+    if (cq == NULL || (q = cached_queue(c, cq)) == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (r->offset + r->size <= q->max_physic || q->wrote + CQ_UNIT > q->file_size ||
+        r->queue_offset * CQ_UNIT != q->from + q->wrote)
+        return 0;
+    p = (unsigned char *)q->view.buf + q->wrote;
+    put_i64(p, r->offset);
+    put_i32(p + 8, (int32_t)r->size);
+    put_i64(p + 12, r->tags_code);
+    q->wrote += CQ_UNIT;
+    q->max_physic = r->offset + r->size;
+    Py_XSETREF(c->logics_ts, Py_NewRef(r->store_ts_obj));
+    return 1;
+}
+
+/* The newest index file into the cache; 0 (no exception) when there is none or it is unusual. */
+static int load_index(DispatchCache *c) {
+    PyObject *f = last_of(c->index, S_FILES), *mapped;
+    int64_t *fields[9] = {&c->s.count, &c->s.max_entries, &c->s.slots, &c->s.entries_at, &c->s.begin_ts,
+                          &c->s.end_ts, &c->s.begin_phy, &c->s.end_phy, &c->s.hash_slot_count};
+    int i, ok;
     if (f == NULL)
         return 0;
     for (i = 0; i < 9; i++)
         if (!int_attr(f, INDEX_FIELDS[i], i < 4 ? 0 : -((int64_t)1 << 61), i < 4 ? INT32_MAX : (int64_t)1 << 61,
-                      fields[i]))
-            goto done;
-    if (s.count >= s.max_entries || s.count + r->nkeys > s.max_entries || s.slots <= 0 ||
-        s.hash_slot_count + r->nkeys > INT32_MAX || s.hash_slot_count < INT32_MIN ||
-        r->offset < s.end_phy || (r->offset == s.end_phy && s.end_ts > 0))
-        goto done;
-    if (!java_hash_span(0, r->topic, 0, PyUnicode_GET_LENGTH(r->topic), &prefix) ||
-        (r->uniq != NULL && !index_key_hash(prefix * 31 + '#', r->uniq, 0, PyUnicode_GET_LENGTH(r->uniq), &khash[0])))
-        goto done;
-    if (r->keys != NULL) {  /* every key hashes (no lone surrogate) before anything is written */
-        Py_ssize_t n = PyUnicode_GET_LENGTH(r->keys), start = 0, end;
-        int kind = PyUnicode_KIND(r->keys);
-        const void *kd = PyUnicode_DATA(r->keys);
-        for (; start < n; start = end + 1) {
-            for (end = start; end < n && PyUnicode_READ(kind, kd, end) != ' '; end++)
-                ;
-            if (end > start && !index_key_hash(prefix * 31 + '#', r->keys, start, end, &khash[1]))
-                goto done;
+                      fields[i])) {
+            Py_DECREF(f);
+            return 0;
         }
-    }
     mapped = PyObject_GetAttr(f, store_names[S_MAPPED]);
-    if (mapped == NULL) {
+    if (mapped == NULL)
         PyErr_Clear();
-        goto done;
+    /* the view covers the header, the slots and every entry */
+    ok = mapped != NULL && c->s.slots > 0 && c->s.entries_at >= INDEX_HEADER + c->s.slots * 4 &&
+         c->s.hash_slot_count >= INT32_MIN && c->s.hash_slot_count <= INT32_MAX &&
+         data_view(mapped, &c->iview, c->s.entries_at + c->s.max_entries * INDEX_ENTRY);
+    Py_XDECREF(mapped);
+    if (!ok) {
+        Py_DECREF(f);
+        return 0;
     }
-    if (s.entries_at < INDEX_HEADER + s.slots * 4 || !data_view(mapped, &view, s.entries_at + s.max_entries * INDEX_ENTRY))
-        goto done;  /* the view covers the header, the slots and every entry */
-    data = view.buf;
-    if (r->uniq != NULL)
-        index_put(&s, data, khash[0], r);
-    if (r->keys != NULL) {
-        Py_ssize_t n = PyUnicode_GET_LENGTH(r->keys), start = 0, end;
-        int kind = PyUnicode_KIND(r->keys);
-        const void *kd = PyUnicode_DATA(r->keys);
-        for (; start < n; start = end + 1) {
+    c->file = f;
+    return 1;
+}
+
+/* IndexService.dispatch's common case: the newest file has room for every key of the record,
+ * which is newer than its last one. 1 done, 0 not taken (nothing changed). */
+static int index_dispatch(DispatchCache *c, Record *r) {
+    IndexState *s = &c->s;
+    uint32_t prefix, khash = 0;
+    unsigned char *data;
+    Py_ssize_t n = r->keys != NULL ? PyUnicode_GET_LENGTH(r->keys) : 0, start, end;
+    int kind = r->keys != NULL ? PyUnicode_KIND(r->keys) : 0, pass;
+    const void *kd = r->keys != NULL ? PyUnicode_DATA(r->keys) : NULL;
+    if (c->file == NULL && !load_index(c))
+        return 0;
+    if (s->count >= s->max_entries || s->count + r->nkeys > s->max_entries ||
+        s->hash_slot_count + r->nkeys > INT32_MAX || r->offset < s->end_phy ||
+        (r->offset == s->end_phy && s->end_ts > 0))
+        return 0;
+    if (!java_hash_span(0, r->topic, 0, PyUnicode_GET_LENGTH(r->topic), &prefix))
+        return 0;
+    prefix = prefix * 31 + '#';
+    data = c->iview.buf;
+    for (pass = 0; pass < 2; pass++) {  /* every key hashes (no lone surrogate) before anything is written */
+        if (r->uniq != NULL) {
+            if (!index_key_hash(prefix, r->uniq, 0, PyUnicode_GET_LENGTH(r->uniq), &khash))
+                return 0;
+            if (pass)
+                index_put(s, data, khash, r);
+        }
+        for (start = 0; start < n; start = end + 1) {
             for (end = start; end < n && PyUnicode_READ(kind, kd, end) != ' '; end++)
                 ;
             if (end > start) {
-                index_key_hash(prefix * 31 + '#', r->keys, start, end, &khash[1]);
-                index_put(&s, data, khash[1], r);
+                if (!index_key_hash(prefix, r->keys, start, end, &khash))
+                    return 0;
+                if (pass)
+                    index_put(s, data, khash, r);
             }
         }
     }
-    put_i64(data, s.begin_ts);  /* IndexFile.write_header */
-    put_i64(data + 8, s.end_ts);
-    put_i64(data + 16, s.begin_phy);
-    put_i64(data + 24, s.end_phy);
-    put_i32(data + 32, (int32_t)s.hash_slot_count);
-    put_i32(data + 36, (int32_t)s.count);
-    PyBuffer_Release(&view);
-    done = -1;
-    values[0] = s.count, values[1] = s.begin_ts, values[2] = s.end_ts, values[3] = s.begin_phy;
-    values[4] = s.end_phy, values[5] = s.hash_slot_count;
-    {
-        static const int WRITTEN[6] = {S_INDEX_COUNT, S_BEGIN_TS, S_END_TS, S_BEGIN_PHY, S_END_PHY, S_HASH_SLOT_COUNT};
-        for (i = 0; i < 6; i++)
-            if (set_int_attr(f, WRITTEN[i], values[i]) < 0)
-                goto done;
-    }
-    if (PyObject_SetAttr(f, store_names[S_DIRTY], Py_True) < 0)
-        goto done;
-    done = 1;
-done:
-    Py_DECREF(f);
-    Py_XDECREF(mapped);
-    return done;
+    put_i64(data, s->begin_ts);  /* IndexFile.write_header */
+    put_i64(data + 8, s->end_ts);
+    put_i64(data + 16, s->begin_phy);
+    put_i64(data + 24, s->end_phy);
+    put_i32(data + 32, (int32_t)s->hash_slot_count);
+    put_i32(data + 36, (int32_t)s->count);
+    return 1;
 }
 
 /* dispatch_chunk(chunk, consume_queues, index, dispatch) -> None
@@ -541,54 +590,63 @@ done:
  * (the Python method) does the record. (If only the entry was written, the Python consume
  * queue then ignores it as a duplicate: it is at or below the queue's newest record.) */
 static PyObject *dispatch_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *chunk, *cqs, *index, *slow, *table = NULL;
-    Py_ssize_t c, j;
+    DispatchCache c;
+    PyObject *chunk, *slow;
+    Py_ssize_t i, j;
+    int failed = 0;
     if (nargs != 4)
         return PyErr_Format(PyExc_TypeError, "dispatch_chunk() takes 4 arguments");
-    chunk = args[0], cqs = args[1], index = args[2], slow = args[3];
+    chunk = args[0], slow = args[3];
     if (!PyList_CheckExact(chunk))
         return PyErr_Format(PyExc_TypeError, "dispatch_chunk() needs a list of puts");
     if (!store_names_ready())
         return NULL;
-    table = PyObject_GetAttr(cqs, store_names[S_TABLE]);
-    if (table == NULL)
+    memset(&c, 0, sizeof c);
+    c.cqs = args[1], c.index = args[2];
+    c.table = PyObject_GetAttr(c.cqs, store_names[S_TABLE]);
+    if (c.table == NULL)
         return NULL;
-    for (c = 0; c < PyList_GET_SIZE(chunk); c++) {
-        PyObject *item = PyList_GET_ITEM(chunk, c), *msgs;
+    for (i = 0; i < PyList_GET_SIZE(chunk) && !failed; i++) {
+        PyObject *item = PyList_GET_ITEM(chunk, i), *msgs;
         if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4 ||
             !(PyList_CheckExact(PyTuple_GET_ITEM(item, 1)) || PyTuple_CheckExact(PyTuple_GET_ITEM(item, 1)))) {
             PyErr_SetString(PyExc_TypeError, "dispatch_chunk() needs (i, msgs, bufs, total) puts");
-            goto fail;
+            failed = 1;
+            break;
         }
         msgs = Py_NewRef(PyTuple_GET_ITEM(item, 1));
-        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
+        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs) && !failed; j++) {
             PyObject *msg = Py_NewRef(PySequence_Fast_GET_ITEM(msgs, j));
             Record r;
             int taken = 0;
-            if (PyDict_CheckExact(table) && record_of(msg, &r)) {
-                taken = cq_put(table, &r, cqs);
-                if (taken > 0 && index != Py_None)
-                    taken = index_dispatch(index, &r);
+            if (PyDict_CheckExact(c.table) && record_of(msg, &r)) {
+                taken = cq_put(&c, &r);
+                if (taken && c.index != Py_None)
+                    taken = index_dispatch(&c, &r);
                 record_release(&r);
             }
-            if (taken == 0) {
-                PyObject *done = PyObject_CallOneArg(slow, msg);
-                taken = done == NULL ? -1 : 1;
+            if (!taken) {  /* the Python dispatch does the record, after the cache is written back */
+                PyObject *done = flush_cache(&c) < 0 ? NULL : PyObject_CallOneArg(slow, msg);
+                failed = done == NULL;
                 Py_XDECREF(done);
             }
             Py_DECREF(msg);
-            if (taken < 0) {
-                Py_DECREF(msgs);
-                goto fail;
-            }
         }
         Py_DECREF(msgs);
     }
-    Py_DECREF(table);
+    if (failed) {  /* write back what was done, keeping the exception */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (flush_cache(&c) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    } else if (flush_cache(&c) < 0) {
+        failed = 1;
+    }
+    Py_DECREF(c.table);
+    if (failed)
+        return NULL;
     Py_RETURN_NONE;
-fail:
-    Py_XDECREF(table);
-    return NULL;
 }
 
 #define STORE_METHODS                                                                                         \
