@@ -98,10 +98,10 @@ class MappedFileTests(SynchronousTestCase):
         self.assertFalse(mf.populate_due())
         while not mf.populate_due():
             mf.append(b"r" * 1000)
-        self.assertFalse(mf.is_populated(mf.wrote_position + 4 * OS_PAGE_SIZE))
+        self.assertFalse(mf.is_populated(mf.wrote_position + 6 * OS_PAGE_SIZE))
         mf.populate_ahead()
         self.assertFalse(mf.populate_due())
-        self.assertTrue(mf.is_populated(mf.wrote_position + 3 * OS_PAGE_SIZE))
+        self.assertTrue(mf.is_populated(mf.wrote_position + 7 * OS_PAGE_SIZE))
         self.assertFalse(self.create(SIZE, "pwrite").populate_due())
 
     def test_select_bounds(self) -> None:
