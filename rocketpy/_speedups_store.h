@@ -17,10 +17,11 @@
 #define CQ_UNIT 20
 #define INDEX_HEADER 40
 #define INDEX_ENTRY 20
-#define SCHEDULE_TOPIC_NAME "SCHEDULE_TOPIC_XXXX"
+#define SCHEDULE_TOPIC_NAME "SCHEDULE_TOPIC_XXXX"  /* their tags codes are delivery times: Python */
+#define TIMER_TOPIC_NAME "rmq_sys_wheel_timer"
 #define SLOT(msg, field) (*(PyObject **)((char *)(msg) + slot_offsets[field]))
 /* MessageExt's fields (FIELD_NAMES' order) */
-enum { F_TOPIC = 0, F_PROPERTIES = 3, F_QUEUE_ID = 4, F_SYS_FLAG = 5, F_STORE_TIMESTAMP = 8, F_QUEUE_OFFSET = 12,
+enum { F_TOPIC = 0, F_BODY = 1, F_PROPERTIES = 3, F_QUEUE_ID = 4, F_SYS_FLAG = 5, F_STORE_TIMESTAMP = 8, F_STORE_HOST = 9, F_QUEUE_OFFSET = 12,
        F_COMMIT_LOG_OFFSET = 13, F_STORE_SIZE = 14 };
 
 /* Java's String.hashCode continued from h over text[start:end] (UTF-16 code units); 0 for a
@@ -301,7 +302,8 @@ static int record_of(PyObject *msg, Record *r) {
         !I32_OK(SLOT(msg, F_STORE_SIZE), &r->size) || r->size < 0 ||
         !as_int64(SLOT(msg, F_QUEUE_OFFSET), 0, INT64_MAX / CQ_UNIT, &r->queue_offset) ||
         !as_int64(r->store_ts_obj, -((int64_t)1 << 61), (int64_t)1 << 61, &r->store_ts) ||
-        PyUnicode_CompareWithASCIIString(r->topic, SCHEDULE_TOPIC_NAME) == 0)
+        PyUnicode_CompareWithASCIIString(r->topic, SCHEDULE_TOPIC_NAME) == 0 ||
+        PyUnicode_CompareWithASCIIString(r->topic, TIMER_TOPIC_NAME) == 0)
         return 0;
     tags = PyDict_GetItemWithError(props, store_names[S_TAGS]);
     r->uniq = PyDict_GetItemWithError(props, store_names[S_UNIQ_KEY]);
@@ -649,8 +651,83 @@ static PyObject *dispatch_chunk(PyObject *self, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+/* ---- encode_puts ------------------------------------------------------------------------ */
+
+/* encode_puts(puts, store_host, max_body, slack, limit) -> [(i, msgs, records, total)] or None
+ * The first loop of CommitLog.put_many with CommitLog._encode, when every put is well formed
+ * and fits: each message's store_host set and its record encoded (encode_record). None, with
+ * nothing but store hosts set (the Python loop sets them again), when a put is empty, a message
+ * is unusual or has a delay level or a timer (it moves to another topic), a record or a put is too
+ * large, or encoding raises: the Python loop then gives each put its status or exception. */
+static PyObject *encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *puts, *host, *out = NULL;
+    int64_t max_body, slack, limit;
+    Py_ssize_t i, j;
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "encode_puts() takes 5 arguments");
+    puts = args[0], host = args[1];
+    if (!(PyList_CheckExact(puts) || PyTuple_CheckExact(puts)) || !I64_OK(args[2], &max_body) ||
+        !I64_OK(args[3], &slack) || !I64_OK(args[4], &limit) || !store_names_ready() || MessageExt == NULL)
+        Py_RETURN_NONE;
+    for (i = 0; i < PySequence_Fast_GET_SIZE(puts); i++) {  /* check everything before changing anything */
+        PyObject *msgs = PySequence_Fast_GET_ITEM(puts, i);
+        if (!(PyList_CheckExact(msgs) || PyTuple_CheckExact(msgs)) || PySequence_Fast_GET_SIZE(msgs) == 0)
+            Py_RETURN_NONE;
+        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
+            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *topic, *body, *props;
+            if (!use_slots || !Py_IS_TYPE(msg, (PyTypeObject *)MessageExt))
+                Py_RETURN_NONE;
+            topic = SLOT(msg, F_TOPIC), body = SLOT(msg, F_BODY), props = SLOT(msg, F_PROPERTIES);
+            if (topic == NULL || body == NULL || props == NULL || !PyUnicode_CheckExact(topic) ||
+                PyUnicode_GET_LENGTH(topic) > TOPIC_MAX_LENGTH || !PyBytes_CheckExact(body) ||
+                PyBytes_GET_SIZE(body) > max_body || !PyDict_CheckExact(props))
+                Py_RETURN_NONE;
+            if (PyDict_GetItemWithError(props, str_delay) != NULL || PyDict_GetItemWithError(props, str_timer_at) != NULL ||
+                PyDict_GetItemWithError(props, str_timer_sec) != NULL ||
+                PyDict_GetItemWithError(props, str_timer_ms) != NULL || PyErr_Occurred()) {
+                PyErr_Clear();
+                Py_RETURN_NONE;
+            }
+        }
+    }
+    if ((out = PyList_New(PySequence_Fast_GET_SIZE(puts))) == NULL)
+        return NULL;
+    for (i = 0; i < PySequence_Fast_GET_SIZE(puts); i++) {
+        PyObject *msgs = PySequence_Fast_GET_ITEM(puts, i), *bufs, *put;
+        int64_t total = 0;
+        if ((bufs = PyList_New(PySequence_Fast_GET_SIZE(msgs))) == NULL)
+            goto python;
+        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
+            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *buf;
+            Py_XSETREF(SLOT(msg, F_STORE_HOST), Py_NewRef(host));
+            buf = encode_record(NULL, msg);
+            if (buf == NULL || !PyByteArray_CheckExact(buf) || PyByteArray_GET_SIZE(buf) > max_body + slack) {
+                Py_XDECREF(buf);
+                Py_DECREF(bufs);
+                goto python;
+            }
+            total += PyByteArray_GET_SIZE(buf);
+            PyList_SET_ITEM(bufs, j, buf);
+        }
+        put = total > limit ? NULL : Py_BuildValue("(nONL)", i, msgs, bufs, (long long)total);
+        if (put == NULL) {
+            if (total > limit)
+                Py_DECREF(bufs);
+            goto python;
+        }
+        PyList_SET_ITEM(out, i, put);
+    }
+    return out;
+python:  /* whatever went wrong, the Python loop meets it again and answers it */
+    PyErr_Clear();
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 #define STORE_METHODS                                                                                         \
     {"place_chunk", (PyCFunction)(void (*)(void))place_chunk, METH_FASTCALL,                                  \
      "The first loop of rocketpy.store.commitlog.CommitLog._write_chunk, or None for its Python reference."}, \
     {"dispatch_chunk", (PyCFunction)(void (*)(void))dispatch_chunk, METH_FASTCALL,                            \
-     "CommitLog.dispatch of a chunk's records to the consume queues and the index."},
+     "CommitLog.dispatch of a chunk's records to the consume queues and the index."},                     \
+    {"encode_puts", (PyCFunction)(void (*)(void))encode_puts, METH_FASTCALL,                                  \
+     "The encoded puts of rocketpy.store.commitlog.CommitLog.put_many, or None for its Python loop."},

@@ -63,6 +63,9 @@ Placed = tuple[int, list[tuple[str, int]], list[bytearray], list[list[str]]]
 class StoreSpeedups(Protocol):
     """The compiled store functions (``rocketpy/_speedups_store.h``)."""
 
+    def encode_puts(self, puts: Sequence[Sequence[MessageExt]], store_host: tuple[str, int], max_body: int,
+                    slack: int, limit: int) -> list[Put] | None: ...
+
     def place_chunk(self, chunk: list[Put], table: dict[str, int], phys: int, now: int, host: str) -> Placed | None: ...
 
     def dispatch_chunk(self, chunk: list[Put], consume_queues: ConsumeQueueStore, index: IndexService | None,
@@ -70,7 +73,7 @@ class StoreSpeedups(Protocol):
 
 
 #: The compiled module when built (None: the Python methods run); a CommitLog's ``speedups``.
-COMPILED = cast("StoreSpeedups | None", speedups.compiled if hasattr(speedups.compiled, "place_chunk") else None)
+COMPILED = cast("StoreSpeedups | None", speedups.compiled if hasattr(speedups.compiled, "encode_puts") else None)
 
 
 def wall_clock_ms() -> int:
@@ -152,23 +155,11 @@ class CommitLog:
         write call (a system call on the pwrite path) are paid once per hop, not per put.
         """
         results: list[PutMessageResult | None] = [None] * len(puts)
-        encoded: list[Put] = []
         limit = self.queue.mapped_file_size - BLANK_SIZE
-        for i, msgs in enumerate(puts):
-            try:
-                bufs, status = self._encode(msgs) if msgs else ([], PutMessageStatus.MESSAGE_ILLEGAL)
-            except Exception:  # a malformed message fails its own put only
-                _log.failure("commit log {dir}: cannot encode a put of {count} message(s)", dir=self.queue.store_path,
-                             count=len(msgs))
-                bufs, status = [], PutMessageStatus.UNKNOWN_ERROR
-            if status is None:
-                total = len(bufs[0]) if len(bufs) == 1 else sum(map(len, bufs))
-                if total <= limit:
-                    encoded.append((i, msgs, bufs, total))
-                    continue
-                status = PutMessageStatus.MESSAGE_ILLEGAL
-            self.stats.record_failure(status.value)
-            results[i] = PutMessageResult(status, remark=self.timer.remark(status))
+        compiled = self.speedups
+        fast = None if compiled is None else compiled.encode_puts(puts, self.config.store_host,
+                                                                  self.config.max_message_size, RECORD_SLACK, limit)
+        encoded: list[Put] = self._encode_each(puts, results, limit) if fast is None else fast
         if encoded:
             with self._lock:
                 begin = self.begin_time_in_lock = self.now_ms()
@@ -189,6 +180,28 @@ class CommitLog:
                 else:
                     stats.record_failure(result.status.value)
         return results  # type: ignore[return-value]  # every slot is filled by now
+
+    def _encode_each(self, puts: Sequence[Sequence[MessageExt]], results: list[PutMessageResult | None],
+                     limit: int) -> list[Put]:
+        """The reference of the compiled ``encode_puts``: each put's records, or its failure in
+        ``results`` (counted in the stats)."""
+        encoded: list[Put] = []
+        for i, msgs in enumerate(puts):
+            try:
+                bufs, status = self._encode(msgs) if msgs else ([], PutMessageStatus.MESSAGE_ILLEGAL)
+            except Exception:  # a malformed message fails its own put only
+                _log.failure("commit log {dir}: cannot encode a put of {count} message(s)", dir=self.queue.store_path,
+                             count=len(msgs))
+                bufs, status = [], PutMessageStatus.UNKNOWN_ERROR
+            if status is None:
+                total = len(bufs[0]) if len(bufs) == 1 else sum(map(len, bufs))
+                if total <= limit:
+                    encoded.append((i, msgs, bufs, total))
+                    continue
+                status = PutMessageStatus.MESSAGE_ILLEGAL
+            self.stats.record_failure(status.value)
+            results[i] = PutMessageResult(status, remark=self.timer.remark(status))
+        return encoded
 
     def can_append_inline(self, size: int) -> bool:
         """True when ``size`` bytes fit the current file, in pages already faulted in: such an

@@ -136,6 +136,20 @@ class CompiledPutPathTests(SynchronousTestCase):
             pair.put_many(self, hop)
         pair.assert_same(self)
 
+    @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(HOPS)
+    def test_same_refusals(self, hops: list[list[list[Spec]]]) -> None:
+        """With a 300-byte body limit some puts are refused, with the same status, in both."""
+        pair = StorePair(self, max_message_size=300)
+        for hop in hops:
+            pair.put_many(self, hop)
+        pair.assert_same(self)
+
+    def test_put_larger_than_a_file(self) -> None:
+        pair = StorePair(self)
+        pair.put_many(self, [[("T", 0, 0, b"b" * 30000, {})] * 3, [("T", 0, 0, b"s", {})]])
+        pair.assert_same(self)
+
     def test_common_records_are_compiled(self) -> None:
         """Past a queue's first record, plain records and batches never reach the Python dispatch."""
         pair = StorePair(self)
