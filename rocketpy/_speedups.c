@@ -240,18 +240,18 @@ fail:
 
 /* ---- Java String.hashCode --------------------------------------------------------------- */
 
-/* 31-polynomial over UTF-16 code units into *out; 0 for a lone surrogate (Python raises). */
-static int java_hash_of(PyObject *text, int32_t *out) {
-    Py_ssize_t i, n = PyUnicode_GET_LENGTH(text);
+/* 31-polynomial continued from h over text[start:end] (UTF-16 code units) into *out; 0 for a lone
+ * surrogate (Python raises). */
+static int java_hash_span(uint32_t h, PyObject *text, Py_ssize_t start, Py_ssize_t end, uint32_t *out) {
+    Py_ssize_t i;
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
-    uint32_t h = 0;
     if (kind == PyUnicode_1BYTE_KIND) {
         const Py_UCS1 *s = data;
-        for (i = 0; i < n; i++)
+        for (i = start; i < end; i++)
             h = 31 * h + s[i];
     } else {
-        for (i = 0; i < n; i++) {
+        for (i = start; i < end; i++) {
             Py_UCS4 c = PyUnicode_READ(kind, data, i);
             if (c >= 0xD800 && c <= 0xDFFF)
                 return 0;
@@ -263,6 +263,14 @@ static int java_hash_of(PyObject *text, int32_t *out) {
             h = 31 * h + c;
         }
     }
+    *out = h;
+    return 1;
+}
+
+static int java_hash_of(PyObject *text, int32_t *out) {
+    uint32_t h;
+    if (!java_hash_span(0, text, 0, PyUnicode_GET_LENGTH(text), &h))
+        return 0;
     *out = (int32_t)h;
     return 1;
 }

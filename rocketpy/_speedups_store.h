@@ -11,8 +11,8 @@
  * the Python dispatch, in order, after writing back what it has cached. The bytes written are
  * those of the Python code (tests/store/test_store_speedups.py compares the files).
  *
- * Uses from _speedups.c: get_i32, put_i32, put_i64, as_int64 (I32_OK, I64_OK), MessageExt,
- * use_slots and slot_offsets. */
+ * Uses from _speedups.c: get_i32, put_i32, put_i64, as_int64 (I32_OK, I64_OK), java_hash_span,
+ * encode_record, str_delay, MessageExt, use_slots and slot_offsets. */
 
 #define CQ_UNIT 20
 #define INDEX_HEADER 40
@@ -23,33 +23,6 @@
 /* MessageExt's fields (FIELD_NAMES' order) */
 enum { F_TOPIC = 0, F_BODY = 1, F_PROPERTIES = 3, F_QUEUE_ID = 4, F_SYS_FLAG = 5, F_STORE_TIMESTAMP = 8, F_STORE_HOST = 9, F_QUEUE_OFFSET = 12,
        F_COMMIT_LOG_OFFSET = 13, F_STORE_SIZE = 14 };
-
-/* Java's String.hashCode continued from h over text[start:end] (UTF-16 code units); 0 for a
- * lone surrogate (the Python reference raises). */
-static int java_hash_span(uint32_t h, PyObject *text, Py_ssize_t start, Py_ssize_t end, uint32_t *out) {
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    Py_ssize_t i;
-    if (kind == PyUnicode_1BYTE_KIND) {
-        const Py_UCS1 *s = data;
-        for (i = start; i < end; i++)
-            h = 31 * h + s[i];
-    } else {
-        for (i = start; i < end; i++) {
-            Py_UCS4 c = PyUnicode_READ(kind, data, i);
-            if (c >= 0xD800 && c <= 0xDFFF)
-                return 0;
-            if (c >= 0x10000) {  /* a surrogate pair */
-                c -= 0x10000;
-                h = 31 * h + (0xD800 + (c >> 10));
-                c = 0xDC00 + (c & 0x3FF);
-            }
-            h = 31 * h + c;
-        }
-    }
-    *out = h;
-    return 1;
-}
 
 /* Attribute names, interned on first use. */
 enum { S_TABLE, S_FILES, S_MAPPED_FILES, S_WROTE, S_COMMITTED, S_FROM, S_FILE_SIZE, S_DATA, S_MAX_PHYSIC,
