@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.common.message import MessageConst, MessageExt
-from rocketpy.common.topic import SCHEDULE_TOPIC
+from rocketpy.common.topic import SCHEDULE_TOPIC, TIMER_TOPIC
 from rocketpy.store import commitlog
 from rocketpy.store.mappedfile import MappedFile
 from rocketpy.store.messagestore import MessageStore
@@ -31,11 +31,12 @@ PROPERTIES = st.fixed_dictionaries({}, optional={
     MessageConst.KEYS: WORDS | st.just("  k1  k2 ") | st.just(""),
     MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX: st.text("0123456789ABCDEF", min_size=0, max_size=32),
     MessageConst.DELAY_TIME_LEVEL: st.sampled_from(["1", "3"]),
+    MessageConst.TIMER_DELAY_SEC: st.sampled_from(["5", "0", "x", str(10 ** 9)]),
     "P": st.text(max_size=5).filter(lambda s: "\x01" not in s and "\x02" not in s),
 })
 MESSAGE = st.builds(
     lambda topic, queue_id, sys_flag, body, properties: (topic, queue_id, sys_flag, body, properties),
-    st.sampled_from(["T", "T\u4e2d", SCHEDULE_TOPIC, "U"]), st.integers(0, 3), st.sampled_from([0, 0x4, 0x8, 0xC, 0x1]),
+    st.sampled_from(["T", "T\u4e2d", SCHEDULE_TOPIC, TIMER_TOPIC, "U"]), st.integers(0, 3), st.sampled_from([0, 0x4, 0x8, 0xC, 0x1]),
     st.binary(max_size=400), PROPERTIES,
 )
 # hops of puts (each put: one message or a batch of one topic and queue)
@@ -128,8 +129,9 @@ class CompiledPutPathTests(SynchronousTestCase):
     @EXAMPLES
     @given(HOPS, st.lists(st.integers(0, 3000), min_size=14, max_size=14))
     def test_same_files(self, hops: list[list[list[Spec]]], steps: list[int]) -> None:
-        """Random hops (batches, transactions, delays, the schedule topic, keys with spaces and
-        astral characters, new queue and index files, full commit-log files) write the same bytes."""
+        """Random hops (batches, transactions, delays, timers, the schedule and timer topics, keys
+        with spaces and astral characters, new queue and index files, full commit-log files) write
+        the same bytes."""
         pair = StorePair(self)
         for hop, step in zip(hops, steps):
             pair.clock.now += step
