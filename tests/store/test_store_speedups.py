@@ -84,8 +84,8 @@ class StorePair:
         self.clock = FakeClock()
         root = test.mktemp()
         self.roots = [os.path.join(root, "c"), os.path.join(root, "python")]
-        self.stores = [MessageStore(small_config(r, commit_log_write_path="mmap", **config), self.clock,
-                                    total_memory=1 << 30) for r in self.roots]
+        config.setdefault("commit_log_write_path", "mmap")
+        self.stores = [MessageStore(small_config(r, **config), self.clock, total_memory=1 << 30) for r in self.roots]
         self.stores[1].commit_log.speedups = None
         for store in self.stores:
             test.addCleanup(store.shutdown)
@@ -160,6 +160,14 @@ class CompiledPutPathTests(SynchronousTestCase):
         self.assertEqual(pair.fallbacks, 1, "the queue and the index file are created by Python")
         pair.put_many(self, [[plain] * 5, [plain], [plain] * 3])
         self.assertEqual(pair.fallbacks, 1)
+        pair.assert_same(self)
+
+    def test_pwrite_path(self) -> None:
+        pair = StorePair(self, commit_log_write_path="pwrite")
+        for n in range(40):
+            pair.put_many(self, [[("T", n % 3, 0, b"p" * 900, {"KEYS": f"k{n}", "UNIQ_KEY": f"U{n}"})] * 4,
+                                 [("U", 0, 0x8, b"q", {"TAGS": "t"})]])
+        self.assertEqual(pair.fallbacks, 5, "four new queues and a second index file: Python creates them")
         pair.assert_same(self)
 
     def test_index_disabled(self) -> None:
