@@ -2,7 +2,7 @@
 reactor thread, or queued for an append hop to the store's writer thread, and why they queued;
 and where each thread of the broker and of the client spends its time: on a CPU, waiting for
 one (other processes have them), or asleep (waiting for input, the GIL or work) (doc/store.md,
-"The put path"; doc/benchmarks.md, "Seventh pass").
+"The put path"; doc/benchmarks.md, "Eighth pass").
 
 Usage::
 

@@ -11,7 +11,7 @@ calls ``place_chunk`` and ``dispatch_chunk`` on their refused inputs and error p
 are large enough that no file is created after the warm-up (a new file adds blocks of its own).
 Prints ``sys.getallocatedblocks()`` after each of six runs of ``--rounds`` rounds; ``--python``
 does the same with the Python put path, for comparison. Run it under an ASan build too
-(doc/benchmarks.md, "Seventh pass").
+(doc/benchmarks.md, "Eighth pass").
 """
 
 from __future__ import annotations
