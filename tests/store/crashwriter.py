@@ -93,7 +93,7 @@ class Writer:
 def main(reactor: Any, store_dir: str, flush_disk_type: str, write_path: str,
          cq_flush_interval: str = "1.0") -> Deferred[None]:
     config = crash_config(store_dir, flush_disk_type, write_path, float(cq_flush_interval))
-    service = StoreService(MessageStore(config), reactor)
+    service = StoreService(MessageStore(config), reactor, max_queue_wait=30.0)  # no busy refusals under load
 
     async def run() -> None:
         reactor.addSystemEventTrigger("before", "shutdown", service.stopService)
