@@ -19,6 +19,7 @@ from typing import Any
 from twisted.trial.unittest import SkipTest
 
 from rocketpy.common.message import offset_msg_id
+from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from tests.interop.test_cpp import _SKIP as CPP_SKIP
@@ -156,6 +157,73 @@ class V5ClientTests(V5Harness):
         got = self.consume("T45", "G45", 3)
         self.assertEqual(sorted(base64.b64decode(e["body"]) for e in got), [f"v5-{i}".encode() for i in range(3)])
         self.assertEqual({e["tags"] for e in got}, {"TagA"})
+
+
+PULL_4X = """
+import json, sys
+from rocketpy.blocking import PullConsumer
+consumer = PullConsumer("PULL4", sys.argv[1]).start()
+for mq in consumer.fetch_subscribe_queues(sys.argv[2]):
+    for m in consumer.pull(mq, "*", 0).messages:
+        print(json.dumps({"topic": m.topic, "body": m.body.decode(), "properties": m.properties}))
+consumer.shutdown()
+"""
+
+
+class V5SimpleConsumerTests(V5Harness):
+    """The official SimpleConsumer's invisibility: change it, let it run out, exhaust the attempts."""
+
+    def test_invisibility_redelivery_and_dead_letters(self) -> None:
+        """One message, three groups at once (10 s, ProxyConfig's least invisible duration, for every receive):
+        GC changes its invisibility to 1 s, gets it back (attempt 2) before the 10 s end and acks it; GR
+        lets it run out and gets it back (attempt 2) through the POP retry topic, after being refused
+        receives invisible 0 s and 1 s; GD (retryMaxTimes 1) makes it visible at once twice, then never
+        sees it again: it is in %DLQ%GD, where a 4.x PullConsumer reads the same message."""
+        body = json.dumps({"groupName": "GD", "retryMaxTimes": 1}).encode()
+        request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
+        self.assertEqual(query(self.rocketpy.broker_port, request).code, 0)
+        [sent] = [e for e in self.v5("produce", "--topic", "TS", "--count", "1") if e["event"] == "sent"]
+        events = self.v5("simple", "--topic", "TS",
+                         "--scenario", "GC", "10", "change:1,ack,quiet:12",
+                         "--scenario", "GR", "10", "refuse:0,refuse:1,leave,ack,quiet:2",
+                         "--scenario", "GD", "10", "change:0,change:0,quiet:4")
+        got: dict[str, list[dict[str, Any]]] = {"GC": [], "GR": [], "GD": []}
+        for e in events:
+            if e["event"] == "message":
+                got[e["group"]].append(e)
+        for group, deliveries in got.items():  # the same message each time, under its own topic's name
+            self.assertEqual({(e["message_id"], e["body"], e["topic"]) for e in deliveries},
+                             {(sent["message_id"], "v5-0", "TS")}, group)
+        # Changed to 1 s: back after that second, before the 10 s would have ended; acked, never again
+        # (quiet for 12 s, past the 10 s its second lease would have lasted).
+        first, second = got["GC"]
+        self.assertEqual([(e["step"], e["delivery_attempt"]) for e in got["GC"]], [("change:1", 1), ("ack", 2)])
+        self.assertGreaterEqual(second["received_ms"], first["received_ms"] + 1000)
+        self.assertLess(second["received_ms"], first["asked_ms"] + 10_000)
+        # Left alone: back once the 10 s ran out (not before), attempt 2, then acked for good.
+        first, second = got["GR"]
+        self.assertEqual([(e["step"], e["delivery_attempt"]) for e in got["GR"]], [("leave", 1), ("ack", 2)])
+        self.assertGreaterEqual(second["received_ms"], first["asked_ms"] + 10_000)
+        self.assertLess(second["received_ms"], first["received_ms"] + 18_000)
+        refused = [e for e in events if e["event"] == "refused"]
+        self.assertEqual([(e["group"], e["code"]) for e in refused], [("GR", pb.Code.ILLEGAL_INVISIBLE_TIME)] * 2)
+        self.assertIn("invisibleTime: 1000", refused[1]["error"])
+        # retryMaxTimes 1: two deliveries, then the dead-letter queue.
+        self.assertEqual([(e["step"], e["delivery_attempt"]) for e in got["GD"]], [("change:0", 1), ("change:0", 2)])
+        # Each redelivery went through the group's POP retry topic; the topic's progress reached its end.
+        for group, copies in (("GC", 1), ("GR", 1), ("GD", 2)):
+            self.assertEqual(broker_offsets(self.rocketpy.broker_port, group, "TS"), (1, 1), group)
+            retry = query(self.rocketpy.broker_port, RemotingCommand.request(
+                RequestCode.GET_MAX_OFFSET, {"topic": f"%RETRY%{group}_TS", "queueId": "0"}))
+            self.assertEqual(retry.ext_fields.get("offset"), str(copies), group)
+        pulled = subprocess.run([sys.executable, "-c", PULL_4X, self.rocketpy.namesrv, "%DLQ%GD"],
+                                env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
+                                timeout=CHILD_TIMEOUT)
+        self.assertEqual(pulled.returncode, 0, pulled.stderr[-3000:])
+        [dead] = [json.loads(line) for line in pulled.stdout.splitlines() if line.startswith("{")]
+        self.assertEqual((dead["topic"], dead["body"]), ("%DLQ%GD", "v5-0"))
+        self.assertEqual(dead["properties"]["UNIQ_KEY"], sent["message_id"])
+        self.assertEqual((dead["properties"]["RETRY_TOPIC"], dead["properties"]["index"]), ("TS", "0"))
 
 
 def broker_offsets(port: int, group: str, topic: str) -> tuple[int, int]:

@@ -20,6 +20,16 @@ TransactionChecker answers ROLLBACK for ``rollback`` bodies, else COMMIT, printi
 ``{"event": "checked", "body", "transaction_id"}``. Prints ``{"event": "sent", "body", "message_id",
 "transaction_id"}`` per message and ``{"event": "done", "unchecked"}`` once every undecided one was
 checked, or at ``--timeout``.
+``simple --endpoint E --topic T --scenario GROUP INVISIBLE STEPS [--scenario ...]`` runs one SimpleConsumer
+per scenario, all at once (a thread each), receiving one message at a time, invisible INVISIBLE s, and
+following STEPS (comma-separated): ``ack`` / ``leave`` / ``change:S`` receive the next delivery, then ack
+it, do nothing, or change its invisible duration to S s; ``refuse:S`` receives invisible S s, which must
+fail; ``quiet:S`` keeps receiving for S s (whatever comes is printed and acked). A scenario's
+error exits 1 once all are over. Prints
+``{"event": "message", "group", "step", "topic", "body", "message_id", "delivery_attempt", "asked_ms",
+"received_ms"}`` per delivery (``asked_ms``: before the receive that got it; ``received_ms``: after it,
+before the step's call), ``{"event": "refused", "group", "code", "error"}`` per refusal, then ``{"event":
+"done"}``; a step without its delivery within ``--timeout`` s is an error.
 """
 
 from __future__ import annotations
@@ -177,6 +187,69 @@ def transaction(args: argparse.Namespace) -> None:
     emit(event="done", unchecked=sorted(undecided))
 
 
+def simple(args: argparse.Namespace) -> None:
+    import threading
+
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    config = ClientConfiguration(args.endpoint, Credentials(args.access_key, args.secret_key))
+    failures: list[str] = []
+
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+    def run(group: str, invisible: int, steps: str) -> None:
+        consumer = SimpleConsumer(config, group, {args.topic: FilterExpression()}, await_duration=5)
+
+        def deliveries(step: str, until: float) -> Any:
+            while time.monotonic() < until:
+                asked = now_ms()
+                for msg in consumer.receive(1, invisible) or []:
+                    emit(event="message", group=group, step=step, topic=msg.topic,
+                         body=msg.body.decode(errors="replace"), message_id=msg.message_id,
+                         delivery_attempt=msg.delivery_attempt, asked_ms=asked, received_ms=now_ms())
+                    yield msg
+
+        try:
+            consumer.startup()
+            for step in steps.split(","):
+                name, _, seconds = step.partition(":")
+                if name == "refuse":
+                    try:
+                        got = consumer.receive(1, int(seconds))
+                    except Exception as e:
+                        emit(event="refused", group=group, code=getattr(e, "code", None), error=str(e))
+                    else:
+                        failures.append(f"{group}: {step} received {got!r}")
+                elif name == "quiet":
+                    for msg in deliveries(step, time.monotonic() + float(seconds)):
+                        consumer.ack(msg)
+                else:
+                    msg = next(deliveries(step, time.monotonic() + args.timeout), None)
+                    if msg is None:
+                        failures.append(f"{group}: nothing to {step} within {args.timeout} s")
+                        return
+                    if name == "ack":
+                        consumer.ack(msg)
+                    elif name == "change":
+                        consumer.change_invisible_duration(msg, int(seconds))
+        except Exception as e:
+            failures.append(f"{group}: {e!r}")
+        finally:
+            if consumer.is_running:
+                consumer.shutdown()
+
+    threads = [threading.Thread(target=run, args=(group, int(invisible), steps))
+               for group, invisible, steps in args.scenario]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        sys.exit("\n".join(failures))
+    emit(event="done")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
@@ -205,13 +278,17 @@ def main() -> None:
     t = sub.add_parser("transaction")
     t.add_argument("--bodies", nargs="+", required=True)
     t.add_argument("--timeout", type=float, default=40)
-    for command in (p, c, u, t):
+    s = sub.add_parser("simple")
+    s.add_argument("--scenario", nargs=3, action="append", required=True, metavar=("GROUP", "INVISIBLE", "STEPS"))
+    s.add_argument("--timeout", type=float, default=30)
+    for command in (p, c, u, t, s):
         command.add_argument("--endpoint", required=True)
         command.add_argument("--topic", required=True)
         command.add_argument("--access-key", default="", help="SessionCredentials for a broker with --acl-enable")
         command.add_argument("--secret-key", default="")
     args = parser.parse_args()
-    {"produce": produce, "consume": consume, "push": push, "transaction": transaction}[args.command](args)
+    {"produce": produce, "consume": consume, "push": push, "transaction": transaction,
+     "simple": simple}[args.command](args)
 
 
 if __name__ == "__main__":
