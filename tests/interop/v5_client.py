@@ -23,7 +23,7 @@ checked, or at ``--timeout``.
 ``simple --endpoint E --topic T --scenario GROUP INVISIBLE STEPS [--scenario ...]`` runs one SimpleConsumer
 per scenario, all at once (a thread each), receiving one message at a time, invisible INVISIBLE s, and
 following STEPS (comma-separated): ``ack`` / ``leave`` / ``change:S`` receive the next delivery, then ack
-it, do nothing, or change its invisible duration to S s; ``refuse:S`` receives invisible S s, which must
+it, do nothing, or change its invisible duration to S s (``change:S+ack``: then ack it); ``refuse:S`` receives invisible S s, which must
 fail; ``quiet:S`` keeps receiving for S s (whatever comes is printed and acked). A scenario's
 error exits 1 once all are over. Prints
 ``{"event": "message", "group", "step", "topic", "body", "message_id", "delivery_attempt", "asked_ms",
@@ -207,13 +207,15 @@ def simple(args: argparse.Namespace) -> None:
                 for msg in consumer.receive(1, invisible) or []:
                     emit(event="message", group=group, step=step, topic=msg.topic,
                          body=msg.body.decode(errors="replace"), message_id=msg.message_id,
-                         delivery_attempt=msg.delivery_attempt, asked_ms=asked, received_ms=now_ms())
+                         delivery_attempt=msg.delivery_attempt, properties=dict(msg.properties or {}),
+                         keys=sorted(msg.keys or []), tag=msg.tag, asked_ms=asked, received_ms=now_ms())
                     yield msg
 
         try:
             consumer.startup()
             for step in steps.split(","):
-                name, _, seconds = step.partition(":")
+                action, _, then = step.partition("+")
+                name, _, seconds = action.partition(":")
                 if name == "refuse":
                     try:
                         got = consumer.receive(1, int(seconds))
@@ -233,6 +235,8 @@ def simple(args: argparse.Namespace) -> None:
                         consumer.ack(msg)
                     elif name == "change":
                         consumer.change_invisible_duration(msg, int(seconds))
+                    if then == "ack":
+                        consumer.ack(msg)  # under the handle the change gave
         except Exception as e:
             failures.append(f"{group}: {e!r}")
         finally:
