@@ -123,9 +123,7 @@ class V5ClientTests(V5Harness):
         self.assertEqual(attempts, sorted((f"v5-{i}", n) for i in range(3) for n in (1, 2)))
         # The second deliveries came from the group's POP retry topic: the topic's own progress moved on.
         self.assertEqual(broker_offsets(self.rocketpy.broker_port, "GP", "TP"), (3, 3))
-        retry = query(self.rocketpy.broker_port, RemotingCommand.request(
-            RequestCode.GET_MAX_OFFSET, {"topic": "%RETRY%GP_TP", "queueId": "0"}))
-        self.assertEqual(retry.ext_fields.get("offset"), "3")
+        self.assertEqual(queue_max_offset(self.rocketpy.broker_port, "%RETRY%GP_TP"), 3)
 
     def test_fifo_group_in_order(self) -> None:
         """A FIFO message group (5.x Producer) reaches a consumeMessageOrderly group's SimpleConsumer in order."""
@@ -163,15 +161,17 @@ PULL_4X = """
 import json, sys
 from rocketpy.blocking import PullConsumer
 consumer = PullConsumer("PULL4", sys.argv[1]).start()
-for mq in consumer.fetch_subscribe_queues(sys.argv[2]):
-    for m in consumer.pull(mq, "*", 0).messages:
-        print(json.dumps({"topic": m.topic, "body": m.body.decode(), "properties": m.properties}))
+for topic in sys.argv[2:]:
+    for mq in consumer.fetch_subscribe_queues(topic):
+        for m in consumer.pull(mq, "*", 0).messages:
+            print(json.dumps({"topic": m.topic, "body": m.body.decode(), "properties": m.properties}))
 consumer.shutdown()
 """
 
 
 class V5SimpleConsumerTests(V5Harness):
-    """The official SimpleConsumer's invisibility: change it, let it run out, exhaust the attempts."""
+    """The official SimpleConsumer's invisibility: change it, let it run out, exhaust the attempts (and a
+    FIFO PushConsumer's dead letters)."""
 
     def test_invisibility_redelivery_and_dead_letters(self) -> None:
         """One message, three groups at once (10 s, ProxyConfig's least invisible duration, for every receive):
@@ -179,11 +179,15 @@ class V5SimpleConsumerTests(V5Harness):
         acks it under the new handle; GR
         lets it run out and gets it back (attempt 2) through the POP retry topic, after being refused
         receives invisible 0 s and 1 s; GD (retryMaxTimes 1) makes it visible at once twice, then never
-        sees it again: it is in %DLQ%GD, where a 4.x PullConsumer reads the same message."""
-        body = json.dumps({"groupName": "GD", "retryMaxTimes": 1}).encode()
-        request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
-        self.assertEqual(query(self.rocketpy.broker_port, request).code, 0)
+        sees it again: it is in %DLQ%GD, where a 4.x PullConsumer reads the same message. Meanwhile a
+        FIFO group's PushConsumer (retryMaxTimes 1) fails it twice and forwards it to %DLQ%GF."""
+        for config in ({"groupName": "GD", "retryMaxTimes": 1},
+                       {"groupName": "GF", "retryMaxTimes": 1, "consumeMessageOrderly": True}):
+            request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
+                                              json.dumps(config).encode())
+            self.assertEqual(query(self.rocketpy.broker_port, request).code, 0)
         [sent] = [e for e in self.v5("produce", "--topic", "TS", "--count", "1") if e["event"] == "sent"]
+        fifo = self.spawn_v5("push", "--topic", "TS", "--group", "GF", "--expect", "1", "--fail-times", "99")
         events = self.v5("simple", "--topic", "TS",
                          "--scenario", "GC", "10", "change:1,change:10+ack,quiet:12",
                          "--scenario", "GR", "10", "refuse:0,refuse:1,leave,ack,quiet:2",
@@ -217,14 +221,30 @@ class V5SimpleConsumerTests(V5Harness):
             self.assertEqual(broker_offsets(self.rocketpy.broker_port, group, "TS"), (1, 1), group)
             self.assertEqual(broker_offsets(self.rocketpy.broker_port, group, f"%RETRY%{group}_TS"), (copies, copies),
                              group)
-        pulled = subprocess.run([sys.executable, "-c", PULL_4X, self.rocketpy.namesrv, "%DLQ%GD"],
+        # GF, a FIFO group, with a PushConsumer whose listener always fails: the client retries it
+        # itself (same delivery) until its 2 attempts are used, then forwards it to the DLQ.
+        deadline = time.monotonic() + 30
+        while queue_max_offset(self.rocketpy.broker_port, "%DLQ%GF") < 1:
+            self.assertLess(time.monotonic(), deadline, "the FIFO PushConsumer never forwarded its message")
+            time.sleep(0.2)
+        fifo.kill()
+        pushed = [json.loads(line) for line in fifo.communicate()[0].splitlines() if line.startswith("{")]
+        self.assertEqual([(e["message_id"], e["delivery_attempt"]) for e in pushed], [(sent["message_id"], 1)] * 2)
+        self.assertEqual(broker_offsets(self.rocketpy.broker_port, "GF", "TS"), (1, 1))
+        pulled = subprocess.run([sys.executable, "-c", PULL_4X, self.rocketpy.namesrv, "%DLQ%GD", "%DLQ%GF"],
                                 env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
                                 timeout=CHILD_TIMEOUT)
         self.assertEqual(pulled.returncode, 0, pulled.stderr[-3000:])
-        [dead] = [json.loads(line) for line in pulled.stdout.splitlines() if line.startswith("{")]
-        self.assertEqual((dead["topic"], dead["body"]), ("%DLQ%GD", "v5-0"))
-        self.assertEqual(dead["properties"]["UNIQ_KEY"], sent["message_id"])
-        self.assertEqual((dead["properties"]["RETRY_TOPIC"], dead["properties"]["index"]), ("TS", "0"))
+        dead = [json.loads(line) for line in pulled.stdout.splitlines() if line.startswith("{")]
+        self.assertEqual([(e["topic"], e["body"], e["properties"]["UNIQ_KEY"], e["properties"]["index"])
+                          for e in dead], [(dlq, "v5-0", sent["message_id"], "0") for dlq in ("%DLQ%GD", "%DLQ%GF")])
+        self.assertEqual(dead[0]["properties"]["RETRY_TOPIC"], "TS")
+
+
+def queue_max_offset(port: int, topic: str, queue_id: int = 0) -> int:
+    """A queue's max offset (GET_MAX_OFFSET; 0 for a topic the broker does not have yet)."""
+    response = query(port, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)}))
+    return int(response.ext_fields.get("offset", 0)) if response.code == 0 else 0
 
 
 def broker_offsets(port: int, group: str, topic: str) -> tuple[int, int]:
