@@ -174,14 +174,15 @@ class V5SimpleConsumerTests(V5Harness):
     FIFO PushConsumer's dead letters)."""
 
     def test_invisibility_redelivery_and_dead_letters(self) -> None:
-        """One message, three groups at once (10 s, ProxyConfig's least invisible duration, for every receive):
-        GC changes its invisibility to 1 s, gets it back (attempt 2) before the 10 s end, changes it again and
-        acks it under the new handle; GR
-        lets it run out and gets it back (attempt 2) through the POP retry topic, after being refused
-        receives invisible 0 s and 1 s; GD (retryMaxTimes 1) makes it visible at once twice, then never
-        sees it again: it is in %DLQ%GD, where a 4.x PullConsumer reads the same message. Meanwhile a
-        FIFO group's PushConsumer (retryMaxTimes 1) fails it twice and forwards it to %DLQ%GF."""
+        """One message, four SimpleConsumer groups at once in one client process, every receive invisible
+        10 s (ProxyConfig's least): GC changes its invisibility to 1 s, gets it back (attempt 2) before the
+        10 s end, changes it again and acks it under the new handle; GR lets it run out and gets it back
+        (attempt 2) through the POP retry topic, after being refused receives invisible 0 s and 1 s; GD
+        (retryMaxTimes 1) makes it visible at once twice, then never sees it again: it is in %DLQ%GD, where
+        a 4.x PullConsumer reads the same message; GO, the same as a FIFO group, gets it back in place, not
+        through a retry topic. Meanwhile a FIFO group's PushConsumer fails it until it forwards it to the DLQ."""
         for config in ({"groupName": "GD", "retryMaxTimes": 1},
+                       {"groupName": "GO", "retryMaxTimes": 1, "consumeMessageOrderly": True},
                        {"groupName": "GF", "retryMaxTimes": 1, "consumeMessageOrderly": True}):
             request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {},
                                               json.dumps(config).encode())
@@ -191,8 +192,9 @@ class V5SimpleConsumerTests(V5Harness):
         events = self.v5("simple", "--topic", "TS",
                          "--scenario", "GC", "10", "change:1,change:10+ack,quiet:12",
                          "--scenario", "GR", "10", "refuse:0,refuse:1,leave,ack,quiet:2",
-                         "--scenario", "GD", "10", "change:0,change:0,quiet:4")
-        got: dict[str, list[dict[str, Any]]] = {"GC": [], "GR": [], "GD": []}
+                         "--scenario", "GD", "10", "change:0,change:0,quiet:4",
+                         "--scenario", "GO", "10", "change:1,change:0,quiet:4")
+        got: dict[str, list[dict[str, Any]]] = {"GC": [], "GR": [], "GD": [], "GO": []}
         for e in events:
             if e["event"] == "message":
                 got[e["group"]].append(e)
@@ -203,7 +205,8 @@ class V5SimpleConsumerTests(V5Harness):
         # Changed to 1 s: back after that second, before the 10 s would have ended; then changed to 10 s
         # and acked under the new handle: never again (quiet for 12 s, past the 10 s of its second receive).
         first, second = got["GC"]
-        self.assertEqual([(e["step"], e["delivery_attempt"]) for e in got["GC"]], [("change:1", 1), ("change:10+ack", 2)])
+        self.assertEqual([(e["step"], e["delivery_attempt"]) for e in got["GC"]],
+                         [("change:1", 1), ("change:10+ack", 2)])
         self.assertGreaterEqual(second["received_ms"], first["received_ms"] + 1000)
         self.assertLess(second["received_ms"], first["asked_ms"] + 10_000)
         # Left alone: back once the 10 s ran out (not before), attempt 2, then acked for good.
@@ -216,6 +219,12 @@ class V5SimpleConsumerTests(V5Harness):
         self.assertIn("invisibleTime: 1000", refused[1]["error"])
         # retryMaxTimes 1: two deliveries, then the dead-letter queue.
         self.assertEqual([(e["step"], e["delivery_attempt"]) for e in got["GD"]], [("change:0", 1), ("change:0", 2)])
+        # GO, a FIFO group (retryMaxTimes 1): back in place after the 1 s, attempt 2, then to the DLQ.
+        first, second = got["GO"]
+        self.assertEqual([(e["step"], e["delivery_attempt"]) for e in got["GO"]], [("change:1", 1), ("change:0", 2)])
+        self.assertGreaterEqual(second["received_ms"], first["received_ms"] + 1000)
+        self.assertEqual(broker_offsets(self.rocketpy.broker_port, "GO", "TS"), (1, 1))
+        self.assertEqual(queue_max_offset(self.rocketpy.broker_port, "%RETRY%GO_TS"), 0)  # FIFO: never revived
         # Each redelivery was a copy on the group's POP retry topic; nothing is left in flight on either.
         for group, copies in (("GC", 1), ("GR", 1), ("GD", 2)):
             self.assertEqual(broker_offsets(self.rocketpy.broker_port, group, "TS"), (1, 1), group)
@@ -231,19 +240,21 @@ class V5SimpleConsumerTests(V5Harness):
         pushed = [json.loads(line) for line in fifo.communicate()[0].splitlines() if line.startswith("{")]
         self.assertEqual([(e["message_id"], e["delivery_attempt"]) for e in pushed], [(sent["message_id"], 1)] * 2)
         self.assertEqual(broker_offsets(self.rocketpy.broker_port, "GF", "TS"), (1, 1))
-        pulled = subprocess.run([sys.executable, "-c", PULL_4X, self.rocketpy.namesrv, "%DLQ%GD", "%DLQ%GF"],
+        pulled = subprocess.run([sys.executable, "-c", PULL_4X, self.rocketpy.namesrv, "%DLQ%GD", "%DLQ%GO",
+                                 "%DLQ%GF"],
                                 env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True,
                                 timeout=CHILD_TIMEOUT)
         self.assertEqual(pulled.returncode, 0, pulled.stderr[-3000:])
         dead = [json.loads(line) for line in pulled.stdout.splitlines() if line.startswith("{")]
-        self.assertEqual([(e["topic"], e["body"], e["properties"]["UNIQ_KEY"], e["properties"]["index"])
-                          for e in dead], [(dlq, "v5-0", sent["message_id"], "0") for dlq in ("%DLQ%GD", "%DLQ%GF")])
+        self.assertEqual([(e["topic"], e["body"], e["properties"]["UNIQ_KEY"], e["properties"]["index"]) for e in dead],
+                         [(dlq, "v5-0", sent["message_id"], "0") for dlq in ("%DLQ%GD", "%DLQ%GO", "%DLQ%GF")])
         self.assertEqual(dead[0]["properties"]["RETRY_TOPIC"], "TS")
 
 
 def queue_max_offset(port: int, topic: str, queue_id: int = 0) -> int:
     """A queue's max offset (GET_MAX_OFFSET; 0 for a topic the broker does not have yet)."""
-    response = query(port, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)}))
+    request = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": str(queue_id)})
+    response = query(port, request)
     return int(response.ext_fields.get("offset", 0)) if response.code == 0 else 0
 
 

@@ -22,14 +22,15 @@ TransactionChecker answers ROLLBACK for ``rollback`` bodies, else COMMIT, printi
 checked, or at ``--timeout``.
 ``simple --endpoint E --topic T --scenario GROUP INVISIBLE STEPS [--scenario ...]`` runs one SimpleConsumer
 per scenario, all at once (a thread each), receiving one message at a time, invisible INVISIBLE s, and
-following STEPS (comma-separated): ``ack`` / ``leave`` / ``change:S`` receive the next delivery, then ack
-it, do nothing, or change its invisible duration to S s (``change:S+ack``: then ack it); ``refuse:S`` receives invisible S s, which must
-fail; ``quiet:S`` keeps receiving for S s (whatever comes is printed and acked). A scenario's
-error exits 1 once all are over. Prints
-``{"event": "message", "group", "step", "topic", "body", "message_id", "delivery_attempt", "asked_ms",
-"received_ms"}`` per delivery (``asked_ms``: before the receive that got it; ``received_ms``: after it,
-before the step's call), ``{"event": "refused", "group", "code", "error"}`` per refusal, then ``{"event":
-"done"}``; a step without its delivery within ``--timeout`` s is an error.
+following STEPS (comma-separated): ``ack`` / ``leave`` / ``change:S`` receive the next delivery, then
+ack it, do nothing, or change its invisible duration to S s (``change:S+ack``: then ack it);
+``refuse:S`` receives invisible S s, which must fail; ``quiet:S`` keeps receiving for S s (whatever
+comes is printed and acked). Prints ``{"event": "message", "group", "step", "topic", "body",
+"message_id", "delivery_attempt", "properties", "keys", "tag", "asked_ms", "received_ms"}`` per
+delivery (``asked_ms``: before the receive that got it; ``received_ms``: after it, before the step's
+call), ``{"event": "refused", "group", "code", "error"}`` per refusal, then ``{"event": "done"}``; a
+scenario's error (a step without its delivery within ``--timeout`` s, an exception) exits 1 once all
+are over.
 """
 
 from __future__ import annotations
