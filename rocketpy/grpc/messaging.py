@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
 
 from rocketpy.broker.clients import ClientChannelInfo, ConsumerManager, ProducerManager
@@ -52,6 +53,8 @@ from rocketpy.util.configfile import JsonConfigFile
 MIN_INVISIBLE_MS = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv
 MAX_INVISIBLE_MS = 12 * 3600 * 1000  # ProxyConfig.maxInvisibleTimeMills
 TBW102 = "TBW102"
+#: How often clients that are gone are forgotten (the Java proxy's settings cleaner: every 5 s).
+FORGET_PERIOD_S = 5.0
 #: END_TRANSACTION refusals meaning the transaction id names no half message of the topic
 _NOT_A_TRANSACTION = frozenset({NO_HALF_MESSAGE, WRONG_GROUP, WRONG_OFFSET})
 
@@ -105,6 +108,18 @@ class Messaging:
         self._producers = producers
         self._channels: dict[str, GrpcClientChannel] = {}
         self._end_transaction = end_transaction
+        self._forgetter = LoopingCall(self.forget_gone_clients)
+        self._forgetter.clock = clock
+
+    def start(self) -> None:
+        """Start POP's renewal and revival, and forgetting clients that are gone."""
+        self.pop.start()
+        self._forgetter.start(FORGET_PERIOD_S, now=False)
+
+    def stop(self) -> None:
+        if self._forgetter.running:
+            self._forgetter.stop()
+        self.pop.stop()
 
     def _group_config(self, group: str) -> SubscriptionGroupConfig:
         """The group's settings (created with the defaults, as on a 4.x heartbeat)."""
@@ -263,6 +278,34 @@ class Messaging:
         if self._producers is not None:
             for topic in settings.publishing.topics:
                 self._producers.unregister_producer(topic.name, channel)
+
+    def forget_gone_clients(self) -> list[str]:
+        """Forget the clients that are gone (their settings and channels), as the Java proxy's settings
+        cleaner: no open Telemetry stream, and no longer in the broker's client tables (their heartbeats
+        stopped, so they expired as 4.x clients do). Their leases stay: they run out and come back."""
+        raw = self.settings.all_raw()
+        gone = [client_id for client_id in raw.keys() | self._channels.keys()
+                if not self._alive(client_id, raw.get(client_id))]
+        for client_id in gone:
+            self.settings.remove(client_id)
+            self._unregister(client_id, raw.get(client_id) or pb.Settings())
+            self.log.info("gRPC client {client} is gone: forgotten", client=client_id)
+        return gone
+
+    def _alive(self, client_id: str, settings: pb.Settings | None) -> bool:
+        """Whether the client has an open Telemetry stream or is in the broker's client tables."""
+        channel = self._channels.get(client_id)
+        if channel is None or settings is None:
+            return False
+        if channel.writable:
+            return True
+        if self._consumers is not None and settings.HasField("subscription"):
+            info = self._consumers.find_channel(settings.subscription.group.name, client_id)
+            if info is not None and info.channel is channel:
+                return True
+        return self._producers is not None and any(
+            info.channel is channel for topic in settings.publishing.topics
+            for info in self._producers.channels_of(topic.name))
 
     def notify_client_termination(self, ctx: CallContext, request: rpc.NotifyClientTerminationRequest
                                   ) -> rpc.NotifyClientTerminationResponse:

@@ -305,7 +305,7 @@ class GrpcService(Service):
 
     async def _start(self) -> None:
         self.messaging = self._make_messaging()
-        self.messaging.pop.start()
+        self.messaging.start()
         checkpoint = self.messaging.checkpoint
         if checkpoint is not None:
             self._checkpoints = LoopingCall(checkpoint.persist)
@@ -363,7 +363,7 @@ class GrpcService(Service):
         if self._checkpoints is not None and self._checkpoints.running:
             self._checkpoints.stop()
         if self.messaging is not None:
-            self.messaging.pop.stop()
+            self.messaging.stop()
             if self.messaging.checkpoint is not None:
                 await self.messaging.checkpoint.persist()
         loop, server = self._loop, self._server

@@ -41,6 +41,10 @@ class ClientSettings:
     def remove(self, client_id: str) -> pb.Settings | None:
         return self._raw.pop(client_id, None)
 
+    def all_raw(self) -> dict[str, pb.Settings]:
+        """Every client's settings as it sent them, by client id."""
+        return dict(self._raw)
+
     def merged(self, raw: pb.Settings) -> pb.Settings:
         settings = pb.Settings()
         settings.CopyFrom(raw)
