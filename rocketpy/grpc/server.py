@@ -41,6 +41,10 @@ GRACE_SECONDS = 1.0
 #: ProxyConfig.grpcMaxInboundMessageSize: a SendMessage of several 4 MiB bodies still arrives, and
 #: too large a body gets MESSAGE_BODY_TOO_LARGE instead of grpcio's RESOURCE_EXHAUSTED.
 MAX_INBOUND_MESSAGE_SIZE = 130 * 1024 * 1024
+#: seconds between the server's HTTP/2 pings on a connection, and how long it waits for the ack
+#: before closing it: a client whose host vanished ends its Telemetry stream (and is forgotten,
+#: ``Messaging.forget_gone_clients``) instead of keeping it open until TCP gives up after hours
+KEEPALIVE = (60.0, 20.0)
 
 
 class ReactorHop:
@@ -269,6 +273,7 @@ class GrpcService(Service):
 
     :param make_messaging: builds the Messaging on the reactor at start (the broker is started by then).
     :param access: the plain ACL check of every request (``--acl-enable``), None for none.
+    :param keepalive: ``(interval, timeout)`` seconds of the server's keepalive pings.
     :param tls: the broker's ``--tls-*`` settings: ``enforcing`` serves TLS only (client
         certificates required with a client CA); ``permissive`` and ``disabled`` serve plaintext
         (grpcio cannot serve both on one port; doc/grpc.md, "TLS").
@@ -277,8 +282,10 @@ class GrpcService(Service):
     log = Logger()
 
     def __init__(self, reactor: Any, listen: str, make_messaging: Callable[[], Messaging],
-                 access: GrpcAccessCheck | None = None, tls: ServerTLS | None = None) -> None:
+                 access: GrpcAccessCheck | None = None, tls: ServerTLS | None = None,
+                 keepalive: tuple[float, float] = KEEPALIVE) -> None:
         self._reactor = reactor
+        self._keepalive = keepalive
         self._access = access
         #: the TLS the port speaks (``enforcing``), None for plaintext
         self.tls = tls if tls is not None and tls.mode == "enforcing" else None
@@ -328,8 +335,15 @@ class GrpcService(Service):
                       loop=type(loop).__module__.split(".")[0])
 
     async def _serve(self, servicer: Servicer) -> int:
-        server = self._server = grpc.aio.server(
-            options=[("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_SIZE)])
+        interval, timeout = self._keepalive
+        server = self._server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", MAX_INBOUND_MESSAGE_SIZE),
+            ("grpc.keepalive_time_ms", int(interval * 1000)),
+            ("grpc.keepalive_timeout_ms", int(timeout * 1000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),  # ping an idle Telemetry stream too
+            ("grpc.http2.ping_timeout_ms", int(timeout * 1000)),
+        ])
         service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)
         if self.tls is None:
             port = server.add_insecure_port(self._address)

@@ -20,7 +20,7 @@ from zope.interface.verify import verifyObject
 from rocketpy.client import Producer, new_message
 from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.grpc.channel import NotDeliverable
-from rocketpy.grpc.server import GrpcService, broker_access, broker_messaging
+from rocketpy.grpc.server import KEEPALIVE, GrpcService, broker_access, broker_messaging
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.grpc.v2.service_pb2_grpc import MessagingServiceStub
@@ -37,6 +37,8 @@ class GrpcCalls(TestCase):
 
     #: the metadata of every call (the ACL tests sign it)
     metadata: list[tuple[str, str]] = [("x-mq-client-id", CLIENT_ID)]
+    #: the endpoint's keepalive pings: (interval, timeout) seconds
+    keepalive = KEEPALIVE
 
     async def _start(self, **broker_settings: Any) -> None:
         self.cluster = LoopbackCluster(self)
@@ -44,7 +46,8 @@ class GrpcCalls(TestCase):
         await self.cluster.add_broker("broker-a", **broker_settings)
         self.broker = self.cluster.brokers["broker-a"]
         service = GrpcService(reactor, "tcp:0:interface=127.0.0.1",
-                              lambda: broker_messaging(reactor, self.broker, [1000, 5000]), broker_access(self.broker))
+                              lambda: broker_messaging(reactor, self.broker, [1000, 5000]), broker_access(self.broker),
+                              keepalive=self.keepalive)
         service.startService()
         self.addCleanup(service.stopService)
         await service.when_started()
