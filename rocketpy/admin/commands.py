@@ -198,11 +198,14 @@ async def delete_topic(admin: AdminClient, args: Namespace) -> Output:
          arg("-i", "--brokerId", type=int, default=0, help="consume from which broker id"),
          arg("-w", "--whichBrokerWhenConsumeSlowly", type=int, default=1, help="broker id when consuming slowly"),
          arg("-a", "--notifyConsumerIdsChanged", type=_bool, default=True, help="true|false"),
+         arg("-o", "--consumeMessageOrderly", type=_bool, default=False,
+             help="true|false: 5.x (gRPC) consumers get each queue in order, one batch in flight"),
          one_of=("brokerAddr", "clusterName"))
 async def update_sub_group(admin: AdminClient, args: Namespace) -> Output:
     settings = GroupSettings(args.groupName, args.consumeEnable, args.consumeFromMinEnable,
                              args.consumeBroadcastEnable, args.retryQueueNums, args.retryMaxTimes, args.brokerId,
-                             args.whichBrokerWhenConsumeSlowly, args.notifyConsumerIdsChanged)
+                             args.whichBrokerWhenConsumeSlowly, args.notifyConsumerIdsChanged,
+                             args.consumeMessageOrderly)
     addrs = await _targets(admin, args)
     for addr in addrs:
         await admin.create_subscription_group(addr, settings)

@@ -223,10 +223,11 @@ class ConsumerTests(AdminTestCase):
         self.assertEqual(sum(offsets.query_offsets("CG", "Watched").values()), 6)
         self.assertIn("Diff Total: 0", await self.admin("consumerProgress", "-g", "CG"))
 
-        await self.admin("updateSubGroup", "-b", addr, "-g", "NewGroup", "-r", "3", "-s", "false")
+        await self.admin("updateSubGroup", "-b", addr, "-g", "NewGroup", "-r", "3", "-s", "false", "-o", "true")
         config = cluster.brokers["broker-a"].subscriptions.find_subscription_group_config("NewGroup")
         assert config is not None
-        self.assertEqual((config.retry_max_times, config.consume_enable), (3, False))
+        self.assertEqual((config.retry_max_times, config.consume_enable, config.consume_message_orderly),
+                         (3, False, True))
         await self.admin("deleteSubGroup", "-b", addr, "-g", "NewGroup", "-r", "true")
         self.assertNotIn("NewGroup", cluster.brokers["broker-a"].subscriptions.groups())
 
