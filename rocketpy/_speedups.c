@@ -1390,6 +1390,8 @@ static PyObject *set_command_type(PyObject *self, PyObject *cls) {
     Py_RETURN_NONE;
 }
 
+static PyObject *new_command(PyObject *const *fields);  /* _speedups_remoting.h */
+
 /* The RemotingCommand of a decoded header dict whose fields all have their usual types (int
  * code, version, flag; 32-bit opaque; str language and remark; a dict of str extFields);
  * None for anything else, which the Python _from_map checks and refuses. */
@@ -1441,7 +1443,7 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
     call[8] = args[2];
     for (i = 0; i < 9; i++)  /* own them for the call: __init__ is Python code */
         Py_INCREF(call[i]);
-    result = PyObject_Vectorcall(RemotingCommand, call, 9, NULL);
+    result = new_command(call);
     for (i = 0; i < 9; i++)
         Py_DECREF(call[i]);
     Py_DECREF(ext);
@@ -1449,6 +1451,7 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 }
 
 #include "_speedups_store.h"
+#include "_speedups_remoting.h"
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
@@ -1526,6 +1529,7 @@ static PyMethodDef methods[] = {
     {"stored_batch", (PyCFunction)(void (*)(void))stored_batch, METH_FASTCALL,
      "The broker's messages of a batch body, or None for its Python loop (rocketpy.broker.send)."},
     STORE_METHODS
+    REMOTING_METHODS
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",

@@ -83,6 +83,9 @@ _PUT_RESPONSES: dict[PutMessageStatus, tuple[int, str | None, bool]] = {
     PutMessageStatus.WHEEL_TIMER_NOT_ENABLE: (ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled", False),
 }
 
+#: The stored statuses answered without a remark, by their plain int code (for the C responses).
+_STORED_CODES = {status: int(code) for status, (code, remark, stored) in _PUT_RESPONSES.items()
+                 if stored and remark is None}
 
 
 @implementer(IBatchRequestProcessor)
@@ -150,7 +153,7 @@ class SendMessageProcessor:
             return prepared
         msgs, queue_id, batch = prepared  # type: ignore[misc]
         d = self._store.put_messages(msgs) if batch else self._store.put_message(msgs[0])
-        return d.addCallback(self._put_response, request, queue_id)
+        return d.addCallback(self._lone_put_response, request, queue_id)
 
     def process_requests(self, channel: Any, requests: list[RemotingCommand]) -> Deferred[list[RemotingCommand]]:
         """The send requests of one read: every message stored with one ``put_many`` (one
@@ -170,6 +173,9 @@ class SendMessageProcessor:
 
     def _put_responses(self, results: list[PutMessageResult], responses: list[RemotingCommand],
                        stored: list[tuple[int, RemotingCommand, int]]) -> list[RemotingCommand]:
+        if _put_responses_c is not None:  # the stored ones in C, the others through _put_response
+            _put_responses_c(results, stored, responses, self._put_response, _STORED_CODES, self._trace_fields)
+            return responses
         put_response = self._put_response
         for (index, request, queue_id), result in zip(stored, results):
             responses[index] = put_response(result, request, queue_id)
@@ -369,6 +375,14 @@ class SendMessageProcessor:
             ext.update(fields)
         return request.make_response(code, remark, ext)
 
+    def _lone_put_response(self, result: PutMessageResult, request: RemotingCommand, queue_id: int) -> RemotingCommand:
+        """:meth:`_put_response`, the stored case in C when built."""
+        if _put_response_c is not None:
+            response = _put_response_c(result, request, queue_id, _STORED_CODES, self._trace_fields)
+            if response is not None:
+                return response
+        return self._put_response(result, request, queue_id)
+
     def _put_response(self, result: PutMessageResult, request: RemotingCommand, queue_id: int) -> RemotingCommand:
         """Map a PutMessageStatus to the response (doc/wire.md §3)."""
         code, remark, stored = _PUT_RESPONSES.get(
@@ -404,8 +418,14 @@ _CACHE_MAX = 4096
 #: ``_batch_messages``' loop in C (rocketpy/_speedups.c ``stored_batch``), None when not built: it
 #: returns None for the cases the loop answers itself (malformed, empty, long properties).
 _stored_batch: Callable[..., list[MessageExt] | None] | None = None
+#: ``_put_response`` (``put_response``) and ``_put_responses`` (``put_responses``) for stored puts in
+#: C (rocketpy/_speedups_remoting.h), None when not built; the others go to ``_put_response``.
+_put_response_c: Callable[..., RemotingCommand | None] | None = None
+_put_responses_c: Callable[..., None] | None = None
 if speedups.compiled is not None:
     _stored_batch = speedups.compiled.stored_batch
+    _put_response_c = speedups.compiled.put_response
+    _put_responses_c = speedups.compiled.put_responses
 
 
 def _topic_of(request: RemotingCommand) -> str:

@@ -24,11 +24,11 @@ import msgpack  # type: ignore[import-untyped]
 import orjson
 
 from rocketpy.common import speedups
-from rocketpy.remoting.codes import LanguageCode, SerializeType
+from rocketpy.remoting.codes import ROCKETPY_VERSION, LanguageCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import MalformedRequestError, ProtocolError
 
-__all__ = ["MAX_FRAME_LENGTH", "MalformedRequestError", "ProtocolError", "decode", "decode_frame", "encode"]
+__all__ = ["MAX_FRAME_LENGTH", "MalformedRequestError", "ProtocolError", "decode", "decode_frame", "encode", "read_frames"]
 
 #: Largest value of the length field (16 MiB), as Java's ``frameMaxLength``.
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
@@ -71,9 +71,16 @@ _json_frame: Callable[[RemotingCommand], bytes | None] | None = (
 #: :func:`_from_map` of a header whose fields have their usual types, in C (``command_from_map``;
 #: None when not built). It answers None for anything else, which :func:`_from_map` checks.
 _command_from_map: Callable[[Any, bytes, int], RemotingCommand | None] | None = None
+#: The whole frames of ``data`` from ``position`` on, decoded in one C call (``read_frames``; None
+#: when not built): ``(commands, position)``, up to the first frame that is incomplete, over
+#: ``limit`` or not the plain case (JSON that orjson reads, fields of the usual types), which
+#: :func:`decode_frame` then decodes; a response ends the list.
+read_frames: Callable[[bytes, int, int], tuple[list[RemotingCommand], int]] | None = None
 if speedups.compiled is not None:
     speedups.compiled.set_command_type(RemotingCommand)
+    speedups.compiled.set_remoting(_orjson_loads, _JSON, ROCKETPY_VERSION)
     _command_from_map = speedups.compiled.command_from_map
+    read_frames = speedups.compiled.read_frames
 
 
 def _parse_lenient_json(raw: bytes) -> Any:

@@ -9,7 +9,7 @@ of :class:`~rocketpy.remoting.client.RemotingClient` and
 from __future__ import annotations
 
 from inspect import iscoroutine
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IReactorTime
@@ -19,6 +19,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
+from rocketpy.common import speedups
 from rocketpy.common.errors import RequestError
 from rocketpy.interfaces import IBatchRequestProcessor, IChannelEventListener, IRequestProcessor, IRPCHook
 from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
@@ -26,6 +27,12 @@ from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RequestRefused
 from rocketpy.remoting.protocol import RemotingProtocol
 from rocketpy.util.ratelimit import EveryFewSeconds
+
+#: ``_reply_run``'s answers as frames in one C call (rocketpy/_speedups_remoting.h
+#: ``response_frames``; None when not built): for a run of JSON requests that want an answer,
+#: each answered by a command the C encoder takes; None otherwise (then the Python loop answers).
+_response_frames: Callable[[list[RemotingCommand], list[Any]], list[bytes] | None] | None = (
+    speedups.compiled.response_frames if speedups.compiled is not None else None)
 
 #: Default bound of requests queued on (or running in) one registration's thread pool.
 DEFAULT_MAX_QUEUE = 10_000
@@ -245,6 +252,14 @@ class RemotingNode:
             error = TypeError(f"process_requests gave {type(results).__name__}, not a list of {len(run)} results")
             self._reply_run_failure(Failure(error), channel, run)
             return
+        if _response_frames is not None and not self.rpc_hooks and type(channel) is RemotingProtocol:
+            frames = _response_frames(run, results)  # the plain case in one C call
+            if frames is not None:
+                try:
+                    channel.send_frames(frames)
+                finally:
+                    channel.answered(len(run))
+                return
         with channel.writes_together():
             for request, result in zip(run, results):
                 self._reply(result, channel, request)

@@ -21,7 +21,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rocketpy.interfaces import IChannel
-from rocketpy.remoting.codec import MAX_FRAME_LENGTH, decode, decode_frame, encode
+from rocketpy.remoting.codec import MAX_FRAME_LENGTH, decode, decode_frame, encode, read_frames
 from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import (
@@ -126,6 +126,18 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         self._reading = True
         try:
             while size - position >= 4 and not self.paused:  # paused: _PauseableMixin, as Twisted's loop
+                if read_frames is not None:  # the plain frames in one C call; the others below
+                    commands, position = read_frames(data, position, limit)
+                    if commands:
+                        last = commands[-1]
+                        if last.flag & RESPONSE_FLAG:  # only ever the last one
+                            commands.pop()
+                            requests += commands
+                            if not resolve(last):
+                                self._late(last)
+                        else:
+                            requests += commands
+                        continue
                 (length,) = _LENGTH_FROM(data, position)
                 if length > limit:
                     self._unprocessed = b""
@@ -299,6 +311,16 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         else:
             self._write(data)
 
+    def send_frames(self, frames: list[bytes]) -> None:
+        """Write encoded responses, in order, as :meth:`send_command` would write their commands."""
+        if self._lost is not None:
+            self.log.debug("channel {peer} closed; {count} responses dropped", peer=self.remote_address,
+                           count=len(frames))
+        else:  # while reading, with the read's other responses; else now, as writes_together
+            self._out += frames
+            if not self._reading and self._write_collected():
+                self.resetTimeout()
+
     @contextmanager
     def writes_together(self) -> Iterator[None]:
         """Within this block what the channel writes leaves in one ``writeSequence`` at its end
@@ -362,9 +384,9 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
                 self.transport.write(data)
             self.resetTimeout()
 
-    def answered(self) -> None:
-        """The owner is done with one request this channel handed it (answered, or oneway)."""
-        self._unanswered -= 1
+    def answered(self, count: int = 1) -> None:
+        """The owner is done with *count* requests this channel handed it (answered, or oneway)."""
+        self._unanswered -= count
         if self._broken:
             self._close_when_answered()
 

@@ -1,0 +1,389 @@
+/* rocketpy._speedups, the broker's remoting path (doc/benchmarks.md, "Seventh pass"): included
+ * once, at the end of _speedups.c, whose helpers (command_from_map, json_frame, I32_OK) it uses.
+ *
+ * read_frames   the frames of one read, split and decoded: RemotingProtocol.dataReceived's loop
+ *               for the plain case (JSON header that orjson reads and command_from_map accepts);
+ *               it stops at anything else, which the Python loop then handles frame by frame.
+ * new_command   a RemotingCommand with its slots filled (what its dataclass __init__ does).
+ * put_responses SendMessageProcessor._put_responses for stored puts; the others (refusals, which
+ *               log) go to the processor's own _put_response.
+ * response_frames  RemotingNode._reply_run's replies of a run, as frames, when every request is a
+ *               plain JSON request answered by a plain command; None for anything else.
+ *
+ * Same rules as the rest of the module: the Python code is the reference, the C code takes only
+ * the well-formed common case and hands anything else back unchanged.
+ */
+
+#define RC_FIELDS 9  /* RemotingCommand's fields, in declaration order */
+enum { RC_CODE, RC_LANGUAGE, RC_VERSION, RC_OPAQUE, RC_FLAG, RC_REMARK, RC_EXT, RC_BODY, RC_SERIALIZE };
+static const char *const RC_NAMES[RC_FIELDS] = {"code", "language", "version", "opaque", "flag", "remark",
+                                                "ext_fields", "body", "serialize_type"};
+static Py_ssize_t rc_offsets[RC_FIELDS];
+static int rc_slots;  /* 1 when RemotingCommand is the slotted dataclass expected */
+static PyObject *orjson_loads, *serialize_json, *one, *empty_bytes;
+#define RESPONSE_FLAG_BIT 1
+#define ONEWAY_FLAG_BIT 2
+
+/* RemotingCommand's slot offsets; any surprise leaves rc_slots at 0 (the class is called). */
+static void find_command_slots(void) {
+    PyTypeObject *type = (PyTypeObject *)RemotingCommand;
+    int i;
+    rc_slots = 0;
+    if (RemotingCommand == NULL || !PyType_Check(RemotingCommand) || type->tp_dictoffset != 0 ||
+        PyObject_HasAttrString(RemotingCommand, "__post_init__"))
+        return;
+    for (i = 0; i < RC_FIELDS; i++) {
+        PyObject *d = PyObject_GetAttrString(RemotingCommand, RC_NAMES[i]);
+        PyMemberDef *m;
+        if (d == NULL) {
+            PyErr_Clear();
+            return;
+        }
+        m = Py_IS_TYPE(d, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)d)->d_member : NULL;
+        Py_DECREF(d);  /* the class keeps it alive */
+        if (m == NULL || m->type != T_OBJECT_EX || (m->flags & READONLY))
+            return;
+        rc_offsets[i] = m->offset;
+    }
+    rc_slots = 1;
+}
+
+/* A RemotingCommand of its nine fields (borrowed references, none NULL). */
+static PyObject *new_command(PyObject *const *fields) {
+    PyObject *cmd;
+    int i;
+    if (RemotingCommand == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketpy._speedups.set_command_type() was not called");
+        return NULL;
+    }
+    if (!rc_slots)
+        return PyObject_Vectorcall(RemotingCommand, fields, RC_FIELDS, NULL);
+    cmd = ((PyTypeObject *)RemotingCommand)->tp_alloc((PyTypeObject *)RemotingCommand, 0);
+    if (cmd != NULL)
+        for (i = 0; i < RC_FIELDS; i++)
+            *(PyObject **)((char *)cmd + rc_offsets[i]) = Py_NewRef(fields[i]);
+    return cmd;
+}
+
+static inline PyObject *rc_get(PyObject *cmd, int i) {  /* borrowed; NULL when unset */
+    return *(PyObject **)((char *)cmd + rc_offsets[i]);
+}
+
+static inline void rc_set(PyObject *cmd, int i, PyObject *value) {  /* takes a new reference */
+    Py_XSETREF(*(PyObject **)((char *)cmd + rc_offsets[i]), value);
+}
+
+static PyObject *str_msg_id, *str_queue_id, *str_queue_offset, *str_comma, *response_version;
+
+/* set_remoting(orjson.loads, SerializeType.JSON, ROCKETPY_VERSION): remoting/codec.py calls it
+ * at import. */
+static PyObject *set_remoting(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyLong_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "set_remoting(loads, json_type, version)");
+        return NULL;
+    }
+    if (str_msg_id == NULL) {
+        str_msg_id = PyUnicode_InternFromString("msgId");
+        str_queue_id = PyUnicode_InternFromString("queueId");
+        str_queue_offset = PyUnicode_InternFromString("queueOffset");
+        str_comma = PyUnicode_InternFromString(",");
+        one = PyLong_FromLong(1);
+        empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
+        if (!str_msg_id || !str_queue_id || !str_queue_offset || !str_comma || !one || !empty_bytes)
+            return NULL;
+    }
+    Py_XSETREF(orjson_loads, Py_NewRef(args[0]));
+    Py_XSETREF(serialize_json, Py_NewRef(args[1]));
+    Py_XSETREF(response_version, Py_NewRef(args[2]));
+    find_command_slots();
+    Py_RETURN_NONE;
+}
+
+/* One plain frame (no length prefix) at buf[start:end] as a command; NULL without an exception
+ * when it is not the plain case or anything failed: the Python decoder then decodes it again and
+ * answers, errors included. */
+static PyObject *plain_frame(const char *buf, Py_ssize_t start, Py_ssize_t end) {
+    uint32_t info;
+    Py_ssize_t header_end;
+    PyObject *raw, *header, *args[3], *cmd;
+    if (end - start < 4)
+        return NULL;
+    info = (uint32_t)get_i32((const unsigned char *)buf + start);
+    header_end = start + 4 + (Py_ssize_t)(info & 0xFFFFFF);
+    if ((info >> 24) != 0 || header_end > end)
+        return NULL;
+    raw = PyBytes_FromStringAndSize(buf + start + 4, header_end - start - 4);
+    if (raw == NULL)
+        goto python;
+    header = PyObject_CallOneArg(orjson_loads, raw);
+    Py_DECREF(raw);
+    if (header == NULL)  /* orjson refused it: the lenient Python path decides */
+        goto python;
+    args[0] = header;
+    args[1] = PyBytes_FromStringAndSize(buf + header_end, end - header_end);
+    args[2] = serialize_json;
+    cmd = args[1] != NULL ? command_from_map(NULL, args, 3) : NULL;
+    Py_DECREF(header);
+    Py_XDECREF(args[1]);
+    if (cmd == Py_None) {
+        Py_DECREF(cmd);
+        return NULL;
+    }
+    if (cmd != NULL)
+        return cmd;
+python:
+    PyErr_Clear();
+    return NULL;
+}
+
+/* Whether a command's flag has the response bit, as Python's ``flag & 1`` (-1 on error). */
+static int is_response(PyObject *cmd) {
+    PyObject *flag = rc_slots && Py_IS_TYPE(cmd, (PyTypeObject *)RemotingCommand) ? Py_XNewRef(rc_get(cmd, RC_FLAG))
+                                                                                 : PyObject_GetAttrString(cmd, "flag");
+    PyObject *bit;
+    int r;
+    if (flag == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "flag");
+        return -1;
+    }
+    bit = PyNumber_And(flag, one);
+    Py_DECREF(flag);
+    if (bit == NULL)
+        return -1;
+    r = PyObject_IsTrue(bit);
+    Py_DECREF(bit);
+    return r;
+}
+
+/* read_frames(data, position, limit) -> ([command], position)
+ * The whole plain frames of data from position on, decoded, up to (not including) the first
+ * frame that is incomplete, longer than limit, or not plain; a response is included and ends
+ * the list (its owner is resolved before the next frame is read, as in the Python loop). */
+static PyObject *read_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    const char *buf;
+    Py_ssize_t size, position, limit;
+    PyObject *out;
+    if (nargs != 3 || orjson_loads == NULL) {
+        PyErr_SetString(PyExc_TypeError, "read_frames(data, position, limit) after set_remoting()");
+        return NULL;
+    }
+    position = PyLong_AsSsize_t(args[1]);
+    limit = PyLong_AsSsize_t(args[2]);
+    if ((position == -1 || limit == -1) && PyErr_Occurred())
+        return NULL;
+    out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    if (PyBytes_CheckExact(args[0]) && position >= 0 && limit >= 0) {
+        buf = PyBytes_AS_STRING(args[0]);
+        size = PyBytes_GET_SIZE(args[0]);
+        while (size - position >= 4) {
+            uint32_t length = (uint32_t)get_i32((const unsigned char *)buf + position);
+            PyObject *cmd;
+            int response;
+            if ((uint64_t)length > (uint64_t)limit || (Py_ssize_t)length > size - position - 4)
+                break;
+            cmd = plain_frame(buf, position + 4, position + 4 + (Py_ssize_t)length);
+            if (cmd == NULL)
+                break;
+            response = is_response(cmd);
+            if (response < 0 || PyList_Append(out, cmd) < 0) {
+                Py_DECREF(cmd);
+                goto fail;
+            }
+            Py_DECREF(cmd);
+            position += 4 + (Py_ssize_t)length;
+            if (response)
+                break;
+        }
+    }
+    return Py_BuildValue("(Nn)", out, position);
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* ---- responses -------------------------------------------------------------------------- */
+
+/* The response of one stored put, as SendMessageProcessor._put_response builds it; NULL without
+ * an exception when it is not the plain case (a refusal, no append, unusual types). */
+static PyObject *stored_response(PyObject *result, PyObject *request, PyObject *queue_id, PyObject *codes,
+                                 PyObject *trace_fields) {
+    PyObject *status = NULL, *append = NULL, *ids = NULL, *offset = NULL, *code, *msg_id = NULL;
+    PyObject *queue_text = NULL, *offset_text = NULL, *fields = NULL, *response = NULL, *f[RC_FIELDS];
+    if (!rc_slots || !Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand) || !PyLong_CheckExact(queue_id) ||
+        !PyDict_CheckExact(codes) || !PyDict_CheckExact(trace_fields) || response_version == NULL)
+        return NULL;
+    status = PyObject_GetAttrString(result, "status");
+    if (status == NULL)
+        goto python;
+    code = PyDict_GetItemWithError(codes, status);  /* borrowed: a plain int for a stored status */
+    if (code == NULL || !PyLong_CheckExact(code))
+        goto python;
+    append = PyObject_GetAttrString(result, "append");
+    if (append == NULL || append == Py_None)
+        goto python;
+    ids = PyObject_GetAttrString(append, "msg_ids");
+    offset = PyObject_GetAttrString(append, "queue_offset");
+    if (ids == NULL || offset == NULL || !PyList_CheckExact(ids) || PyList_GET_SIZE(ids) == 0 ||
+        !PyLong_CheckExact(offset))
+        goto python;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ids); i++)
+        if (!PyUnicode_CheckExact(PyList_GET_ITEM(ids, i)))
+            goto python;
+    msg_id = PyList_GET_SIZE(ids) == 1 ? Py_NewRef(PyList_GET_ITEM(ids, 0)) : PyUnicode_Join(str_comma, ids);
+    queue_text = PyObject_Str(queue_id);
+    offset_text = PyObject_Str(offset);
+    fields = PyDict_Copy(trace_fields);  /* region and trace switch first, as in Python */
+    if (msg_id == NULL || queue_text == NULL || offset_text == NULL || fields == NULL ||
+        PyDict_SetItem(fields, str_msg_id, msg_id) < 0 || PyDict_SetItem(fields, str_queue_id, queue_text) < 0 ||
+        PyDict_SetItem(fields, str_queue_offset, offset_text) < 0)
+        goto python;
+    f[RC_CODE] = code;
+    f[RC_LANGUAGE] = str_java;
+    f[RC_VERSION] = response_version;
+    f[RC_OPAQUE] = rc_get(request, RC_OPAQUE);
+    f[RC_FLAG] = one;
+    f[RC_REMARK] = Py_None;
+    f[RC_EXT] = fields;
+    f[RC_BODY] = empty_bytes;
+    f[RC_SERIALIZE] = rc_get(request, RC_SERIALIZE);
+    if (f[RC_OPAQUE] == NULL || f[RC_SERIALIZE] == NULL)
+        goto python;
+    response = new_command(f);
+python:
+    if (response == NULL)
+        PyErr_Clear();  /* the Python reference builds it, or raises what it raises */
+    Py_XDECREF(status);
+    Py_XDECREF(append);
+    Py_XDECREF(ids);
+    Py_XDECREF(offset);
+    Py_XDECREF(msg_id);
+    Py_XDECREF(queue_text);
+    Py_XDECREF(offset_text);
+    Py_XDECREF(fields);
+    return response;
+}
+
+/* put_response(result, request, queue_id, codes, trace_fields) -> response or None
+ * codes: {PutMessageStatus: int code} of the stored statuses whose response has no remark;
+ * trace_fields: {MSG_REGION: region, TRACE_SWITCH: "true"/"false"}, copied first. */
+static PyObject *put_response(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *response;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "put_response() takes 5 arguments");
+        return NULL;
+    }
+    response = stored_response(args[0], args[1], args[2], args[3], args[4]);
+    return response != NULL ? response : Py_NewRef(Py_None);
+}
+
+/* put_responses(results, stored, responses, reference, codes, trace_fields) -> None
+ * responses[index] = the response of each (index, request, queue_id) of stored and its result:
+ * stored_response, else reference(result, request, queue_id) (the processor's _put_response). */
+static PyObject *put_responses(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *results, *stored, *responses;
+    Py_ssize_t i, n;
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "put_responses(results, stored, responses, reference, codes, trace_fields)");
+        return NULL;
+    }
+    results = args[0], stored = args[1], responses = args[2];
+    n = PyList_GET_SIZE(results) < PyList_GET_SIZE(stored) ? PyList_GET_SIZE(results) : PyList_GET_SIZE(stored);
+    for (i = 0; i < n; i++) {  /* zip(stored, results), as the Python loop */
+        PyObject *entry = PyList_GET_ITEM(stored, i), *result = PyList_GET_ITEM(results, i), *response, *call[3];
+        int r;
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 3) {
+            PyErr_SetString(PyExc_TypeError, "put_responses: stored entries are (index, request, queue_id)");
+            return NULL;
+        }
+        Py_INCREF(entry);  /* the reference below is Python code: keep both alive */
+        Py_INCREF(result);
+        response = stored_response(result, PyTuple_GET_ITEM(entry, 1), PyTuple_GET_ITEM(entry, 2), args[4], args[5]);
+        if (response == NULL) {
+            call[0] = result, call[1] = PyTuple_GET_ITEM(entry, 1), call[2] = PyTuple_GET_ITEM(entry, 2);
+            response = PyObject_Vectorcall(args[3], call, 3, NULL);
+        }
+        r = response == NULL ? -1 : PyObject_SetItem(responses, PyTuple_GET_ITEM(entry, 0), response);
+        Py_XDECREF(response);
+        Py_DECREF(result);
+        Py_DECREF(entry);
+        if (r < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* response_frames(run, results) -> [frame] or None
+ * The frames RemotingNode._reply_run writes for a run when every request is a JSON request
+ * that wants an answer and every result a RemotingCommand that json_frame encodes; each
+ * response gets its request's opaque, the response flag and the serialize type first (as
+ * _send_response does). None for anything else: the Python loop then answers the run. */
+static PyObject *response_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *run, *results, *out;
+    Py_ssize_t i, n;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "response_frames(run, results)");
+        return NULL;
+    }
+    run = args[0], results = args[1];
+    if (!rc_slots || !PyList_CheckExact(run) || !PyList_CheckExact(results) ||
+        PyList_GET_SIZE(run) != PyList_GET_SIZE(results))
+        Py_RETURN_NONE;
+    n = PyList_GET_SIZE(run);
+    for (i = 0; i < n; i++) {  /* check every pair before changing any response */
+        PyObject *request = PyList_GET_ITEM(run, i), *response = PyList_GET_ITEM(results, i), *v;
+        int64_t x;
+        if (!Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand) || !Py_IS_TYPE(response, (PyTypeObject *)RemotingCommand))
+            Py_RETURN_NONE;
+        v = rc_get(request, RC_FLAG);
+        if (v == NULL || !I64_OK(v, &x) || (x & ONEWAY_FLAG_BIT))
+            Py_RETURN_NONE;
+        v = rc_get(request, RC_SERIALIZE);
+        if (v == NULL || !PyLong_Check(v) || !I64_OK(v, &x) || x != 0 || rc_get(request, RC_OPAQUE) == NULL)
+            Py_RETURN_NONE;
+        v = rc_get(response, RC_FLAG);
+        if (v == NULL || !PyLong_CheckExact(v) || !I64_OK(v, &x))
+            Py_RETURN_NONE;
+    }
+    out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *request = PyList_GET_ITEM(run, i), *response = PyList_GET_ITEM(results, i), *flag, *frame;
+        int64_t x = 0;
+        I64_OK(rc_get(response, RC_FLAG), &x);
+        flag = PyLong_FromLongLong(x | RESPONSE_FLAG_BIT);
+        if (flag == NULL)
+            goto fail;
+        rc_set(response, RC_OPAQUE, Py_NewRef(rc_get(request, RC_OPAQUE)));
+        rc_set(response, RC_FLAG, flag);
+        rc_set(response, RC_SERIALIZE, Py_NewRef(rc_get(request, RC_SERIALIZE)));
+        frame = json_frame(NULL, response);
+        if (frame == NULL)
+            goto fail;
+        if (frame == Py_None) {  /* not plain: Python encodes the run (and repeats the three fields) */
+            Py_DECREF(frame);
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        PyList_SET_ITEM(out, i, frame);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+#define REMOTING_METHODS \
+    {"set_remoting", (PyCFunction)(void (*)(void))set_remoting, METH_FASTCALL, \
+     "Register orjson.loads, SerializeType.JSON and the responses' version (remoting/codec.py)."}, \
+    {"read_frames", (PyCFunction)(void (*)(void))read_frames, METH_FASTCALL, \
+     "The plain frames of a read from a position: ([command], position) (RemotingProtocol.dataReceived)."}, \
+    {"put_response", (PyCFunction)(void (*)(void))put_response, METH_FASTCALL, \
+     "The response of a stored put, or None (rocketpy.broker.send._put_response)."}, \
+    {"put_responses", (PyCFunction)(void (*)(void))put_responses, METH_FASTCALL, \
+     "The responses of a run's puts, the plain ones in C (rocketpy.broker.send._put_responses)."}, \
+    {"response_frames", (PyCFunction)(void (*)(void))response_frames, METH_FASTCALL, \
+     "The frames of a run's plain responses, or None (rocketpy.remoting.node._reply_run)."},
