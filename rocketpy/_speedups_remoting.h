@@ -376,6 +376,97 @@ fail:
     return NULL;
 }
 
+/* ---- the send processor's single message (rocketpy.broker.send._single_message) ----------- */
+
+enum { SM_TOPIC, SM_FLAG, SM_PROPERTIES, SM_SYS_FLAG, SM_BORN, SM_RECONSUME, SM_ATTRS };
+static const char *const SM_NAMES[SM_ATTRS] = {"topic", "flag", "properties", "sys_flag", "born_timestamp",
+                                               "reconsume_times"};
+static PyObject *sm_names[SM_ATTRS], *str_tran_msg, *str_retry;
+#define RETRY_PREFIX "%RETRY%"
+#define TRANSACTION_MASK 0xC
+#define TRANSACTION_PREPARED_TYPE 0x4
+
+/* single_message(header, body, queue_id, born_host, store_host, cluster, limit, max_body)
+ *   -> MessageExt or None
+ * SendMessageProcessor._single_message (and half_message, which passes it) for the common case:
+ * a body of at most max_body bytes, a topic that is not a retry topic, ASCII properties of at
+ * most limit characters (no size check needed) without TRAN_MSG, a sysFlag that is not PREPARED.
+ * None for anything else: the Python code answers, errors included. */
+static PyObject *single_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *a[SM_ATTRS] = {NULL}, *f[N_FIELDS], *empty = NULL, *props = NULL, *result = NULL;
+    Py_ssize_t limit, max_body;
+    int64_t sys_flag;
+    int i, has;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "single_message() takes 8 arguments");
+        return NULL;
+    }
+    limit = PyLong_AsSsize_t(args[6]);
+    max_body = PyLong_AsSsize_t(args[7]);
+    if ((limit == -1 || max_body == -1) && PyErr_Occurred())
+        return NULL;
+    if (sm_names[0] == NULL) {
+        for (i = 0; i < SM_ATTRS; i++)
+            if ((sm_names[i] = PyUnicode_InternFromString(SM_NAMES[i])) == NULL)
+                return NULL;
+        if ((str_tran_msg = PyUnicode_InternFromString("TRAN_MSG")) == NULL ||
+            (str_retry = PyUnicode_InternFromString(RETRY_PREFIX)) == NULL)
+            return NULL;
+    }
+    if (!PyBytes_CheckExact(args[1]) || PyBytes_GET_SIZE(args[1]) > max_body || !PyUnicode_CheckExact(args[5]) ||
+        MessageExt == NULL)
+        Py_RETURN_NONE;
+    for (i = 0; i < SM_ATTRS; i++)
+        if ((a[i] = PyObject_GetAttr(args[0], sm_names[i])) == NULL) {
+            PyErr_Clear();
+            goto python;
+        }
+    if (!PyUnicode_CheckExact(a[SM_TOPIC]) || !PyUnicode_CheckExact(a[SM_PROPERTIES]) ||
+        !PyUnicode_IS_ASCII(a[SM_PROPERTIES]) || PyUnicode_GET_LENGTH(a[SM_PROPERTIES]) > limit ||
+        PyUnicode_Tailmatch(a[SM_TOPIC], str_retry, 0, PY_SSIZE_T_MAX, -1) != 0)  /* an error too */
+        goto python;
+    if (!I64_OK(a[SM_SYS_FLAG], &sys_flag) || (sys_flag & TRANSACTION_MASK) == TRANSACTION_PREPARED_TYPE)
+        goto python;
+    empty = PyDict_New();
+    if (empty == NULL)
+        goto done;
+    props = stored_properties((const char *)PyUnicode_DATA(a[SM_PROPERTIES]), PyUnicode_GET_LENGTH(a[SM_PROPERTIES]),
+                              empty, args[5]);
+    if (props == NULL)
+        goto done;
+    has = PyDict_Contains(props, str_tran_msg);
+    if (has != 0) {
+        if (has > 0)
+            goto python;
+        goto done;
+    }
+    f[0] = Py_NewRef(a[SM_TOPIC]);
+    f[1] = Py_NewRef(args[1]);
+    f[2] = Py_NewRef(a[SM_FLAG]);
+    f[3] = props;
+    props = NULL;
+    f[4] = Py_NewRef(args[2]);
+    f[5] = Py_NewRef(a[SM_SYS_FLAG]);
+    f[6] = Py_NewRef(a[SM_BORN]);
+    f[7] = Py_NewRef(args[3]);
+    f[8] = PyLong_FromLong(0);
+    f[9] = Py_NewRef(args[4]);
+    f[10] = Py_NewRef(a[SM_RECONSUME]);
+    for (i = 11; i < N_FIELDS; i++)
+        f[i] = PyLong_FromLong(0);
+    result = new_message(f);
+    goto done;
+python:
+    PyErr_Clear();  /* the Tailmatch error, if any: Python raises it again */
+    result = Py_NewRef(Py_None);
+done:
+    for (i = 0; i < SM_ATTRS; i++)
+        Py_XDECREF(a[i]);
+    Py_XDECREF(empty);
+    Py_XDECREF(props);
+    return result;
+}
+
 #define REMOTING_METHODS \
     {"set_remoting", (PyCFunction)(void (*)(void))set_remoting, METH_FASTCALL, \
      "Register orjson.loads, SerializeType.JSON and the responses' version (remoting/codec.py)."}, \
@@ -386,4 +477,6 @@ fail:
     {"put_responses", (PyCFunction)(void (*)(void))put_responses, METH_FASTCALL, \
      "The responses of a run's puts, the plain ones in C (rocketpy.broker.send._put_responses)."}, \
     {"response_frames", (PyCFunction)(void (*)(void))response_frames, METH_FASTCALL, \
-     "The frames of a run's plain responses, or None (rocketpy.remoting.node._reply_run)."},
+     "The frames of a run's plain responses, or None (rocketpy.remoting.node._reply_run)."}, \
+    {"single_message", (PyCFunction)(void (*)(void))single_message, METH_FASTCALL, \
+     "The MessageExt of a usual single send, or None (rocketpy.broker.send._single_message)."},

@@ -192,6 +192,11 @@ class SendMessageProcessor:
                 queue_id = self._queue_id(header, config)
             if header.batch:
                 return self._batch_messages(header, request.body, queue_id, channel), queue_id, True
+            if _single_message_c is not None:  # the usual message in one C call
+                fast = _single_message_c(header, request.body, queue_id, self._peer_host(channel), self._store_host,
+                                         self._cluster, self._short_properties, self._max_size)
+                if fast is not None:
+                    return (fast,), queue_id, False
             msg = self._single_message(header, request.body, queue_id, channel, request.version)
             queue_id = msg.queue_id  # what the producer is told, not the half topic's queue
             return (half_message(msg),), queue_id, False  # a PREPARED send waits on the half topic
@@ -422,7 +427,11 @@ _stored_batch: Callable[..., list[MessageExt] | None] | None = None
 #: C (rocketpy/_speedups_remoting.h), None when not built; the others go to ``_put_response``.
 _put_response_c: Callable[..., RemotingCommand | None] | None = None
 _put_responses_c: Callable[..., None] | None = None
+#: ``_single_message`` + ``half_message`` in C for the usual message (``single_message``), None when
+#: not built: it answers None for a retry topic, a transaction, long or non-ASCII properties.
+_single_message_c: Callable[..., MessageExt | None] | None = None
 if speedups.compiled is not None:
+    _single_message_c = speedups.compiled.single_message
     _stored_batch = speedups.compiled.stored_batch
     _put_response_c = speedups.compiled.put_response
     _put_responses_c = speedups.compiled.put_responses
