@@ -99,6 +99,303 @@ static PyObject *set_remoting(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+/* ---- JSON request headers, parsed straight to the command -------------------------------- */
+
+/* The headers clients send: one object of the keys below, integers without fraction or
+ * exponent, strings (escapes included), extFields an object of strings. Anything else (other
+ * keys, duplicates, floats, raw control characters, lone surrogates, bad UTF-8, trailing data)
+ * makes json_command answer NULL without an exception: orjson and command_from_map, then the
+ * Python code, decide, so results and errors stay the reference's. */
+typedef struct {
+    const unsigned char *p, *end;
+} Cursor;
+
+enum { K_CODE, K_VERSION, K_OPAQUE, K_FLAG, K_LANGUAGE, K_REMARK, K_EXT, K_RPC, K_KEYS };
+static const char *const K_NAMES[K_KEYS] = {"code", "version", "opaque", "flag", "language", "remark", "extFields",
+                                            "serializeTypeCurrentRPC"};
+#define STRING_STACK 512
+
+static inline void skip_ws(Cursor *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+static int hex4(const unsigned char *p, unsigned *out) {
+    unsigned v = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        unsigned char h = p[i];
+        v <<= 4;
+        if (h >= '0' && h <= '9')
+            v |= h - '0';
+        else if ((h | 32) >= 'a' && (h | 32) <= 'f')
+            v |= (h | 32) - 'a' + 10;
+        else
+            return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* The JSON string at c->p (its opening quote); names go through the name cache. NULL without
+ * an exception when it is not plain (see above), with one when memory ran out. */
+static PyObject *json_string(Cursor *c, int name) {
+    const unsigned char *s = c->p + 1, *q = s;
+    unsigned char stack[STRING_STACK], *buf, *at;
+    int ascii = 1, escapes = 0;
+    PyObject *r;
+    if (c->p >= c->end || *c->p != '"')
+        return NULL;
+    while (q < c->end && *q != '"') {
+        if (*q < 0x20)
+            return NULL;  /* orjson refuses raw control characters: the lenient path decides */
+        if (*q == '\\') {
+            escapes = 1;
+            q++;
+            if (q >= c->end)
+                return NULL;
+        } else if (*q >= 0x80) {
+            ascii = 0;
+        }
+        q++;
+    }
+    if (q >= c->end)
+        return NULL;
+    c->p = q + 1;
+    if (!escapes) {
+        if (ascii)
+            return name && q > s ? property_name((const char *)s, q - s) : ascii_str((const char *)s, q - s);
+        r = PyUnicode_DecodeUTF8((const char *)s, q - s, NULL);
+        if (r == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            PyErr_Clear();
+        return r;
+    }
+    buf = q - s <= STRING_STACK ? stack : PyMem_Malloc(q - s);  /* unescaped, it is never longer */
+    if (buf == NULL)
+        return PyErr_NoMemory();
+    for (at = buf; s < q; s++) {
+        unsigned cp;
+        if (*s != '\\') {
+            *at++ = *s;
+            continue;
+        }
+        switch (*++s) {
+        case '"': case '\\': case '/': *at++ = *s; break;
+        case 'b': *at++ = 8; break;
+        case 'f': *at++ = 12; break;
+        case 'n': *at++ = 10; break;
+        case 'r': *at++ = 13; break;
+        case 't': *at++ = 9; break;
+        case 'u':
+            if (q - s < 5 || !hex4(s + 1, &cp) || (cp >= 0xD800 && cp <= 0xDFFF))
+                goto bail;  /* surrogates (pairs too) are left to orjson */
+            s += 4;
+            if (cp < 0x80) {
+                *at++ = (unsigned char)cp;
+            } else if (cp < 0x800) {
+                *at++ = 0xC0 | cp >> 6;
+                *at++ = 0x80 | (cp & 0x3F);
+            } else {
+                *at++ = 0xE0 | cp >> 12;
+                *at++ = 0x80 | (cp >> 6 & 0x3F);
+                *at++ = 0x80 | (cp & 0x3F);
+            }
+            break;
+        default:
+            goto bail;
+        }
+    }
+    r = PyUnicode_DecodeUTF8((const char *)buf, at - buf, NULL);
+    if (r == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+        PyErr_Clear();
+    if (buf != stack)
+        PyMem_Free(buf);
+    return r;
+bail:
+    if (buf != stack)
+        PyMem_Free(buf);
+    return NULL;
+}
+
+/* An integer without fraction or exponent, at most 18 digits, into *out; 0 for anything else. */
+static int json_int(Cursor *c, int64_t *out) {
+    const unsigned char *p = c->p;
+    int64_t x = 0;
+    int neg = 0, digits = 0;
+    if (p < c->end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p >= c->end || *p < '0' || *p > '9' || (*p == '0' && p + 1 < c->end && p[1] >= '0' && p[1] <= '9'))
+        return 0;
+    for (; p < c->end && *p >= '0' && *p <= '9'; p++) {
+        if (++digits > 18)
+            return 0;
+        x = x * 10 + (*p - '0');
+    }
+    if (p < c->end && (*p == '.' || *p == 'e' || *p == 'E'))
+        return 0;
+    *out = neg ? -x : x;
+    c->p = p;
+    return 1;
+}
+
+static int json_null(Cursor *c) {
+    if (c->end - c->p >= 4 && memcmp(c->p, "null", 4) == 0) {
+        c->p += 4;
+        return 1;
+    }
+    return 0;
+}
+
+/* A dict with room for 16 items without a resize (extFields: ~11 in a send). */
+static PyObject *new_fields(void) {
+#if PY_VERSION_HEX < 0x030D0000
+    return _PyDict_NewPresized(16);
+#else
+    return PyDict_New();
+#endif
+}
+
+/* extFields: an object of strings into a new dict; NULL (no exception) when not plain. */
+static PyObject *json_fields(Cursor *c) {
+    PyObject *fields = new_fields(), *k = NULL, *v = NULL;
+    if (fields == NULL)
+        return NULL;
+    c->p++;  /* '{' */
+    skip_ws(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return fields;
+    }
+    for (;;) {
+        int r;
+        if ((k = json_string(c, 1)) == NULL)
+            goto fail;
+        skip_ws(c);
+        if (c->p >= c->end || *c->p++ != ':')
+            goto fail;
+        skip_ws(c);
+        if ((v = json_string(c, 0)) == NULL)
+            goto fail;
+        r = PyDict_SetItem(fields, k, v);  /* a repeated key keeps its place, as in orjson's dict */
+        Py_CLEAR(k);
+        Py_CLEAR(v);
+        if (r < 0)
+            goto fail;
+        skip_ws(c);
+        if (c->p >= c->end)
+            goto fail;
+        if (*c->p == '}') {
+            c->p++;
+            return fields;
+        }
+        if (*c->p++ != ',')
+            goto fail;
+        skip_ws(c);
+    }
+fail:
+    Py_XDECREF(k);
+    Py_XDECREF(v);
+    Py_DECREF(fields);
+    return NULL;
+}
+
+/* Which of K_NAMES key[0:n] is (K_KEYS for none): by its length and first letter, then memcmp. */
+static int header_key(const unsigned char *key, Py_ssize_t n) {
+    int k;
+    switch (n) {
+    case 4: k = key[0] == 'c' ? K_CODE : K_FLAG; break;
+    case 6: k = key[0] == 'o' ? K_OPAQUE : K_REMARK; break;
+    case 7: k = K_VERSION; break;
+    case 8: k = K_LANGUAGE; break;
+    case 9: k = K_EXT; break;
+    case 23: k = K_RPC; break;
+    default: return K_KEYS;
+    }
+    return memcmp(K_NAMES[k], key, n) == 0 ? k : K_KEYS;
+}
+
+/* The command of a plain JSON header s[0:n] and its body; NULL without an exception when the
+ * header is not plain (see above), with one on memory errors. */
+static PyObject *json_command(const unsigned char *s, Py_ssize_t n, PyObject *body) {
+    Cursor c = {s, s + n};
+    PyObject *text[K_KEYS] = {NULL}, *f[RC_FIELDS], *result = NULL;
+    int64_t num[4] = {0, 0, 0, 0};
+    unsigned seen = 0;
+    int i;
+    skip_ws(&c);
+    if (c.p >= c.end || *c.p++ != '{')
+        return NULL;
+    skip_ws(&c);
+    for (;;) {
+        const unsigned char *key;
+        Py_ssize_t key_len;
+        int k;
+        if (c.p >= c.end || *c.p != '"')
+            goto done;
+        key = ++c.p;
+        while (c.p < c.end && *c.p != '"' && *c.p != '\\')
+            c.p++;
+        if (c.p >= c.end || *c.p != '"')
+            goto done;
+        key_len = c.p++ - key;
+        k = header_key(key, key_len);
+        if (k == K_KEYS || (seen & 1u << k))
+            goto done;  /* another key, or a repeated one: orjson decides */
+        seen |= 1u << k;
+        skip_ws(&c);
+        if (c.p >= c.end || *c.p++ != ':')
+            goto done;
+        skip_ws(&c);
+        if (k <= K_FLAG) {
+            if (!json_int(&c, &num[k]))
+                goto done;
+        } else if (k == K_EXT) {
+            if (json_null(&c))
+                seen &= ~(1u << K_EXT);  /* null: no fields */
+            else if (c.p >= c.end || *c.p != '{' || (text[K_EXT] = json_fields(&c)) == NULL)
+                goto done;
+        } else if (k == K_REMARK && json_null(&c)) {
+            seen &= ~(1u << K_REMARK);
+        } else if ((text[k] = json_string(&c, k == K_LANGUAGE)) == NULL) {
+            goto done;
+        }
+        skip_ws(&c);
+        if (c.p >= c.end)
+            goto done;
+        if (*c.p == '}') {
+            c.p++;
+            break;
+        }
+        if (*c.p++ != ',')
+            goto done;
+        skip_ws(&c);
+    }
+    skip_ws(&c);
+    if (c.p != c.end || !(seen & 1u << K_CODE) || num[K_OPAQUE] < INT32_MIN || num[K_OPAQUE] > INT32_MAX)
+        goto done;
+    if (text[K_EXT] == NULL && (text[K_EXT] = PyDict_New()) == NULL)
+        goto done;
+    for (i = 0; i < 4; i++)
+        text[i] = PyLong_FromLongLong(num[i]);
+    f[RC_CODE] = text[K_CODE];
+    f[RC_LANGUAGE] = text[K_LANGUAGE] != NULL ? text[K_LANGUAGE] : str_java;
+    f[RC_VERSION] = text[K_VERSION];
+    f[RC_OPAQUE] = text[K_OPAQUE];
+    f[RC_FLAG] = text[K_FLAG];
+    f[RC_REMARK] = text[K_REMARK] != NULL ? text[K_REMARK] : Py_None;
+    f[RC_EXT] = text[K_EXT];
+    f[RC_BODY] = body;
+    f[RC_SERIALIZE] = serialize_json;
+    if (f[RC_CODE] && f[RC_VERSION] && f[RC_OPAQUE] && f[RC_FLAG])
+        result = new_command(f);
+done:
+    for (i = 0; i < K_KEYS; i++)
+        Py_XDECREF(text[i]);
+    return result;
+}
+
 /* One plain frame (no length prefix) at buf[start:end] as a command; NULL without an exception
  * when it is not the plain case or anything failed: the Python decoder then decodes it again and
  * answers, errors included. */
@@ -112,19 +409,32 @@ static PyObject *plain_frame(const char *buf, Py_ssize_t start, Py_ssize_t end) 
     header_end = start + 4 + (Py_ssize_t)(info & 0xFFFFFF);
     if ((info >> 24) != 0 || header_end > end)
         return NULL;
-    raw = PyBytes_FromStringAndSize(buf + start + 4, header_end - start - 4);
-    if (raw == NULL)
+    args[1] = PyBytes_FromStringAndSize(buf + header_end, end - header_end);
+    if (args[1] == NULL)
         goto python;
+    cmd = json_command((const unsigned char *)buf + start + 4, header_end - start - 4, args[1]);
+    if (cmd != NULL || PyErr_Occurred()) {
+        Py_DECREF(args[1]);
+        if (cmd != NULL)
+            return cmd;
+        goto python;
+    }
+    raw = PyBytes_FromStringAndSize(buf + start + 4, header_end - start - 4);  /* the usual shapes, by orjson */
+    if (raw == NULL) {
+        Py_DECREF(args[1]);
+        goto python;
+    }
     header = PyObject_CallOneArg(orjson_loads, raw);
     Py_DECREF(raw);
-    if (header == NULL)  /* orjson refused it: the lenient Python path decides */
+    if (header == NULL) {  /* orjson refused it: the lenient Python path decides */
+        Py_DECREF(args[1]);
         goto python;
+    }
     args[0] = header;
-    args[1] = PyBytes_FromStringAndSize(buf + header_end, end - header_end);
     args[2] = serialize_json;
-    cmd = args[1] != NULL ? command_from_map(NULL, args, 3) : NULL;
+    cmd = command_from_map(NULL, args, 3);
     Py_DECREF(header);
-    Py_XDECREF(args[1]);
+    Py_DECREF(args[1]);
     if (cmd == Py_None) {
         Py_DECREF(cmd);
         return NULL;

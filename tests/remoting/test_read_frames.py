@@ -41,7 +41,12 @@ def frame(header: bytes, body: bytes = b"", serialize_type: int = 0, length: int
 
 
 HEADER_KEYS = st.sampled_from(["code", "version", "opaque", "flag", "language", "remark", "extFields"]) | TEXT
-HEADER_VALUES = INT | TEXT | st.none() | st.dictionaries(TEXT, TEXT | INT, max_size=3) | st.sampled_from([2.5, [1]])
+#: what JSON escapes or writes raw: every escape, control characters, non-ASCII, astral planes
+TRICKY = st.lists(st.sampled_from(["\n", "\t", "\r", "\b", "\f", '"', "\\", "/", "\x00", "\x01", "\x1f", "\x7f",
+                                   "\u00e9", "\u0800", "\u2028", "\uffff", "\U0001F600", "a", "KEYS"]),
+                  max_size=6).map("".join)
+HEADER_VALUES = (INT | TEXT | TRICKY | st.none() | st.dictionaries(TEXT | TRICKY, TRICKY, max_size=4)
+                 | st.dictionaries(TEXT, TEXT | INT, max_size=3) | st.sampled_from([2.5, [1]]))
 USUAL: dict[str, Any] = {"code": 310, "extFields": {"a": "PG", "b": "\u0001x\u0002"}, "flag": 0, "language": "JAVA", "opaque": 7,
          "serializeTypeCurrentRPC": "JSON", "version": 401}
 
@@ -128,6 +133,29 @@ class ReadFramesTests(SynchronousTestCase):
     def test_same_events(self, parts: list[bytes], cuts: list[int]) -> None:
         """Random streams of usual, damaged and hostile frames, in random reads: the same events."""
         self.both(b"".join(parts), cuts)
+
+    @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.dictionaries(HEADER_KEYS | st.just("serializeTypeCurrentRPC"), HEADER_VALUES, max_size=5),
+           st.booleans(), st.sampled_from([None, 0, 1]), st.sampled_from(["", " ", "\n", "\t\r "]),
+           st.sampled_from(["", "x", ',"code":5', ',"extFields":null', ',"remark":null', ',"code":1.0']))
+    def test_same_command_as_decode_frame(self, fields: dict[str, Any], ascii_only: bool, indent: int | None,
+                                          space: str, extra: str) -> None:
+        """JSON headers written in every way (escapes, non-ASCII, whitespace, indentation,
+        repeated keys, nulls, floats, other keys): a command from the C parser equals the
+        Python decoder's, or the frame is left to it."""
+        assert C_READ is not None
+        text = space + json.dumps(dict(USUAL, **fields), ensure_ascii=ascii_only, indent=indent)
+        text = text[:-1] + extra + "}" + space if extra and text.rstrip().endswith("}") else text
+        data = frame(text.encode("utf-8", "surrogatepass"), b"body")
+        commands, position = C_READ(data, 0, LIMIT)
+        try:
+            expected: Any = codec.decode_frame(data, 4, len(data))
+        except ProtocolError as e:
+            expected = e
+        if commands:
+            self.assertEqual((_fields(commands[0]), position), (_fields(expected), len(data)))
+        else:
+            self.assertEqual(position, 0)
 
     def test_plain_frames_in_one_call(self) -> None:
         """The usual requests of a read come back together; the read stops after a response and
