@@ -161,9 +161,9 @@ class SendMessageProcessor:
         responses: list[RemotingCommand] = []
         puts: list[Sequence[MessageExt]] = []
         stored: list[tuple[int, RemotingCommand, int]] = []  # response index, request, queue id
-        prepare = self._prepare
+        prepare, born_host = self._prepare, self._peer_host(channel)  # one peer for the whole run
         for request in requests:
-            prepared = prepare(request, channel)
+            prepared = prepare(request, channel, born_host)
             if type(prepared) is not RemotingCommand:
                 msgs, queue_id, _batch = prepared  # type: ignore[misc]
                 puts.append(msgs)
@@ -181,9 +181,11 @@ class SendMessageProcessor:
             responses[index] = put_response(result, request, queue_id)
         return responses
 
-    def _prepare(self, request: RemotingCommand,
-                 channel: Any) -> RemotingCommand | tuple[Sequence[MessageExt], int, bool]:
-        """The messages to store, their queue id and whether they are a batch; or the error response."""
+    def _prepare(self, request: RemotingCommand, channel: Any, born_host: tuple[str, int] | None = None,
+                 ) -> RemotingCommand | tuple[Sequence[MessageExt], int, bool]:
+        """The messages to store, their queue id and whether they are a batch; or the error response.
+
+        ``born_host``: the channel's peer, when the caller has it already."""
         try:
             header = SendHeader.parse(request)
             config = self._check(header, channel)
@@ -193,8 +195,8 @@ class SendMessageProcessor:
             if header.batch:
                 return self._batch_messages(header, request.body, queue_id, channel), queue_id, True
             if _single_message_c is not None:  # the usual message in one C call
-                fast = _single_message_c(header, request.body, queue_id, self._peer_host(channel), self._store_host,
-                                         self._cluster, self._short_properties, self._max_size)
+                fast = _single_message_c(header, request.body, queue_id, born_host or self._peer_host(channel),
+                                         self._store_host, self._cluster, self._short_properties, self._max_size)
                 if fast is not None:
                     return (fast,), queue_id, False
             msg = self._single_message(header, request.body, queue_id, channel, request.version)
