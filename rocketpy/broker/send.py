@@ -24,6 +24,7 @@ from rocketpy.broker.sendback import (
     dead_letter_topic,
     max_reconsume_times,
 )
+from rocketpy.broker import sendheader
 from rocketpy.broker.sendheader import SendHeader
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
@@ -162,8 +163,9 @@ class SendMessageProcessor:
         puts: list[Sequence[MessageExt]] = []
         stored: list[tuple[int, RemotingCommand, int]] = []  # response index, request, queue id
         prepare, born_host = self._prepare, self._peer_host(channel)  # one peer for the whole run
+        checked: dict[str, TopicConfig] = {}  # the run's topics whose checks passed
         for request in requests:
-            prepared = prepare(request, channel, born_host)
+            prepared = prepare(request, channel, born_host, checked)
             if type(prepared) is not RemotingCommand:
                 msgs, queue_id, _batch = prepared  # type: ignore[misc]
                 puts.append(msgs)
@@ -182,13 +184,20 @@ class SendMessageProcessor:
         return responses
 
     def _prepare(self, request: RemotingCommand, channel: Any, born_host: tuple[str, int] | None = None,
+                 checked: dict[str, TopicConfig] | None = None,
                  ) -> RemotingCommand | tuple[Sequence[MessageExt], int, bool]:
         """The messages to store, their queue id and whether they are a batch; or the error response.
 
-        ``born_host``: the channel's peer, when the caller has it already."""
+        ``born_host``: the channel's peer, when the caller has it already. ``checked``: the configs
+        of topics whose checks passed earlier in the same run (nothing changes them meanwhile: the
+        run is processed in one go); filled here."""
         try:
-            header = SendHeader.parse(request)
-            config = self._check(header, channel)
+            header = sendheader._parse_fields(request.ext_fields)  # SendHeader.parse, one call less
+            config = checked.get(header.topic) if checked is not None else None
+            if config is None or header.queue_id >= max(config.read_queue_nums, config.write_queue_nums):
+                config = self._check(header, channel)  # the first of its topic in the run, or an error
+                if checked is not None:
+                    checked[header.topic] = config
             queue_id = header.queue_id
             if queue_id < 0:
                 queue_id = self._queue_id(header, config)

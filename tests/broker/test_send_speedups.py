@@ -94,6 +94,29 @@ class SingleMessageTests(SynchronousTestCase):
         self.assertEqual(self.processed(run, status, True), self.processed(copies, status, False))
         self.flushLoggedErrors()
 
+    def outcome(self, run: list[RemotingCommand], together: bool) -> Any:
+        clock = Clock()
+        store = FakeStoreService()
+        processor = SendMessageProcessor(store, TopicConfigManager(clock), test_send.STORE_HOST,
+                                         cluster_name="TestCluster", max_message_size=1024, rng=random.Random(7))
+        channel = FakeChannel("10.0.0.9:53211")
+        if together:
+            many: Deferred[Any] = processor.process_requests(channel, run)
+            answers = self.successResultOf(many)
+        else:
+            answers = [processor.process_request(channel, request) for request in run]
+            answers = [a if isinstance(a, RemotingCommand) else self.successResultOf(a) for a in answers]
+        return fields_of(answers), [fields_of(msgs) for _, msgs in store.puts]
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(requests(), min_size=1, max_size=6))
+    def test_run_as_requests_alone(self, run: list[RemotingCommand]) -> None:
+        """A run (one born host, each topic checked once) answers and stores as the same requests
+        one by one: auto-created topics, bad names, illegal queue ids mid-run included."""
+        copies = [dataclasses.replace(r, ext_fields=dict(r.ext_fields)) for r in run]
+        self.assertEqual(self.outcome(run, True), self.outcome(copies, False))
+        self.flushLoggedErrors()
+
     def test_usual_send_in_c(self) -> None:
         """The usual send is built in C; a retry topic or a PREPARED send is left to Python."""
         assert send._single_message_c is not None
