@@ -105,8 +105,18 @@ def checks(loops: int) -> list[tuple[str, Callable[[], Any]]]:
             single_message(h, b"body", 1, ("10.0.0.1", 5), STORE_HOST, "C", 1000, 1024)
         single_message(header, b"x" * 2000, 1, ("10.0.0.1", 5), STORE_HOST, "C", 1000, 1024)
 
+    send_run = send._send_run
+    assert send_run is not None
+    run = [send_request(310, ALI_V2, b"x" * 100), send_request(310, {}), send_request(310, dict(ALI_V2, e="1")),
+           send_request(310, dict(ALI_V2, e="99")), send_request(310, dict(ALI_V2, b="%RETRY%G")),
+           send_request(310, dict(ALI_V2, m="true"), b"bad batch")]
+
+    def runs() -> None:
+        puts: list[Any] = []
+        send_run(run, None, {}, ("10.0.0.1", 5), STORE_HOST, "C", 1000, 1024, processor._prepare, puts, [], [])
+
     return [("read_frames (json_command, orjson, fallbacks)", read_all), ("response_frames", responses),
-            ("put_response / put_responses", puts), ("single_message", messages)]
+            ("put_response / put_responses", puts), ("single_message", messages), ("send_run", runs)]
 
 
 def main() -> int:

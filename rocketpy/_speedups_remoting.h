@@ -696,6 +696,19 @@ static PyObject *sm_names[SM_ATTRS], *str_tran_msg, *str_retry;
 #define TRANSACTION_MASK 0xC
 #define TRANSACTION_PREPARED_TYPE 0x4
 
+/* The interned names single_message reads (once); -1 with an exception on failure. */
+static int single_message_names(void) {
+    int i;
+    if (str_retry != NULL)
+        return 0;
+    for (i = 0; i < SM_ATTRS; i++)
+        if (sm_names[i] == NULL && (sm_names[i] = PyUnicode_InternFromString(SM_NAMES[i])) == NULL)
+            return -1;
+    if (str_tran_msg == NULL && (str_tran_msg = PyUnicode_InternFromString("TRAN_MSG")) == NULL)
+        return -1;
+    return (str_retry = PyUnicode_InternFromString(RETRY_PREFIX)) == NULL ? -1 : 0;
+}
+
 /* single_message(header, body, queue_id, born_host, store_host, cluster, limit, max_body)
  *   -> MessageExt or None
  * SendMessageProcessor._single_message (and half_message, which passes it) for the common case:
@@ -715,14 +728,8 @@ static PyObject *single_message(PyObject *self, PyObject *const *args, Py_ssize_
     max_body = PyLong_AsSsize_t(args[7]);
     if ((limit == -1 || max_body == -1) && PyErr_Occurred())
         return NULL;
-    if (sm_names[0] == NULL) {
-        for (i = 0; i < SM_ATTRS; i++)
-            if ((sm_names[i] = PyUnicode_InternFromString(SM_NAMES[i])) == NULL)
-                return NULL;
-        if ((str_tran_msg = PyUnicode_InternFromString("TRAN_MSG")) == NULL ||
-            (str_retry = PyUnicode_InternFromString(RETRY_PREFIX)) == NULL)
-            return NULL;
-    }
+    if (single_message_names() < 0)
+        return NULL;
     if (!PyBytes_CheckExact(args[1]) || PyBytes_GET_SIZE(args[1]) > max_body || !PyUnicode_CheckExact(args[5]) ||
         MessageExt == NULL)
         Py_RETURN_NONE;
@@ -777,6 +784,137 @@ done:
     return result;
 }
 
+/* ---- a run of send requests (rocketpy.broker.send.process_requests' loop) ------------------ */
+
+static PyObject *str_queue_id_attr, *str_batch_attr, *str_read_nums, *str_write_nums;
+
+/* The message of one usual request of a run, as _prepare builds it: its header parsed, its topic
+ * already checked in this run (in checked), its queue id given and valid, not a batch, and
+ * single_message takes it. Sets *queue_id. NULL without an exception for anything else. */
+static PyObject *run_message(PyObject *request, PyObject *checked, PyObject *const *msg_args, int64_t *queue_id) {
+    PyObject *header = NULL, *v = NULL, *config, *args[8], *msg = NULL;
+    int64_t read_nums, write_nums, batch;
+    if (!rc_slots || !Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand) || rc_get(request, RC_EXT) == NULL ||
+        rc_get(request, RC_BODY) == NULL)
+        return NULL;
+    header = send_header(NULL, rc_get(request, RC_EXT));
+    if (header == NULL)
+        goto python;
+    if ((v = PyObject_GetAttr(header, sm_names[SM_TOPIC])) == NULL || !PyUnicode_CheckExact(v))
+        goto python;
+    config = PyDict_GetItemWithError(checked, v);  /* borrowed */
+    Py_CLEAR(v);
+    if (config == NULL)
+        goto python;
+    Py_INCREF(config);
+    if ((v = PyObject_GetAttr(header, str_batch_attr)) == NULL || (batch = PyObject_IsTrue(v)) != 0)
+        goto python_config;
+    Py_CLEAR(v);
+    if ((v = PyObject_GetAttr(header, str_queue_id_attr)) == NULL || !I32_OK(v, queue_id) || *queue_id < 0)
+        goto python_config;
+    Py_CLEAR(v);
+    if ((v = PyObject_GetAttr(config, str_read_nums)) == NULL || !I32_OK(v, &read_nums))
+        goto python_config;
+    Py_CLEAR(v);
+    if ((v = PyObject_GetAttr(config, str_write_nums)) == NULL || !I32_OK(v, &write_nums))
+        goto python_config;
+    Py_CLEAR(v);
+    if (*queue_id >= (read_nums > write_nums ? read_nums : write_nums))
+        goto python_config;
+    args[0] = header;
+    args[1] = rc_get(request, RC_BODY);
+    args[2] = PyLong_FromLongLong(*queue_id);
+    if (args[2] == NULL)
+        goto python_config;
+    memcpy(args + 3, msg_args, 5 * sizeof(PyObject *));
+    msg = single_message(NULL, args, 8);
+    Py_DECREF(args[2]);
+    if (msg == Py_None)
+        Py_CLEAR(msg);
+python_config:
+    Py_DECREF(config);
+python:
+    Py_XDECREF(v);
+    Py_XDECREF(header);
+    if (msg == NULL)
+        PyErr_Clear();  /* _prepare decides again, and raises or answers what it must */
+    return msg;
+}
+
+/* send_run(requests, channel, checked, born_host, store_host, cluster, limit, max_body, prepare,
+ *          puts, stored, responses) -> None
+ * SendMessageProcessor.process_requests' loop: the usual requests in C (run_message), the others
+ * through prepare(request, channel, born_host, checked) (its _prepare); puts, stored (response
+ * index, request, queue id) and responses (the error response, or a placeholder) are appended to. */
+static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *requests, *checked, *puts, *stored, *responses, *msg_args[5];
+    Py_ssize_t i;
+    if (nargs != 12 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[9]) ||
+        !PyList_CheckExact(args[10]) || !PyList_CheckExact(args[11])) {
+        PyErr_SetString(PyExc_TypeError, "send_run(requests, channel, checked, born_host, store_host, cluster, limit, "
+                                         "max_body, prepare, puts, stored, responses)");
+        return NULL;
+    }
+    if (str_queue_id_attr == NULL) {
+        str_queue_id_attr = PyUnicode_InternFromString("queue_id");
+        str_batch_attr = PyUnicode_InternFromString("batch");
+        str_read_nums = PyUnicode_InternFromString("read_queue_nums");
+        str_write_nums = PyUnicode_InternFromString("write_queue_nums");
+        if (!str_queue_id_attr || !str_batch_attr || !str_read_nums || !str_write_nums)
+            return NULL;
+    }
+    if (single_message_names() < 0)
+        return NULL;
+    requests = args[0], checked = args[2], puts = args[9], stored = args[10], responses = args[11];
+    msg_args[0] = args[3], msg_args[1] = args[4], msg_args[2] = args[5], msg_args[3] = args[6], msg_args[4] = args[7];
+    for (i = 0; i < PyList_GET_SIZE(requests); i++) {
+        PyObject *request = PyList_GET_ITEM(requests, i), *msg, *prepared, *msgs = NULL, *queue_obj = NULL;
+        PyObject *entry = NULL, *index = NULL;
+        int64_t queue_id = 0;
+        int r = -1;
+        Py_INCREF(request);  /* prepare is Python code: the list may change under us */
+        msg = run_message(request, checked, msg_args, &queue_id);
+        if (msg != NULL) {
+            msgs = PyTuple_Pack(1, msg);
+            queue_obj = PyLong_FromLongLong(queue_id);
+            Py_DECREF(msg);
+            prepared = msgs && queue_obj ? PyTuple_Pack(3, msgs, queue_obj, Py_False) : NULL;
+        } else {
+            PyObject *call[4] = {request, args[1], args[3], checked};
+            prepared = PyObject_Vectorcall(args[8], call, 4, NULL);
+            if (prepared != NULL && PyTuple_CheckExact(prepared)) {  /* (msgs, queue id, batch), else a response */
+                if (PyTuple_GET_SIZE(prepared) != 3) {
+                    PyErr_Format(PyExc_TypeError, "send_run: prepare gave %R", prepared);
+                    Py_CLEAR(prepared);
+                } else {
+                    msgs = Py_NewRef(PyTuple_GET_ITEM(prepared, 0));
+                    queue_obj = Py_NewRef(PyTuple_GET_ITEM(prepared, 1));
+                }
+            }
+        }
+        if (prepared != NULL) {
+            if (msgs != NULL) {  /* to store: the response replaces the placeholder once stored */
+                index = PyLong_FromSsize_t(PyList_GET_SIZE(responses));
+                entry = index ? PyTuple_Pack(3, index, request, queue_obj) : NULL;
+                r = entry == NULL || PyList_Append(puts, msgs) < 0 || PyList_Append(stored, entry) < 0 ? -1 : 0;
+            } else {
+                r = 0;
+            }
+            if (r == 0)
+                r = PyList_Append(responses, prepared);
+        }
+        Py_XDECREF(prepared);
+        Py_XDECREF(msgs);
+        Py_XDECREF(queue_obj);
+        Py_XDECREF(entry);
+        Py_XDECREF(index);
+        Py_DECREF(request);
+        if (r < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 #define REMOTING_METHODS \
     {"set_remoting", (PyCFunction)(void (*)(void))set_remoting, METH_FASTCALL, \
      "Register orjson.loads, SerializeType.JSON and the responses' version (remoting/codec.py)."}, \
@@ -789,4 +927,6 @@ done:
     {"response_frames", (PyCFunction)(void (*)(void))response_frames, METH_FASTCALL, \
      "The frames of a run's plain responses, or None (rocketpy.remoting.node._reply_run)."}, \
     {"single_message", (PyCFunction)(void (*)(void))single_message, METH_FASTCALL, \
-     "The MessageExt of a usual single send, or None (rocketpy.broker.send._single_message)."},
+     "The MessageExt of a usual single send, or None (rocketpy.broker.send._single_message)."}, \
+    {"send_run", (PyCFunction)(void (*)(void))send_run, METH_FASTCALL, \
+     "rocketpy.broker.send.process_requests' loop: the usual requests in C, the others through _prepare."},

@@ -52,6 +52,7 @@ from rocketpy.common.topic import (
     send_topic_problem,
 )
 from rocketpy.interfaces import IBatchRequestProcessor, IStoreService
+from rocketpy.remoting import codec  # noqa: F401  (registers RemotingCommand with the C functions below)
 from rocketpy.remoting.codes import ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
@@ -164,6 +165,10 @@ class SendMessageProcessor:
         stored: list[tuple[int, RemotingCommand, int]] = []  # response index, request, queue id
         prepare, born_host = self._prepare, self._peer_host(channel)  # one peer for the whole run
         checked: dict[str, TopicConfig] = {}  # the run's topics whose checks passed
+        if _send_run is not None:  # the loop below in C for the usual requests, _prepare for the others
+            _send_run(requests, channel, checked, born_host, self._store_host, self._cluster, self._short_properties,
+                      self._max_size, prepare, puts, stored, responses)
+            return self._store.put_many(puts).addCallback(self._put_responses, responses, stored)
         for request in requests:
             prepared = prepare(request, channel, born_host, checked)
             if type(prepared) is not RemotingCommand:
@@ -441,7 +446,11 @@ _put_responses_c: Callable[..., None] | None = None
 #: ``_single_message`` + ``half_message`` in C for the usual message (``single_message``), None when
 #: not built: it answers None for a retry topic, a transaction, long or non-ASCII properties.
 _single_message_c: Callable[..., MessageExt | None] | None = None
+#: ``process_requests``' loop in C (``send_run``), None when not built: a request whose topic was
+#: checked earlier in the run and that ``single_message`` takes is built there, the others by ``_prepare``.
+_send_run: Callable[..., None] | None = None
 if speedups.compiled is not None:
+    _send_run = speedups.compiled.send_run
     _single_message_c = speedups.compiled.single_message
     _stored_batch = speedups.compiled.stored_batch
     _put_response_c = speedups.compiled.put_response

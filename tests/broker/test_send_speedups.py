@@ -27,7 +27,7 @@ from tests.broker import test_send
 from tests.fakes import FakeChannel, FakeStoreService
 
 C_FUNCTIONS = {"_single_message_c": send._single_message_c, "_put_response_c": send._put_response_c,
-               "_put_responses_c": send._put_responses_c}
+               "_put_responses_c": send._put_responses_c, "_send_run": send._send_run}
 C_SKIP = None if send._single_message_c is not None else "no compiled accelerator (send._single_message_c is None)"
 
 PROPERTY = st.sampled_from([("TAGS", "TagA"), ("KEYS", "k1 k2"), ("WAIT", "true"), ("WAIT", "FALSE"), ("WAIT", "no"),
