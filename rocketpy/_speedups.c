@@ -1457,25 +1457,7 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 
 /* Find MessageExt's slot offsets; any surprise leaves use_slots at 0 (the class is called). */
 static void find_slots(void) {
-    PyTypeObject *type = (PyTypeObject *)MessageExt;
-    int i;
-    use_slots = 0;
-    if (!PyType_Check(MessageExt) || type->tp_dictoffset != 0)
-        return;
-    for (i = 0; i < N_FIELDS; i++) {
-        PyObject *d = PyObject_GetAttr(MessageExt, field_names[i]);  /* the class's descriptor */
-        PyMemberDef *m;
-        if (d == NULL) {
-            PyErr_Clear();
-            return;
-        }
-        m = Py_IS_TYPE(d, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)d)->d_member : NULL;
-        Py_DECREF(d);  /* the class keeps it alive */
-        if (m == NULL || m->type != T_OBJECT_EX || (m->flags & READONLY))
-            return;
-        slot_offsets[i] = m->offset;
-    }
-    use_slots = 1;
+    use_slots = member_offsets(MessageExt, field_names, N_FIELDS, slot_offsets);  /* _speedups_remoting.h */
 }
 
 static PyObject *set_inline_bound(PyObject *self, PyObject *reference) {

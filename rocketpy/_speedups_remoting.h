@@ -24,28 +24,42 @@ static PyObject *orjson_loads, *serialize_json, *one, *empty_bytes;
 #define RESPONSE_FLAG_BIT 1
 #define ONEWAY_FLAG_BIT 2
 
-/* RemotingCommand's slot offsets; any surprise leaves rc_slots at 0 (the class is called). */
-static void find_command_slots(void) {
-    PyTypeObject *type = (PyTypeObject *)RemotingCommand;
+/* The slot offsets of a slotted class's fields (names interned) into out: 1 when every field
+ * is a plain writable object slot and instances have no __dict__, else 0 (then callers call the
+ * class instead of filling its slots). MessageExt's find_slots and RemotingCommand's use it. */
+static int member_offsets(PyObject *cls, PyObject *const *names, int n, Py_ssize_t *out) {
     int i;
-    rc_slots = 0;
-    if (RemotingCommand == NULL || !PyType_Check(RemotingCommand) || type->tp_dictoffset != 0 ||
-        PyObject_HasAttrString(RemotingCommand, "__post_init__"))
-        return;
-    for (i = 0; i < RC_FIELDS; i++) {
-        PyObject *d = PyObject_GetAttrString(RemotingCommand, RC_NAMES[i]);
+    if (cls == NULL || !PyType_Check(cls) || ((PyTypeObject *)cls)->tp_dictoffset != 0)
+        return 0;
+    for (i = 0; i < n; i++) {
+        PyObject *d = PyObject_GetAttr(cls, names[i]);  /* the class's descriptor */
         PyMemberDef *m;
         if (d == NULL) {
             PyErr_Clear();
-            return;
+            return 0;
         }
         m = Py_IS_TYPE(d, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)d)->d_member : NULL;
         Py_DECREF(d);  /* the class keeps it alive */
         if (m == NULL || m->type != T_OBJECT_EX || (m->flags & READONLY))
-            return;
-        rc_offsets[i] = m->offset;
+            return 0;
+        out[i] = m->offset;
     }
-    rc_slots = 1;
+    return 1;
+}
+
+static PyObject *rc_names[RC_FIELDS];
+
+/* RemotingCommand's slot offsets; any surprise leaves rc_slots at 0 (the class is called). */
+static void find_command_slots(void) {
+    int i;
+    rc_slots = 0;
+    for (i = 0; i < RC_FIELDS; i++)
+        if (rc_names[i] == NULL && (rc_names[i] = PyUnicode_InternFromString(RC_NAMES[i])) == NULL) {
+            PyErr_Clear();
+            return;
+        }
+    if (RemotingCommand != NULL && !PyObject_HasAttrString(RemotingCommand, "__post_init__"))
+        rc_slots = member_offsets(RemotingCommand, rc_names, RC_FIELDS, rc_offsets);
 }
 
 /* A RemotingCommand of its nine fields (borrowed references, none NULL). */
