@@ -88,6 +88,7 @@ static inline void rc_set(PyObject *cmd, int i, PyObject *value) {  /* takes a n
 }
 
 static PyObject *str_msg_id, *str_queue_id, *str_queue_offset, *str_comma, *response_version;
+static PyObject *str_queue_id_attr, *str_batch_attr, *str_read_nums, *str_write_nums;
 
 /* set_remoting(orjson.loads, SerializeType.JSON, ROCKETPY_VERSION): remoting/codec.py calls it
  * at import. */
@@ -103,7 +104,12 @@ static PyObject *set_remoting(PyObject *self, PyObject *const *args, Py_ssize_t 
         str_comma = PyUnicode_InternFromString(",");
         one = PyLong_FromLong(1);
         empty_bytes = PyBytes_FromStringAndSize(NULL, 0);
-        if (!str_msg_id || !str_queue_id || !str_queue_offset || !str_comma || !one || !empty_bytes)
+        str_queue_id_attr = PyUnicode_InternFromString("queue_id");
+        str_batch_attr = PyUnicode_InternFromString("batch");
+        str_read_nums = PyUnicode_InternFromString("read_queue_nums");
+        str_write_nums = PyUnicode_InternFromString("write_queue_nums");
+        if (!str_msg_id || !str_queue_id || !str_queue_offset || !str_comma || !one || !empty_bytes ||
+            !str_queue_id_attr || !str_batch_attr || !str_read_nums || !str_write_nums)
             return NULL;
     }
     Py_XSETREF(orjson_loads, Py_NewRef(args[0]));
@@ -800,8 +806,6 @@ done:
 
 /* ---- a run of send requests (rocketpy.broker.send.process_requests' loop) ------------------ */
 
-static PyObject *str_queue_id_attr, *str_batch_attr, *str_read_nums, *str_write_nums;
-
 /* The message of one usual request of a run, as _prepare builds it: its header parsed, its topic
  * already checked in this run (in checked), its queue id given and valid, not a batch, and
  * single_message takes it. Sets *queue_id. NULL without an exception for anything else. */
@@ -869,13 +873,9 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
                                          "max_body, prepare, puts, stored, responses)");
         return NULL;
     }
-    if (str_queue_id_attr == NULL) {
-        str_queue_id_attr = PyUnicode_InternFromString("queue_id");
-        str_batch_attr = PyUnicode_InternFromString("batch");
-        str_read_nums = PyUnicode_InternFromString("read_queue_nums");
-        str_write_nums = PyUnicode_InternFromString("write_queue_nums");
-        if (!str_queue_id_attr || !str_batch_attr || !str_read_nums || !str_write_nums)
-            return NULL;
+    if (str_write_nums == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketpy._speedups.set_remoting() was not called");
+        return NULL;
     }
     if (single_message_names() < 0)
         return NULL;
