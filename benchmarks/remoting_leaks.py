@@ -10,7 +10,7 @@ time (the first warms caches, free lists and the log's buffer), a
 leaked object per call shows as growth of ``sys.getallocatedblocks()`` proportional to the
 loops, and a leaked reference to a shared object (None, True, the JSON serialize type, the
 interned names) as growth of its reference count; both are printed, and the exit status is 1
-when any grows by more than a few per thousand calls.
+when any grows by a tenth of the calls or more (a leak per call grows by at least one per call).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def main() -> int:
         gc.collect()
         grew = sys.getallocatedblocks() - blocks
         refs = {k: sys.getrefcount(v) - counts[k] for k, v in shared.items()}
-        bad = grew > args.loops // 500 or any(abs(r) > args.loops // 500 for r in refs.values())
+        bad = grew > args.loops // 10 or any(abs(r) > args.loops // 10 for r in refs.values())  # a leak: ≥ 1 per call
         failed |= bad
         print(f"{name:48} {args.loops} loops: blocks {grew:+d}, refs "
               + " ".join(f"{k}{r:+d}" for k, r in refs.items()) + ("  LEAK?" if bad else ""))
