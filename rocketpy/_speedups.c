@@ -1244,6 +1244,7 @@ static PyObject *set_send_header(PyObject *self, PyObject *const *args, Py_ssize
 }
 
 #include "_speedups_client.h"  /* control_json, put_control: extFields values with \u00XX escapes */
+#include "_speedups_pull.h"  /* pull_collect, resident: the store's pull read */
 
 /* ---- JSON frames (rocketpy.remoting.codec.encode) ---------------------------------------- */
 
@@ -1512,6 +1513,7 @@ static PyMethodDef methods[] = {
      "The broker's messages of a batch body, or None for its Python loop (rocketpy.broker.send)."},
     STORE_METHODS
     REMOTING_METHODS
+    PULL_METHODS
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",

@@ -10,9 +10,10 @@ import os
 import struct
 from typing import Callable, Protocol
 
+from rocketpy.common import speedups
 from rocketpy.common.message import MAGIC_CODE, MessageExt, MessageSysFlag, RecordError, decode_record
 from rocketpy.store.config import CQ_UNIT_SIZE, MessageStoreConfig
-from rocketpy.store.consumequeue import ConsumeQueueStore
+from rocketpy.store.consumequeue import ConsumeQueue, ConsumeQueueStore
 from rocketpy.store.status import GetMessageResult, GetMessageStatus
 
 TagFilter = Callable[[int], bool]
@@ -27,6 +28,16 @@ _I64 = struct.Struct(">q")
 _SYS_FLAG_POS = 36
 _BORN_HOST_POS = 48
 _STORE_TS_HEAD = 88  # enough bytes to reach STORETIMESTAMP with an IPv6 born host
+
+#: The compiled per-entry loop of ``MessageReader._collect`` and mincore (None: Python only).
+_pull_collect = getattr(speedups.compiled, "pull_collect", None)
+_resident = getattr(speedups.compiled, "resident", None)
+# pull_collect's states (rocketpy/_speedups_pull.h)
+_SCANNED, _AT_LIMIT, _PYTHON_STEP, _ON_DISK = 0, 1, 2, 3
+
+
+class NotResident(Exception):
+    """A read served on the caller's thread would touch pages that are not in memory."""
 
 
 class CommitLogReader(Protocol):
@@ -68,6 +79,20 @@ def message_at(commit_log: CommitLogReader, offset: int) -> MessageExt | None:
         return decode_record(raw)
     except RecordError:
         return None
+
+
+def cq_resident(cq: ConsumeQueue, offset: int, max_bytes: int) -> bool:
+    """True when the entries :meth:`ConsumeQueue.entries_from` would copy are in memory (also when
+    there are none: it reads nothing then); False without the compiled module."""
+    if _resident is None:
+        return False
+    position = offset * CQ_UNIT_SIZE
+    mf = cq.files.find_mapped_file_by_offset(position)
+    if mf is None:
+        return True
+    start = position - mf.file_from_offset
+    size = min(mf.wrote_position - start, max_bytes)
+    return size <= 0 or bool(_resident(mf.data, start, size))
 
 
 def store_timestamp_of(commit_log: CommitLogReader, offset: int, size: int) -> int:
@@ -136,7 +161,36 @@ class MessageReader:
         :param record_filter: then keeps the records it accepts; None keeps all. A skipped entry
             still advances ``next_begin_offset`` (NO_MATCHED_MESSAGE when none is kept).
         """
-        cq = self._queues.find(topic, queue_id)
+        return self._get_message(topic, queue_id, offset, max_msg_nums, tag_filter, record_filter, False)
+
+    def get_message_resident(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        tag_filter: TagFilter | None = None,
+        record_filter: RecordFilter | None = None,
+    ) -> GetMessageResult | None:
+        """:meth:`get_message` when every page it reads is in memory now (mincore), so that it
+        can run on the reactor thread without waiting for the disk; None when a page is not, or
+        without the compiled module (then use :meth:`get_message` in a pool)."""
+        if _resident is None:
+            return None
+        try:
+            return self._get_message(topic, queue_id, offset, max_msg_nums, tag_filter, record_filter, True)
+        except NotResident:
+            return None
+
+    def _get_message(
+        self, topic: str, queue_id: int, offset: int, max_msg_nums: int, tag_filter: TagFilter | None,
+        record_filter: RecordFilter | None, resident_only: bool,
+    ) -> GetMessageResult:
+        found = self._queues.get(topic, queue_id)
+        if found is None and resident_only:
+            raise NotResident()  # find() would create it: the lock it takes is the writer's too
+        cq = self._queues.find(topic, queue_id) if found is None else found
         min_offset, max_offset = cq.min_offset, cq.max_offset
         if max_offset == 0:
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
@@ -146,21 +200,30 @@ class MessageReader:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
         if offset > max_offset:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
-        entries = cq.entries_from(offset, max(MIN_SCAN_BYTES, max_msg_nums * CQ_UNIT_SIZE))
+        scan = max(MIN_SCAN_BYTES, max_msg_nums * CQ_UNIT_SIZE)
+        if resident_only and not cq_resident(cq, offset, scan):
+            raise NotResident()
+        entries = cq.entries_from(offset, scan)
         if entries is None:
             return GetMessageResult(
                 GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset
             )
         result = GetMessageResult(GetMessageStatus.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
-        scanned = self._collect(result, entries, max_msg_nums, tag_filter, record_filter)
+        scanned = self._collect(result, entries, max_msg_nums, tag_filter, record_filter, resident_only)
         result.next_begin_offset = offset + scanned
         return result
 
     def _collect(
         self, result: GetMessageResult, entries: bytes, max_msg_nums: int, tag_filter: TagFilter | None,
-        record_filter: RecordFilter | None = None,
+        record_filter: RecordFilter | None = None, resident_only: bool = False,
     ) -> int:
-        """Fill ``result`` from CQ ``entries``; returns how many entries were scanned."""
+        """Fill ``result`` from CQ ``entries``; returns how many entries were scanned.
+
+        With the compiled module, the entries whose records lie in one commit-log file are
+        served by its loop (``pull_collect``, the same steps as the loop below); the loop below
+        takes every entry it hands back. ``resident_only`` (compiled only) raises
+        :class:`NotResident` rather than read a record whose pages are not in memory.
+        """
         config = self._config
         max_phy = self._log.max_offset
         limit = len(entries)
@@ -169,7 +232,29 @@ class MessageReader:
         next_file_start = -1
         last_phy = 0
         pos = 0
+        files = getattr(self._log, "queue", None) if _pull_collect is not None else None
+        limits = (
+            max_phy, self._memory_limit,
+            config.max_transfer_bytes_on_message_in_disk, config.max_transfer_count_on_message_in_disk,
+            config.max_transfer_bytes_on_message_in_memory, config.max_transfer_count_on_message_in_memory,
+        )
         while pos < limit:
+            if files is not None:
+                mf = files.find_mapped_file_by_offset(_I64.unpack_from(entries, pos)[0])
+                if mf is not None:
+                    pos, total_bytes, next_file_start, seen, state = _pull_collect(  # type: ignore[misc]
+                        entries, pos, records, total_bytes, next_file_start, max_msg_nums, tag_filter,
+                        record_filter, limits, mf.data, mf.file_from_offset, mf.wrote_position, resident_only)
+                    if seen >= 0:
+                        last_phy = seen
+                    if records:
+                        result.status = GetMessageStatus.FOUND
+                    if state == _ON_DISK:
+                        raise NotResident()
+                    if state != _PYTHON_STEP:
+                        break
+                if resident_only:  # the step below would read without looking
+                    raise NotResident()
             phy, size, tags = _ENTRY.unpack_from(entries, pos)
             last_phy = phy
             if phy < next_file_start:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, cast
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail, succeed
 
 from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IMessageStore
@@ -50,6 +50,17 @@ class StoreReads:
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
                     tag_filter: Callable[[int], bool] | None = None,
                     record_filter: Callable[[bytes], bool] | None = None) -> Deferred[GetMessageResult]:
+        """A pull's read: on the reactor thread when every page it reads is in memory (the store's
+        ``get_message_resident``, compiled module only: no disk wait, no thread hop), else in the
+        read pool."""
+        resident = getattr(self._store, "get_message_resident", None)
+        if resident is not None:
+            try:
+                result = resident(group, topic, queue_id, offset, max_msg_nums, tag_filter, record_filter)
+            except Exception:
+                return fail()
+            if result is not None:
+                return succeed(result)
         return self._in_read_pool(self._store.get_message, group, topic, queue_id, offset,
                                   max_msg_nums, tag_filter, record_filter)
 
