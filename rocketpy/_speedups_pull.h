@@ -17,6 +17,7 @@
 #define PULL_LIMIT 1     /* stopped by a count or byte limit, as the reference's break */
 #define PULL_PYTHON 2    /* the entry at pos is for the Python step */
 #define PULL_ON_DISK 3   /* (resident_only) a record's pages are not all in memory */
+#define RESIDENT_WINDOW (256 * 1024)
 
 /* 1 when every page of [at, at + length) of a mapping starting at base is resident, 0 when one is
  * not, -1 when mincore fails (the caller treats it as not resident). */
@@ -100,7 +101,7 @@ static PyObject *pull_collect(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_buffer entries, log;
     PyObject *records, *tag_filter, *record_filter, *limits;
     Py_ssize_t pos, limit, count, max_msg_nums;
-    long long total_bytes, next_file_start, log_from, log_wrote, last_phy = -1;
+    long long total_bytes, next_file_start, log_from, log_wrote, last_phy = -1, checked_from = 0, checked_to = 0;
     long long max_phy, memory_limit, disk_bytes, disk_count, memory_bytes, memory_count;
     int resident_only, state = PULL_END, have_log = 0;
     const unsigned char *e;
@@ -194,9 +195,17 @@ static PyObject *pull_collect(PyObject *self, PyObject *const *args, Py_ssize_t 
             }
             have_log = 1;
         }
-        if (resident_only && pages_resident((const char *)log.buf, (Py_ssize_t)at, (Py_ssize_t)size) != 1) {
-            state = PULL_ON_DISK;
-            break;
+        if (resident_only && (at < checked_from || at + size > checked_to)) {
+            /* one mincore for the next RESIDENT_WINDOW bytes (the records of a pull are near
+             * each other in the log), else for this record alone */
+            long long to = at + RESIDENT_WINDOW < log_wrote ? at + RESIDENT_WINDOW : log_wrote;
+            if (pages_resident((const char *)log.buf, (Py_ssize_t)at, (Py_ssize_t)(to - at)) == 1) {
+                checked_from = at;
+                checked_to = to;
+            } else if (pages_resident((const char *)log.buf, (Py_ssize_t)at, (Py_ssize_t)size) != 1) {
+                state = PULL_ON_DISK;
+                break;
+            }
         }
         data = PyBytes_FromStringAndSize((const char *)log.buf + at, (Py_ssize_t)size);
         if (data == NULL)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -22,7 +23,7 @@ from rocketpy.broker.processors import Rejected
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.broker.traffic import GetCounts
-from rocketpy.common.headers import HeaderError, get_int, get_str, to_fields
+from rocketpy.common.headers import HeaderError, get_int, get_str
 from rocketpy.common.route import MASTER_ID
 from rocketpy.common.topic import is_readable
 from rocketpy.interfaces import IRequestProcessor, IStoreService
@@ -77,6 +78,24 @@ class PullHeader:
     @classmethod
     def parse(cls, fields: dict[str, str]) -> PullHeader:
         """:raises HeaderError: naming the missing or unparsable field."""
+        try:  # the usual header: plain decimal digits, short enough for their Java types
+            values = [fields[name] for name in _INT_NAMES]
+            if all(map(_plain, values)):
+                queue_id, queue_offset, max_msg_nums, sys_flag, commit_offset, suspend = map(int, values)
+                version = fields.get("subVersion") or "0"
+                return cls(
+                    get_str(fields, "consumerGroup"), get_str(fields, "topic"), queue_id, queue_offset,
+                    max_msg_nums, sys_flag, commit_offset, suspend, fields.get("subscription"),
+                    int(version) if _plain(version) else get_int(fields, "subVersion", 0),
+                    fields.get("expressionType") or None,
+                )
+        except KeyError:
+            pass
+        return cls._parse(fields)
+
+    @classmethod
+    def _parse(cls, fields: dict[str, str]) -> PullHeader:
+        """Every header, the reference of :meth:`parse`."""
         return cls(
             consumer_group=get_str(fields, "consumerGroup"),
             topic=get_str(fields, "topic"),
@@ -90,6 +109,22 @@ class PullHeader:
             sub_version=get_int(fields, "subVersion", 0),
             expression_type=fields.get("expressionType") or None,
         )
+
+
+#: The integer fields :meth:`PullHeader.parse` reads first (up to 9 digits fit a Java int).
+_INT_NAMES = ("queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset", "suspendTimeoutMillis")
+
+
+@lru_cache(maxsize=1024)
+def _filter(expression: str | None, kind: str | None, property_filter: bool) -> MessageFilter:
+    """``build_filter``, once per subscription (filters are immutable; refusals are not cached)."""
+    return build_filter(expression, kind, property_filter)
+
+
+def _plain(value: str) -> bool:
+    """True for ASCII decimal digits, maybe after a minus, 9 characters at most (what ``int`` and
+    ``get_int`` read alike for any Java integer type)."""
+    return value.isascii() and len(value) <= 9 and (value.isdigit() or (value[:1] == "-" and value[1:].isdigit()))
 
 
 #: GetMessageStatus → response code (offset-dependent ones are decided in ``_code``).
@@ -203,7 +238,7 @@ class PullMessageProcessor:
         else:
             expression, kind = self._registered_subscription(header)
         try:
-            return build_filter(expression, kind, self._property_filter)
+            return _filter(expression, kind, self._property_filter)
         except PropertyFilterDisabled as e:
             raise Rejected(ResponseCode.SYSTEM_ERROR, str(e)) from None
         except SubscriptionParseError as e:
@@ -259,12 +294,12 @@ class PullMessageProcessor:
                 header.suspend_timeout_millis / 1000.0,
                 lambda: self._execute(channel, request, header, tag_filter, False),
             )
-        fields = to_fields(
-            suggestWhichBrokerId=self._suggested_broker(header, result),
-            nextBeginOffset=result.next_begin_offset,
-            minOffset=result.min_offset,
-            maxOffset=result.max_offset,
-        )
+        fields = {
+            "suggestWhichBrokerId": str(self._suggested_broker(header, result)),
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
         body = b""
         if code == ResponseCode.SUCCESS:
             body = result.body
