@@ -171,6 +171,15 @@ class MQClientAPI:
             response = await self.remoting.invoke_async(addr, request, timeout)
         else:
             response = await self.remoting.invoke_sync(addr, request, timeout)
+        return self._pull_result(response, addr)
+
+    def pull_message_deferred(self, addr: str, fields: dict[str, str], timeout: float) -> Deferred[PullResult]:
+        """:meth:`pull_message` in ASYNC mode, with no coroutine."""
+        request = RemotingCommand.request(RequestCode.PULL_MESSAGE, fields)
+        return self.remoting.invoke_async(addr, request, timeout).addCallback(self._pull_result, addr)
+
+    @staticmethod
+    def _pull_result(response: RemotingCommand, addr: str) -> PullResult:
         status = _PULL_STATUS.get(response.code)
         if status is None:
             raise MQBrokerError(response.code, response.remark, addr)

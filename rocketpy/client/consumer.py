@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode
 from rocketpy.client.errors import BrokerNotFoundError, MQClientError, MQError, NoNameServerError, NoRouteError, RemotingError
@@ -23,7 +24,6 @@ from rocketpy.client.route import subscribe_queues
 from rocketpy.client.runninginfo import PROP_CONSUME_TYPE, PROP_CONSUMER_START_TIMESTAMP, ConsumerRunningInfo
 from rocketpy.client.subscription import Selector, SubscriptionData, build_subscription, prepare_pulled
 from rocketpy.common.compression import DecompressionError, inflate_body
-from rocketpy.common.headers import to_fields
 from rocketpy.common.message import MessageSysFlag
 from rocketpy.common.route import MASTER_ID, MessageQueue, TopicRouteData
 from rocketpy.interfaces import IRPCHook
@@ -35,6 +35,20 @@ from rocketpy.remoting.tls import ClientTLS
 PULL_COMMIT_OFFSET = 0x1
 PULL_SUSPEND = 0x2
 PULL_SUBSCRIPTION = 0x4
+
+
+def _pull_fields(group: str, mq: MessageQueue, sub: SubscriptionData, offset: int, max_nums: int, sys_flag: int,
+                 commit_offset: int, suspend: float) -> dict[str, str]:
+    """A PULL_MESSAGE header."""
+    fields = {
+        "consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": str(commit_offset),
+        "suspendTimeoutMillis": str(int(suspend * 1000)), "subscription": sub.sub_string,
+        "subVersion": str(sub.sub_version),
+    }
+    if sub.expression_type is not None:
+        fields["expressionType"] = sub.expression_type
+    return fields
 
 
 class MessageModel(Enum):
@@ -175,13 +189,21 @@ class ConsumerBase:
             sys_flag &= ~PULL_COMMIT_OFFSET  # only masters store offsets
         try:
             return await self._pull_from(addr, mq, sub, offset, max_nums, sys_flag, commit_offset, suspend, timeout)
-        except RemotingConnectError:
-            retry = await self._other_broker(mq, addr)
-            if retry is None:
-                raise
-            self.log.info("{addr} unreachable: pulling {mq} from {retry}", addr=addr, mq=mq, retry=retry)
-            sys_flag &= ~PULL_COMMIT_OFFSET
-            return await self._pull_from(retry, mq, sub, offset, max_nums, sys_flag, commit_offset, suspend, timeout)
+        except RemotingConnectError as e:
+            return await self._pull_elsewhere(e, addr, mq, sub, offset, max_nums, sys_flag, commit_offset, suspend,
+                                              timeout)
+
+    async def _pull_elsewhere(
+        self, error: RemotingConnectError, addr: str, mq: MessageQueue, sub: SubscriptionData, offset: int,
+        max_nums: int, sys_flag: int, commit_offset: int, suspend: float, timeout: float,
+    ) -> PullResult:
+        """The pull ``addr`` could not take, from another broker of ``mq`` (else ``error``)."""
+        retry = await self._other_broker(mq, addr)
+        if retry is None:
+            raise error
+        self.log.info("{addr} unreachable: pulling {mq} from {retry}", addr=addr, mq=mq, retry=retry)
+        sys_flag &= ~PULL_COMMIT_OFFSET
+        return await self._pull_from(retry, mq, sub, offset, max_nums, sys_flag, commit_offset, suspend, timeout)
 
     async def _other_broker(self, mq: MessageQueue, dead: str) -> str | None:
         """Another broker of ``mq``'s name than ``dead`` (a master down: its slave), from a fresh
@@ -197,21 +219,19 @@ class ConsumerBase:
         self, addr: str, mq: MessageQueue, sub: SubscriptionData, offset: int, max_nums: int, sys_flag: int,
         commit_offset: int, suspend: float, timeout: float,
     ) -> PullResult:
-        fields = to_fields(
-            consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id, queueOffset=offset, maxMsgNums=max_nums,
-            sysFlag=sys_flag, commitOffset=commit_offset, suspendTimeoutMillis=int(suspend * 1000),
-            subscription=sub.sub_string, subVersion=sub.sub_version, expressionType=sub.expression_type,
-        )
-        result = await self.api.pull_message(addr, fields, Mode.ASYNC, timeout)
+        fields = _pull_fields(self.group, mq, sub, offset, max_nums, sys_flag, commit_offset, suspend)
+        return self._pulled(await self.api.pull_message(addr, fields, Mode.ASYNC, timeout), mq, sub)
+
+    def _pulled(self, result: PullResult, mq: MessageQueue, sub: SubscriptionData) -> PullResult:
+        """A pull's messages inflated, re-filtered by tag, with their queue's offsets."""
         if result.status is PullStatus.FOUND:
             for msg in result.messages:
-                if not msg.sys_flag & MessageSysFlag.COMPRESSED:
-                    continue
-                try:
-                    inflate_body(msg)
-                except DecompressionError as e:
-                    self.log.warn("message at {offset} of {mq} left compressed: {error}",
-                                  offset=msg.queue_offset, mq=mq, error=e)
+                if msg.sys_flag & MessageSysFlag.COMPRESSED:
+                    try:
+                        inflate_body(msg)
+                    except DecompressionError as e:
+                        self.log.warn("message at {offset} of {mq} left compressed: {error}",
+                                      offset=msg.queue_offset, mq=mq, error=e)
             result.messages = prepare_pulled(result.messages, mq, sub, result.min_offset, result.max_offset)
         return result
 
@@ -260,7 +280,25 @@ class PullConsumer(ConsumerBase, JoiningMember):
         :param block: let the broker hold the request up to 20 s for new messages
             (give a ``timeout`` above that).
         """
-        return Deferred.fromCoroutine(self._pull(queue, expression, offset, max_nums, timeout, block))
+        addr = self.instance.master_address(queue.broker_name) if self.running else None
+        if addr is None:  # not started, or the route to look up first
+            return Deferred.fromCoroutine(self._pull(queue, expression, offset, max_nums, timeout, block))
+        # the usual pull, as _pull would make it, without its coroutines
+        flags = PULL_SUBSCRIPTION | (PULL_SUSPEND if block else 0)
+        try:
+            sub = build_subscription(queue.topic, expression, 0)
+            fields = _pull_fields(self.group, queue, sub, offset, max_nums, flags, 0, 20.0)
+        except Exception:
+            return fail()
+        d = self.api.pull_message_deferred(addr, fields, timeout).addCallback(self._pulled, queue, sub)
+        return d.addErrback(self._pull_failed, addr, queue, sub, offset, max_nums, flags, timeout)
+
+    def _pull_failed(self, failure: Failure, addr: str, queue: MessageQueue, sub: SubscriptionData, offset: int,
+                     max_nums: int, flags: int, timeout: float) -> Deferred[PullResult]:
+        """The master unreachable: the same pull from another broker of the queue, as ``pull_once``."""
+        failure.trap(RemotingConnectError)
+        return Deferred.fromCoroutine(self._pull_elsewhere(
+            cast(RemotingConnectError, failure.value), addr, queue, sub, offset, max_nums, flags, 0, 20.0, timeout))
 
     async def _pull(
         self, queue: MessageQueue, expression: Selector, offset: int, max_nums: int, timeout: float, block: bool

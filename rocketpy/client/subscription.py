@@ -92,10 +92,9 @@ def prepare_pulled(
 ) -> list[MessageExt]:
     """Java's ``processPullResult``: re-filter by tag and add MIN_OFFSET/MAX_OFFSET."""
     kept = messages if sub.matches_all else [m for m in messages if sub.matches(m)]
-    low, high = str(min_offset), str(max_offset)
+    offsets = {MessageConst.MIN_OFFSET: str(min_offset), MessageConst.MAX_OFFSET: str(max_offset)}
     for m in kept:
-        m.properties[MessageConst.MIN_OFFSET] = low
-        m.properties[MessageConst.MAX_OFFSET] = high
+        m.properties.update(offsets)
     return kept
 
 

@@ -14,6 +14,7 @@ from rocketpy.common.errors import RequestError
 
 _MISSING = object()
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+_SHORT = 9  # digits that fit a Java int (and so a long)
 
 
 class HeaderError(RequestError):
@@ -50,6 +51,8 @@ def get_int(fields: Mapping[str, str], name: str, default: object = _MISSING, bi
 
 def parse_int(name: str, value: str, bits: int = 64) -> int:
     """``value`` of header field ``name`` as a signed integer of ``bits`` bits (:class:`HeaderError` if not)."""
+    if len(value) <= _SHORT and value.isascii() and value.isdigit():  # the usual case: fits every Java type
+        return int(value)
     if not _INTEGER.fullmatch(value):  # what Java's parseLong accepts, no "1_000" or spaces
         raise HeaderError(name, f"is not a number: {value[:32]!r}")
     limit = 1 << (bits - 1)
