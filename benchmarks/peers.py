@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/peers.py [--rounds 3] [--seconds 2] [--redis-server redis-server]
-                               [--redis-parser hiredis|python]
+                               [--redis-parser hiredis|python] [--shapes pull]
 
 Starts, on free loopback ports with temporary directories, two ``python -m twisted rocketpy``
 processes (ASYNC_FLUSH and SYNC_FLUSH, as ``benchmarks/broker.py`` does) and two ``redis-server``
@@ -91,6 +91,7 @@ IN_FLIGHT = 1000
 BATCH = 32
 BATCHES_IN_FLIGHT = 32
 PULL_BATCH = client_bench.PULL_BATCH
+FILL_SECONDS = 2.0  # sends before a run of pull shapes alone (--shapes)
 WARM_UP = 0.3
 
 
@@ -400,7 +401,8 @@ def report(shapes: list[Shape], options: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|---|")
     for shape in shapes:
         mine = shape.samples["rocketpy"]
-        peer = by_name[shape.peer].samples["redis"] if shape.peer else shape.samples["redis"]
+        peer = (by_name[shape.peer].samples["redis"] if shape.peer in by_name else []) if shape.peer \
+            else shape.samples["redis"]
         print(f"| {shape.name} | {rate_and_p50(mine)} | {rate_and_p50(peer)} | {ratio(mine, peer)} "
               f"| {cpu(mine)} | {cpu(peer)} | {'; '.join(judge(goal, mine, peer) for goal in shape.goals)} |")
 
@@ -479,6 +481,8 @@ async def bench(reactor: Any, options: argparse.Namespace, stack: contextlib.Exi
             Shape("pull vs XREAD", lambda s: rocketpy_pull(puller, s), async_broker.pid,
                   redis_run("everysec", "read_back")),
         ]
+        if options.shapes:
+            shapes = await selected(shapes, options.shapes, producer, redis_run("everysec", "pipelined")[0], errors)
         await run_rounds(shapes, options)
         if errors.count:
             print(f"rocketpy: {errors.count} failed sends, codes {sorted(errors.codes)}", flush=True)
@@ -486,6 +490,21 @@ async def bench(reactor: Any, options: argparse.Namespace, stack: contextlib.Exi
     finally:
         for member in (producer, sync_producer, puller):
             await member.shutdown()
+
+
+async def selected(shapes: list[Shape], names: str, producer: Producer, redis_fill: Callable[[float], Sample] | None,
+                   errors: broker_bench.Errors) -> list[Shape]:
+    """The shapes whose names contain one of the comma-separated ``names``; when no send shape is
+    among them, 2 s of ``send_batch`` (and of pipelined ``XADD``) first, so that pulls find messages."""
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    chosen = [shape for shape in shapes if any(name in shape.name for name in wanted)]
+    if not chosen:
+        raise SystemExit(f"--shapes {names!r} selects none of: {', '.join(shape.name for shape in shapes)}")
+    if not any(shape.name.startswith(("send", "pipelined")) for shape in chosen):
+        await rocketpy_batches(producer, FILL_SECONDS, errors)
+        if redis_fill is not None:
+            redis_fill(FILL_SECONDS)
+    return chosen
 
 
 def start_redis_pair(stack: contextlib.ExitStack, options: argparse.Namespace,
@@ -509,6 +528,8 @@ def main() -> None:
     parser.add_argument("--redis-server", default="redis-server", help="the redis-server executable")
     parser.add_argument("--redis-parser", choices=sorted(PARSERS), default="hiredis",
                         help="redis-py's reply parser (hiredis: its C parser, the default when installed)")
+    parser.add_argument("--shapes", default="",
+                        help="comma-separated parts of shape names to run (e.g. pull); all by default")
     options = parser.parse_args()
     if options.rounds < 1 or options.seconds <= 0:
         parser.error("--rounds must be at least 1 and --seconds positive")

@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/pull_inprocess.py [--messages 64000] [--rounds 3] [--pulls 4000]
-                                        [--queues 4] [--batch 32] [--profile]
+                                        [--queues 4] [--batch 32] [--profile 30]
 
 Starts a real ``BrokerService`` (real ``StoreService`` and ``MessageStore`` in a temporary
 directory, ASYNC_FLUSH) on the reactor as ``benchmarks/broker_inprocess.py`` does, stores
@@ -12,7 +12,7 @@ protocol the PULL_MESSAGE frames the Java client sends: ``--queues`` queues, one
 ``--batch`` in flight per queue, each queue read from 0 again at its end (as
 ``benchmarks/peers.py``'s pull shape). The pulls answered in one reactor turn go back in one read.
 Prints the wall time and the process's CPU (all threads) per pulled message, per round and as
-medians. ``--profile`` runs one more round under ``cProfile`` (reactor thread only: the store's
+medians. ``--profile N`` runs one more round under ``cProfile`` (reactor thread only: the store's
 read pool is not in it).
 """
 
@@ -172,13 +172,18 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
             calls: int = stats.total_calls  # type: ignore[attr-defined]
             print(f"\nunder cProfile (reactor thread only): {calls / (transport.messages - messages):.1f} "
                   f"Python-level calls per message, {calls / options.pulls:.0f} per pull")
-            stats.sort_stats(options.sort).print_stats(options.lines)
+            stats.sort_stats("tottime").print_stats(options.profile)
         for each in (sender, protocol):
             each.connectionLost(Failure(ConnectionDone()))
     finally:
-        await broker.stopService()
-        gc_tuning.stopService()
-        shutil.rmtree(workdir, ignore_errors=True)
+        await stop(broker, gc_tuning, workdir)
+
+
+async def stop(broker: BrokerService, gc_tuning: GCThresholdService, workdir: str) -> None:
+    """Stop the broker and the collector tuning, remove the store."""
+    await broker.stopService()
+    gc_tuning.stopService()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> None:
@@ -189,11 +194,9 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=4, help="queues pulled, one pull in flight each")
     parser.add_argument("--batch", type=int, default=32, help="maxMsgNums of every pull")
     parser.add_argument("--gc-threshold", type=int, default=DEFAULT_GEN0_THRESHOLD)
-    parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
-    parser.add_argument("--lines", type=int, default=30, help="profile lines to print")
-    parser.add_argument("--sort", default="tottime", help="the profile's order (ncalls, tottime, cumtime)")
-    options = parser.parse_args()
-    task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, options)))
+    parser.add_argument("--profile", type=int, default=0, metavar="LINES",
+                        help="one more round under cProfile, printing this many functions by own time")
+    task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, parser.parse_args())))
 
 
 if __name__ == "__main__":

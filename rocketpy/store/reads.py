@@ -163,16 +163,9 @@ class MessageReader:
         """
         return self._get_message(topic, queue_id, offset, max_msg_nums, tag_filter, record_filter, False)
 
-    def get_message_resident(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_msg_nums: int,
-        tag_filter: TagFilter | None = None,
-        record_filter: RecordFilter | None = None,
-    ) -> GetMessageResult | None:
+    def get_message_resident(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                             tag_filter: TagFilter | None = None,
+                             record_filter: RecordFilter | None = None) -> GetMessageResult | None:
         """:meth:`get_message` when every page it reads is in memory now (mincore), so that it
         can run on the reactor thread without waiting for the disk; None when a page is not, or
         without the compiled module (then use :meth:`get_message` in a pool)."""

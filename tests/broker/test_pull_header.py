@@ -17,6 +17,17 @@ NUMBER = (st.integers(-(1 << 64), 1 << 64).map(str) | st.integers(-10**9, 10**9)
 VALUE = NUMBER | st.text(max_size=6)
 
 
+def both(fields: dict[str, str]) -> list[object]:
+    """What the shortcut and the reference make of ``fields``: headers, or refusals' texts."""
+    results: list[object] = []
+    for parse in (PullHeader.parse, PullHeader._parse):
+        try:
+            results.append(parse(fields))
+        except HeaderError as e:
+            results.append(str(e))
+    return results
+
+
 class PullHeaderParseTests(SynchronousTestCase):
     def test_usual_header(self) -> None:
         fields = {"consumerGroup": "G", "topic": "T", "queueId": "3", "queueOffset": "-1", "maxMsgNums": "32",
@@ -30,22 +41,10 @@ class PullHeaderParseTests(SynchronousTestCase):
     @given(st.dictionaries(st.sampled_from(NAMES), VALUE), st.dictionaries(st.sampled_from(NAMES), NUMBER))
     def test_same_as_reference(self, base: dict[str, str], numbers: dict[str, str]) -> None:
         fields = {**{name: "1" for name in NAMES}, **base, **numbers}
-        results: list[object] = []
-        for parse in (PullHeader.parse, PullHeader._parse):
-            try:
-                results.append(parse(fields))
-            except HeaderError as e:
-                results.append(str(e))
-        self.assertEqual(results[0], results[1])
+        self.assertEqual(*both(fields))
 
     @settings(max_examples=100, deadline=None)
     @given(st.sets(st.sampled_from(NAMES)))
     def test_missing_fields(self, missing: set[str]) -> None:
         fields = {name: "7" for name in NAMES if name not in missing}
-        results: list[object] = []
-        for parse in (PullHeader.parse, PullHeader._parse):
-            try:
-                results.append(parse(fields))
-            except HeaderError as e:
-                results.append(str(e))
-        self.assertEqual(results[0], results[1])
+        self.assertEqual(*both(fields))
