@@ -180,6 +180,8 @@ class PullMessageProcessor:
         self._groups = groups
         self._property_filter = property_filter
         self._store = store
+        #: the store's read on this thread when its pages are in memory (None: always get_message)
+        self._read_now: Callable[..., GetMessageResult | None] | None = getattr(store, "get_message_resident", None)
         self._topics = topics
         self._hold = hold
         self._find_subscription = find_subscription
@@ -205,6 +207,13 @@ class PullMessageProcessor:
                 _host(channel), header.consumer_group, header.topic, header.queue_id, header.commit_offset
             )
         allow_suspend = bool(header.sys_flag & FLAG_SUSPEND) and self._hold is not None
+        if self._read_now is not None:  # in memory: answered at once, no Deferred
+            try:
+                result = self._read_now(*self._read_args(header, tag_filter))
+            except Exception:  # the store's Deferred read reports it
+                result = None
+            if result is not None:
+                return self._respond(result, channel, request, header, tag_filter, allow_suspend)
         return self._execute(channel, request, header, tag_filter, allow_suspend)
 
     # -- checks -------------------------------------------------------------
@@ -265,13 +274,17 @@ class PullMessageProcessor:
         tag_filter: MessageFilter,
         allow_suspend: bool,
     ) -> Deferred[RemotingCommand | None]:
-        args = (header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums)
-        d: Deferred[GetMessageResult]
-        if isinstance(tag_filter, SqlFilter):
-            d = self._store.get_message(*args, None, tag_filter.matches_record)
-        else:
-            d = self._store.get_message(*args, None if tag_filter.matches_all else tag_filter)
+        d: Deferred[GetMessageResult] = self._store.get_message(*self._read_args(header, tag_filter))
         return d.addCallback(self._respond, channel, request, header, tag_filter, allow_suspend)
+
+    @staticmethod
+    def _read_args(header: PullHeader, tag_filter: MessageFilter) -> tuple[Any, ...]:
+        """The store read's arguments: group, topic, queue, offset, count, tag filter, record filter."""
+        if isinstance(tag_filter, SqlFilter):
+            return (header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums,
+                    None, tag_filter.matches_record)
+        return (header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums,
+                None if tag_filter.matches_all else tag_filter, None)
 
     def _respond(
         self,

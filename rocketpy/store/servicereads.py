@@ -53,16 +53,25 @@ class StoreReads:
         """A pull's read: on the reactor thread when every page it reads is in memory (the store's
         ``get_message_resident``, compiled module only: no disk wait, no thread hop), else in the
         read pool."""
-        resident = getattr(self._store, "get_message_resident", None)
-        if resident is not None:
-            try:
-                result = resident(group, topic, queue_id, offset, max_msg_nums, tag_filter, record_filter)
-            except Exception:
-                return fail()
-            if result is not None:
-                return succeed(result)
+        try:
+            result = self.get_message_resident(group, topic, queue_id, offset, max_msg_nums, tag_filter, record_filter)
+        except Exception:
+            return fail()
+        if result is not None:
+            return succeed(result)
         return self._in_read_pool(self._store.get_message, group, topic, queue_id, offset,
                                   max_msg_nums, tag_filter, record_filter)
+
+    def get_message_resident(self, group: str, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                             tag_filter: Callable[[int], bool] | None = None,
+                             record_filter: Callable[[bytes], bool] | None = None) -> GetMessageResult | None:
+        """:meth:`get_message` now, on this thread, when every page it reads is in memory; None
+        when one is not or the store cannot tell (then :meth:`get_message`)."""
+        resident = getattr(self._store, "get_message_resident", None)
+        if resident is None:
+            return None
+        return cast("GetMessageResult | None",
+                    resident(group, topic, queue_id, offset, max_msg_nums, tag_filter, record_filter))
 
     def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> Deferred[int]:
         return self._in_read_pool(self._store.get_offset_in_queue_by_time, topic, queue_id, timestamp_ms)
