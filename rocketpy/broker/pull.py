@@ -180,8 +180,6 @@ class PullMessageProcessor:
         self._groups = groups
         self._property_filter = property_filter
         self._store = store
-        #: the store's read on this thread when its pages are in memory (None: always get_message)
-        self._read_now: Callable[..., GetMessageResult | None] | None = getattr(store, "get_message_resident", None)
         self._topics = topics
         self._hold = hold
         self._find_subscription = find_subscription
@@ -207,9 +205,10 @@ class PullMessageProcessor:
                 _host(channel), header.consumer_group, header.topic, header.queue_id, header.commit_offset
             )
         allow_suspend = bool(header.sys_flag & FLAG_SUSPEND) and self._hold is not None
-        if self._read_now is not None:  # in memory: answered at once, no Deferred
+        read_now = getattr(self._store, "get_message_resident", None)
+        if read_now is not None:  # in memory: answered at once, no Deferred
             try:
-                result = self._read_now(*self._read_args(header, tag_filter))
+                result = read_now(*self._read_args(header, tag_filter))
             except Exception:  # the store's Deferred read reports it
                 result = None
             if result is not None:
