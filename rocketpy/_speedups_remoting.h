@@ -1,4 +1,4 @@
-/* rocketpy._speedups, the broker's remoting path (doc/benchmarks.md, "Seventh pass"): included
+/* rocketpy._speedups, the broker's remoting path (doc/benchmarks.md, "Ninth pass"): included
  * once, at the end of _speedups.c, whose helpers (command_from_map, json_frame, I32_OK) it uses.
  *
  * read_frames   the frames of one read, split and decoded: RemotingProtocol.dataReceived's loop
