@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import struct
 
 from twisted.logger import LogLevel
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from rocketpy.store import mappedfile
 from rocketpy.store.mappedfile import OS_PAGE_SIZE, MappedFile, file_name
@@ -14,11 +16,33 @@ from rocketpy.store.mappedfilequeue import MappedFileQueue
 from tests.logs import assert_logs
 
 SIZE = 64 * 1024
+_FS_IOC_FIEMAP = 0xC020660B
+_FIEMAP_FLAG_SYNC = 1
+_FIEMAP_EXTENT_UNWRITTEN = 0x800
+_FIEMAP_HEAD = struct.Struct("=QQIIII")
+_FIEMAP_EXTENT = struct.Struct("=QQQQQI12x")
 
 
 def read_file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+def unwritten_extents(path: str, length: int) -> list[tuple[int, int]] | None:
+    """``(offset, length)`` of the unwritten (allocated, never written) extents in the first
+    ``length`` bytes of the file, by the FIEMAP ioctl; None where the file system has no FIEMAP."""
+    count = 64
+    request = bytearray(_FIEMAP_HEAD.pack(0, length, _FIEMAP_FLAG_SYNC, 0, count, 0)
+                        + bytes(count * _FIEMAP_EXTENT.size))
+    with open(path, "rb") as f:
+        try:
+            fcntl.ioctl(f.fileno(), _FS_IOC_FIEMAP, request)
+        except OSError:
+            return None
+    mapped = _FIEMAP_HEAD.unpack_from(request)[3]
+    extents = (_FIEMAP_EXTENT.unpack_from(request, _FIEMAP_HEAD.size + i * _FIEMAP_EXTENT.size)
+               for i in range(mapped))
+    return [(logical, size) for logical, _, size, _, _, flags in extents if flags & _FIEMAP_EXTENT_UNWRITTEN]
 
 
 class MappedFileTests(SynchronousTestCase):
@@ -135,6 +159,26 @@ class MappedFileTests(SynchronousTestCase):
         mf.append(b"abc")
         mf.flush(0)
         self.assertEqual(len(synced), 1)
+
+    def test_pwrite_writes_zeros_ahead(self) -> None:
+        """The pwrite path leaves no unwritten extent just ahead of its writes (so a SYNC_FLUSH
+        ``fdatasync`` needs no extent conversion), and the bytes there stay zero."""
+        size = 4 * mappedfile.ZERO_AHEAD_WINDOW
+        mf = MappedFile(os.path.join(self.dir, file_name(0)), size, "pwrite", create=True)
+        self.addCleanup(mf.close)
+        before = unwritten_extents(mf.path, size)
+        if not before:
+            raise SkipTest("the file system has no FIEMAP or no unwritten extents after posix_fallocate")
+        mf.append(b"a" * 1000)
+        self.assertEqual(unwritten_extents(mf.path, mappedfile.ZERO_AHEAD_WINDOW), [])
+        records = mappedfile.ZERO_AHEAD_WINDOW // 1000
+        mf.append_many([b"b" * 1000] * records, 1000 * records)
+        end = mf.wrote_position
+        self.assertEqual(unwritten_extents(mf.path, end + mappedfile.ZERO_AHEAD_WINDOW // 2), [])
+        self.assertTrue(unwritten_extents(mf.path, size))  # only a window ahead, not the whole file
+        content = read_file(mf.path)
+        self.assertEqual(content[:end], b"a" * 1000 + b"b" * (end - 1000))
+        self.assertEqual(content[end:], bytes(size - end))
 
     def test_zero_from(self) -> None:
         """Zeroing from a position wipes every byte after it and keeps those before."""
