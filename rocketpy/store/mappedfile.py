@@ -4,7 +4,8 @@
 A segment is named by its 20-digit zero-padded start offset and created full size (``ftruncate`` +
 ``posix_fallocate``, so a later write cannot hit a full disk through the mmap). Writes go either
 into the mmap (``"mmap"``) or through the file descriptor with ``os.pwrite`` (``"pwrite"``, the idea
-of RocketMQ's transient store pool: durable writes are cheap); reads always go through the mmap.
+of RocketMQ's transient store pool: durable writes are cheap; zeros are written a window ahead of
+them, so an ``fdatasync`` converts no unwritten extent); reads always go through the mmap.
 Durability is ``os.fdatasync`` on the descriptor: ``mmap.flush()`` would hold the GIL for the msync.
 
 Positions are file-relative: ``wrote_position`` (readable limit), ``committed_position`` (equal to
