@@ -224,7 +224,7 @@ class MappedFile:
         ``fdatasync`` convert it, a metadata change that costs a journal commit: every
         SYNC_FLUSH put paid it. Blocks written once (here with the zeros they read as anyway)
         are overwritten in place, and ``fdatasync`` then writes only the data
-        (doc/benchmarks.md, "Ninth pass"). Only the writer thread writes beyond the write
+        (doc/benchmarks.md, "Eleventh pass"). Only the writer thread writes beyond the write
         position, and nothing valid lies there (recovery zeroes torn bytes), so the contents do
         not change; the flush after the put that crossed a window writes the window too.
         """

@@ -46,11 +46,11 @@ class StoreService(StoreReads, Service):
     :param message_store: the blocking facade; its ``config`` gives the flush settings.
     :param reactor: provides ``IReactorTime`` and ``IReactorFromThreads``.
     :param pool: the writer pool (appends, load, consume-queue flush, retention,
-        shutdown). It must have one thread. Default: ``ThreadPool(1, 1, "rocketpy-store")``.
+        shutdown). It must have one thread. Default: a ``pools.OneThread("rocketpy-store")``.
     :param read_pool: runs reads. Default: the writer pool when ``pool`` was given,
         otherwise ``ThreadPool(1, 4, "rocketpy-store-read")``.
     :param flush_pool: runs commit-log flushes; one thread. Default: the writer pool
-        when ``pool`` was given, otherwise ``ThreadPool(1, 1, "rocketpy-store-flush")``.
+        when ``pool`` was given, otherwise a ``pools.OneThread("rocketpy-store-flush")``.
     :param max_queued_messages: flow control: more messages waiting for a hop make
         :meth:`is_busy` true and new puts fail with ``OS_PAGECACHE_BUSY``.
     :param max_queue_wait: flow control: the same once the oldest queued put has

@@ -15,6 +15,7 @@ from rocketpy.common.message import decode_record
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.groupcommit import wants_wait
+from rocketpy.store.pools import OneThread
 from rocketpy.store.service import StoreService
 from rocketpy.store.status import GetMessageStatus, PutMessageResult, PutMessageStatus
 from tests.fakes import FakeMessageStore
@@ -374,8 +375,10 @@ class LifecycleTests(SynchronousTestCase):
     def test_owned_pools(self) -> None:
         """Without a pool the service makes one-thread writer and flush pools and a read pool."""
         service = StoreService(FakeMessageStore(), reactor)
-        pools = service._pools.distinct()
-        self.assertEqual([(p.min, p.max) for p in pools], [(1, 1), (1, 1), (1, 4)])
+        writer, flush, read = service._pools.distinct()
+        self.assertEqual([type(writer), type(flush)], [OneThread, OneThread])
+        assert isinstance(read, ThreadPool)
+        self.assertEqual((read.min, read.max), (1, 4))
 
 
 class ReadAndHookTests(SynchronousTestCase):
