@@ -1005,7 +1005,7 @@ static int run_flush(PyObject *entries, PyObject *topic, PyObject *queue_id, Py_
 }
 
 /* rocketpy.store.messagestore.inline_bound: (size bound, index keys, {(topic, queue_id): count})
- * or None; anything but lists of MessageExt with dict-of-str properties goes to the reference. */
+ * or None; anything but lists or tuples of MessageExt with dict-of-str properties goes to the reference. */
 static PyObject *inline_bound(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t max_body, fixed, size = 0, keys = 0, run = 0, i, j;
     PyObject *puts, *entries, *run_topic = NULL, *run_queue = NULL, *result;
@@ -1016,10 +1016,10 @@ static PyObject *inline_bound(PyObject *self, PyObject *const *args, Py_ssize_t 
     fixed = PyLong_AsSsize_t(args[2]);
     if ((max_body == -1 || fixed == -1) && PyErr_Occurred())
         return NULL;
-    if (!PyList_CheckExact(puts) || !use_slots)
+    if (!(PyList_CheckExact(puts) || PyTuple_CheckExact(puts)) || !use_slots)  /* a lone put: a tuple */
         return fallback(py_inline_bound, args, nargs);
-    for (i = 0; i < PyList_GET_SIZE(puts); i++) {  /* check the shapes first: no Python code runs below */
-        PyObject *msgs = PyList_GET_ITEM(puts, i);
+    for (i = 0; i < PySequence_Fast_GET_SIZE(puts); i++) {  /* check the shapes first: no Python code runs below */
+        PyObject *msgs = PySequence_Fast_GET_ITEM(puts, i);
         if (!PyList_CheckExact(msgs) && !PyTuple_CheckExact(msgs))
             return fallback(py_inline_bound, args, nargs);
         for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
@@ -1042,8 +1042,8 @@ static PyObject *inline_bound(PyObject *self, PyObject *const *args, Py_ssize_t 
     entries = PyDict_New();
     if (entries == NULL)
         return NULL;
-    for (i = 0; i < PyList_GET_SIZE(puts); i++) {
-        PyObject *msgs = PyList_GET_ITEM(puts, i);
+    for (i = 0; i < PySequence_Fast_GET_SIZE(puts); i++) {
+        PyObject *msgs = PySequence_Fast_GET_ITEM(puts, i);
         for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
             PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *k, *v, *found;
             PyObject *props = *(PyObject **)((char *)msg + slot_offsets[3]);

@@ -162,6 +162,8 @@ class EquivalenceTests(SynchronousTestCase):
         self.assertEqual(outcome(c, puts, max_body, 256), expected)
         if expected[0] == "ok" and expected[1] is not None:
             self.assertEqual(list(c(puts, max_body, 256)[2]), list(expected[1][2]))  # type: ignore[index]
+        # a lone put comes as a tuple of tuples (StoreService.put_message), handled in C too
+        self.assertEqual(outcome(c, tuple(map(tuple, puts)), max_body, 256), expected)
 
     def test_unusual_types(self) -> None:
         """Values the C code does not handle itself go to the reference: same result or exception."""
