@@ -155,6 +155,9 @@ class SendMessageProcessor:
             return prepared
         msgs, queue_id, batch = prepared  # type: ignore[misc]
         d = self._store.put_messages(msgs) if batch else self._store.put_message(msgs[0])
+        if d.called and not d.paused and type(d.result) is PutMessageResult:
+            # stored inline (ASYNC_FLUSH, writer idle): the response now, no callback chain
+            return self._lone_put_response(d.result, request, queue_id)
         return d.addCallback(self._lone_put_response, request, queue_id)
 
     def process_requests(self, channel: Any, requests: list[RemotingCommand]) -> Deferred[list[RemotingCommand]]:
