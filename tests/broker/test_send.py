@@ -353,6 +353,27 @@ class SendMessageProcessorTests(SynchronousTestCase):
         busy = self.store.put_status = PutMessageStatus.OS_PAGECACHE_BUSY
         self.assertIn("[PC_SYNCHRONIZED]", self.send(RequestCode.SEND_MESSAGE, CPP_V1).remark or "", busy)
 
+    def test_stored_put_answers_at_once_pending_put_later(self) -> None:
+        """A put the store completed already (inline) is answered by the call itself; one still
+        pending through its Deferred, with the same response once stored."""
+        now = self.processor.process_request(self.channel, send_request(RequestCode.SEND_MESSAGE, CPP_V1))
+        assert isinstance(now, RemotingCommand)
+        self.assertEqual((now.code, now.ext_fields["queueOffset"]), (ResponseCode.SUCCESS, "0"))
+        stored = self.store.put_message
+        held: list[tuple[Deferred[PutMessageResult], PutMessageResult]] = []
+
+        def hold(msg: MessageExt) -> Deferred[PutMessageResult]:
+            held.append((Deferred(), self.successResultOf(stored(msg))))
+            return held[-1][0]
+        self.patch(self.store, "put_message", hold)
+        later = self.processor.process_request(self.channel, send_request(RequestCode.SEND_MESSAGE, CPP_V1))
+        assert isinstance(later, Deferred)
+        self.assertNoResult(later)
+        pending, result = held[0]
+        pending.callback(result)
+        response = self.successResultOf(later)
+        self.assertEqual((response.code, response.ext_fields["queueOffset"]), (ResponseCode.SUCCESS, "1"))
+
     def test_refused_puts_logged_once_per_ten_seconds(self) -> None:
         """A flood of refused puts logs one line per status every 10 s, naming the topic and how many
         refusals the line stands for."""
