@@ -8,10 +8,8 @@ Follows Java's ``MQClientInstance.topicRouteData2TopicPublishInfo`` and
 from __future__ import annotations
 
 import random
-from typing import Any
 
-from rocketpy.common.fastjson import BodyError, as_int, loads_tolerant
-from rocketpy.common.route import BrokerData, MASTER_ID, MessageQueue, QueueData, TopicRouteData
+from rocketpy.common.route import MASTER_ID, MessageQueue, QueueData, TopicRouteData, decode_topic_route
 from rocketpy.common.topic import PERM_READ, PERM_WRITE
 
 __all__ = [
@@ -21,42 +19,6 @@ __all__ = [
     "subscribe_queues",
     "RoundRobinIndex",
 ]
-
-
-def _int(obj: dict[str, Any], key: str, default: int = 0) -> int:
-    return as_int(obj.get(key, default), f"route field {key}")
-
-
-def decode_topic_route(body: bytes) -> TopicRouteData:
-    """Parse a GET_ROUTEINFO_BY_TOPIC body; bare numeric ``brokerAddrs`` keys are accepted.
-
-    :raises BodyError: when the body is not a route.
-    """
-    obj = loads_tolerant(body)
-    if not isinstance(obj, dict):
-        raise BodyError("route body is not a JSON object")
-    try:
-        queues = [
-            QueueData(
-                str(q["brokerName"]),
-                _int(q, "readQueueNums"),
-                _int(q, "writeQueueNums"),
-                _int(q, "perm"),
-                _int(q, "topicSysFlag", _int(q, "topicSynFlag")),
-            )
-            for q in obj.get("queueDatas") or []
-        ]
-        brokers = [
-            BrokerData(
-                str(b.get("cluster", "")),
-                str(b["brokerName"]),
-                {int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()},
-            )
-            for b in obj.get("brokerDatas") or []
-        ]
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise BodyError(f"malformed route: {e!r}") from None
-    return TopicRouteData(queues, brokers, dict(obj.get("filterServerTable") or {}), obj.get("orderTopicConf"))
 
 
 def with_default_queue_nums(route: TopicRouteData, queue_nums: int) -> TopicRouteData:

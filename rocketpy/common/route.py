@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rocketpy.common.fastjson import BodyError, as_int, loads_tolerant
+
 #: Broker id of a master; slaves have ids >= 1 (``MixAll.MASTER_ID``).
 MASTER_ID = 0
 #: The name server's KV namespace whose entry for a topic (``"broker-a:4;broker-b:4"``) becomes
@@ -91,3 +93,39 @@ class MessageQueue:
         if not isinstance(obj, dict) or not isinstance(obj.get("topic"), str):
             raise ValueError(f"not a message queue: {obj!r}")
         return cls(obj["topic"], str(obj.get("brokerName") or ""), int(obj.get("queueId", 0)))
+
+
+def _int(obj: dict[str, Any], key: str, default: int = 0) -> int:
+    return as_int(obj.get(key, default), f"route field {key}")
+
+
+def decode_topic_route(body: bytes) -> TopicRouteData:
+    """Parse a GET_ROUTEINFO_BY_TOPIC body; bare numeric ``brokerAddrs`` keys are accepted.
+
+    :raises BodyError: when the body is not a route.
+    """
+    obj = loads_tolerant(body)
+    if not isinstance(obj, dict):
+        raise BodyError("route body is not a JSON object")
+    try:
+        queues = [
+            QueueData(
+                str(q["brokerName"]),
+                _int(q, "readQueueNums"),
+                _int(q, "writeQueueNums"),
+                _int(q, "perm"),
+                _int(q, "topicSysFlag", _int(q, "topicSynFlag")),
+            )
+            for q in obj.get("queueDatas") or []
+        ]
+        brokers = [
+            BrokerData(
+                str(b.get("cluster", "")),
+                str(b["brokerName"]),
+                {int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()},
+            )
+            for b in obj.get("brokerDatas") or []
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise BodyError(f"malformed route: {e!r}") from None
+    return TopicRouteData(queues, brokers, dict(obj.get("filterServerTable") or {}), obj.get("orderTopicConf"))

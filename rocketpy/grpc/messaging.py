@@ -34,12 +34,14 @@ from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.broker.transaction import NO_HALF_MESSAGE, WRONG_GROUP, WRONG_OFFSET
 from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import java_hash
-from rocketpy.common.topic import PERM_READ, PERM_WRITE, TopicConfig, send_topic_problem
+from rocketpy.common.topic import TopicConfig, send_topic_problem
 from rocketpy.grpc import convert
 from rocketpy.grpc import settings as defaults
 from rocketpy.grpc.channel import GrpcClientChannel, TelemetryStream
+from rocketpy.grpc.cluster import ClusterView
 from rocketpy.grpc.pop import DEFAULT_INVISIBLE_MS, PopService
 from rocketpy.grpc.receipts import AckOutcome, Lease
+from rocketpy.grpc.route import RouteBroker, assignments, endpoints_of, master, route_queues
 from rocketpy.grpc.settings import ClientSettings
 from rocketpy.grpc.status import GrpcError, from_remoting, ok, overall, status
 from rocketpy.grpc.transaction import TransactionId, end_request, sent_transaction_id
@@ -80,6 +82,8 @@ class Messaging:
     :param advertised: ``(host, port)`` that QueryRoute returns; None echoes the endpoint the
         client reached (the Java proxy's local mode).
     :param end_transaction: the broker's END_TRANSACTION processor (None: EndTransaction is UNSUPPORTED).
+    :param cluster: the other brokers of a topic, which QueryRoute and QueryAssignment list too
+        (None: this broker alone).
     """
 
     log = Logger()
@@ -89,7 +93,7 @@ class Messaging:
                  pop: PopService, retry_delays_ms: list[int], auto_create_topic: bool = True,
                  advertised: tuple[str, int] | None = None, rng: random.Random | None = None,
                  consumers: ConsumerManager | None = None, producers: ProducerManager | None = None,
-                 end_transaction: IRequestProcessor | None = None) -> None:
+                 end_transaction: IRequestProcessor | None = None, cluster: ClusterView | None = None) -> None:
         self._clock = clock
         self._broker_name = broker_name
         self._topics = topics
@@ -108,6 +112,8 @@ class Messaging:
         self._producers = producers
         self._channels: dict[str, GrpcClientChannel] = {}
         self._end_transaction = end_transaction
+        #: the other brokers of a topic (None: this broker alone)
+        self.cluster = cluster
         self._forgetter = LoopingCall(self.forget_gone_clients)
         self._forgetter.clock = clock
 
@@ -141,10 +147,7 @@ class Messaging:
     # -- route ------------------------------------------------------------------
 
     def _topic(self, resource: pb.Resource, peer: str) -> TopicConfig:
-        name = resource.name
-        problem = send_topic_problem(name) if name else "topic name cannot be empty"
-        if problem is not None:
-            raise GrpcError(pb.Code.ILLEGAL_TOPIC, problem)
+        name = _topic_name(resource)
         config = self._topics.select_topic_config(name)
         if config is None and self._auto_create:
             config = self._topics.create_topic_in_send_message_method(name, TBW102, peer, 8)
@@ -153,41 +156,44 @@ class Messaging:
         return config
 
     def _broker(self, endpoints: pb.Endpoints) -> pb.Broker:
+        """This broker, at the advertised address or else where the client reached it."""
         if self.advertised is not None:
-            host, port = self.advertised
-            endpoints = pb.Endpoints(scheme=pb.AddressScheme.IPv4, addresses=[pb.Address(host=host, port=port)])
-        return pb.Broker(name=self._broker_name, id=0, endpoints=endpoints)
+            endpoints = endpoints_of(*self.advertised)
+        return master(self._broker_name, endpoints)
 
-    def query_route(self, ctx: CallContext, request: rpc.QueryRouteRequest) -> rpc.QueryRouteResponse:
-        config = self._topic(request.topic, ctx.peer)
-        broker = self._broker(request.endpoints)
-        queues = []
-        read, write = bool(config.perm & PERM_READ), bool(config.perm & PERM_WRITE)
-        both = min(config.read_queue_nums, config.write_queue_nums) if read and write else 0
-        plan: list[Any] = ([pb.Permission.READ] * ((config.read_queue_nums - both) if read else 0)
-                + [pb.Permission.WRITE] * ((config.write_queue_nums - both) if write else 0)
-                + [pb.Permission.READ_WRITE] * both)
-        if not read and not write:
-            plan = [pb.Permission.NONE] * max(1, config.read_queue_nums, config.write_queue_nums)
-        # 4.x topics carry no message type: every type is accepted (the Java proxy's MIXED).
-        types = [pb.MessageType.NORMAL, pb.MessageType.FIFO, pb.MessageType.DELAY, pb.MessageType.TRANSACTION]
-        for queue_id, permission in enumerate(plan):
-            queues.append(pb.MessageQueue(topic=request.topic, id=queue_id, permission=permission, broker=broker,
-                                          accept_message_types=types))
-        return rpc.QueryRouteResponse(status=ok(), message_queues=queues)
+    async def _route_brokers(self, ctx: CallContext, topic: pb.Resource,
+                             endpoints: pb.Endpoints) -> list[RouteBroker]:
+        """Every master of ``topic``, by name: this broker when it has the topic, and the others the name
+        servers route it to (``cluster``). A topic nobody has is auto-created here (or TOPIC_NOT_FOUND)."""
+        name = _topic_name(topic)
+        peers = [] if self.cluster is None else await self.cluster.peers(name)
+        config = self._topics.select_topic_config(name)
+        if config is None and not peers:
+            config = self._topic(topic, ctx.peer)
+        brokers = [] if config is None else [RouteBroker(self._broker(endpoints), config.perm,
+                                                         config.read_queue_nums, config.write_queue_nums)]
+        return sorted(brokers + peers, key=lambda b: b.broker.name)
+
+    def query_route(self, ctx: CallContext, request: rpc.QueryRouteRequest) -> Deferred[rpc.QueryRouteResponse]:
+        return Deferred.fromCoroutine(self._query_route(ctx, request))
+
+    async def _query_route(self, ctx: CallContext, request: rpc.QueryRouteRequest) -> rpc.QueryRouteResponse:
+        brokers = await self._route_brokers(ctx, request.topic, request.endpoints)
+        return rpc.QueryRouteResponse(status=ok(), message_queues=route_queues(request.topic, brokers))
 
     def query_assignment(self, ctx: CallContext,
-                         request: rpc.QueryAssignmentRequest) -> rpc.QueryAssignmentResponse:
+                         request: rpc.QueryAssignmentRequest) -> Deferred[rpc.QueryAssignmentResponse]:
+        return Deferred.fromCoroutine(self._query_assignment(ctx, request))
+
+    async def _query_assignment(self, ctx: CallContext,
+                                request: rpc.QueryAssignmentRequest) -> rpc.QueryAssignmentResponse:
         _check_group(request.group)
-        config = self._topic(request.topic, ctx.peer)
-        if not config.perm & PERM_READ or config.read_queue_nums <= 0:
+        brokers = await self._route_brokers(ctx, request.topic, request.endpoints)
+        fifo = self._group_config(request.group.name).consume_message_orderly
+        found = assignments(request.topic, brokers, fifo)
+        if not found:
             return rpc.QueryAssignmentResponse(status=status(pb.Code.FORBIDDEN, "no readable queue"))
-        broker, permission = self._broker(request.endpoints), _permission(config.perm)
-        ids = range(config.read_queue_nums) if self._group_config(request.group.name).consume_message_orderly else [-1]
-        assignments = [pb.Assignment(message_queue=pb.MessageQueue(topic=request.topic, id=queue_id,
-                                                                   permission=permission, broker=broker))
-                       for queue_id in ids]
-        return rpc.QueryAssignmentResponse(status=ok(), assignments=assignments)
+        return rpc.QueryAssignmentResponse(status=ok(), assignments=found)
 
     # -- clients ------------------------------------------------------------------
 
@@ -362,10 +368,7 @@ class Messaging:
         """Commit or roll back the half message the transaction id names (``EndTransactionActivity``)."""
         if self._end_transaction is None:
             raise GrpcError(pb.Code.UNSUPPORTED, "transactions are not served by this endpoint")
-        name = request.topic.name
-        problem = send_topic_problem(name) if name else "topic name cannot be empty"
-        if problem is not None:
-            raise GrpcError(pb.Code.ILLEGAL_TOPIC, problem)
+        name = _topic_name(request.topic)
         if not request.transaction_id.strip():
             raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
         where = TransactionId.decode(request.transaction_id)
@@ -412,6 +415,7 @@ class Messaging:
                                                               "polling, please check network condition")
             poll_ms = remaining_ms
         _check_group(request.group)
+        self._check_broker(request.message_queue.broker.name)
         topic = request.message_queue.topic
         self._topic(topic, ctx.peer)
         invisible_ms = convert.duration_ms(request.invisible_duration)
@@ -443,6 +447,14 @@ class Messaging:
             stream.append(rpc.ReceiveMessageResponse(
                 message=convert.to_v2(ext, lease.handle, lease.attempt, invisible_ms, self.pop.now_ms())))
         return stream
+
+    def _check_broker(self, name: str) -> None:
+        """A queue of another broker is not served here (the 5.x clients receive from each queue's broker
+        at its endpoint, which QueryRoute gave them; the Java proxy in local mode would pop its own broker
+        instead). :raises GrpcError: BAD_REQUEST."""
+        if name and name != self._broker_name:
+            raise GrpcError(pb.Code.BAD_REQUEST, f"this endpoint serves broker {self._broker_name}, not {name}: "
+                                                 f"receive from {name}'s endpoint, as QueryRoute gives it")
 
     def ack_message(self, ctx: CallContext, request: rpc.AckMessageRequest) -> rpc.AckMessageResponse:
         _check_group(request.group)
@@ -483,16 +495,18 @@ class Messaging:
         return rpc.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
 
 
+def _topic_name(resource: pb.Resource) -> str:
+    """The topic's name. :raises GrpcError: ILLEGAL_TOPIC."""
+    name = resource.name
+    problem = send_topic_problem(name) if name else "topic name cannot be empty"
+    if problem is not None:
+        raise GrpcError(pb.Code.ILLEGAL_TOPIC, problem)
+    return name
+
+
 def _check_group(group: pb.Resource) -> None:
     if not group.name or send_topic_problem(group.name) is not None:
         raise GrpcError(pb.Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {group.name!r} is illegal")
-
-
-def _permission(perm: int) -> Any:
-    read, write = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
-    if read and write:
-        return pb.Permission.READ_WRITE
-    return pb.Permission.READ if read else pb.Permission.WRITE if write else pb.Permission.NONE
 
 
 def _as_deferred(result: Any) -> Deferred[Any]:

@@ -324,6 +324,8 @@ class GrpcService(Service):
         thread.start()
         servicer = Servicer(self.messaging, ReactorHop(self._reactor), self._access, self._reactor)
         self.port = await self._in_loop(self._serve(servicer))
+        if self.messaging.cluster is not None:
+            self.messaging.cluster.listening(self.port)
         if self._permissive:
             self.log.warn("--tls-mode permissive: the gRPC endpoint {address} speaks plaintext only (grpcio "
                           "cannot serve TLS and plaintext on one port); --tls-mode enforcing makes it TLS only",
@@ -378,6 +380,8 @@ class GrpcService(Service):
             self._checkpoints.stop()
         if self.messaging is not None:
             self.messaging.stop()
+            if self.messaging.cluster is not None:
+                await Deferred.fromCoroutine(self.messaging.cluster.stop())
             if self.messaging.checkpoint is not None:
                 await self.messaging.checkpoint.persist()
         loop, server = self._loop, self._server
@@ -453,6 +457,7 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
     :param retry_delays_ms: the consumers' retry back-off (the broker's delay levels).
     """
     from rocketpy.grpc.checkpoint import PopCheckpoint
+    from rocketpy.grpc.cluster import ClusterView
     from rocketpy.grpc.pop import PopService
 
     pop = PopService(reactor, broker.store, broker.topics, broker.offsets)
@@ -465,7 +470,9 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
     messaging = Messaging(reactor, broker.config.broker_name, broker.topics, broker.subscriptions, broker.send_processor,
                      broker.send_back, pop, retry_delays_ms,
                      auto_create_topic=broker.config.auto_create_topic_enable, advertised=advertised,
-                     consumers=broker.consumers, producers=broker.producers, end_transaction=broker.end_transaction)
+                     consumers=broker.consumers, producers=broker.producers, end_transaction=broker.end_transaction,
+                     cluster=ClusterView(reactor, broker.client, lambda: broker.config.namesrv_addr,
+                                         broker.config.broker_name, broker.config.advertised_address, advertised))
     messaging.checkpoint = checkpoint
     return messaging
 
