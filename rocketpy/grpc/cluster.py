@@ -153,6 +153,8 @@ class ClusterView:
         return Deferred.fromCoroutine(self._peers(topic))
 
     async def _peers(self, topic: str) -> list[RouteBroker]:
+        if not self._namesrv_addrs():  # a broker without name servers is alone
+            return []
         now = self._clock.seconds()
         known = self._known.get(topic)
         if known is not None and now - known[0] < FRESH_S:

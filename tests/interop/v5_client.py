@@ -8,7 +8,9 @@ message, then ``{"event": "done"}``.
 ``consume --endpoint E --topic T --group G --expect N`` receives (invisible ``--invisible`` s),
 acks unless ``--no-ack``, prints ``{"event": "message", "body", "tag", "message_id",
 "delivery_attempt", "properties", "delivery_timestamp", "received_ms"}`` per message and ``{"event": "done", "count"}`` once it has
-``--expect`` messages or at ``--timeout``.
+``--expect`` messages or at ``--timeout``. The 5.x client 5.1.2 receives from a queue picked at random
+for every receive (a new ``QueueSelector`` each time), so with several brokers a receive may long-poll
+one already drained: ``--seed`` makes its picks reproducible.
 Every command signs its requests with ``--access-key`` / ``--secret-key`` when given; ``produce`` and
 ``consume`` connect with TLS with ``--tls`` (trusting ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``, else grpcio's roots).
 ``push --endpoint E --topic T --group G --expect N [--fail-times K]`` runs a PushConsumer whose
@@ -272,6 +274,7 @@ def main() -> None:
     c.add_argument("--filter", default="*")
     c.add_argument("--timeout", type=float, default=60)
     c.add_argument("--no-ack", action="store_true")
+    c.add_argument("--seed", type=int, help="seed the client's queue choice (5.1.2 picks a random queue per receive)")
     for command in (p, c):
         command.add_argument("--tls", action="store_true", help="connect with TLS")
     u = sub.add_parser("push")
@@ -292,6 +295,10 @@ def main() -> None:
         command.add_argument("--access-key", default="", help="SessionCredentials for a broker with --acl-enable")
         command.add_argument("--secret-key", default="")
     args = parser.parse_args()
+    if getattr(args, "seed", None) is not None:
+        import random
+
+        random.seed(args.seed)
     {"produce": produce, "consume": consume, "push": push, "transaction": transaction,
      "simple": simple}[args.command](args)
 
