@@ -185,7 +185,8 @@ class Options(usage.Options):
         ["grpc-listen", None, None,
          "RocketMQ 5.x gRPC endpoint, or none [default: tcp:8081:interface=127.0.0.1 with --role all, else none]"],
         ["grpc-advertised-address", None, None,
-         "host:port that the gRPC QueryRoute returns [default: the address the client reached]"],
+         "host:port that the gRPC QueryRoute returns for this broker, also published to the name servers for the "
+         "other brokers' routes [default: the address the client reached; published: broker host, gRPC port]"],
         ["transaction-check-interval", None, None,
          "ms between the broker's checks of undecided transactions [default: 60000]"],
         ["transaction-timeout", None, None, "ms a half message waits before its first check [default: 6000]"],
