@@ -18,6 +18,7 @@ from rocketpy.common.topic import TopicConfig
 from rocketpy.grpc.cluster import GRPC_ENDPOINT_NAMESPACE, decode_kv_table
 from rocketpy.grpc.messaging import CallContext, Messaging
 from rocketpy.grpc.server import GrpcService, broker_messaging
+from rocketpy.grpc.transaction import TransactionId
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.remoting.codes import RequestCode, ResponseCode
@@ -45,7 +46,8 @@ class V5ClusterTests(TestCase):
         self.addCleanup(self.cluster.close)
         self.endpoints: dict[str, GrpcService] = {}
         for name in BROKERS:
-            await self.cluster.add_broker(name)
+            # undecided transactions checked after 1 s, as in tests.interop.test_v5
+            await self.cluster.add_broker(name, transaction_check_interval=1.0, transaction_timeout=1.0)
             broker = self.cluster.brokers[name]
             # one queue each: a SimpleConsumer going round the queues never long-polls an empty one
             broker.topics.update_topic_config(TopicConfig(TOPIC, 1, 1))
@@ -124,6 +126,22 @@ class V5ClusterTests(TestCase):
         for group in ("GS", "GP"):
             self.assertEqual([self._broker(name).offsets.query_offset(group, TOPIC, 0) for name in BROKERS],
                              [SENT // 2, SENT // 2], group)
+
+    async def test_transactions_on_both_brokers(self) -> None:
+        """A Producer told broker-a's endpoint keeps transactions on both brokers: each commit goes to the
+        broker holding its half message, and each broker's check of an undecided one reaches the producer
+        over its Telemetry stream to that broker, whose answer commits it there."""
+        await self._cluster()
+        events = await self._v5("transaction", "--topic", TOPIC, "--bodies", "commit-1", "commit-2", "unknown-3",
+                                "unknown-4")
+        self.assertEqual(sorted(e["body"] for e in events if e["event"] == "checked"), ["unknown-3", "unknown-4"])
+        self.assertEqual(events[-1]["unchecked"], [])
+        holder = {e["body"]: TransactionId.decode(e["transaction_id"]).broker_name for e in events
+                  if e["event"] == "sent"}
+        # the Producer goes round the two queues: one commit and one undecided transaction on each broker
+        self.assertEqual({holder["commit-1"], holder["commit-2"]}, set(BROKERS))
+        self.assertEqual({holder["unknown-3"], holder["unknown-4"]}, set(BROKERS))
+        self.assertEqual((self._stored("broker-a"), self._stored("broker-b")), (2, 2))
 
     async def test_queue_of_another_broker_is_refused(self) -> None:
         """A receive naming broker-b's queue at broker-a's endpoint is BAD_REQUEST naming both brokers
