@@ -88,7 +88,8 @@ class ClusterView:
 
     :param client: the broker's remoting client.
     :param namesrv_addrs: the name server addresses (read at each call: they may change).
-    :param broker_name: this broker; the route's entry of it is left to the local topic table.
+    :param broker_name: this broker; the route's entry of it is left to the local topic table ("" for a
+        slave, which serves no queues of its own to the 5.x clients: its master is one of the peers).
     :param broker_address: this broker's remoting address, as it registers: the key it publishes under.
     :param advertised: ``--grpc-advertised-address``; None publishes the broker's host with the
         endpoint's port.

@@ -84,6 +84,8 @@ class Messaging:
     :param end_transaction: the broker's END_TRANSACTION processor (None: EndTransaction is UNSUPPORTED).
     :param cluster: the other brokers of a topic, which QueryRoute and QueryAssignment list too
         (None: this broker alone).
+    :param slave: this broker is a slave: QueryRoute and QueryAssignment list the masters only (its
+        own master among them; ``cluster`` must then not leave this broker's name out).
     """
 
     log = Logger()
@@ -93,7 +95,8 @@ class Messaging:
                  pop: PopService, retry_delays_ms: list[int], auto_create_topic: bool = True,
                  advertised: tuple[str, int] | None = None, rng: random.Random | None = None,
                  consumers: ConsumerManager | None = None, producers: ProducerManager | None = None,
-                 end_transaction: IRequestProcessor | None = None, cluster: ClusterView | None = None) -> None:
+                 end_transaction: IRequestProcessor | None = None, cluster: ClusterView | None = None,
+                 slave: bool = False) -> None:
         self._clock = clock
         self._broker_name = broker_name
         self._topics = topics
@@ -114,6 +117,7 @@ class Messaging:
         self._end_transaction = end_transaction
         #: the other brokers of a topic (None: this broker alone)
         self.cluster = cluster
+        self._slave = slave
         self._forgetter = LoopingCall(self.forget_gone_clients)
         self._forgetter.clock = clock
 
@@ -167,7 +171,8 @@ class Messaging:
         servers route it to (``cluster``). A topic nobody has is auto-created here (or TOPIC_NOT_FOUND)."""
         name = _topic_name(topic)
         peers = [] if self.cluster is None else await self.cluster.peers(name)
-        config = self._topics.select_topic_config(name)
+        # a slave's clients go to the masters (its own among the peers): it lists itself only when alone
+        config = None if self._slave and peers else self._topics.select_topic_config(name)
         if config is None and not peers:
             config = self._topic(topic, ctx.peer)
         brokers = [] if config is None else [RouteBroker(self._broker(endpoints), config.perm,

@@ -460,6 +460,7 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
     from rocketpy.grpc.cluster import ClusterView
     from rocketpy.grpc.pop import PopService
 
+    slave = broker.config.broker_role == "SLAVE"
     pop = PopService(reactor, broker.store, broker.topics, broker.offsets)
     broker.store.add_arrival_listener(pop.message_arrived)
     offsets_path = broker.offsets.path
@@ -472,7 +473,9 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
                      auto_create_topic=broker.config.auto_create_topic_enable, advertised=advertised,
                      consumers=broker.consumers, producers=broker.producers, end_transaction=broker.end_transaction,
                      cluster=ClusterView(reactor, broker.client, lambda: broker.config.namesrv_addr,
-                                         broker.config.broker_name, broker.config.advertised_address, advertised))
+                                         "" if slave else broker.config.broker_name,
+                                         broker.config.advertised_address, advertised),
+                     slave=slave)
     messaging.checkpoint = checkpoint
     return messaging
 

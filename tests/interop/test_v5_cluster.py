@@ -48,29 +48,37 @@ class V5ClusterTests(TestCase):
         for name in BROKERS:
             # undecided transactions checked after 1 s, as in tests.interop.test_v5
             await self.cluster.add_broker(name, transaction_check_interval=1.0, transaction_timeout=1.0)
-            broker = self.cluster.brokers[name]
-            # one queue each: a SimpleConsumer going round the queues never long-polls an empty one
-            broker.topics.update_topic_config(TopicConfig(TOPIC, 1, 1))
-            service = GrpcService(reactor, "tcp:0:interface=127.0.0.1", partial(broker_messaging, reactor, broker,
-                                                                                 [1000, 5000]))
-            service.startService()
-            self.addCleanup(service.stopService)
-            await service.when_started()
-            self.endpoints[name] = service
+            # one queue each: the client's first two receives cover both brokers
+            self.cluster.brokers[name].topics.update_topic_config(TopicConfig(TOPIC, 1, 1))
+            await self._endpoint(name)
         await self.cluster.wait_for_route(TOPIC, brokers=2)
         await self._until_published()
 
+    async def _endpoint(self, name: str) -> None:
+        """Start the gRPC endpoint of broker ``name`` on port 0."""
+        service = GrpcService(reactor, "tcp:0:interface=127.0.0.1",
+                              partial(broker_messaging, reactor, self.cluster.brokers[name], [1000, 5000]))
+        service.startService()
+        self.addCleanup(service.stopService)
+        await service.when_started()
+        self.endpoints[name] = service
+
     async def _until_published(self) -> None:
-        """Until the name server's KV config holds both endpoints (published when each started listening)."""
+        """Until the name server's KV config holds every endpoint (published when each started listening)."""
         request = RemotingCommand.request(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": GRPC_ENDPOINT_NAMESPACE})
         for _ in range(200):
             response = await self.cluster.admin.invoke_sync(self.cluster.namesrv_addr, request, 5)
-            if response.code == ResponseCode.SUCCESS and len(decode_kv_table(response.body)) == 2:
+            if response.code == ResponseCode.SUCCESS and len(decode_kv_table(response.body)) == len(self.endpoints):
                 self.assertEqual(sorted(decode_kv_table(response.body).values()),
                                  sorted(f"127.0.0.1:{s.port}" for s in self.endpoints.values()))
                 return
             await pause()
         self.fail("the gRPC endpoints were not published")
+
+    def _route(self, name: str) -> Deferred[Any]:
+        """QueryRoute of the topic at broker ``name``'s endpoint, reached at port 1."""
+        return self._messaging(name).query_route(CallContext("c@1"), rpc.QueryRouteRequest(
+            topic=pb.Resource(name=TOPIC), endpoints=pb.Endpoints(addresses=[pb.Address(host="127.0.0.1", port=1)])))
 
     def _broker(self, name: str) -> BrokerService:
         return self.cluster.brokers[name]
@@ -104,8 +112,7 @@ class V5ClusterTests(TestCase):
         stores; a SimpleConsumer and a PushConsumer (QueryAssignment) told only broker-a's endpoint receive
         every message and ack it at the broker that stored it: both brokers' committed offsets reach the end."""
         await self._cluster()
-        route = await self._messaging("broker-a").query_route(CallContext("c@1"), rpc.QueryRouteRequest(
-            topic=pb.Resource(name=TOPIC), endpoints=pb.Endpoints(addresses=[pb.Address(host="127.0.0.1", port=1)])))
+        route = await self._route("broker-a")
         self.assertEqual([(q.broker.name, q.broker.endpoints.addresses[0].port, q.id) for q in route.message_queues],
                          [("broker-a", 1, 0), ("broker-b", self.endpoints["broker-b"].port, 0)])
 
@@ -142,6 +149,17 @@ class V5ClusterTests(TestCase):
         self.assertEqual({holder["commit-1"], holder["commit-2"]}, set(BROKERS))
         self.assertEqual({holder["unknown-3"], holder["unknown-4"]}, set(BROKERS))
         self.assertEqual((self._stored("broker-a"), self._stored("broker-b")), (2, 2))
+
+    async def test_slave_endpoint_lists_the_masters(self) -> None:
+        """QueryRoute at a slave's endpoint lists the two masters at their endpoints, its own master's
+        included, not the slave (the clients write to and pop from masters)."""
+        await self._cluster()
+        await self.cluster.add_broker("broker-a-slave", broker_name="broker-a", broker_role="SLAVE", broker_id=1)
+        await self._endpoint("broker-a-slave")
+        await self._until_published()
+        route = await self._route("broker-a-slave")
+        self.assertEqual([(q.broker.name, q.broker.endpoints.addresses[0].port) for q in route.message_queues],
+                         [(name, self.endpoints[name].port) for name in BROKERS])
 
     async def test_queue_of_another_broker_is_refused(self) -> None:
         """A receive naming broker-b's queue at broker-a's endpoint is BAD_REQUEST naming both brokers
