@@ -75,10 +75,10 @@ class V5ClusterTests(TestCase):
             await pause()
         self.fail("the gRPC endpoints were not published")
 
-    def _route(self, name: str) -> Deferred[Any]:
-        """QueryRoute of the topic at broker ``name``'s endpoint, reached at port 1."""
+    def _route(self, name: str, topic: str = TOPIC) -> Deferred[Any]:
+        """QueryRoute of ``topic`` at broker ``name``'s endpoint, reached at port 1."""
         return self._messaging(name).query_route(CallContext("c@1"), rpc.QueryRouteRequest(
-            topic=pb.Resource(name=TOPIC), endpoints=pb.Endpoints(addresses=[pb.Address(host="127.0.0.1", port=1)])))
+            topic=pb.Resource(name=topic), endpoints=pb.Endpoints(addresses=[pb.Address(host="127.0.0.1", port=1)])))
 
     def _broker(self, name: str) -> BrokerService:
         return self.cluster.brokers[name]
@@ -149,6 +149,19 @@ class V5ClusterTests(TestCase):
         self.assertEqual({holder["commit-1"], holder["commit-2"]}, set(BROKERS))
         self.assertEqual({holder["unknown-3"], holder["unknown-4"]}, set(BROKERS))
         self.assertEqual((self._stored("broker-a"), self._stored("broker-b")), (2, 2))
+
+    async def test_topic_of_another_broker_is_not_created_here(self) -> None:
+        """A topic only broker-b has is routed to broker-b alone, not auto-created at broker-a; one nobody
+        has is auto-created at the broker asked (from TBW102), as with a single broker."""
+        await self._cluster()
+        self._broker("broker-b").topics.update_topic_config(TopicConfig("OnlyB", 2, 2))
+        await self.cluster.wait_for_route("OnlyB")
+        route = await self._route("broker-a", "OnlyB")
+        self.assertEqual([(q.broker.name, q.id) for q in route.message_queues], [("broker-b", 0), ("broker-b", 1)])
+        self.assertIsNone(self._broker("broker-a").topics.select_topic_config("OnlyB"))
+        route = await self._route("broker-a", "Nobody")
+        self.assertEqual({q.broker.name for q in route.message_queues}, {"broker-a"})
+        self.assertIsNotNone(self._broker("broker-a").topics.select_topic_config("Nobody"))
 
     async def test_slave_endpoint_lists_the_masters(self) -> None:
         """QueryRoute at a slave's endpoint lists the two masters at their endpoints, its own master's
