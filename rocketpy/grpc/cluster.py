@@ -108,6 +108,8 @@ class ClusterView:
         #: the port this endpoint listens on, once it does
         self.port = 0
         self._known: dict[str, tuple[float, list[RouteBroker]]] = {}
+        #: the name server that answered last: asked first next time
+        self._answered = ""
         self._publisher = LoopingCall(self.publish)
         self._publisher.clock = clock
         self._warned = EveryFewSeconds(clock, 60.0)
@@ -183,17 +185,21 @@ class ClusterView:
         return decode_kv_table(response.body) if response.code == ResponseCode.SUCCESS else {}
 
     async def _ask(self, code: int, fields: dict[str, str]) -> RemotingCommand:
-        """The first name server's answer that can be had (a client's way: one after the other).
+        """The first answer to be had, one name server after the other, the last one that answered first.
 
         :raises NameServerError: none answered.
         """
+        addresses = self._namesrv_addrs()
         errors = []
-        for address in self._namesrv_addrs():
+        for address in sorted(addresses, key=lambda a: a != self._answered):
             try:
-                return await self._client.invoke_sync(address, RemotingCommand.request(code, dict(fields)),
-                                                      CALL_TIMEOUT_S)
+                response = await self._client.invoke_sync(address, RemotingCommand.request(code, dict(fields)),
+                                                          CALL_TIMEOUT_S)
             except Exception as e:
                 errors.append(f"{address}: {e or type(e).__name__}")
+                continue
+            self._answered = address
+            return response
         raise NameServerError("; ".join(errors) or "no name server configured")
 
 

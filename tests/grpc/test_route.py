@@ -171,6 +171,25 @@ class ClusterViewTests(SynchronousTestCase):
         self.namesrv.down = False
         self.assertEqual(peers("Unknown"), [])
 
+    def test_name_servers_in_turn(self) -> None:
+        """A name server that cannot be reached is skipped; the one that answered is asked first next time."""
+        view = ClusterView(self.clock, self.namesrv, lambda: ["dead:1", "ns:9876"], "a", "10.0.0.1:10911")
+        self.namesrv.register("b", "10.0.0.2:10911", "T", 2)
+        reached: list[str] = []
+        invoke = self.namesrv.invoke_sync
+
+        def invoke_sync(address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
+            reached.append(address)
+            return fail(RemotingConnectError(address, "refused")) if address == "dead:1" else invoke(
+                address, request, timeout)
+
+        self.namesrv.invoke_sync = invoke_sync  # type: ignore[method-assign]
+        self.assertEqual([p.broker.name for p in self.successResultOf(view.peers("T"))], ["b"])
+        self.assertEqual(reached, ["dead:1", "ns:9876", "ns:9876"])  # the route, then the KV list
+        self.clock.advance(FRESH_S)
+        self.successResultOf(view.peers("T"))
+        self.assertEqual(reached[3:], ["ns:9876", "ns:9876"])
+
     def test_no_name_server(self) -> None:
         """A broker without name servers is alone: no peers, nothing published, no warning."""
         view = ClusterView(self.clock, self.namesrv, lambda: [], "a", "10.0.0.1:10911")
