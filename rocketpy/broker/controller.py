@@ -99,6 +99,7 @@ class BrokerService(OrderedMultiService):
         store_config.store_host = (config.advertised_host, config.advertised_port)
         store_config.broker_role = config.broker_role
         self.store = make_store(reactor, store_config)
+        self.store_config = store_config  # the 5.x gRPC endpoint reads the timer settings (recall handles)
         in_config_dir = store_config.config_dir
         self.topics = TopicConfigManager(
             reactor,
@@ -264,6 +265,7 @@ class BrokerService(OrderedMultiService):
             gets=self.traffic.gets,
         )
         self.server.register_processor(RequestCode.PULL_MESSAGE, pull)
+        self.pull_processor = pull  # the 5.x gRPC endpoint's PullMessage reads through it too (rocketpy/grpc)
         if self.hold is not None:
             self.store.add_arrival_listener(self.hold.notify_message_arriving)
 

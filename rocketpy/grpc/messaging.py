@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, cast
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger
@@ -38,8 +38,14 @@ from rocketpy.common.topic import TopicConfig, send_topic_problem
 from rocketpy.grpc import convert
 from rocketpy.grpc import settings as defaults
 from rocketpy.grpc.channel import GrpcClientChannel, TelemetryStream
+from rocketpy.grpc.checks import as_deferred as _as_deferred
+from rocketpy.grpc.checks import check_broker, polling_ms
+from rocketpy.grpc.checks import check_group as _check_group
+from rocketpy.grpc.checks import topic_name as _topic_name
 from rocketpy.grpc.cluster import ClusterView
 from rocketpy.grpc.pop import DEFAULT_INVISIBLE_MS, PopService
+from rocketpy.grpc.queues import QueueRpcs
+from rocketpy.grpc.recall import Recall, sent_handle
 from rocketpy.grpc.receipts import AckOutcome, Lease
 from rocketpy.grpc.route import RouteBroker, assignments, endpoints_of, master, route_queues
 from rocketpy.grpc.settings import ClientSettings
@@ -50,6 +56,7 @@ from rocketpy.grpc.v2 import service_pb2 as rpc
 from rocketpy.interfaces import IRequestProcessor
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.store.timer import TimerRules
 from rocketpy.util.configfile import JsonConfigFile
 
 MIN_INVISIBLE_MS = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv
@@ -108,6 +115,12 @@ class Messaging:
         self.settings = ClientSettings(retry_delays_ms, self._group_config)
         #: the POP state's file (rocketpy.grpc.checkpoint), when it is kept on disk
         self.checkpoint: JsonConfigFile | None = None
+        #: the store's timer settings: a sent timer message gets a recall handle (None: none does)
+        self.timer: TimerRules | None = None
+        #: PullMessage and the offset RPCs (None: UNIMPLEMENTED)
+        self.queues: QueueRpcs | None = None
+        #: RecallMessage (None: UNIMPLEMENTED)
+        self.recall: Recall | None = None
         self._auto_create = auto_create_topic
         self.advertised = advertised
         self._rng = rng or random.Random()
@@ -359,6 +372,7 @@ class Messaging:
                                         offset=int(fields.get("queueOffset", "0")))
             if msg.system_properties.message_type == pb.MessageType.TRANSACTION:
                 entry.transaction_id = sent_transaction_id(self._broker_name, response)
+            entry.recall_handle = sent_handle(msg, self._broker_name, self.timer, int(self._clock.seconds() * 1000))
             entries.append(entry)
         return rpc.SendMessageResponse(status=overall({e.status.code for e in entries}), entries=entries)
 
@@ -411,14 +425,7 @@ class Messaging:
                               remaining_ms: int | None) -> list[rpc.ReceiveMessageResponse]:
         # The request carries all a receive needs: a SimpleConsumer may receive before its
         # Telemetry settings arrived (it does not wait for them), so none are required here.
-        poll_ms = (convert.duration_ms(request.long_polling_timeout) if request.HasField("long_polling_timeout")
-                   else defaults.MAX_LONG_POLLING_MS)
-        poll_ms = min(max(poll_ms, defaults.MIN_LONG_POLLING_MS), defaults.MAX_LONG_POLLING_MS)
-        if remaining_ms is not None and poll_ms > remaining_ms:
-            if remaining_ms < defaults.MIN_LONG_POLLING_MS:
-                raise GrpcError(pb.Code.ILLEGAL_POLLING_TIME, "The deadline time remaining is not enough for "
-                                                              "polling, please check network condition")
-            poll_ms = remaining_ms
+        poll_ms = polling_ms(request, remaining_ms)
         _check_group(request.group)
         self._check_broker(request.message_queue.broker.name)
         topic = request.message_queue.topic
@@ -454,12 +461,7 @@ class Messaging:
         return stream
 
     def _check_broker(self, name: str) -> None:
-        """A queue of another broker is not served here (the 5.x clients receive from each queue's broker
-        at its endpoint, which QueryRoute gave them; the Java proxy in local mode would pop its own broker
-        instead). :raises GrpcError: BAD_REQUEST."""
-        if name and name != self._broker_name:
-            raise GrpcError(pb.Code.BAD_REQUEST, f"this endpoint serves broker {self._broker_name}, not {name}: "
-                                                 f"receive from {name}'s endpoint, as QueryRoute gives it")
+        check_broker(name, self._broker_name)
 
     def ack_message(self, ctx: CallContext, request: rpc.AckMessageRequest) -> rpc.AckMessageResponse:
         _check_group(request.group)
@@ -498,21 +500,3 @@ class Messaging:
         if outcome is not AckOutcome.OK:
             return rpc.ChangeInvisibleDurationResponse(status=status(pb.Code.INVALID_RECEIPT_HANDLE, outcome.value))
         return rpc.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
-
-
-def _topic_name(resource: pb.Resource) -> str:
-    """The topic's name. :raises GrpcError: ILLEGAL_TOPIC."""
-    name = resource.name
-    problem = send_topic_problem(name) if name else "topic name cannot be empty"
-    if problem is not None:
-        raise GrpcError(pb.Code.ILLEGAL_TOPIC, problem)
-    return name
-
-
-def _check_group(group: pb.Resource) -> None:
-    if not group.name or send_topic_problem(group.name) is not None:
-        raise GrpcError(pb.Code.ILLEGAL_CONSUMER_GROUP, f"consumer group {group.name!r} is illegal")
-
-
-def _as_deferred(result: Any) -> Deferred[Any]:
-    return result if isinstance(result, Deferred) else succeed(result)

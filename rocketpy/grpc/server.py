@@ -208,16 +208,54 @@ class Servicer(service_pb2_grpc.MessagingServiceServicer):
                                  rpc.NotifyClientTerminationResponse)
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        async for response in self._stream(lambda: self._messaging.receive_message, request, context,
+                                           rpc.ReceiveMessageResponse):
+            yield response
+
+    def _part(self, name: str) -> Any:
+        """``messaging.queues`` or ``messaging.recall``. :raises GrpcError: NOT_IMPLEMENTED when it is not served."""
+        part = getattr(self._messaging, name)
+        if part is None:
+            raise GrpcError(Code.NOT_IMPLEMENTED, f"this endpoint does not serve {name}")
+        return part
+
+    async def _served(self, name: str, method: str, request: Any, context: Any, response_type: Any) -> Any:
+        try:
+            call = getattr(self._part(name), method)
+        except GrpcError as e:
+            return response_type(status=status(e.code, e.message))
+        return await self._unary(call, request, context, response_type)
+
+    async def RecallMessage(self, request: Any, context: Any) -> Any:
+        return await self._served("recall", "recall_message", request, context, rpc.RecallMessageResponse)
+
+    async def UpdateOffset(self, request: Any, context: Any) -> Any:
+        return await self._served("queues", "update_offset", request, context, rpc.UpdateOffsetResponse)
+
+    async def GetOffset(self, request: Any, context: Any) -> Any:
+        return await self._served("queues", "get_offset", request, context, rpc.GetOffsetResponse)
+
+    async def QueryOffset(self, request: Any, context: Any) -> Any:
+        return await self._served("queues", "query_offset", request, context, rpc.QueryOffsetResponse)
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        """A status, the messages, then the next offset (``PullMessageResponseStreamWriter``)."""
+        async for response in self._stream(lambda: self._part("queues").pull_message, request, context,
+                                           rpc.PullMessageResponse):
+            yield response
+
+    async def _stream(self, method: Callable[[], Any], request: Any, context: Any,
+                      response_type: Any) -> AsyncIterator[Any]:
+        """A server-streaming RPC whose whole stream the reactor answers as a list; an error is one status."""
         remaining = context.time_remaining()
         remaining_ms = None if remaining is None else int(remaining * 1000)
         try:
-            stream = await self._hop(self._messaging.receive_message, self._admit(context, request), request,
-                                     remaining_ms)
+            stream = await self._hop(method(), self._admit(context, request), request, remaining_ms)
         except GrpcError as e:
-            stream = [rpc.ReceiveMessageResponse(status=status(e.code, e.message))]
+            stream = [response_type(status=status(e.code, e.message))]
         except Exception as e:
-            self.log.failure("gRPC ReceiveMessage failed", Failure(e))
-            stream = [rpc.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))]
+            self.log.failure("gRPC {rpc} failed", Failure(e), rpc=type(request).__name__)
+            stream = [response_type(status=status(Code.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}"))]
         for response in stream:
             yield response
 
@@ -458,7 +496,12 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
     """
     from rocketpy.grpc.checkpoint import PopCheckpoint
     from rocketpy.grpc.cluster import ClusterView
+    from rocketpy.broker.processors import ConsumerManageProcessor
     from rocketpy.grpc.pop import PopService
+    from rocketpy.grpc.queues import OFFSET_CODES, QueueRpcs
+    from rocketpy.grpc.recall import Recall
+    from rocketpy.remoting.responders import Responder
+    from rocketpy.store.timer import TimerRules
 
     slave = broker.config.broker_role == "SLAVE"
     pop = PopService(reactor, broker.store, broker.topics, broker.offsets)
@@ -477,6 +520,11 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
                                          broker.config.advertised_address, advertised),
                      slave=slave)
     messaging.checkpoint = checkpoint
+    messaging.timer = TimerRules(broker.store_config)
+    messaging.recall = Recall(reactor, broker.config.broker_name, broker.topics, broker.send_processor, messaging.timer)
+    offsets = ConsumerManageProcessor(broker.tables).handlers
+    messaging.queues = QueueRpcs(broker.config.broker_name, broker.pull_processor,
+                                 {code: Responder(offsets[code]) for code in OFFSET_CODES}, pop.now_ms)
     return messaging
 
 

@@ -78,14 +78,17 @@ class TimerRules:
             return PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL if MessageConst.TIMER_DEL_UNIQKEY in props else None
         if deliver_ms - now_ms > self.max_delay_ms:
             return PutMessageStatus.WHEEL_TIMER_MSG_ILLEGAL
-        # Java's slot: the precision step before the delivery time; the slot is due one step later
-        precision = self.precision_ms
-        slot = deliver_ms - precision if deliver_ms % precision == 0 else deliver_ms // precision * precision
-        props[MessageConst.TIMER_OUT_MS] = str(slot)
+        props[MessageConst.TIMER_OUT_MS] = str(self.slot_ms(deliver_ms))
         props[MessageConst.REAL_TOPIC] = msg.topic
         props[MessageConst.REAL_QUEUE_ID] = str(msg.queue_id)
         msg.topic, msg.queue_id = TIMER_TOPIC, 0
         return None
+
+    def slot_ms(self, deliver_ms: int) -> int:
+        """``TIMER_OUT_MS`` of a message due at ``deliver_ms``: Java's slot, the precision step before
+        the delivery time (the slot is due one step later)."""
+        precision = self.precision_ms
+        return deliver_ms - precision if deliver_ms % precision == 0 else deliver_ms // precision * precision
 
     def due_ms(self, msg: MessageExt, default: int) -> int:
         """A parked message's due time (ms), its queue's tags code: ``TIMER_OUT_MS`` + the precision
