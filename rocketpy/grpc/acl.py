@@ -73,15 +73,17 @@ def needed_resources(request: Any) -> dict[str, int]:
             raise AclForbidden("SendMessageRequest, messages' topic is not consistent")
         for topic in topics:
             _put(needs, topic or None, PUB)
-    elif kind == "ReceiveMessageRequest":
-        _put(needs, _group(request.group), SUB)
+    elif kind in ("ReceiveMessageRequest", "PullMessageRequest", "UpdateOffsetRequest", "GetOffsetRequest"):
+        _put(needs, _group(request.group), SUB)  # the offset RPCs as the broker's QUERY/UPDATE_CONSUMER_OFFSET
+        _put(needs, _topic(request.message_queue.topic), SUB)
+    elif kind == "QueryOffsetRequest":
         _put(needs, _topic(request.message_queue.topic), SUB)
     elif kind in ("AckMessageRequest", "ChangeInvisibleDurationRequest", "ForwardMessageToDeadLetterQueueRequest"):
         _put(needs, _group(request.group), SUB)
         _put(needs, _topic(request.topic), SUB)
     elif kind in ("HeartbeatRequest", "NotifyClientTerminationRequest"):
         _put(needs, _group(request.group), SUB)
-    elif kind == "EndTransactionRequest":
+    elif kind in ("EndTransactionRequest", "RecallMessageRequest"):
         _put(needs, _topic(request.topic), PUB)
     elif kind == "TelemetryCommand" and request.WhichOneof("command") == "settings":
         settings = request.settings

@@ -120,10 +120,16 @@ class GrpcAclUnitTests(SynchronousTestCase):
         for request in (rpc.AckMessageRequest(group=group, topic=topic),
                         rpc.ChangeInvisibleDurationRequest(group=group, topic=topic),
                         rpc.ForwardMessageToDeadLetterQueueRequest(group=group, topic=topic),
-                        rpc.ReceiveMessageRequest(group=group, message_queue=pb.MessageQueue(topic=topic))):
+                        rpc.ReceiveMessageRequest(group=group, message_queue=pb.MessageQueue(topic=topic)),
+                        rpc.PullMessageRequest(group=group, message_queue=pb.MessageQueue(topic=topic)),
+                        rpc.UpdateOffsetRequest(group=group, message_queue=pb.MessageQueue(topic=topic)),
+                        rpc.GetOffsetRequest(group=group, message_queue=pb.MessageQueue(topic=topic))):
             self.assertEqual(needed_resources(request), {"T": 8, "%RETRY%G": 8})
+        self.assertEqual(needed_resources(rpc.QueryOffsetRequest(message_queue=pb.MessageQueue(topic=topic))),
+                         {"T": 8})
         self.assertEqual(needed_resources(rpc.HeartbeatRequest(group=group)), {"%RETRY%G": 8})
         self.assertEqual(needed_resources(rpc.EndTransactionRequest(topic=topic)), {"T": 4})
+        self.assertEqual(needed_resources(rpc.RecallMessageRequest(topic=topic)), {"T": 4})
         self.assertEqual(needed_resources(rpc.QueryRouteRequest(topic=topic)), {})
         self.assertEqual(needed_resources(rpc.QueryAssignmentRequest(topic=topic, group=group)), {})
 

@@ -68,7 +68,9 @@ def produce(args: argparse.Namespace) -> None:
             if args.delivery_at:
                 msg.delivery_timestamp = args.delivery_at  # ms, as its docstring says (doc/grpc.md)
             receipt = producer.send(msg)
-            emit(event="sent", i=i, message_id=receipt.message_id)
+            emit(event="sent", i=i, message_id=receipt.message_id, recall_handle=receipt.recall_handle)
+            if i < args.recall:  # cancel the timer message at once
+                emit(event="recalled", i=i, message_id=producer.recall_message(args.topic, receipt.recall_handle))
     finally:
         producer.shutdown()
     emit(event="done")
@@ -266,6 +268,7 @@ def main() -> None:
     p.add_argument("--body-prefix", default="v5")
     p.add_argument("--message-group", default="", help="send FIFO messages of this group")
     p.add_argument("--delivery-at", type=int, default=0, help="delivery timestamp (epoch ms) of every message")
+    p.add_argument("--recall", type=int, default=0, help="recall the first N (timer) messages once sent")
     c = sub.add_parser("consume")
     c.add_argument("--group", required=True)
     c.add_argument("--expect", type=int, required=True)
