@@ -64,6 +64,8 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000  # ProxyConfig.maxInvisibleTimeMills
 TBW102 = "TBW102"
 #: How often clients that are gone are forgotten (the Java proxy's settings cleaner: every 5 s).
 FORGET_PERIOD_S = 5.0
+#: the client types that consume (and register in the broker's consumer table)
+_CONSUMER_TYPES = (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER, pb.ClientType.PULL_CONSUMER)
 #: END_TRANSACTION refusals meaning the transaction id names no half message of the topic
 _NOT_A_TRANSACTION = frozenset({NO_HALF_MESSAGE, WRONG_GROUP, WRONG_OFFSET})
 
@@ -248,7 +250,7 @@ class Messaging:
         if found is None:
             return rpc.HeartbeatResponse(status=status(pb.Code.UNRECOGNIZED_CLIENT_TYPE,
                                                        "cannot find client settings for this client"))
-        if found.client_type in (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER):
+        if found.client_type in _CONSUMER_TYPES:
             _check_group(request.group)
         elif found.client_type != pb.ClientType.PRODUCER:
             return rpc.HeartbeatResponse(status=status(pb.Code.UNRECOGNIZED_CLIENT_TYPE,
@@ -259,7 +261,7 @@ class Messaging:
     def _register(self, ctx: CallContext, settings: pb.Settings, group: str) -> None:
         """A consumer in its group's table, a producer in its topics' (a consumer group must be legal)."""
         self._channel(ctx).settings = settings
-        if settings.client_type in (pb.ClientType.PUSH_CONSUMER, pb.ClientType.SIMPLE_CONSUMER):
+        if settings.client_type in _CONSUMER_TYPES:
             if group and send_topic_problem(group) is None:
                 self._register_consumer(ctx, group, settings)
         elif settings.client_type == pb.ClientType.PRODUCER:
@@ -277,12 +279,15 @@ class Messaging:
         return ClientChannelInfo(self._channel(ctx), ctx.client_id, language)
 
     def _register_consumer(self, ctx: CallContext, group: str, settings: pb.Settings) -> None:
-        """In the broker's consumer table, as ``ClientActivity.registerConsumer`` (CONSUME_PASSIVELY)."""
+        """In the broker's consumer table, as ``ClientActivity.registerConsumer`` (CONSUME_PASSIVELY; a
+        PULL_CONSUMER CONSUME_ACTIVELY, as a 4.x pull consumer)."""
         if self._consumers is None:
             return
         subscriptions = [SubscriptionData.build(entry.topic.name, entry.expression.expression or "*")
                          for entry in settings.subscription.subscriptions]
-        data = ConsumerData(group, ConsumeType.CONSUME_PASSIVELY, MessageModel.CLUSTERING,
+        kind = (ConsumeType.CONSUME_ACTIVELY if settings.client_type == pb.ClientType.PULL_CONSUMER
+                else ConsumeType.CONSUME_PASSIVELY)
+        data = ConsumerData(group, kind, MessageModel.CLUSTERING,
                             ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, subscriptions)
         self._consumers.register_consumer(data, self._channel_info(ctx, settings), notify=False)
 

@@ -56,7 +56,8 @@ class RecallHandle:
         if not handle:
             raise ValueError(INVALID)
         try:
-            raw = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode()  # padding optional (Java)
+            padded = handle + "=" * (-len(handle) % 4)  # padding optional, as Java's URL decoder
+            raw = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
         except (binascii.Error, ValueError):
             raise ValueError(INVALID) from None
         items = raw.split(" ")

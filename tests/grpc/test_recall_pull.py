@@ -8,12 +8,13 @@ from typing import Any
 from twisted.internet import reactor
 from twisted.internet.task import deferLater
 
+from rocketpy.broker.heartbeat import ConsumeType
 from rocketpy.common.message import java_hash
 from rocketpy.grpc.convert import timestamp
 from rocketpy.grpc.recall import RecallHandle
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
-from tests.grpc.test_endpoint import GrpcCalls
+from tests.grpc.test_endpoint import CLIENT_ID, GrpcCalls
 
 PRECISION_MS = 100
 
@@ -199,6 +200,22 @@ class GrpcPullTests(GrpcCalls):
 
         status, _none, next_offset = self._parts(await self._pull("GP", "TP", queue_id, 100))
         self.assertEqual((status.code, next_offset), (pb.Code.ILLEGAL_OFFSET, 6))
+
+    async def test_pull_consumer_registers(self) -> None:
+        """A PULL_CONSUMER's settings and heartbeat register it in its group, actively consuming (as a 4.x
+        pull consumer, so `mqadmin consumerConnection` lists it)."""
+        await self._start()
+        subscription = pb.Subscription(group=pb.Resource(name="GPC"), subscriptions=[
+            pb.SubscriptionEntry(topic=pb.Resource(name="TP"), expression=pb.FilterExpression(expression="TagA"))])
+        answer = await self._settings(pb.Settings(client_type=pb.ClientType.PULL_CONSUMER, subscription=subscription))
+        self.assertEqual(answer.status.code, pb.Code.OK)
+        beat = await self._unary("Heartbeat", rpc.HeartbeatRequest(client_type=pb.ClientType.PULL_CONSUMER,
+                                                                   group=pb.Resource(name="GPC")))
+        self.assertEqual(beat.status.code, pb.Code.OK, beat)
+        info = self.broker.consumers.get_consumer_group_info("GPC")
+        assert info is not None
+        self.assertEqual(info.client_ids(), [CLIENT_ID])
+        self.assertEqual(info.consume_type, ConsumeType.CONSUME_ACTIVELY)
 
     async def test_refusals(self) -> None:
         """Bad group, topic, broker, offset, filter and deadline: one status, no next offset."""
