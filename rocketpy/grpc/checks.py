@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
@@ -11,6 +12,13 @@ from rocketpy.grpc import convert
 from rocketpy.grpc import settings as defaults
 from rocketpy.grpc.status import GrpcError
 from rocketpy.grpc.v2 import definition_pb2 as pb
+
+
+@dataclass(frozen=True, slots=True)
+class PeerChannel:
+    """What the broker's processors read of a connection: the peer address."""
+
+    remote_address: str
 
 
 def topic_name(resource: pb.Resource) -> str:

@@ -39,7 +39,7 @@ from rocketpy.grpc import convert
 from rocketpy.grpc import settings as defaults
 from rocketpy.grpc.channel import GrpcClientChannel, TelemetryStream
 from rocketpy.grpc.checks import as_deferred as _as_deferred
-from rocketpy.grpc.checks import check_broker, polling_ms
+from rocketpy.grpc.checks import PeerChannel, check_broker, polling_ms
 from rocketpy.grpc.checks import check_group as _check_group
 from rocketpy.grpc.checks import topic_name as _topic_name
 from rocketpy.grpc.cluster import ClusterView
@@ -76,13 +76,6 @@ class CallContext:
 
     client_id: str
     peer: str = "0.0.0.0:0"
-
-
-@dataclass(frozen=True, slots=True)
-class _Channel:
-    """What the 4.x send processor reads of a connection: the peer address."""
-
-    remote_address: str
 
 
 class Messaging:
@@ -160,7 +153,7 @@ class Messaging:
         fields = {"offset": str(lease.commit_log_offset), "group": group, "delayLevel": "-1",
                   "originTopic": lease.topic, "maxReconsumeTimes": str(self._retry_max_times(group))}
         request = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, fields)
-        d = self._send_back.process_request(cast(Any, _Channel(self._broker_name)), request)
+        d = self._send_back.process_request(cast(Any, PeerChannel(self._broker_name)), request)
         return d.addCallback(lambda response: response.code == ResponseCode.SUCCESS)
 
     # -- route ------------------------------------------------------------------
@@ -363,7 +356,7 @@ class Messaging:
         group = request.messages[0].system_properties.message_group
         queue_id = (abs(java_hash(group)) if group else self._rng.randrange(1 << 31)) % config.write_queue_nums
         producer_group = topic.name  # as the Java proxy: the topic is the producer group (transaction checks)
-        channel = _Channel(ctx.peer)
+        channel = PeerChannel(ctx.peer)
         entries = []
         for msg in request.messages:
             command = convert.send_request(msg, producer_group, queue_id, defaults.MAX_MESSAGE_SIZE,
@@ -400,7 +393,7 @@ class Messaging:
             raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id!r} is of "
                                                             f"broker {where.broker_name!r}, not this one")
         response = await _as_deferred(self._end_transaction.process_request(
-            cast(Any, _Channel(ctx.peer)), end_request(request, where)))
+            cast(Any, PeerChannel(ctx.peer)), end_request(request, where)))
         if response is None or response.code == ResponseCode.SUCCESS:  # None: unknown state, nothing to do
             return rpc.EndTransactionResponse(status=ok())
         if response.code == ResponseCode.ILLEGAL_OPERATION:  # after its recovery duration: the check decides

@@ -11,14 +11,13 @@ table the 4.x clients use.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, cast
 
 from twisted.internet.defer import Deferred
 
 from rocketpy.common.message import decode_records
 from rocketpy.grpc import convert
-from rocketpy.grpc.checks import as_deferred, check_broker, check_group, polling_ms, topic_name
+from rocketpy.grpc.checks import PeerChannel, as_deferred, check_broker, check_group, polling_ms, topic_name
 from rocketpy.grpc.status import GrpcError, from_remoting, ok, status
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
@@ -36,13 +35,6 @@ _NOT_FOUND = (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY)
 #: QUERY_CONSUMER_OFFSET's "no offset" (the Java proxy: INTERNAL_SERVER_ERROR; the v2 code says what it is)
 _OFFSET_CODES: dict[int, int] = {ResponseCode.QUERY_NOT_FOUND: pb.Code.OFFSET_NOT_FOUND,
                  ResponseCode.SUBSCRIPTION_PARSE_FAILED: pb.Code.ILLEGAL_FILTER_EXPRESSION}
-
-
-@dataclass(frozen=True, slots=True)
-class _Channel:
-    """What the broker's processors read of a connection: the peer address."""
-
-    remote_address: str
 
 
 class QueueRpcs:
@@ -69,7 +61,7 @@ class QueueRpcs:
                     fields: dict[str, str]) -> RemotingCommand | None:
         """The broker's answer to ``code`` with ``fields`` (None: a held pull dropped as the broker stops)."""
         request = RemotingCommand.request(code, fields)
-        response = await as_deferred(processors[code].process_request(cast(Any, _Channel(ctx.peer)), request))
+        response = await as_deferred(processors[code].process_request(cast(Any, PeerChannel(ctx.peer)), request))
         return cast("RemotingCommand | None", response)
 
     async def _offset(self, ctx: Any, code: int, fields: dict[str, str]) -> int:
@@ -135,15 +127,9 @@ class QueueRpcs:
 
     def pull_message(self, ctx: Any, request: rpc.PullMessageRequest,
                      remaining_ms: int | None) -> Deferred[list[rpc.PullMessageResponse]]:
-        """The whole response stream: a status, the messages, then the next offset (errors: a status only)."""
-        return Deferred.fromCoroutine(self._pull_stream(ctx, request, remaining_ms))
-
-    async def _pull_stream(self, ctx: Any, request: rpc.PullMessageRequest,
-                           remaining_ms: int | None) -> list[rpc.PullMessageResponse]:
-        try:
-            return await self._pulled(ctx, request, remaining_ms)
-        except GrpcError as e:
-            return [rpc.PullMessageResponse(status=status(e.code, e.message))]
+        """The whole response stream: a status, the messages, then the next offset (a refusal fails with
+        :class:`GrpcError`: the stream is then its status alone)."""
+        return Deferred.fromCoroutine(self._pulled(ctx, request, remaining_ms))
 
     async def _pulled(self, ctx: Any, request: rpc.PullMessageRequest,
                       remaining_ms: int | None) -> list[rpc.PullMessageResponse]:

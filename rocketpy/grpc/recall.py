@@ -22,7 +22,7 @@ from twisted.internet.interfaces import IReactorTime
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.message import MessageConst, properties_to_string
 from rocketpy.grpc import convert
-from rocketpy.grpc.checks import as_deferred, topic_name
+from rocketpy.grpc.checks import PeerChannel, as_deferred, topic_name
 from rocketpy.grpc.status import GrpcError, ok
 from rocketpy.grpc.v2 import definition_pb2 as pb
 from rocketpy.grpc.v2 import service_pb2 as rpc
@@ -78,11 +78,6 @@ def sent_handle(msg: pb.Message, broker_name: str, timer: TimerRules | None, now
     return RecallHandle(msg.topic.name, broker_name, str(timer.slot_ms(deliver_ms) + 1), sysp.message_id).encode()
 
 
-@dataclass(frozen=True, slots=True)
-class _Channel:
-    remote_address: str
-
-
 class Recall:
     """The RecallMessage RPC over one broker's topics, send processor and timer settings."""
 
@@ -119,7 +114,7 @@ class Recall:
         if left_ms <= 0 or left_ms >= self._timer.max_delay_ms:  # delivered (or about to be), or no such time
             raise GrpcError(pb.Code.INTERNAL_SERVER_ERROR, "recall failed, timestamp invalid")
         response: RemotingCommand = await as_deferred(self._send.process_request(
-            cast(Any, _Channel(peer)), cancel_request(handle, now_ms)))
+            cast(Any, PeerChannel(peer)), cancel_request(handle, now_ms)))
         if response.code == ResponseCode.MESSAGE_ILLEGAL:  # the store found its time passed meanwhile
             raise GrpcError(pb.Code.INTERNAL_SERVER_ERROR, "recall failed, timestamp invalid")
         if response.code != ResponseCode.SUCCESS:
