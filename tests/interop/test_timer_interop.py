@@ -75,13 +75,13 @@ class V5TimerTests(V5Harness):
     def test_recall(self) -> None:
         """5.x Producer: two timer messages due together, the first recalled with its receipt's recall
         handle (Producer.recall_message answers its message id); the 5.x SimpleConsumer gets only the
-        second, and nothing more while the rest of its 8 s pass."""
+        second, and nothing more while the rest of its 6 s pass."""
         deliver_ms = _now_ms() + 3000
         events = self.v5("produce", "--topic", "TR5", "--count", "2", "--delivery-at", str(deliver_ms), "--recall", "1")
         sent = [e for e in events if e["event"] == "sent"]
         self.assertTrue(all(e["recall_handle"] for e in sent), sent)
         recalled = [e for e in events if e["event"] == "recalled"]
         self.assertEqual([e["message_id"] for e in recalled], [sent[0]["message_id"]])
-        got = self.received("TR5", "GR5", 2, "--timeout", "8")
+        got = self.received("TR5", "GR5", 2, "--timeout", "6")
         self.assertEqual([e["body"] for e in got], ["v5-1"])
         self.assertGreaterEqual(got[0]["received_ms"], deliver_ms)
