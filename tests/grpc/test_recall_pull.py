@@ -151,6 +151,7 @@ class GrpcPullTests(GrpcCalls):
         self.assertEqual((await query(pb.QueryOffsetPolicy.BEGINNING)).offset, 0)
         self.assertEqual((await query(pb.QueryOffsetPolicy.END)).offset, 5)
         self.assertEqual((await query(pb.QueryOffsetPolicy.TIMESTAMP, before_ms)).offset, 0)
+        self.assertEqual((await query(pb.QueryOffsetPolicy.TIMESTAMP, before_ms + 3_600_000)).offset, 5)  # all older
         no_time = await query(pb.QueryOffsetPolicy.TIMESTAMP)
         self.assertEqual(no_time.status.code, pb.Code.BAD_REQUEST)
         first = await self._offset("GP", "TP", queue_id)
