@@ -38,10 +38,7 @@ from rocketpy.common.topic import TopicConfig, send_topic_problem
 from rocketpy.grpc import convert
 from rocketpy.grpc import settings as defaults
 from rocketpy.grpc.channel import GrpcClientChannel, TelemetryStream
-from rocketpy.grpc.checks import as_deferred as _as_deferred
-from rocketpy.grpc.checks import PeerChannel, check_broker, polling_ms
-from rocketpy.grpc.checks import check_group as _check_group
-from rocketpy.grpc.checks import topic_name as _topic_name
+from rocketpy.grpc.checks import PeerChannel, as_deferred, check_broker, check_group, polling_ms, topic_name
 from rocketpy.grpc.cluster import ClusterView
 from rocketpy.grpc.pop import DEFAULT_INVISIBLE_MS, PopService
 from rocketpy.grpc.queues import QueueRpcs
@@ -159,7 +156,7 @@ class Messaging:
     # -- route ------------------------------------------------------------------
 
     def _topic(self, resource: pb.Resource, peer: str) -> TopicConfig:
-        name = _topic_name(resource)
+        name = topic_name(resource)
         config = self._topics.select_topic_config(name)
         if config is None and self._auto_create:
             config = self._topics.create_topic_in_send_message_method(name, TBW102, peer, 8)
@@ -177,7 +174,7 @@ class Messaging:
                              endpoints: pb.Endpoints) -> list[RouteBroker]:
         """Every master of ``topic``, by name: this broker when it has the topic, and the others the name
         servers route it to (``cluster``). A topic nobody has is auto-created here (or TOPIC_NOT_FOUND)."""
-        name = _topic_name(topic)
+        name = topic_name(topic)
         peers = [] if self.cluster is None else await self.cluster.peers(name)
         # a slave's clients go to the masters (its own among the peers): it lists itself only when alone
         config = None if self._slave and peers else self._topics.select_topic_config(name)
@@ -200,7 +197,7 @@ class Messaging:
 
     async def _query_assignment(self, ctx: CallContext,
                                 request: rpc.QueryAssignmentRequest) -> rpc.QueryAssignmentResponse:
-        _check_group(request.group)
+        check_group(request.group)
         brokers = await self._route_brokers(ctx, request.topic, request.endpoints)
         fifo = self._group_config(request.group.name).consume_message_orderly
         found = assignments(request.topic, brokers, fifo)
@@ -244,7 +241,7 @@ class Messaging:
             return rpc.HeartbeatResponse(status=status(pb.Code.UNRECOGNIZED_CLIENT_TYPE,
                                                        "cannot find client settings for this client"))
         if found.client_type in _CONSUMER_TYPES:
-            _check_group(request.group)
+            check_group(request.group)
         elif found.client_type != pb.ClientType.PRODUCER:
             return rpc.HeartbeatResponse(status=status(pb.Code.UNRECOGNIZED_CLIENT_TYPE,
                                                        pb.ClientType.Name(found.client_type)))
@@ -361,7 +358,7 @@ class Messaging:
         for msg in request.messages:
             command = convert.send_request(msg, producer_group, queue_id, defaults.MAX_MESSAGE_SIZE,
                                            int(self._clock.seconds() * 1000))
-            response: RemotingCommand = await _as_deferred(self._send.process_request(channel, command))
+            response: RemotingCommand = await as_deferred(self._send.process_request(channel, command))
             if response.code != ResponseCode.SUCCESS:
                 raise GrpcError(from_remoting(response.code, response.remark).code,
                                 response.remark or str(response.code))
@@ -385,14 +382,14 @@ class Messaging:
         """Commit or roll back the half message the transaction id names (``EndTransactionActivity``)."""
         if self._end_transaction is None:
             raise GrpcError(pb.Code.UNSUPPORTED, "transactions are not served by this endpoint")
-        name = _topic_name(request.topic)
+        name = topic_name(request.topic)
         if not request.transaction_id.strip():
             raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
         where = TransactionId.decode(request.transaction_id)
         if where.broker_name != self._broker_name:
             raise GrpcError(pb.Code.INVALID_TRANSACTION_ID, f"transaction id {request.transaction_id!r} is of "
                                                             f"broker {where.broker_name!r}, not this one")
-        response = await _as_deferred(self._end_transaction.process_request(
+        response = await as_deferred(self._end_transaction.process_request(
             cast(Any, PeerChannel(ctx.peer)), end_request(request, where)))
         if response is None or response.code == ResponseCode.SUCCESS:  # None: unknown state, nothing to do
             return rpc.EndTransactionResponse(status=ok())
@@ -424,7 +421,7 @@ class Messaging:
         # The request carries all a receive needs: a SimpleConsumer may receive before its
         # Telemetry settings arrived (it does not wait for them), so none are required here.
         poll_ms = polling_ms(request, remaining_ms)
-        _check_group(request.group)
+        check_group(request.group)
         self._check_broker(request.message_queue.broker.name)
         topic = request.message_queue.topic
         self._topic(topic, ctx.peer)
@@ -462,7 +459,7 @@ class Messaging:
         check_broker(name, self._broker_name)
 
     def ack_message(self, ctx: CallContext, request: rpc.AckMessageRequest) -> rpc.AckMessageResponse:
-        _check_group(request.group)
+        check_group(request.group)
         entries = []
         for entry in request.entries:
             outcome = self.pop.ack(request.group.name, request.topic.name, entry.receipt_handle)
@@ -479,7 +476,7 @@ class Messaging:
 
     async def _forward(self, request: rpc.ForwardMessageToDeadLetterQueueRequest
                        ) -> rpc.ForwardMessageToDeadLetterQueueResponse:
-        _check_group(request.group)
+        check_group(request.group)
         outcome = await self.pop.forward_to_dead_letter(request.group.name, request.topic.name, request.receipt_handle)
         if outcome is not AckOutcome.OK:
             return rpc.ForwardMessageToDeadLetterQueueResponse(
@@ -488,7 +485,7 @@ class Messaging:
 
     def change_invisible_duration(self, ctx: CallContext, request: rpc.ChangeInvisibleDurationRequest
                                   ) -> rpc.ChangeInvisibleDurationResponse:
-        _check_group(request.group)
+        check_group(request.group)
         invisible_ms = convert.duration_ms(request.invisible_duration)
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
             raise GrpcError(pb.Code.ILLEGAL_INVISIBLE_TIME, f"the invisibleTime is too large, max: "

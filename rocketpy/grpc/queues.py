@@ -10,7 +10,7 @@ table the 4.x clients use.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from twisted.internet.defer import Deferred
@@ -46,7 +46,7 @@ class QueueRpcs:
     """
 
     def __init__(self, broker_name: str, pull: IRequestProcessor, offsets: Mapping[int, IRequestProcessor],
-                 now_ms: Any) -> None:
+                 now_ms: Callable[[], int]) -> None:
         self._broker_name = broker_name
         self._pull = pull
         self._offsets = offsets
