@@ -69,6 +69,10 @@ class GrpcRecallTests(GrpcCalls):
             self.assertEqual(refused.status.code, code, (topic, recall_handle, refused))
             self.assertIn(text, refused.status.message)
 
+        # as Java: a handle naming no waiting timer message (here a plain one) stores a marker that cancels nothing
+        unknown = await self._recall("TR", RecallHandle("TR", "broker-a", handle.timestamp, plain.message_id).encode())
+        self.assertEqual((unknown.status.code, unknown.message_id), (pb.Code.OK, plain.message_id))
+
         recalled = await self._recall("TR", entries[b"recalled"].recall_handle.rstrip("="))  # padding optional
         self.assertEqual(recalled.status.code, pb.Code.OK, recalled)
         self.assertEqual(recalled.message_id, entries[b"recalled"].message_id)
