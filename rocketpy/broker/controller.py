@@ -39,6 +39,7 @@ from rocketpy.broker.reply import REPLY_CODES, ReplyMessageProcessor
 from rocketpy.broker.send import SendMessageProcessor
 from rocketpy.broker.sendback import SendBackProcessor
 from rocketpy.broker.timer import TimerCheckpoint, TimerMessageService
+from rocketpy.broker.timercopy import SlaveTimerCheckpoint, TimerCheckpointProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.broker.traffic import BrokerTraffic
@@ -190,6 +191,7 @@ class BrokerService(OrderedMultiService):
         self._feature_processors: list[Any] = [
             self.send_back,
             DelayOffsetProcessor(self.delay_offsets),
+            TimerCheckpointProcessor(self.timer_checkpoint, self._reactor),
             self.end_transaction,
             QueryMessageProcessor(self.store),
         ]
@@ -208,6 +210,7 @@ class BrokerService(OrderedMultiService):
         self.ha_client = HAClient(self._reactor, self.store, ha, config.ha_master_address)
         self.slave_sync = SlaveSynchronize(
             self._reactor, self.client, self.topics, self.offsets, self.subscriptions, self.delay_offsets,
+            SlaveTimerCheckpoint(self.timer_checkpoint, self.store).take,
         )
         self.registration.add_master_listener(self._master_learnt)
         self.store.add_arrival_listener(lambda topic, queue_id, _max: self.topics.learn_queue(topic, queue_id))

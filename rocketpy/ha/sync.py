@@ -2,14 +2,17 @@
 
 Every ``sync_interval`` seconds the slave asks its master (remoting, not the HA link) for
 GET_ALL_TOPIC_CONFIG (21), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG
-(201) and GET_ALL_DELAY_OFFSET (45), and merges the answers into its own tables. Topics and
-groups are taken only when their data version changed. The topic, group and delay-offset
-files are then written through each table's writer (the broker's config pool); the broker's own timer writes consumer offsets.
+(201), GET_ALL_DELAY_OFFSET (45) and GET_TIMER_CHECK_POINT (60), and merges the answers into its
+own tables. Topics and groups are taken only when their data version changed. The topic, group
+and delay-offset files are then written through each table's writer (the broker's config pool);
+the broker's own timer writes consumer offsets; the timer checkpoint's taker writes its own file.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
@@ -22,7 +25,8 @@ from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingError
 from rocketpy.util.configfile import JsonConfigFile
 
-#: ``(f, *args) -> Deferred``: runs a blocking call off the reactor thread.
+#: Takes a master's answer body into a table and writes it; raises ValueError on a malformed body.
+Taker = Callable[[bytes], Awaitable[None]]
 
 
 class Invoker(Protocol):
@@ -38,6 +42,7 @@ class SlaveSynchronize:
     :param offsets: the slave's ``ConsumerOffsetManager`` (the broker writes its file).
     :param groups: the slave's ``SubscriptionGroupManager``.
     :param delay_offsets: the slave's ``DelayOffsetTable``.
+    :param timer_checkpoint: takes the master's GET_TIMER_CHECK_POINT body; None asks nothing.
     :param timeout: seconds per request.
     :ivar master_address: the master's remoting ``host:port``; nothing is asked while None.
     """
@@ -45,14 +50,18 @@ class SlaveSynchronize:
     log = Logger()
 
     def __init__(self, clock: IReactorTime, client: Invoker, topics: JsonConfigFile, offsets: JsonConfigFile,
-                 groups: JsonConfigFile, delay_offsets: JsonConfigFile, timeout: float = 3.0) -> None:
+                 groups: JsonConfigFile, delay_offsets: JsonConfigFile, timer_checkpoint: Taker | None = None,
+                 timeout: float = 3.0) -> None:
         self._client = client
-        self._rounds = (
-            ("topics", RequestCode.GET_ALL_TOPIC_CONFIG, topics, True),
-            ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, offsets, False),
-            ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, groups, True),
-            ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, delay_offsets, True),
-        )
+        self._rounds: list[tuple[str, int, Taker]] = [
+            ("topics", RequestCode.GET_ALL_TOPIC_CONFIG, partial(take_table, topics, True)),
+            ("consumer offsets", RequestCode.GET_ALL_CONSUMER_OFFSET, partial(take_table, offsets, False)),
+            ("subscription groups", RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+             partial(take_table, groups, True)),
+            ("delay offsets", RequestCode.GET_ALL_DELAY_OFFSET, partial(take_table, delay_offsets, True)),
+        ]
+        if timer_checkpoint is not None:
+            self._rounds.append(("the timer checkpoint", RequestCode.GET_TIMER_CHECK_POINT, timer_checkpoint))
         self._timeout = timeout
         self.master_address: str | None = None
         self._loop = LoopingCall(self.sync_all)
@@ -72,31 +81,37 @@ class SlaveSynchronize:
             self._loop_done = None
 
     def sync_all(self) -> Deferred[None]:
-        """One round: topics, consumer offsets, subscription groups, delay offsets; failures are logged."""
+        """One round: topics, consumer offsets, subscription groups, delay offsets, the timer
+        checkpoint; failures are logged."""
         return Deferred.fromCoroutine(self._sync_all())
 
     async def _sync_all(self) -> None:
         master = self.master_address
         if not master:
             return
-        for what, code, table, write in self._rounds:
+        for what, code, take in self._rounds:
             try:
-                await self._sync_one(master, code, table, write)
+                await self._sync_one(master, code, take)
             except (RemotingError, ValueError) as e:
                 self.log.warn("copying {what} from master {addr} failed: {error}", what=what, addr=master, error=e)
             except Exception:  # an escaping exception would end the LoopingCall
                 self.log.failure("copying {what} from master failed", level=LogLevel.error, what=what)
 
-    async def _sync_one(self, master: str, code: int, table: JsonConfigFile, write: bool) -> None:
+    async def _sync_one(self, master: str, code: int, take: Taker) -> None:
         response = await self._client.invoke_sync(master, RemotingCommand.request(code, {}), self._timeout)
         if response.code != ResponseCode.SUCCESS:
             raise ValueError(f"code {response.code} {response.remark}")
-        obj = json.loads(response.body)
-        if not isinstance(obj, dict):
-            raise ValueError("not a JSON object")
-        version = table.data_version
-        if version is not None and obj.get("dataVersion") == version.to_json():
-            return  # unchanged since the last copy
-        table.apply_json(obj)
-        if write:
-            await table.persist()
+        await take(response.body)
+
+
+async def take_table(table: JsonConfigFile, write: bool, body: bytes) -> None:
+    """Merge a JSON table from the master unless its data version is the one held; write it if ``write``."""
+    obj = json.loads(body)
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    version = table.data_version
+    if version is not None and obj.get("dataVersion") == version.to_json():
+        return  # unchanged since the last copy
+    table.apply_json(obj)
+    if write:
+        await table.persist()

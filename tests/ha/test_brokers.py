@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -15,7 +16,8 @@ from rocketpy.broker.controller import BrokerService
 from rocketpy.client import ConsumeFromWhere, Message, MessageExt, Producer, PullConsumer, PullStatus, PushConsumer
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.results import ConsumeResult, SendStatus
-from rocketpy.common.message import decode_records
+from rocketpy.common.message import MessageConst, decode_record, decode_records
+from rocketpy.common.topic import TIMER_TOPIC
 from rocketpy.namesrv.service import NamesrvService
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codes import RequestCode, ResponseCode
@@ -51,15 +53,18 @@ class BrokerPairTests(TestCase):
         return master, slave
 
     async def broker(self, name: str, role: str, broker_id: int, ha_listen: str | None = None,
-                     slave_read_enable: bool = False, memory: int | None = None) -> BrokerService:
-        """A broker on a free port; ``memory`` is the RAM its store's "lagging" rule assumes."""
+                     slave_read_enable: bool = False, memory: int | None = None,
+                     flush_least_pages: int = 4) -> BrokerService:
+        """A broker on a free port; ``memory`` is the RAM its store's "lagging" rule assumes; 0
+        ``flush_least_pages`` flushes whatever was written every 0.5 s."""
         port = free_port()
         config = BrokerConfig(listen=f"tcp:{port}:interface=127.0.0.1", advertised_address=f"127.0.0.1:{port}",
                               namesrv_addr=[self.namesrv_addr], broker_role=role, broker_id=broker_id,
                               ha_listen=ha_listen, default_topic_queue_nums=2, slave_read_enable=slave_read_enable)
         store = MessageStoreConfig(
             store_path_root_dir=os.path.join(self.root, name), mapped_file_size_commit_log=256 * 1024,
-            mapped_file_size_consume_queue=6000, max_hash_slot_num=100, max_index_num=400)
+            mapped_file_size_consume_queue=6000, max_hash_slot_num=100, max_index_num=400,
+            flush_commit_log_least_pages=flush_least_pages)
         broker = BrokerService(reactor, config, store,
                                make_store=lambda r, c: StoreService(MessageStore(c, total_memory=memory), r))
         broker.startService()
@@ -223,3 +228,34 @@ class BrokerPairTests(TestCase):
         mastered = master.topics.select_topic_config("Fresh")
         assert copied is not None and mastered is not None
         self.assertEqual(copied.to_json(), mastered.to_json())
+
+    async def test_promoted_slave_resumes_timer_delivery(self) -> None:
+        """The slave copies the master's timer checkpoint (GET_TIMER_CHECK_POINT); its store restarted as
+        the master delivers the timer message still pending once, and not again the one the master
+        delivered (without the copy it would read the timer queue from its start)."""
+        master, slave = await self.pair("ASYNC_MASTER", flush_least_pages=0)  # a delivery counts once flushed
+        p = await self.producer()
+        soon = Message("Timed", b"soon")
+        soon.properties[MessageConst.TIMER_DELAY_MS] = "100"
+        sent = await p.send(soon)
+        later = Message("Timed", b"later")
+        later.properties[MessageConst.TIMER_DELAY_SEC] = "4"
+        await p.send_to_queue(later, sent.queue)
+        queue = sent.queue.queue_id
+        await until(lambda: master.timer_checkpoint.low_offset == 1)  # "soon" delivered, flushed, checkpointed
+        self.assertEqual(master.store.get_max_offset_in_queue("Timed", queue), 1)
+        await until(lambda: caught_up(slave.store, master.store, "Timed", 2)
+                    and slave.store.get_max_offset_in_queue(TIMER_TOPIC, 0) == 2)
+        assert slave.slave_sync is not None
+        await slave.slave_sync.sync_all()
+        self.assertEqual(slave.timer_checkpoint.to_json(), master.timer_checkpoint.to_json())
+        with open(os.path.join(self.root, "slave", "config", "timerCheckpoint.json")) as f:
+            self.assertEqual(json.load(f)["lowOffset"], 1)
+        await master.stopService()
+        await slave.stopService()
+        promoted = await self.broker("slave", "ASYNC_MASTER", 0, ha_listen=f"tcp:{free_port()}:interface=127.0.0.1")
+        self.assertEqual(promoted.timer.backlog(), 1)
+        await until(lambda: promoted.store.get_max_offset_in_queue("Timed", queue) == 2)
+        found = await promoted.store.get_message("G", "Timed", queue, 0, 32)
+        self.assertEqual([decode_record(r).body for r in found.records], [b"soon", b"later"])
+        self.assertEqual(promoted.timer.delivered, 1)

@@ -8,6 +8,7 @@ from typing import Any
 
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.task import Clock
+from twisted.logger import capturedLogs
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -153,3 +154,22 @@ class SlaveSynchronizeTests(SynchronousTestCase):
         self.assertEqual(len(self.client.asked), 8)
         self.successResultOf(Deferred.fromCoroutine(self.sync.stop()))
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_timer_checkpoint_round(self) -> None:
+        """With a timer checkpoint taker, GET_TIMER_CHECK_POINT (60) comes last and its body goes to
+        the taker; a master that does not know the code is logged and the next round asks again."""
+        taken: list[bytes] = []
+
+        async def take(body: bytes) -> None:
+            taken.append(body)
+
+        sync = SlaveSynchronize(self.clock, self.client, self.topics, self.offsets, self.groups, self.delays, take)
+        sync.master_address = "m:10911"
+        with capturedLogs() as events:
+            self.successResultOf(sync.sync_all())
+        self.assertEqual([code for _, code in self.client.asked][-1], RequestCode.GET_TIMER_CHECK_POINT)
+        self.assertEqual(taken, [])
+        self.assertTrue(any(e.get("what") == "the timer checkpoint" for e in events))
+        self.client.answers[RequestCode.GET_TIMER_CHECK_POINT] = (ResponseCode.SUCCESS, {"lowOffset": 1})
+        self.successResultOf(sync.sync_all())
+        self.assertEqual(taken, [b'{"lowOffset": 1}'])
