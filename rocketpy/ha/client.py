@@ -1,8 +1,8 @@
 """``HAClient``: the slave side of replication (RocketMQ's ``HAService.HAClient``).
 
 The slave dials its master's HA address (again every ``reconnect_interval`` while there is
-no link), reports its max commit-log offset on connect, after every appended block and as a
-heartbeat, and appends each received block byte for byte at the same offset through the
+no link; a dial not connected within ``connect_timeout`` is given up), reports its max
+commit-log offset on connect, after every appended block and as a heartbeat, and appends each received block byte for byte at the same offset through the
 store's writer pool (which also dispatches it to the slave's consume queues and index).
 Blocks are appended one at a time in arrival order; past ``read_buffer_size`` queued bytes
 the link stops reading. A block whose offset is not the slave's max offset (unless the
@@ -80,7 +80,10 @@ class HAClient(Service):
         self._master = address
         if self._link is not None:
             self._link.drop()  # the next redial goes to the new address
-        elif self.running:
+            return
+        if self._dialing is not None:
+            self._dialing.cancel()  # a dial to the old address (maybe black-holed) waits no longer
+        if self.running:
             self._dial()
 
     # -- lifecycle --
@@ -118,10 +121,12 @@ class HAClient(Service):
         if self._link is not None or self._dialing is not None or self._appending or not self._master:
             return
         host, _, port = self._master.rpartition(":")
-        endpoint = TCP4ClientEndpoint(self._reactor, host, int(port), timeout=self.config.reconnect_interval)
+        endpoint = TCP4ClientEndpoint(self._reactor, host, int(port))
         link = SlaveProtocol(self, self._reactor, self.config.send_heartbeat_interval,
                              self.config.housekeeping_interval)
         self._dialing = d = connectProtocol(endpoint, link)
+        # timed on the injected clock: a dial that never completes is cancelled (stops connecting)
+        d.addTimeout(self.config.connect_timeout, self._reactor)
         d.addCallbacks(self._dialed, self._dial_failed)
 
     def _dialed(self, link: SlaveProtocol) -> None:

@@ -26,6 +26,8 @@ class HAConfig:
     slave_timeout: float = 3.0
     #: seconds between the slave's redials of its master
     reconnect_interval: float = 5.0
+    #: seconds a slave's dial may take before it is given up (a black-holed master address)
+    connect_timeout: float = 3.0
     #: bytes a slave buffers from its master before it stops reading
     read_buffer_size: int = 4 * 1024 * 1024
     #: seconds between the slave's copies of the master's topics, offsets and groups

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -91,12 +92,50 @@ class ClientTests(SynchronousTestCase):
         self.client = HAClient(self.reactor, self.store, HAConfig(), "127.0.0.1:10912")
         self.client.startService()
         self.assertEqual([c[:2] for c in self.reactor.tcpClients], [("127.0.0.1", 10912)])
-        self.reactor.advance(5)
-        self.assertEqual(len(self.reactor.tcpClients), 1)  # still connecting: no second dial
         connector = self.reactor.connectors[0]
         self.reactor.tcpClients[0][2].clientConnectionFailed(connector, Failure(ConnectionRefusedError()))
-        self.reactor.advance(5)
+        self.reactor.advance(4.9)
+        self.assertEqual(len(self.reactor.tcpClients), 1)
+        self.reactor.advance(0.1)
         self.assertEqual(len(self.reactor.tcpClients), 2)
+        self.successResultOf(self.client.stopService())
+
+    def test_black_holed_master(self) -> None:
+        """A dial that never connects (a black-holed address) is given up after the 3 s connect
+        timeout, not the 5 s redial interval: the redial still comes every 5 s, logged each time."""
+        self.client = HAClient(self.reactor, self.store, HAConfig(), "192.0.2.1:10912")
+        with capturedLogs() as events:
+            self.client.startService()
+            self.reactor.advance(2.9)
+            self.assertFalse(self.reactor.connectors[0].stoppedConnecting)
+            self.reactor.advance(0.1)
+            self.assertTrue(self.reactor.connectors[0].stoppedConnecting)
+            self.reactor.advance(2)
+            self.assertEqual(len(self.reactor.tcpClients), 2)
+            self.reactor.advance(5)
+            self.assertEqual(len(self.reactor.tcpClients), 3)
+        self.assertEqual(len([e for e in events if "unreachable" in e["log_format"]]), 2)
+        self.successResultOf(self.client.stopService())
+        self.assertEqual(self.reactor.getDelayedCalls(), [])
+
+    def test_connect_timeout_setting(self) -> None:
+        """``connect_timeout`` is its own setting, shorter or longer than the redial interval."""
+        self.client = HAClient(self.reactor, self.store, HAConfig(connect_timeout=0.5), "192.0.2.1:10912")
+        self.client.startService()
+        self.reactor.advance(0.49)
+        self.assertFalse(self.reactor.connectors[0].stoppedConnecting)
+        self.reactor.advance(0.01)
+        self.assertTrue(self.reactor.connectors[0].stoppedConnecting)
+        self.successResultOf(self.client.stopService())
+
+    def test_new_address_while_dialling_a_black_hole(self) -> None:
+        """A new master address learnt while a dial to the old one hangs dials the new one at once."""
+        self.client = HAClient(self.reactor, self.store, HAConfig(), "192.0.2.1:10912")
+        self.client.startService()
+        self.reactor.advance(1)
+        self.client.update_master_address("127.0.0.1:10912")
+        self.assertEqual([c[:2] for c in self.reactor.tcpClients], [("192.0.2.1", 10912), ("127.0.0.1", 10912)])
+        self.assertTrue(self.reactor.connectors[0].stoppedConnecting)
         self.successResultOf(self.client.stopService())
 
     def test_new_master_address_drops_link(self) -> None:
