@@ -184,7 +184,8 @@ class BrokerService(OrderedMultiService):
             self.transactions, self.producers, self.offsets, self._reactor, config.transaction_check_interval,
             config.transaction_timeout, config.transaction_check_max, store_config.file_reserved_time * 3600,
         )
-        self._feature_services: list[Service] = [self.schedule, self.timer, self.transaction_check] if master else []
+        self._feature_services: list[Service] = (
+            [self.schedule, self.timer, self.transactions, self.transaction_check] if master else [])
         self.send_back = SendBackProcessor(self.store, self.topics, self.subscriptions, lambda: master)
         self.end_transaction = EndTransactionProcessor(self.transactions, self._reactor, lambda: master,
                                                        config.transaction_timeout)

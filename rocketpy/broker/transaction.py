@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from twisted.application.service import Service
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
@@ -144,9 +144,12 @@ def committed_message(half: MessageExt, commit_log_offset: int) -> MessageExt:
     return real
 
 
-def op_message(half_offset: int, store_host: tuple[str, int]) -> MessageExt:
-    """The op record marking half queue offset ``half_offset`` as decided."""
+def op_message(half_offset: int, store_host: tuple[str, int], first_offset: int | None = None) -> MessageExt:
+    """The op record marking half queue offset ``half_offset`` as decided; a put-back copy's also
+    names its transaction's first half offset (``TRAN_PREPARED_QUEUE_OFFSET``, rocketpy's)."""
     props = {MessageConst.TAGS: OP_TAG, MessageConst.WAIT_STORE_MSG_OK: "false"}
+    if first_offset is not None and first_offset != half_offset:
+        props[MessageConst.TRAN_PREPARED_QUEUE_OFFSET] = str(first_offset)
     return MessageExt(topic=TRANS_OP_HALF_TOPIC, body=str(half_offset).encode(), properties=props,
                       store_host=store_host)
 
@@ -169,13 +172,18 @@ class EndTransactionHeader:
                    get_int(f, "commitOrRollback", bits=32), get_bool(f, "fromTransactionCheck"), get_str(f, "msgId", ""))
 
 
-class TransactionStore:
+class TransactionStore(Service):
     """What END_TRANSACTION and the checker share: the store and the op records.
+
+    Started on masters: it rebuilds :attr:`decided` from the newest ``MAX_REMEMBERED`` op records
+    (``RMQ_SYS_TRANS_OP_HALF_TOPIC``, where Java also keeps what ended), so a repeated or late
+    END_TRANSACTION after a restart still finds its transaction ended; END_TRANSACTION waits for it.
 
     :param store: the ``StoreService``.
     :param store_host: written into op records.
-    :ivar decided: first half offsets of the transactions ended since start (the newest
-        ``MAX_REMEMBERED``): a second END_TRANSACTION for one of them re-puts nothing.
+    :ivar decided: half offsets of ended transactions (the newest ``MAX_REMEMBERED``): first
+        offsets, and the offsets of copies named by op records written before op records named
+        first offsets; a second END_TRANSACTION for one of them re-puts nothing.
     """
 
     log = Logger()
@@ -184,18 +192,67 @@ class TransactionStore:
         self.store = store
         self.store_host = store_host
         self.decided: OrderedDict[int, None] = OrderedDict()
+        self._loading: Deferred[None] | None = None
+        self._waiting: list[Deferred[None]] = []
 
     def remember(self, first_offset: int) -> None:
         self.decided[first_offset] = None
+        self.decided.move_to_end(first_offset)
         if len(self.decided) > MAX_REMEMBERED:
             self.decided.popitem(last=False)
+
+    def has_ended(self, half: MessageExt) -> bool:
+        """Whether the transaction of ``half`` (a first copy or a put-back one) has ended."""
+        return _first_offset(half) in self.decided or half.queue_offset in self.decided
+
+    def startService(self) -> None:
+        super().startService()
+        loading = Deferred.fromCoroutine(self._load_decided())
+        if not loading.called:  # else done already (an empty op queue)
+            self._loading = loading
+
+    def stopService(self) -> Deferred[None]:
+        """Waits for the rebuild to end (it reads the store, which stops after this)."""
+        super().stopService()
+        return self.when_loaded()
+
+    def when_loaded(self) -> Deferred[None]:
+        """Fires once :attr:`decided` holds what the op records tell (at once when not started)."""
+        if self._loading is None:
+            return succeed(None)
+        d: Deferred[None] = Deferred()
+        self._waiting.append(d)
+        return d
+
+    async def _load_decided(self) -> None:
+        end = self.store.get_max_offset_in_queue(TRANS_OP_HALF_TOPIC, 0)
+        offset = start = max(self.store.get_min_offset_in_queue(TRANS_OP_HALF_TOPIC, 0), end - MAX_REMEMBERED)
+        try:
+            while offset < end and self.running:
+                ops, after = await self.read(TRANS_OP_HALF_TOPIC, offset, end)
+                for op in ops:
+                    target = op_targets(op)[1]
+                    if target >= 0:
+                        self.remember(target)
+                if after <= offset:
+                    break
+                offset = after
+            self.log.info("transactions: {count} ended ones read from op queue offsets {start} to {end}",
+                          count=len(self.decided), start=start, end=offset)
+        except Exception:
+            self.log.failure("reading the transaction op records failed", level=LogLevel.error)
+        finally:
+            self._loading = None
+            waiting, self._waiting = self._waiting, []
+            for d in waiting:
+                d.callback(None)
 
     async def put(self, msg: MessageExt) -> PutMessageStatus:
         return (await self.store.put_message(msg)).status
 
-    async def mark_done(self, half_offset: int) -> bool:
-        """Write the op record of ``half_offset``; False (logged) when it was not stored."""
-        status = await self.put(op_message(half_offset, self.store_host))
+    async def mark_done(self, half_offset: int, first_offset: int | None = None) -> bool:
+        """Write the op record of ``half_offset`` (a copy of ``first_offset``); False (logged) when it was not stored."""
+        status = await self.put(op_message(half_offset, self.store_host, first_offset))
         if status not in STORED:
             self.log.error("op record of half message {offset} not stored: {status}", offset=half_offset,
                            status=status.name)
@@ -255,8 +312,9 @@ class EndTransactionProcessor:
             if kind not in (MessageSysFlag.TRANSACTION_COMMIT_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE):
                 raise Rejected(ResponseCode.SYSTEM_ERROR, f"commitOrRollback {kind} is neither commit nor rollback")
             half = await self._half(header)
+            await self._tx.when_loaded()
             first = _first_offset(half)
-            if first in self._tx.decided:  # a late or repeated answer: the transaction already ended
+            if self._tx.has_ended(half):  # a late or repeated answer: the transaction already ended
                 self.log.info("END_TRANSACTION {msg_id}: already ended", msg_id=header.msg_id)
             elif not header.from_transaction_check and too_late_for_producer(
                     half, int(self._clock.seconds() * 1000), self._timeout_ms):
@@ -269,7 +327,7 @@ class EndTransactionProcessor:
                     raise Rejected(ResponseCode.SYSTEM_ERROR,
                                    result.remark or f"commit of {header.msg_id} failed: {result.status.name}")
             self._tx.remember(first)
-            await self._tx.mark_done(half.queue_offset)
+            await self._tx.mark_done(half.queue_offset, first)
         except HeaderError as e:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(e))
         except Rejected as e:
@@ -391,11 +449,8 @@ class TransactionCheckService(Service):
         while offset < end:
             ops, offset_after = await self._tx.read(TRANS_OP_HALF_TOPIC, offset, end)
             for op in ops:
-                try:
-                    target = int(op.body)
-                except ValueError:
-                    target = -1
-                done.add(target)
+                target, first = op_targets(op)
+                done.update((target, first))
                 if target < half_offset and self._op_seen.setdefault(op.queue_offset, half_end) <= half_offset:
                     passed.add(op.queue_offset)
             if offset_after <= offset:
@@ -473,6 +528,19 @@ class TransactionCheckService(Service):
         channel.invoke_oneway(request).addErrback(
             lambda f: self.log.failure("CHECK_TRANSACTION_STATE to {group} failed", f, LogLevel.warn, group=group)
         )
+
+
+def op_targets(op: MessageExt) -> tuple[int, int]:
+    """The half offset an op record marks decided, and its transaction's first half offset (the
+    same unless the record names it); -1 for what cannot be read."""
+    try:
+        target = int(op.body)
+    except ValueError:
+        target = -1
+    try:
+        return target, int(op.properties.get(MessageConst.TRAN_PREPARED_QUEUE_OFFSET, target))
+    except ValueError:
+        return target, target
 
 
 def _first_offset(half: MessageExt) -> int:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.broker import transaction
 
 from rocketpy.broker.clients import ClientChannelInfo, ProducerManager
 from rocketpy.broker.offsets import ConsumerOffsetManager
@@ -12,6 +15,7 @@ from rocketpy.broker.transaction import (
     EndTransactionProcessor,
     TransactionCheckService,
     TransactionStore,
+    op_message,
     resumed_half,
 )
 from rocketpy.common.headers import to_fields
@@ -20,7 +24,7 @@ from rocketpy.common.topic import TIMER_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, TRANS
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from tests.fakes import FakeChannel
-from tests.broker.featurestore import STORE_HOST, new_clock, open_store, read_queue
+from tests.broker.featurestore import STORE_HOST, new_clock, open_store, put, read_queue
 
 COMMIT, ROLLBACK = MessageSysFlag.TRANSACTION_COMMIT_TYPE, MessageSysFlag.TRANSACTION_ROLLBACK_TYPE
 
@@ -225,6 +229,18 @@ class CheckBackTests(CheckBackTestCase):
         [_, copy] = read_queue(self, self.store, TRANS_HALF_TOPIC)
         self.assertEqual(copy.properties[MessageConst.TRAN_PREPARED_QUEUE_OFFSET], "0")
 
+    def test_answer_to_an_earlier_copy_ends_the_checks(self) -> None:
+        """Asked twice (two copies) and answered for the first copy only: the second copy, which
+        names the same first offset, is not asked about again."""
+        self.send_half()
+        self.checker()
+        self.clock.pump([60, 60])
+        first_check = self.checks()[0]
+        self.assertEqual(len(self.checks()), 2)
+        self.assertEqual(self.end_code(first_check.ext_fields, COMMIT, check=True), ResponseCode.SUCCESS)
+        self.clock.pump([60] * 3)
+        self.assertEqual((len(self.checks()), len(self.real())), (2, 1))
+
     def test_young_and_decided_messages_are_not_checked(self) -> None:
         """A decided half message is passed over; one younger than 6 s waits for a later pass."""
         self.end_tx(self.send_half(b"a"), ROLLBACK)
@@ -381,3 +397,63 @@ class ImmunityTests(CheckBackTestCase):
         halves = read_queue(self, self.store, TRANS_HALF_TOPIC)
         self.assertEqual([m.body for m in halves].count(b"immune"), 3)  # no put-back after the commit
         self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_OP_HALF_TOPIC, 0), 1)
+
+
+class EndedAfterRestartTests(CheckBackTestCase):
+    """The ended transactions are rebuilt from the op queue when the broker starts."""
+
+    def restart(self) -> None:
+        """Stop the store and open it again with a new, started, transaction store."""
+        self.successResultOf(self.store.stopService())
+        self.store = open_store(self, self.clock, self.root)
+        self.send = SendMessageProcessor(self.store, self.topics, STORE_HOST)
+        self.tx = TransactionStore(self.store, STORE_HOST)
+        with capturedLogs() as events:
+            self.tx.startService()
+        self.addCleanup(self.tx.stopService)
+        self.rebuilt = [e for e in events if "ended ones read" in e["log_format"]]
+        self.end = EndTransactionProcessor(self.tx, self.clock)
+
+    def test_repeated_commit_after_restart(self) -> None:
+        """A commit repeated after a restart is answered SUCCESS (as Java answers a commit) and stores no second copy."""
+        sent = self.send_half()
+        self.send_half(b"open")
+        self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
+        self.restart()
+        self.assertEqual([(e["count"], e["start"], e["end"]) for e in self.rebuilt], [(1, 0, 1)])
+        with capturedLogs() as events:
+            self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
+            self.assertEqual(self.end_code(sent, ROLLBACK), ResponseCode.SUCCESS)
+        self.assertEqual([m.body for m in self.real()], [b"order"])
+        self.assertEqual(len([e for e in events if "already ended" in e["log_format"]]), 2)
+
+    def test_commit_of_a_copy_then_the_original_after_restart(self) -> None:
+        """A commit answering the check of a put-back copy writes an op record naming the first half
+        offset too; after a restart a late commit of the original is recognised."""
+        sent = self.send_half()
+        self.checker()
+        self.clock.advance(60)
+        [_half, copy] = read_queue(self, self.store, TRANS_HALF_TOPIC)
+        by_copy = {"commitLogOffset": str(copy.commit_log_offset), "queueOffset": str(copy.queue_offset)}
+        self.assertEqual(self.end_code(by_copy, COMMIT, check=True), ResponseCode.SUCCESS)
+        [op] = read_queue(self, self.store, TRANS_OP_HALF_TOPIC)
+        self.assertEqual((op.body, op.properties[MessageConst.TRAN_PREPARED_QUEUE_OFFSET]), (b"1", "0"))
+        self.restart()
+        self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
+        self.assertEqual(len(self.real()), 1)
+
+    def test_op_records_without_the_first_offset(self) -> None:
+        """Op records written before they named first offsets (body only) still mark their copy ended."""
+        sent = self.send_half()
+        put(self, self.store, op_message(0, STORE_HOST))
+        self.restart()
+        self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
+        self.assertEqual(self.real(), [])
+
+    def test_only_the_newest_are_read(self) -> None:
+        """The rebuild reads the newest MAX_REMEMBERED op records."""
+        for offset in range(5):
+            put(self, self.store, op_message(offset, STORE_HOST))
+        self.patch(transaction, "MAX_REMEMBERED", 3)
+        self.restart()
+        self.assertEqual((list(self.tx.decided), self.rebuilt[0]["start"]), ([2, 3, 4], 2))

@@ -181,6 +181,30 @@ class TransactionTests(FeatureTestCase):
         self.assertEqual(listener.checks, [b"pending"])
 
 
+    async def test_commit_repeated_after_restart(self) -> None:
+        """A commit repeated after the broker restarted (a late answer, a retried END_TRANSACTION) is
+        answered SUCCESS, as Java answers a commit, and no second copy is delivered: the broker
+        rebuilt the ended transactions from its op queue."""
+        cluster = await self.cluster_with()
+        p = await self.tx_producer(cluster, _Listener())
+        result = (await p.send_message_in_transaction(Message("TxR", b"commit"))).send_result
+        broker = cluster.brokers["broker-a"]
+        queue = result.queue.queue_id
+        await until(lambda: broker.store.get_max_offset_in_queue("TxR", queue) == 1, "the commit")
+        await self.restart(cluster)
+        _host, commit_log_offset = decode_offset_msg_id(result.offset_msg_id)
+        fields = {"producerGroup": "TXG", "tranStateTableOffset": str(result.queue_offset),
+                  "commitLogOffset": str(commit_log_offset), "commitOrRollback": "8",
+                  "fromTransactionCheck": "false", "msgId": result.msg_id}
+        addr = cluster.brokers["broker-a"].config.advertised_address
+        response = await cluster.admin.invoke_sync(
+            addr, RemotingCommand.request(RequestCode.END_TRANSACTION, fields), 5)
+        self.assertEqual(response.code, ResponseCode.SUCCESS, response.remark)
+        await cluster.wait_for_route("TxR")
+        self.assertEqual(cluster.brokers["broker-a"].store.get_max_offset_in_queue("TxR", queue), 1)
+        self.assertEqual(await self.bodies(cluster, "TxR"), [b"commit"])
+
+
 class QueryTests(FeatureTestCase):
     async def test_query_by_key_and_by_id(self) -> None:
         """QUERY_MESSAGE finds a message by KEYS word and by UNIQ_KEY; VIEW_MESSAGE_BY_ID by its offset id."""
