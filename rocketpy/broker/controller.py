@@ -222,7 +222,7 @@ class BrokerService(OrderedMultiService):
         if master_addr != self.slave_sync.master_address:
             self.slave_sync.master_address = master_addr
             if master_addr is not None:
-                self.slave_sync.sync_all()
+                self.slave_sync.sync_now()
         if ha_addr is not None and self.config.ha_master_address is None:
             self.ha_client.update_master_address(ha_addr)
 

@@ -69,6 +69,7 @@ class NameServerRegistration:
         self._loop.clock = clock
         self._loop_done: Deferred[Any] | None = None
         self._soon: IDelayedCall | None = None
+        self._soon_running: set[Deferred[None]] = set()  # registrations register_soon started
         self._running = False
         self._master_listeners: list[MasterListener] = []
         topics.add_change_listener(self.register_soon)
@@ -85,7 +86,8 @@ class NameServerRegistration:
             self._loop_done = self._loop.start(registration_period(self._config.register_name_server_period))
 
     async def stop(self) -> None:
-        """Stop the timer, let a running registration end, then unregister everywhere."""
+        """Stop the timer, let running registrations end (the timer's and register_soon's), then
+        unregister everywhere."""
         self._running = False
         if self._soon is not None and self._soon.active():
             self._soon.cancel()
@@ -95,13 +97,21 @@ class NameServerRegistration:
         if self._loop_done is not None:
             await self._loop_done
             self._loop_done = None
+        while self._soon_running:
+            await next(iter(self._soon_running))
         await self.unregister_all()
 
     def register_soon(self) -> None:
         """Register on the next reactor turn; a burst of topic changes gives one registration."""
         if not self._running or (self._soon is not None and self._soon.active()):
             return
-        self._soon = self._clock.callLater(0, self.register_all)
+        self._soon = self._clock.callLater(0, self._register_now)
+
+    def _register_now(self) -> None:
+        d = self.register_all()
+        if not d.called:  # stop waits for it
+            self._soon_running.add(d)
+            d.addBoth(lambda _: self._soon_running.discard(d))
 
     def _header(self) -> dict[str, str]:
         c = self._config

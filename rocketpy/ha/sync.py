@@ -67,18 +67,28 @@ class SlaveSynchronize:
         self._loop = LoopingCall(self.sync_all)
         self._loop.clock = clock
         self._loop_done: Deferred[Any] | None = None
+        self._extra: set[Deferred[None]] = set()  # rounds outside the timer (sync_now)
 
     def start(self, interval: float) -> None:
         """Sync now and then every ``interval`` seconds."""
         self._loop_done = self._loop.start(interval, now=True)
 
     async def stop(self) -> None:
-        """Stop the timer and let a running sync end."""
+        """Stop the timer and let running rounds end (the timer's and :meth:`sync_now`'s)."""
         if self._loop.running:
             self._loop.stop()
         if self._loop_done is not None:
             await self._loop_done
             self._loop_done = None
+        while self._extra:
+            await next(iter(self._extra))
+
+    def sync_now(self) -> None:
+        """A round now, besides the timer's (a new master address); :meth:`stop` waits for it."""
+        d = self.sync_all()
+        if not d.called:
+            self._extra.add(d)
+            d.addBoth(lambda _: self._extra.discard(d))
 
     def sync_all(self) -> Deferred[None]:
         """One round: topics, consumer offsets, subscription groups, delay offsets, the timer

@@ -127,6 +127,19 @@ class RegistrationTests(SynchronousTestCase):
         self.assertEqual(len(self.client.calls), 4)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_stop_waits_for_a_registration_of_a_topic_change(self) -> None:
+        """A registration a topic change started is answered before UNREGISTER_BROKER goes out."""
+        self.reg.start()
+        self.client.answer_all()
+        self.topics.create_topic_in_send_message_method("T1", "TBW102", "peer", 4)
+        self.clock.advance(0)
+        d = Deferred.fromCoroutine(self.reg.stop())
+        self.assertEqual([c[1].code for c in self.client.calls[2:]], [RequestCode.REGISTER_BROKER] * 2)
+        self.client.answer_all()
+        self.assertEqual([c[1].code for c in self.client.calls[4:]], [RequestCode.UNREGISTER_BROKER] * 2)
+        self.client.answer_all()
+        self.successResultOf(d)
+
     def test_no_name_servers(self) -> None:
         """Without name servers nothing is sent and stop finishes at once."""
         self.config.namesrv_addr = []

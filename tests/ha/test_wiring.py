@@ -173,3 +173,22 @@ class SlaveSynchronizeTests(SynchronousTestCase):
         self.client.answers[RequestCode.GET_TIMER_CHECK_POINT] = (ResponseCode.SUCCESS, {"lowOffset": 1})
         self.successResultOf(sync.sync_all())
         self.assertEqual(taken, [b'{"lowOffset": 1}'])
+
+    def test_stop_waits_for_a_round_outside_the_timer(self) -> None:
+        """A round started by sync_now (a new master address) is waited for by stop, as the timer's is."""
+        held: Deferred[RemotingCommand] = Deferred()
+        asked: list[RemotingCommand] = []
+
+        class Silent:
+            def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
+                asked.append(request)
+                return held if len(asked) == 1 else succeed(request.make_response(ResponseCode.SYSTEM_ERROR, "no"))
+
+        sync = SlaveSynchronize(self.clock, Silent(), self.topics, self.offsets, self.groups, self.delays)
+        sync.master_address = "m:10911"
+        sync.sync_now()
+        stopped = Deferred.fromCoroutine(sync.stop())
+        self.assertNoResult(stopped)
+        held.callback(asked[0].make_response(ResponseCode.SYSTEM_ERROR, "no"))
+        self.successResultOf(stopped)
+        self.assertEqual(len(asked), 4)
