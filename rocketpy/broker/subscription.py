@@ -88,6 +88,13 @@ class SubscriptionGroupManager(JsonConfigFile):
             "subscriptionGroupTable": {name: c.to_json() for name, c in self._table.items()},
         }
 
+    def replace_json(self, obj: dict[str, Any]) -> None:
+        """The master's table (Java 5's slave sync): groups it lacks are deleted."""
+        kept = (obj.get("subscriptionGroupTable") or {}).keys()
+        for name in [name for name in self._table if name not in kept]:
+            del self._table[name]
+        self.apply_json(obj)
+
     def apply_json(self, obj: dict[str, Any]) -> None:
         table = obj.get("subscriptionGroupTable") or {}
         loaded = {name: SubscriptionGroupConfig.from_json(name, value) for name, value in table.items()}

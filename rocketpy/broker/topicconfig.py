@@ -228,6 +228,14 @@ class TopicConfigManager(JsonConfigFile):
             "topicConfigTable": {name: c.to_json() for name, c in self._table.items()},
         }
 
+    def replace_json(self, obj: dict[str, Any]) -> None:
+        """The master's table (Java 5's slave sync): topics it lacks are deleted, except those this
+        slave learnt from records newer than the copy."""
+        kept = (obj.get("topicConfigTable") or {}).keys() | self.learnt
+        for name in [name for name in self._table if name not in kept]:
+            del self._table[name]
+        self.apply_json(obj)
+
     def apply_json(self, obj: dict[str, Any]) -> None:
         """Loaded topics win over the built-in ones; the data version is restored."""
         table = obj.get("topicConfigTable") or {}

@@ -3,7 +3,8 @@
 Every ``sync_interval`` seconds the slave asks its master (remoting, not the HA link) for
 GET_ALL_TOPIC_CONFIG (21), GET_ALL_CONSUMER_OFFSET (43), GET_ALL_SUBSCRIPTIONGROUP_CONFIG
 (201), GET_ALL_DELAY_OFFSET (45) and GET_TIMER_CHECK_POINT (60), and merges the answers into its
-own tables. Topics and groups are taken only when their data version changed. The topic, group
+own tables. Topics and groups are taken only when their data version changed, and then replace the
+slave's (what the master lacks is deleted, as Java 5 does). The topic, group
 and delay-offset files are then written through each table's writer (the broker's config pool);
 the broker's own timer writes consumer offsets; the timer checkpoint's taker writes its own file.
 """
@@ -115,13 +116,14 @@ class SlaveSynchronize:
 
 
 async def take_table(table: JsonConfigFile, write: bool, body: bytes) -> None:
-    """Merge a JSON table from the master unless its data version is the one held; write it if ``write``."""
+    """Take a JSON table from the master (``JsonConfigFile.replace_json``) unless its data version
+    is the one held; write it if ``write``."""
     obj = json.loads(body)
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     version = table.data_version
     if version is not None and obj.get("dataVersion") == version.to_json():
         return  # unchanged since the last copy
-    table.apply_json(obj)
+    table.replace_json(obj)
     if write:
         await table.persist()

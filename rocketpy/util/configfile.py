@@ -47,6 +47,11 @@ class JsonConfigFile(ABC):
         :raises ValueError: or ``TypeError`` / ``AttributeError`` when it is malformed.
         """
 
+    def replace_json(self, obj: dict[str, Any]) -> None:
+        """Take a master's copy of the table (a slave's sync): as :meth:`apply_json` unless the
+        table drops what the copy lacks."""
+        self.apply_json(obj)
+
     def encode(self) -> bytes:
         """:meth:`to_json` as bytes."""
         return dump_json(self.to_json())

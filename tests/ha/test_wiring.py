@@ -18,6 +18,7 @@ from rocketpy.broker.outer import NameServerRegistration
 from rocketpy.broker.schedule import DelayOffsetTable
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
+from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.topic import TopicConfig
 from rocketpy.ha.sync import SlaveSynchronize
 from rocketpy.remoting.codes import RequestCode, ResponseCode
@@ -192,3 +193,25 @@ class SlaveSynchronizeTests(SynchronousTestCase):
         held.callback(asked[0].make_response(ResponseCode.SYSTEM_ERROR, "no"))
         self.successResultOf(stopped)
         self.assertEqual(len(asked), 4)
+
+    def test_deleted_on_the_master_deleted_on_the_slave(self) -> None:
+        """A changed topic or group table replaces the slave's (Java 5): what the master deleted goes,
+        a topic the slave learnt from records newer than the copy stays."""
+        self.clock.advance(1)  # a data version of its own
+        self.topics.update_topic_config(TopicConfig("Old", 4, 4))
+        self.groups.update_subscription_group_config(SubscriptionGroupConfig("OldG"))
+        self.topics.learn_queue("Fresh", 1)
+        self.clock.advance(1)
+        master_groups = SubscriptionGroupManager(self.clock)
+        master_groups.update_subscription_group_config(SubscriptionGroupConfig("G"))
+        self.client.answers[RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG] = (ResponseCode.SUCCESS,
+                                                                             master_groups.to_json())
+        self.sync.master_address = "m:10911"
+        self.successResultOf(self.sync.sync_all())
+        self.assertIsNone(self.topics.select_topic_config("Old"))
+        self.assertIsNotNone(self.topics.select_topic_config("Orders"))
+        self.assertIsNotNone(self.topics.select_topic_config("Fresh"))
+        self.assertEqual(set(self.groups.groups()), set(master_groups.groups()))
+        self.assertNotIn("OldG", self.groups.groups())
+        with open(self.groups.path) as f:  # type: ignore[arg-type]
+            self.assertEqual(set(json.load(f)["subscriptionGroupTable"]), set(master_groups.groups()))
