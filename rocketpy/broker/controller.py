@@ -299,8 +299,9 @@ class BrokerService(OrderedMultiService):
             add("HA", self.ha)
         if self.ha_client is not None and self.slave_sync is not None:
             add("HA client", self.ha_client)
-            sync, interval = self.slave_sync, self.ha_client.config.sync_interval
-            add("slave sync", Steps(lambda: sync.start(interval), sync.stop))
+            sync, ha = self.slave_sync, self.ha_client.config
+            add("slave sync",
+                Steps(lambda: sync.start(ha.sync_interval, ha.timer_checkpoint_sync_interval), sync.stop))
 
     def _listening_service(self, description: str, what: str) -> ListeningService:
         endpoint = server_endpoint(self._reactor, description)

@@ -32,6 +32,8 @@ class HAConfig:
     read_buffer_size: int = 4 * 1024 * 1024
     #: seconds between the slave's copies of the master's topics, offsets and groups
     sync_interval: float = 10.0
+    #: seconds between the slave's copies of the master's timer checkpoint (Java 5: 3 s)
+    timer_checkpoint_sync_interval: float = 3.0
 
 
 def endpoint_tcp_port(endpoint: str) -> int | None:

@@ -65,22 +65,29 @@ class SlaveSynchronize:
             self._rounds.append(("the timer checkpoint", RequestCode.GET_TIMER_CHECK_POINT, timer_checkpoint))
         self._timeout = timeout
         self.master_address: str | None = None
-        self._loop = LoopingCall(self.sync_all)
-        self._loop.clock = clock
-        self._loop_done: Deferred[Any] | None = None
+        self._loops = [LoopingCall(self.sync_all)]
+        if timer_checkpoint is not None:  # Java 5: "latency-sensitive, so sync it more frequently"
+            self._loops.append(LoopingCall(self._sync_rounds, self._rounds[-1:]))
+        for loop in self._loops:
+            loop.clock = clock
+        self._loops_done: list[Deferred[Any]] = []
         self._extra: set[Deferred[None]] = set()  # rounds outside the timer (sync_now)
 
-    def start(self, interval: float) -> None:
-        """Sync now and then every ``interval`` seconds."""
-        self._loop_done = self._loop.start(interval, now=True)
+    def start(self, interval: float, checkpoint_interval: float | None = None) -> None:
+        """Sync now and then every ``interval`` seconds; the timer checkpoint also every
+        ``checkpoint_interval`` seconds when given."""
+        self._loops_done = [self._loops[0].start(interval, now=True)]
+        if checkpoint_interval is not None and len(self._loops) > 1:
+            self._loops_done.append(self._loops[1].start(checkpoint_interval, now=False))
 
     async def stop(self) -> None:
-        """Stop the timer and let running rounds end (the timer's and :meth:`sync_now`'s)."""
-        if self._loop.running:
-            self._loop.stop()
-        if self._loop_done is not None:
-            await self._loop_done
-            self._loop_done = None
+        """Stop the timers and let running rounds end (the timers' and :meth:`sync_now`'s)."""
+        for loop in self._loops:
+            if loop.running:
+                loop.stop()
+        done, self._loops_done = self._loops_done, []
+        for d in done:
+            await d
         while self._extra:
             await next(iter(self._extra))
 
@@ -94,13 +101,16 @@ class SlaveSynchronize:
     def sync_all(self) -> Deferred[None]:
         """One round: topics, consumer offsets, subscription groups, delay offsets, the timer
         checkpoint; failures are logged."""
-        return Deferred.fromCoroutine(self._sync_all())
+        return self._sync_rounds(self._rounds)
 
-    async def _sync_all(self) -> None:
+    def _sync_rounds(self, rounds: list[tuple[str, int, Taker]]) -> Deferred[None]:
+        return Deferred.fromCoroutine(self._sync(rounds))
+
+    async def _sync(self, rounds: list[tuple[str, int, Taker]]) -> None:
         master = self.master_address
         if not master:
             return
-        for what, code, take in self._rounds:
+        for what, code, take in rounds:
             try:
                 await self._sync_one(master, code, take)
             except (RemotingError, ValueError) as e:

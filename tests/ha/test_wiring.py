@@ -215,3 +215,20 @@ class SlaveSynchronizeTests(SynchronousTestCase):
         self.assertNotIn("OldG", self.groups.groups())
         with open(self.groups.path) as f:  # type: ignore[arg-type]
             self.assertEqual(set(json.load(f)["subscriptionGroupTable"]), set(master_groups.groups()))
+
+    def test_timer_checkpoint_more_often(self) -> None:
+        """start(10, 3): everything now and every 10 s, the timer checkpoint also every 3 s; stop ends both timers."""
+        self.client.answers[RequestCode.GET_TIMER_CHECK_POINT] = (ResponseCode.SUCCESS, {})
+        taken: list[float] = []
+
+        async def take(body: bytes) -> None:
+            taken.append(self.clock.seconds())
+
+        sync = SlaveSynchronize(self.clock, self.client, self.topics, self.offsets, self.groups, self.delays, take)
+        sync.master_address = "m:10911"
+        sync.start(10, 3)
+        self.clock.pump([1] * 10)
+        self.assertEqual(taken, [0, 3, 6, 9, 10])
+        self.assertEqual([code for _, code in self.client.asked].count(RequestCode.GET_ALL_TOPIC_CONFIG), 2)
+        self.successResultOf(Deferred.fromCoroutine(sync.stop()))
+        self.assertEqual(self.clock.getDelayedCalls(), [])
