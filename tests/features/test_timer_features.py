@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from rocketpy.client import new_message
+from rocketpy.client import Producer, new_message
+from rocketpy.client.results import SendResult
 from rocketpy.client.errors import MQBrokerError
 from rocketpy.common.message import MessageConst
 from rocketpy.common.route import MessageQueue
@@ -15,6 +16,19 @@ from tests.features.test_features import FeatureTestCase, until
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+async def send_soon_and_later(p: Producer, topic: str, soon: bytes, soon_ms: int, later: bytes,
+                              later_s: int) -> SendResult:
+    """Two timer messages to one queue of ``topic``: ``soon`` due in ``soon_ms`` ms, ``later`` in
+    ``later_s`` s; the first one's send result."""
+    first = new_message(topic, soon)
+    first.properties[MessageConst.TIMER_DELAY_MS] = str(soon_ms)
+    sent = await p.send(first)
+    second = new_message(topic, later)
+    second.properties[MessageConst.TIMER_DELAY_SEC] = str(later_s)
+    await p.send_to_queue(second, sent.queue)
+    return sent
 
 
 class TimerFeatureTests(FeatureTestCase):
@@ -69,12 +83,7 @@ class TimerFeatureTests(FeatureTestCase):
         its restart on the same store."""
         cluster = await self.cluster()
         p = await self.producer(cluster)
-        first = new_message("TimedR", b"first")
-        first.properties[MessageConst.TIMER_DELAY_MS] = "500"
-        sent = await p.send(first)
-        second = new_message("TimedR", b"second")
-        second.properties[MessageConst.TIMER_DELAY_SEC] = "2"
-        await p.send_to_queue(second, sent.queue)
+        sent = await send_soon_and_later(p, "TimedR", b"first", 500, b"second", 2)
         store = cluster.brokers["broker-a"].store
         queue_id = sent.queue.queue_id
         await until(lambda: store.get_max_offset_in_queue("TimedR", queue_id) == 1, "first delivery", rounds=600)

@@ -16,7 +16,7 @@ from rocketpy.broker.controller import BrokerService
 from rocketpy.client import ConsumeFromWhere, Message, MessageExt, Producer, PullConsumer, PullStatus, PushConsumer
 from rocketpy.client.process import ConsumeContext
 from rocketpy.client.results import ConsumeResult, SendStatus
-from rocketpy.common.message import MessageConst, decode_record, decode_records
+from rocketpy.common.message import decode_record, decode_records
 from rocketpy.common.topic import TIMER_TOPIC
 from rocketpy.namesrv.service import NamesrvService
 from rocketpy.remoting.client import RemotingClient
@@ -26,6 +26,7 @@ from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.service import StoreService
 from rocketpy.web.metrics import render_metrics
+from tests.features.test_timer_features import send_soon_and_later
 from tests.ports import free_port
 from tests.ha.test_replication import caught_up, until
 
@@ -235,12 +236,7 @@ class BrokerPairTests(TestCase):
         delivered (without the copy it would read the timer queue from its start)."""
         master, slave = await self.pair("ASYNC_MASTER", flush_least_pages=0)  # a delivery counts once flushed
         p = await self.producer()
-        soon = Message("Timed", b"soon")
-        soon.properties[MessageConst.TIMER_DELAY_MS] = "100"
-        sent = await p.send(soon)
-        later = Message("Timed", b"later")
-        later.properties[MessageConst.TIMER_DELAY_SEC] = "4"
-        await p.send_to_queue(later, sent.queue)
+        sent = await send_soon_and_later(p, "Timed", b"soon", 100, b"later", 4)
         queue = sent.queue.queue_id
         await until(lambda: master.timer_checkpoint.low_offset == 1)  # "soon" delivered, flushed, checkpointed
         self.assertEqual(master.store.get_max_offset_in_queue("Timed", queue), 1)
