@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from twisted.application.service import Service
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
+from twisted.internet.error import ConnectingCancelledError, TimeoutError
 from twisted.internet.task import LoopingCall
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
@@ -126,7 +127,7 @@ class HAClient(Service):
                              self.config.housekeeping_interval)
         self._dialing = d = connectProtocol(endpoint, link)
         # timed on the injected clock: a dial that never completes is cancelled (stops connecting)
-        d.addTimeout(self.config.connect_timeout, self._reactor)
+        d.addTimeout(self.config.connect_timeout, self._reactor, onTimeoutCancel=_no_connection)
         d.addCallbacks(self._dialed, self._dial_failed)
 
     def _dialed(self, link: SlaveProtocol) -> None:
@@ -134,7 +135,7 @@ class HAClient(Service):
 
     def _dial_failed(self, failure: Failure) -> None:
         self._dialing = None
-        if not failure.check(CancelledError):
+        if not failure.check(CancelledError, ConnectingCancelledError):  # not our own cancel
             self.log.info("HA master {addr} unreachable: {error}", addr=self._master, error=failure.getErrorMessage())
 
     # -- from the link --
@@ -222,3 +223,8 @@ class HAClient(Service):
         self.log.failure("HA append failed", failure, level=LogLevel.error)
         if link is self._link:
             link.drop()
+
+
+def _no_connection(result: object, timeout: float) -> Failure:
+    """A dial cancelled by its timeout fails with this (a cancelled TCP connect says only its address)."""
+    return Failure(TimeoutError(f"no connection within {timeout} s"))

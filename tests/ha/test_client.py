@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import socket
+
+from twisted.internet import reactor
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from rocketpy.ha.client import HAClient
 from rocketpy.ha.config import HAConfig
 from rocketpy.ha.protocol import ACK, SlaveProtocol, encode_frame
 from tests.fakes import FakeSlaveStore
+from tests.ha.test_replication import until
 
 
 class ClientTests(SynchronousTestCase):
@@ -164,3 +168,30 @@ class ClientTests(SynchronousTestCase):
         self.reactor.advance(5)
         self.assertEqual(len(self.reactor.tcpClients), 1)
         self.successResultOf(self.client.stopService())
+
+
+class BlackHoleTests(TestCase):
+    async def test_dial_to_a_black_hole_is_given_up(self) -> None:
+        """On loopback, a listening socket whose accept queue is full drops SYNs: a dial there hangs.
+        The client gives it up after ``connect_timeout`` (not the redial interval) and dials again on
+        the redial beat; stopping it leaves nothing behind."""
+        hole = socket.socket()
+        self.addCleanup(hole.close)
+        hole.bind(("127.0.0.1", 0))
+        hole.listen(0)
+        filler = socket.socket()  # fills the accept queue (never accepted)
+        self.addCleanup(filler.close)
+        filler.connect(hole.getsockname())
+        port = hole.getsockname()[1]
+        client = HAClient(reactor, FakeSlaveStore(), HAConfig(connect_timeout=0.2, reconnect_interval=1.0),
+                          f"127.0.0.1:{port}")
+        started = reactor.seconds()
+        with capturedLogs() as events:
+            client.startService()
+            self.addCleanup(client.stopService)
+            await until(lambda: len([e for e in events if "unreachable" in e["log_format"]]) >= 2)
+        first, second = [e for e in events if "unreachable" in e["log_format"]][:2]
+        self.assertLess(first["log_time"] - started, 0.7)  # 0.2 s, not the 1 s redial interval (the old timeout)
+        self.assertGreaterEqual(second["log_time"] - first["log_time"], 0.5)  # the next dial: the redial beat
+        self.assertIn("no connection within 0.2 s", first["error"])
+        self.assertFalse(client.connected)
