@@ -445,7 +445,8 @@ class BrokerServiceTests(SynchronousTestCase):
         features, connections, listeners, registration, HA."""
         self.assertEqual([s.name for s in self.broker], [
             "config", "store", "long polling", "ScheduleMessageService", "TimerMessageService",
-            "TransactionStore", "TransactionCheckService", "offsets persistence", "channel scan", "traffic", "connections", "listener", "registration", "HA"])
+            "TransactionStore", "TransactionCheckService", "offsets persistence", "channel scan", "traffic",
+            "connections", "listener", "registration", "HA"])
 
     def test_fast_listen(self) -> None:
         """With fast_listen the broker also listens on the VIP port, and stops both ports."""

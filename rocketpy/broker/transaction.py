@@ -251,7 +251,8 @@ class TransactionStore(Service):
         return (await self.store.put_message(msg)).status
 
     async def mark_done(self, half_offset: int, first_offset: int | None = None) -> bool:
-        """Write the op record of ``half_offset`` (a copy of ``first_offset``); False (logged) when it was not stored."""
+        """Write the op record of ``half_offset`` (a copy of ``first_offset``); False (logged) when it
+        was not stored."""
         status = await self.put(op_message(half_offset, self.store_host, first_offset))
         if status not in STORED:
             self.log.error("op record of half message {offset} not stored: {status}", offset=half_offset,

@@ -2,8 +2,9 @@
 
 The slave dials its master's HA address (again every ``reconnect_interval`` while there is
 no link; a dial not connected within ``connect_timeout`` is given up), reports its max
-commit-log offset on connect, after every appended block and as a heartbeat, and appends each received block byte for byte at the same offset through the
-store's writer pool (which also dispatches it to the slave's consume queues and index).
+commit-log offset on connect, after every appended block and as a heartbeat, and appends
+each received block byte for byte at the same offset through the store's writer pool
+(which also dispatches it to the slave's consume queues and index).
 Blocks are appended one at a time in arrival order; past ``read_buffer_size`` queued bytes
 the link stops reading. A block whose offset is not the slave's max offset (unless the
 slave is empty) drops the link: the next link restarts from the slave's own offset.

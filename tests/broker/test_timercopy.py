@@ -45,8 +45,10 @@ class CheckpointBodyTests(SynchronousTestCase):
         clock = Clock()
         clock.advance(8)
         processor = TimerCheckpointProcessor(master_checkpoint(), clock)
-        response = processor.process_request(FakeChannel(), RemotingCommand.request(RequestCode.GET_TIMER_CHECK_POINT, {}))
-        self.assertEqual((response.code, response.body), (ResponseCode.SUCCESS, checkpoint_body(master_checkpoint(), 8000)))
+        request = RemotingCommand.request(RequestCode.GET_TIMER_CHECK_POINT, {})
+        response = processor.process_request(FakeChannel(), request)
+        self.assertEqual((response.code, response.body),
+                         (ResponseCode.SUCCESS, checkpoint_body(master_checkpoint(), 8000)))
 
 
 class CopyTests(SynchronousTestCase):

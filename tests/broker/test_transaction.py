@@ -415,7 +415,8 @@ class EndedAfterRestartTests(CheckBackTestCase):
         self.end = EndTransactionProcessor(self.tx, self.clock)
 
     def test_repeated_commit_after_restart(self) -> None:
-        """A commit repeated after a restart is answered SUCCESS (as Java answers a commit) and stores no second copy."""
+        """A commit repeated after a restart is answered SUCCESS (as Java answers a commit) and stores
+        no second copy."""
         sent = self.send_half()
         self.send_half(b"open")
         self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
