@@ -1511,6 +1511,7 @@ static PyMethodDef methods[] = {
      "Register SendHeader, parse_fields (the reference) and the (short, long) keys of its fields."},
     {"stored_batch", (PyCFunction)(void (*)(void))stored_batch, METH_FASTCALL,
      "The broker's messages of a batch body, or None for its Python loop (rocketpy.broker.send)."},
+    CLIENT_METHODS
     STORE_METHODS
     REMOTING_METHODS
     PULL_METHODS

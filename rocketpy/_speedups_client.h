@@ -52,3 +52,109 @@ static char *put_control(char *at, PyObject *s) {
     *at++ = '"';
     return at;
 }
+
+/* ---- the producer's usual send (rocketpy.client.autobatch.plain_entry_size) -------------------- */
+
+/* Names, interned on first use (this part needs nothing of the module's init). */
+enum { PN_TOPIC, PN_BODY, PN_PROPERTIES, PN_DELAY, PN_WAIT, PN_MSG_TYPE, PN_TRAN, PN_UNIQ, PN_RETRY, PN_FALSE,
+       PN_TRUE, PN_COUNT };
+static const char *const PLAIN_NAMES[PN_COUNT] = {"topic", "body", "properties", "DELAY", "WAIT", "MSG_TYPE",
+                                                  "TRAN_MSG", "UNIQ_KEY", "%RETRY%", "false", "true"};
+static PyObject *plain_names[PN_COUNT];
+
+static int plain_names_ready(void) {
+    int i;
+    if (plain_names[PN_COUNT - 1] != NULL)
+        return 0;
+    for (i = 0; i < PN_COUNT; i++) {
+        if (plain_names[i] == NULL && (plain_names[i] = PyUnicode_InternFromString(PLAIN_NAMES[i])) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* 1 when props[name] is the str equal to text, 0 when not (or absent), -1 on error. */
+static int property_is(PyObject *props, PyObject *name, PyObject *text) {
+    PyObject *value = PyDict_GetItemWithError(props, name);
+    if (value == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    return PyUnicode_CheckExact(value) && PyUnicode_Compare(value, text) == 0;
+}
+
+/* Batch entry overhead (rocketpy.client.autobatch.BATCH_ENTRY_OVERHEAD) and a missing UNIQ_KEY's
+ * share of the properties string (UNIQ_KEY_ENTRY). */
+#define PLAIN_ENTRY_OVERHEAD 22
+#define PLAIN_UNIQ_ENTRY (8 + 1 + 32)
+
+/* plain_entry_size(msg, valid_topics, max_message_size, compress_over, max_bytes) -> int: the Python
+ * reference's answer; -1 for anything unusual (properties not all exact str, a str subclass topic, ...),
+ * which sends the message down the producer's general path: -1 is always a safe answer. */
+static PyObject *plain_entry_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *topic = NULL, *body = NULL, *props = NULL, *key, *value;
+    Py_ssize_t max_size, compress_over, max_bytes, n, pos = 0, chars = 0, count = 0, result = -1;
+    int found;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "plain_entry_size takes 5 arguments");
+        return NULL;
+    }
+    max_size = PyLong_AsSsize_t(args[2]);
+    compress_over = PyLong_AsSsize_t(args[3]);
+    max_bytes = PyLong_AsSsize_t(args[4]);
+    if ((max_size == -1 || compress_over == -1 || max_bytes == -1) && PyErr_Occurred())
+        return NULL;
+    if (plain_names_ready() < 0)
+        return NULL;
+    if ((topic = PyObject_GetAttr(args[0], plain_names[PN_TOPIC])) == NULL ||
+        (body = PyObject_GetAttr(args[0], plain_names[PN_BODY])) == NULL ||
+        (props = PyObject_GetAttr(args[0], plain_names[PN_PROPERTIES])) == NULL)
+        goto error;
+    if (!PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(body) || !PyDict_CheckExact(props))
+        goto done;
+    n = PyBytes_GET_SIZE(body);
+    if (n == 0 || n > max_size || n >= compress_over || n + PLAIN_ENTRY_OVERHEAD >= max_bytes)
+        goto done;
+    found = PySequence_Contains(args[1], topic);
+    if (found < 0)
+        goto error;
+    if (!found)
+        goto done;
+    found = (int)PyUnicode_Tailmatch(topic, plain_names[PN_RETRY], 0, PY_SSIZE_T_MAX, -1);
+    if (found != 0)
+        goto check;
+    while (PyDict_Next(props, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(value))
+            goto done;
+        chars += PyUnicode_GET_LENGTH(key) + PyUnicode_GET_LENGTH(value) + 2;
+        count++;
+    }
+    if ((found = PyDict_Contains(props, plain_names[PN_DELAY])) != 0 ||
+        (found = property_is(props, plain_names[PN_WAIT], plain_names[PN_FALSE])) != 0 ||
+        (found = PyDict_Contains(props, plain_names[PN_MSG_TYPE])) != 0 ||
+        (found = property_is(props, plain_names[PN_TRAN], plain_names[PN_TRUE])) != 0)
+        goto check;
+    if ((found = PyDict_Contains(props, plain_names[PN_UNIQ])) < 0)
+        goto error;
+    if (count > 0)
+        chars -= 1;  /* no trailing separator */
+    if (!found)
+        chars += count > 0 ? PLAIN_UNIQ_ENTRY + 1 : PLAIN_UNIQ_ENTRY;
+    result = PLAIN_ENTRY_OVERHEAD + n + chars;
+    goto done;
+check:
+    if (found < 0)
+        goto error;
+done:
+    Py_DECREF(topic);
+    Py_DECREF(body);
+    Py_DECREF(props);
+    return PyLong_FromSsize_t(result);
+error:
+    Py_XDECREF(topic);
+    Py_XDECREF(body);
+    Py_XDECREF(props);
+    return NULL;
+}
+
+#define CLIENT_METHODS                                                                               \
+    {"plain_entry_size", (PyCFunction)(void (*)(void))plain_entry_size, METH_FASTCALL,               \
+     "C rocketpy.client.autobatch.plain_entry_size."},

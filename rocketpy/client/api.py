@@ -33,6 +33,8 @@ class Mode(Enum):
     ASYNC = "ASYNC"
     ONEWAY = "ONEWAY"
 
+    __hash__ = object.__hash__  # members are singletons: hashed in C, not by Enum's Python __hash__
+
 
 class IRemotingClient(Protocol):
     """What the client layer needs from :class:`rocketpy.remoting.client.RemotingClient`."""

@@ -20,8 +20,7 @@ rules apply to each member as to an unbatched send. Only 4.x protocol is used.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Set as AbstractSet
 from typing import Any
 
 from twisted.internet.defer import Deferred
@@ -30,8 +29,10 @@ from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode
 from rocketpy.client.results import SendResult
+from rocketpy.common import speedups
 from rocketpy.common.message import Message, MessageConst, encode_batch, properties_to_string
 from rocketpy.common.route import MessageQueue
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.remoting.errors import RemotingTimeoutError
 
 #: ``(addr, message, queue, mode, timeout, batch_ids) -> Deferred[SendResult]``: one request.
@@ -39,7 +40,6 @@ SendRequest = Callable[[str, Message, MessageQueue, Mode, float, str | None], De
 #: ``(failure, *retry) -> outcome``: what becomes of a send that failed (a Failure, a result or a
 #: Deferred of one), given the ``retry`` arguments passed to :meth:`AutoBatcher.send`.
 FailureHandler = Callable[..., Any]
-_Key = tuple[str, MessageQueue, Mode]
 
 #: RocketMQ 5's Java ``batchMaxBytes``.
 DEFAULT_BATCH_MAX_BYTES = 32 * 1024
@@ -63,24 +63,69 @@ def entry_size(msg: Message) -> int:
     return BATCH_ENTRY_OVERHEAD + len(msg.body) + len(properties_to_string(msg.properties))
 
 
-class _Waiting:
-    """A send waiting for its queue's next batch (or alone in flight)."""
+#: What a missing UNIQ_KEY adds to :func:`entry_size` once the producer sets it: ``UNIQ_KEY``, the
+#: name-value separator and the 32 characters of :class:`~rocketpy.client.message.UniqKeyGenerator`'s ids
+#: (and a property separator when there are other properties).
+UNIQ_KEY_ENTRY = len(_UNIQ_KEY) + 1 + 32
 
-    __slots__ = ("msg", "size", "deadline", "retry", "done")
+
+def plain_entry_size(
+    msg: Message, valid_topics: AbstractSet[str], max_message_size: int, compress_over: int, max_bytes: int
+) -> int:
+    """:func:`entry_size` of ``msg`` as the producer will send it (a missing UNIQ_KEY counted as
+    :data:`UNIQ_KEY_ENTRY`) when ``msg`` may join an automatic batch just as it is; else -1.
+
+    It may when its topic is in ``valid_topics`` (names ``check_topic`` accepted), its body is
+    ``bytes`` of 1 to ``max_message_size`` bytes (``validate_message``) and below ``compress_over``
+    (no compression), it is no retry-topic message nor a prepared transaction (the producer sends
+    those as they are), it is :func:`batchable`, and its body leaves room in a batch of
+    ``max_bytes``. Anything else (also properties that are not all strings) takes the producer's
+    general path, which finds the same answer or the error. ``rocketpy._speedups`` has the same function.
+    """
+    topic, body, props = msg.topic, msg.body, msg.properties
+    if type(body) is not bytes or type(props) is not dict or topic not in valid_topics:
+        return -1
+    n = len(body)
+    if (n == 0 or n > max_message_size or n >= compress_over or n + BATCH_ENTRY_OVERHEAD >= max_bytes
+            or topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+            or props.get(MessageConst.TRANSACTION_PREPARED) == "true" or not batchable(msg)):
+        return -1
+    try:
+        size = BATCH_ENTRY_OVERHEAD + n + len(properties_to_string(props))
+    except TypeError:
+        return -1
+    if _UNIQ_KEY not in props:
+        size += UNIQ_KEY_ENTRY + 1 if props else UNIQ_KEY_ENTRY
+    return size
+
+
+#: The Python :func:`plain_entry_size`, the reference of ``rocketpy/_speedups_client.h``'s.
+PYTHON_PLAIN_ENTRY_SIZE = plain_entry_size
+if speedups.compiled is not None:
+    plain_entry_size = speedups.compiled.plain_entry_size
+
+
+class _Waiting(Deferred[Any]):
+    """A send waiting for its queue's next batch (or alone in flight): the Deferred its caller gets."""
+
+    __slots__ = ("msg", "size", "deadline", "retry")
 
     def __init__(self, msg: Message, size: int, deadline: float, retry: tuple[Any, ...] | None) -> None:
+        Deferred.__init__(self)
         self.msg, self.size, self.deadline, self.retry = msg, size, deadline, retry
-        self.done: Deferred[Any] = Deferred()
 
 
-@dataclass(slots=True)
 class _Queue:
     """One queue's state: requests in flight and sends waiting for them. Kept while the producer
     lives (one per queue it sends to, as its routes' queues are): cheaper than a new one per lone send."""
 
-    in_flight: int = 0
-    waiting: list[_Waiting] = field(default_factory=list)
-    linger_call: IDelayedCall | None = None
+    __slots__ = ("addr", "mq", "mode", "in_flight", "waiting", "linger_call")
+
+    def __init__(self, addr: str, mq: MessageQueue, mode: Mode) -> None:
+        self.addr, self.mq, self.mode = addr, mq, mode
+        self.in_flight = 0
+        self.waiting: list[_Waiting] = []
+        self.linger_call: IDelayedCall | None = None
 
 
 class AutoBatcher:
@@ -103,7 +148,8 @@ class AutoBatcher:
         self._send_request = send_request
         self._on_failure = on_failure
         self.max_bytes, self.max_count, self.linger = max_bytes, max_count, linger
-        self._queues: dict[_Key, _Queue] = {}
+        #: by address, topic, broker name, queue id and mode (hashed in C, unlike a MessageQueue)
+        self._queues: dict[tuple[str, str, str, int, Mode], _Queue] = {}
 
     def fits(self, msg: Message) -> bool:
         """True when ``msg`` is batchable and its body leaves room in a batch."""
@@ -118,96 +164,100 @@ class AutoBatcher:
         :param retry: if given, a failure goes to ``on_failure(failure, *retry)`` and the returned
             Deferred fires with what that gives.
         """
-        key = (addr, mq, mode)
+        return self.join(addr, msg, mq, mode, timeout, retry, entry_size(msg), self._clock.seconds())
+
+    def join(
+        self, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, retry: tuple[Any, ...] | None,
+        size: int, now: float,
+    ) -> Deferred[Any]:
+        """:meth:`send` given ``msg``'s :func:`entry_size` and the time now."""
+        key = (addr, mq.topic, mq.broker_name, mq.queue_id, mode)
         queue = self._queues.get(key)
         if queue is None:
-            queue = self._queues[key] = _Queue()
+            queue = self._queues[key] = _Queue(addr, mq, mode)
         if queue.in_flight == 0 and not queue.waiting and self.linger <= 0:
             alone = _Waiting(msg, 0, 0.0, retry)
-            self._request(key, queue, msg, timeout, None).addBoth(self._answered_alone, key, queue, alone)
-            return alone.done
-        waiting = _Waiting(msg, entry_size(msg), self._clock.seconds() + timeout, retry)
+            self._request(queue, msg, timeout, None).addBoth(self._answered_alone, queue, alone)
+            return alone
+        waiting = _Waiting(msg, size, now + timeout, retry)
         queue.waiting.append(waiting)
         if queue.in_flight == 0 and queue.linger_call is None:
-            queue.linger_call = self._clock.callLater(self.linger, self._lingered, key, queue)
-        return waiting.done
+            queue.linger_call = self._clock.callLater(self.linger, self._lingered, queue)
+        return waiting
 
     def flush_all(self) -> None:
         """Send what lingers now (on shutdown: nothing is left waiting)."""
-        for key, queue in list(self._queues.items()):
+        for queue in list(self._queues.values()):
             if queue.linger_call is not None:
                 queue.linger_call.cancel()
-                self._lingered(key, queue)
+                self._lingered(queue)
 
-    def _lingered(self, key: _Key, queue: _Queue) -> None:
+    def _lingered(self, queue: _Queue) -> None:
         queue.linger_call = None
-        self._flush(key, queue)
+        self._flush(queue)
 
-    def _request(
-        self, key: _Key, queue: _Queue, msg: Message, timeout: float, ids: str | None
-    ) -> Deferred[Any]:
+    def _request(self, queue: _Queue, msg: Message, timeout: float, ids: str | None) -> Deferred[Any]:
         """One request; its caller ends it with :meth:`_answered` once its members have their results."""
         queue.in_flight += 1
-        addr, mq, mode = key
-        return self._send_request(addr, msg, mq, mode, timeout, ids)
+        return self._send_request(queue.addr, msg, queue.mq, queue.mode, timeout, ids)
 
-    def _answered_alone(self, result: Any, key: _Key, queue: _Queue, member: _Waiting) -> None:
+    def _answered_alone(self, result: Any, queue: _Queue, member: _Waiting) -> None:
         if isinstance(result, Failure):
             self._fail(member, result)
         else:
-            member.done.callback(result)
-        self._answered(key, queue)
+            member.callback(result)
+        self._answered(queue)
 
     def _fail(self, member: _Waiting, failure: Failure) -> None:
         """``member`` failed: its Deferred gets the failure, or what ``on_failure`` makes of it."""
         if member.retry is None or self._on_failure is None:
-            member.done.errback(failure)
+            member.errback(failure)
             return
         try:
             outcome = self._on_failure(failure, *member.retry)
         except Exception:
             outcome = Failure()
         if isinstance(outcome, Deferred):
-            outcome.chainDeferred(member.done)
+            outcome.chainDeferred(member)
         elif isinstance(outcome, Failure):
-            member.done.errback(outcome)
+            member.errback(outcome)
         else:
-            member.done.callback(outcome)
+            member.callback(outcome)
 
-    def _answered(self, key: _Key, queue: _Queue) -> None:
+    def _answered(self, queue: _Queue) -> None:
         """A request's members have their results: what they sent meanwhile joined the waiting
         sends, which leave now (while the queue still counted the request as in flight)."""
         queue.in_flight -= 1
         if not queue.waiting or queue.linger_call is not None:
             return
         if queue.in_flight == 0:
-            self._flush(key, queue)
+            self._flush(queue)
         else:  # more answers may be in this read: flush once they are all in
-            queue.linger_call = self._clock.callLater(0, self._lingered, key, queue)
+            queue.linger_call = self._clock.callLater(0, self._lingered, queue)
 
-    def _flush(self, key: _Key, queue: _Queue) -> None:
+    def _flush(self, queue: _Queue) -> None:
         """Send everything waiting, in order, in requests within the limits."""
         waiting, queue.waiting = queue.waiting, []
         now = self._clock.seconds()
+        max_bytes, max_count = self.max_bytes, self.max_count
         chunk: list[_Waiting] = []
         size = 0
         for member in waiting:
             if member.deadline <= now:
                 self._fail(member, Failure(RemotingTimeoutError("the send timed out waiting for its batch")))
                 continue
-            if chunk and (size + member.size > self.max_bytes or len(chunk) >= self.max_count):
-                self._send_chunk(key, queue, chunk, now)
+            if chunk and (size + member.size > max_bytes or len(chunk) >= max_count):
+                self._send_chunk(queue, chunk, now)
                 chunk, size = [], 0
             chunk.append(member)
             size += member.size
         if chunk:
-            self._send_chunk(key, queue, chunk, now)
+            self._send_chunk(queue, chunk, now)
 
-    def _send_chunk(self, key: _Key, queue: _Queue, chunk: list[_Waiting], now: float) -> None:
-        timeout = min(member.deadline for member in chunk) - now
+    def _send_chunk(self, queue: _Queue, chunk: list[_Waiting], now: float) -> None:
+        timeout = min([member.deadline for member in chunk]) - now
         if len(chunk) == 1:
-            self._request(key, queue, chunk[0].msg, timeout, None).addBoth(
-                self._answered_alone, key, queue, chunk[0])
+            self._request(queue, chunk[0].msg, timeout, None).addBoth(self._answered_alone, queue, chunk[0])
             return
         msgs = [member.msg for member in chunk]
         try:
@@ -215,18 +265,18 @@ class AutoBatcher:
         except Exception:
             self._fail_all(Failure(), chunk)
             return
-        ids = ",".join(m.properties[_UNIQ_KEY] for m in msgs)
+        ids = ",".join([m.properties[_UNIQ_KEY] for m in msgs])
         batch = Message(msgs[0].topic, body, 0, {})
-        self._request(key, queue, batch, timeout, ids).addCallbacks(
+        self._request(queue, batch, timeout, ids).addCallbacks(
             _deliver, self._fail_all, callbackArgs=(chunk,), errbackArgs=(chunk,)
-        ).addBoth(self._answered_batch, key, queue)
+        ).addBoth(self._answered_batch, queue)
 
     def _fail_all(self, failure: Failure, chunk: list[_Waiting]) -> None:
         for member in chunk:
             self._fail(member, failure)
 
-    def _answered_batch(self, result: Any, key: _Key, queue: _Queue) -> Any:
-        self._answered(key, queue)
+    def _answered_batch(self, result: Any, queue: _Queue) -> Any:
+        self._answered(queue)
         return result  # None, or a failure of _deliver (reported as unhandled)
 
 
@@ -236,8 +286,8 @@ def _deliver(result: SendResult, chunk: list[_Waiting]) -> None:
     store_ids = result.offset_msg_id.split(",")
     if len(store_ids) != len(chunk):  # a broker that reports one id: keep it for all
         store_ids = [result.offset_msg_id] * len(chunk)
-    for i, member in enumerate(chunk):
-        member.done.callback(SendResult(
-            result.status, ids[i], store_ids[i], result.queue, result.queue_offset + i,
-            result.transaction_id, result.region_id,
-        ))
+    status, queue, offset, transaction_id, region_id = (
+        result.status, result.queue, result.queue_offset, result.transaction_id, result.region_id)
+    for member, msg_id, store_id in zip(chunk, ids, store_ids):
+        member.callback(SendResult(status, msg_id, store_id, queue, offset, transaction_id, region_id))
+        offset += 1

@@ -45,12 +45,13 @@ def new_message(
     return Message(topic=topic, body=body, flag=flag, properties=props)
 
 
-_valid_topics: set[str] = set()
+#: Topic names :func:`check_topic` accepted (a bounded cache).
+valid_topics: set[str] = set()
 
 
 def check_topic(topic: str) -> None:
     """Raise :class:`MessageInvalidError` unless producers may send to ``topic``."""
-    if topic in _valid_topics:
+    if topic in valid_topics:
         return
     if not topic or not topic.strip():
         raise MessageInvalidError("the topic is blank")
@@ -62,8 +63,8 @@ def check_topic(topic: str) -> None:
         raise MessageInvalidError(f"topic {TBW102} is reserved as the auto-create template")
     if topic in SEND_FORBIDDEN_TOPICS:
         raise MessageInvalidError(f"topic {topic} is a system topic producers may not send to")
-    if len(_valid_topics) < 10_000:  # remember good names; a bounded cache
-        _valid_topics.add(topic)
+    if len(valid_topics) < 10_000:  # remember good names; a bounded cache
+        valid_topics.add(topic)
 
 
 def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:

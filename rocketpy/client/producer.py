@@ -18,7 +18,7 @@ from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode, send_header
-from rocketpy.client.autobatch import DEFAULT_BATCH_MAX_BYTES, DEFAULT_BATCH_MAX_COUNT, AutoBatcher
+from rocketpy.client.autobatch import DEFAULT_BATCH_MAX_BYTES, DEFAULT_BATCH_MAX_COUNT, AutoBatcher, plain_entry_size
 from rocketpy.client.errors import (
     BrokerNotFoundError,
     MQBrokerError,
@@ -35,7 +35,7 @@ from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMes
 from rocketpy.client.instance import ClientInstance, JoiningMember, shared_or_new
 from rocketpy.client.latency import MQFaultStrategy
 from rocketpy.client import reply
-from rocketpy.client.message import MAX_MESSAGE_SIZE, UniqKeyGenerator, validate_message
+from rocketpy.client.message import MAX_MESSAGE_SIZE, UniqKeyGenerator, valid_topics, validate_message
 from rocketpy.client.results import SendResult, SendStatus
 from rocketpy.client.route import TopicPublishInfo
 from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, SendTraceHook, TraceDispatcher, trace_group
@@ -199,7 +199,8 @@ class Producer(JoiningMember):
 
     def send(self, msg: Message, timeout: float | None = None) -> Deferred[SendResult]:
         """SYNC: up to ``1 + retry_times`` attempts, all within ``timeout``."""
-        return self._send_default(msg, Mode.SYNC, self._budget(timeout))
+        budget = self.send_timeout if timeout is None else timeout
+        return self._send_plain(msg, Mode.SYNC, budget) or self._send_default(msg, Mode.SYNC, budget)
 
     def request(self, msg: Message, timeout: float = 3.0) -> Deferred[MessageExt]:
         """Send ``msg`` and fire with the reply its consumer sends (``create_reply_message``; RocketMQ
@@ -208,7 +209,8 @@ class Producer(JoiningMember):
 
     def send_async(self, msg: Message, timeout: float | None = None) -> Deferred[SendResult]:
         """ASYNC: bounded by the in-flight permits; retried only after network failures."""
-        return self._send_default(msg, Mode.ASYNC, self._budget(timeout))
+        budget = self.send_timeout if timeout is None else timeout
+        return self._send_plain(msg, Mode.ASYNC, budget) or self._send_default(msg, Mode.ASYNC, budget)
 
     def send_oneway(self, msg: Message) -> Deferred[None]:
         """ONEWAY: one attempt, fires once written; no result."""
@@ -245,6 +247,37 @@ class Producer(JoiningMember):
         if isinstance(error, MQBrokerError):
             return error.code in self.retry_response_codes
         return isinstance(error, MQClientError)
+
+    def _send_plain(self, msg: Message, mode: Mode, timeout: float) -> Deferred[Any] | None:
+        """The usual SYNC or ASYNC send in one step, None for anything else (:meth:`_send_default`).
+
+        The usual send: a running producer with no hooks, no fault strategy and automatic batching
+        sends a message that may join a batch as it is (:func:`plain_entry_size`) to a cached route.
+        It is what :meth:`_send_default` and :meth:`_send_kernel` do for it, without their checks.
+        """
+        batcher = self._batcher
+        if (
+            batcher is None or not self.running or timeout <= 0 or self.send_message_hooks
+            or self.check_forbidden_hooks or self.fault_strategy.enabled
+            or (mode is Mode.SYNC and self.retry_another_broker_when_not_store_ok)
+        ):
+            return None
+        info = self._publish.get(msg.topic)
+        if info is None or not info.queues:
+            return None
+        size = plain_entry_size(msg, valid_topics, self.max_message_size, self.compress_over, batcher.max_bytes)
+        if size < 0:
+            return None
+        begin = self._clock.seconds()
+        mq = info.select_one()
+        first = (msg, mq, mode, timeout, None, begin)
+        addr = self.instance.master_address(mq.broker_name)
+        if addr is None:
+            return self._attempt(msg, mq, mode, timeout, None, first=first)
+        props = msg.properties
+        if _UNIQ_KEY not in props:
+            props[_UNIQ_KEY] = self._uniq.next_id(begin)
+        return batcher.join(addr, msg, mq, mode, timeout, first, size, begin)
 
     def _send_default(self, msg: Message, mode: Mode, timeout: float, batch_ids: str | None = None) -> Deferred[Any]:
         """Java's ``sendDefaultImpl``: validate, route, then attempts within one ``timeout`` budget.

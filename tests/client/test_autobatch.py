@@ -5,15 +5,18 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.client import errors
 from rocketpy.client.api import Mode
+from rocketpy.client import autobatch
 from rocketpy.client.autobatch import AutoBatcher, batchable, entry_size
 from rocketpy.client.hooks import ISendMessageHook, SendMessageContext
-from rocketpy.client.message import new_message
+from rocketpy.client.message import UniqKeyGenerator, new_message, validate_message
 from rocketpy.client.producer import Producer
 from rocketpy.client.reply import create_reply_message
 from rocketpy.client.results import SendResult, SendStatus
@@ -312,3 +315,61 @@ class BatchableTests(SynchronousTestCase):
         self.assertFalse(batchable(create_reply_message(request, b"a")))
         self.assertFalse(batchable(Message("T", b"x", properties={"DELAY": "2"})))
         self.assertFalse(batchable(Message("T", b"x", properties={"WAIT": "false"})))
+
+
+#: Messages near every rule of :func:`autobatch.plain_entry_size`: its tests here and in test_speedups_client.py.
+PROPERTY_NAMES = st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "DELAY", "WAIT", "MSG_TYPE", "TRAN_MSG"]) | st.text(max_size=4)
+PROPERTY_VALUES = st.sampled_from(["false", "true", "k", ""]) | st.text(max_size=6)
+TOPICS = st.sampled_from(["T", "%RETRY%G", "bad topic", "TBW102", ""])
+BODIES = st.binary(max_size=45)
+PROPERTIES = st.dictionaries(PROPERTY_NAMES, PROPERTY_VALUES, max_size=4)
+#: plain_entry_size's limits in these tests: max_message_size, compress_over, max_bytes
+LIMITS = (40, 30, 60)
+
+
+def valid_names(*topics: str) -> set[str]:
+    """The topics a producer may send to (what check_topic has accepted)."""
+    valid = set()
+    for topic in topics:
+        try:
+            validate_message(Message(topic, b"x"))
+        except errors.MessageInvalidError:
+            continue
+        valid.add(topic)
+    return valid
+
+
+class PlainEntrySizeTests(SynchronousTestCase):
+    """The Python reference (the C one is compared with it in test_speedups_client.py)."""
+
+    def as_general_path_would(self, msg: Message) -> int:
+        """What the producer's general path does with ``msg``: -1 unless it joins a batch as it is,
+        else its entry size once the UNIQ_KEY is set."""
+        max_size, compress_over, max_bytes = LIMITS
+        try:
+            validate_message(msg, max_size)
+        except errors.MessageInvalidError:
+            return -1
+        b = AutoBatcher(Clock(), Requests(), max_bytes, 1000, 0.0)
+        if (len(msg.body) >= compress_over or msg.topic.startswith("%RETRY%")
+                or msg.properties.get("TRAN_MSG") == "true" or not b.fits(msg)):
+            return -1
+        props = dict(msg.properties)
+        props.setdefault("UNIQ_KEY", UniqKeyGenerator(rng=random.Random(1)).next_id(1.0))
+        return entry_size(Message(msg.topic, msg.body, 0, props))
+
+    @settings(max_examples=200, deadline=None)
+    @given(TOPICS, BODIES, PROPERTIES)
+    def test_plain_exactly_when_the_general_path_batches_as_is(
+        self, topic: str, body: bytes, properties: dict[str, str]
+    ) -> None:
+        msg = Message(topic, body, 0, properties)
+        size = autobatch.PYTHON_PLAIN_ENTRY_SIZE(msg, valid_names(topic), *LIMITS)
+        self.assertEqual(size, self.as_general_path_would(msg))
+        self.assertEqual(msg.properties, properties)  # nothing set
+
+    def test_unusual_input_takes_the_general_path(self) -> None:
+        for msg in (Message("T", bytearray(b"x")),  # type: ignore[arg-type]
+                    Message("T", b"x", 0, {"K": 1}),  # type: ignore[dict-item]
+                    Message("T", b"x"), Message("T", b"x" * 50)):
+            self.assertEqual(autobatch.PYTHON_PLAIN_ENTRY_SIZE(msg, {"T"} if msg.body != b"x" else set(), *LIMITS), -1)

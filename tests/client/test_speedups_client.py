@@ -8,11 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
+from rocketpy.client import autobatch
 from rocketpy.client.api import send_header
 from rocketpy.common.message import Message
 from rocketpy.remoting import codec
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
+
+from .test_autobatch import BODIES, LIMITS, PROPERTIES, TOPICS, valid_names
 
 C_FRAME = codec._json_frame
 NAMES = st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "WAIT", "a\x1fb", "é"]) | st.text(max_size=6)
@@ -52,3 +55,25 @@ class SendRequestFrameTests(SynchronousTestCase):
         self.assertIn(b'"KEYS\\u0001k\\u0002TAGS\\u0001TagA', frame)
         self.assertIsNone(C_FRAME(request({"KEYS": "a\nb"})))
         self.assertIsNone(C_FRAME(request({"KEYS": "ü"})))
+
+
+class PlainEntrySizeTests(SynchronousTestCase):
+    skip = None if autobatch.plain_entry_size is not autobatch.PYTHON_PLAIN_ENTRY_SIZE else "no compiled accelerator"
+
+    @settings(max_examples=200, deadline=None)
+    @given(TOPICS, BODIES, PROPERTIES)
+    def test_same_answer(self, topic: str, body: bytes, properties: dict[str, str]) -> None:
+        msg = Message(topic, body, 0, properties)
+        valid = valid_names(topic)
+        self.assertEqual(autobatch.plain_entry_size(msg, valid, *LIMITS),
+                         autobatch.PYTHON_PLAIN_ENTRY_SIZE(msg, valid, *LIMITS))
+
+    def test_unusual_input(self) -> None:
+        """Not bytes, properties not all str: -1; bad arguments raise as Python would."""
+        for msg in (Message("T", bytearray(b"x")),  # type: ignore[arg-type]
+                    Message("T", b"x", 0, {"K": 1}),  # type: ignore[dict-item]
+                    Message("T", b"x", 0, {1: "v"})):  # type: ignore[dict-item]
+            self.assertEqual(autobatch.plain_entry_size(msg, {"T"}, *LIMITS), -1)
+        self.assertRaises(TypeError, autobatch.plain_entry_size, Message("T", b"x"), None, *LIMITS)
+        self.assertRaises(TypeError, autobatch.plain_entry_size, Message("T", b"x"), {"T"}, "40", 30, 60)
+        self.assertRaises(AttributeError, autobatch.plain_entry_size, object(), {"T"}, *LIMITS)
