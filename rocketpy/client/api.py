@@ -18,7 +18,7 @@ from rocketpy.client.errors import MQBrokerError
 from rocketpy.client.results import PullResult, PullStatus, SendResult, SendStatus
 from rocketpy.client.route import decode_topic_route
 from rocketpy.common.fastjson import BodyError, dump_json
-from rocketpy.common.headers import SEND_V1_NAMES, get_int, to_fields
+from rocketpy.common.headers import get_int, to_fields
 from rocketpy.common.message import Message, MessageConst, MessageExt, RecordError, decode_records, properties_to_string
 from rocketpy.common.route import MessageQueue, TopicRouteData
 from rocketpy.common.topic import TBW102
@@ -279,7 +279,6 @@ _SEND_NAMES = (
     "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
     "flag", "properties", "reconsumeTimes", "unitMode", "batch",
 )
-_SEND_V2_NAMES = tuple(SEND_V1_NAMES[name] for name in _SEND_NAMES)
 
 
 def send_header(
@@ -287,13 +286,15 @@ def send_header(
     reconsume_times: int | None = None, max_reconsume_times: int | None = None, batch: bool = False,
     v2: bool = True,
 ) -> dict[str, str]:
-    """The send header for ``msg`` as it goes on the wire: SEND_MESSAGE_V2's one-letter keys or long names."""
-    values = (
-        group, msg.topic, TBW102, str(default_queue_nums), str(queue_id), str(sys_flag), str(born_ms),
-        str(msg.flag), properties_to_string(msg.properties), str(reconsume_times or 0), "false",
-        "true" if batch else "false",
-    )
-    fields = dict(zip(_SEND_V2_NAMES if v2 else _SEND_NAMES, values))
+    """The send header for ``msg`` as it goes on the wire: SEND_MESSAGE_V2's one-letter keys
+    (``SEND_V2_NAMES``, in ``_SEND_NAMES``' order) or long names."""
+    fields = {
+        "a": group, "b": msg.topic, "c": TBW102, "d": str(default_queue_nums), "e": str(queue_id),
+        "f": str(sys_flag), "g": str(born_ms), "h": str(msg.flag), "i": properties_to_string(msg.properties),
+        "j": str(reconsume_times or 0), "k": "false", "m": "true" if batch else "false",
+    }
+    if not v2:
+        fields = dict(zip(_SEND_NAMES, fields.values()))
     if max_reconsume_times is not None:
-        fields[SEND_V1_NAMES["maxReconsumeTimes"] if v2 else "maxReconsumeTimes"] = str(max_reconsume_times)
+        fields["l" if v2 else "maxReconsumeTimes"] = str(max_reconsume_times)
     return fields

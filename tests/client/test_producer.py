@@ -13,7 +13,7 @@ from zope.interface import implementer
 from zope.interface.verify import verifyObject
 
 from rocketpy.client import errors
-from rocketpy.client.api import Mode
+from rocketpy.client.api import Mode, send_header
 from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMessageContext
 from rocketpy.client.message import new_message
 from rocketpy.client.producer import Producer, select_by_hash
@@ -81,6 +81,16 @@ class SendTests(ProducerTestCase):
         self.successResultOf(p.send(Message("T", b"x")))
         [(_, request)] = self.remoting.sent(RequestCode.SEND_MESSAGE)
         self.assertEqual(request.ext_fields["producerGroup"], "PG")
+
+    def test_header_names(self) -> None:
+        """The one-letter header is the long-name one renamed, field by field and in the same order."""
+        msg = Message("T", b"x", 5, {"KEYS": "k"})
+        for batch, reconsume, most in ((False, None, None), (True, 2, 16)):
+            short = send_header("PG", msg, 3, 1, 1_700_000_000_000, 4, reconsume, most, batch)
+            long = send_header("PG", msg, 3, 1, 1_700_000_000_000, 4, reconsume, most, batch, v2=False)
+            self.assertEqual(list(expand_send_v2(short).items()), list(long.items()))
+            self.assertEqual((long["flag"], long["reconsumeTimes"], long["batch"], long.get("maxReconsumeTimes")),
+                             ("5", str(reconsume or 0), str(batch).lower(), most and str(most)))
 
     def test_compression(self) -> None:
         """Bodies of 4096 bytes and more go zlib-compressed with sysFlag 0x1; the caller's body is untouched."""
