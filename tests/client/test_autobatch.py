@@ -272,6 +272,33 @@ class ProducerAutoBatchTests(SynchronousTestCase):
             self.assertEqual(self.codes(), [RequestCode.SEND_MESSAGE_V2] * 3)
             self.release()
 
+    def test_usual_sends_take_the_plain_path(self) -> None:
+        """A usual SYNC or ASYNC send is made by ``_send_plain``; anything it leaves (a hook added
+        later, a delayed message, an invalid one) goes to ``_send_default`` with the same outcome."""
+        p = self.producer()
+        general: list[Message] = []
+        send_default = p._send_default
+
+        def counted(msg: Message, *args: Any) -> Deferred[Any]:
+            general.append(msg)
+            return send_default(msg, *args)
+
+        self.patch(p, "_send_default", counted)
+        usual = [p.send_async(new_message("T", b"a")), p.send(new_message("T", b"b"))]
+        self.assertEqual(general, [])
+        delayed = new_message("T", b"d", delay_level=2)
+        p.send_async(delayed)
+        self.failureResultOf(p.send(Message("T", b"")), errors.MessageInvalidError)
+        hook = CountingHook()
+        p.send_message_hooks.append(hook)
+        hooked = new_message("T", b"h")
+        p.send_async(hooked)
+        self.assertEqual([m.body for m in general], [b"d", b"", b"h"])
+        self.assertEqual(hook.calls, 1)
+        self.release()
+        for d in usual:
+            self.assertEqual(self.successResultOf(d).status, SendStatus.SEND_OK)
+
     def test_failed_batch_members_retry_alone(self) -> None:
         """A retriable broker code on the batch: every SYNC member retries as an unbatched send would."""
         p = self.producer()
