@@ -9,6 +9,7 @@ budget, queue choice by :class:`MQFaultStrategy`) → :meth:`Producer._attempt`
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -59,6 +60,8 @@ RETRY_RESPONSE_CODES = frozenset(
     }
 )
 _UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+#: No limit on a message's batch entry: for :func:`plain_entry_size` when nothing is batched.
+_UNBOUNDED = sys.maxsize
 _BUDGET_SPENT = {
     Mode.SYNC: "sendDefaultImpl call timeout",
     Mode.ASYNC: "DEFAULT ASYNC send call timeout",
@@ -251,21 +254,22 @@ class Producer(JoiningMember):
     def _send_plain(self, msg: Message, mode: Mode, timeout: float) -> Deferred[Any] | None:
         """The usual SYNC or ASYNC send in one step, None for anything else (:meth:`_send_default`).
 
-        The usual send: a running producer with no hooks, no fault strategy and automatic batching
-        sends a message that may join a batch as it is (:func:`plain_entry_size`) to a cached route.
-        It is what :meth:`_send_default` and :meth:`_send_kernel` do for it, without their checks.
+        The usual send: a running producer with no hooks and no fault strategy sends a message that
+        goes as it is (:func:`plain_entry_size`: not compressed, no retry topic, ...; within an
+        automatic batch's limits when batching) to a cached route. It is what :meth:`_send_default`
+        and :meth:`_send_kernel` do for it, without their checks.
         """
         batcher = self._batcher
         if (
-            batcher is None or not self.running or timeout <= 0 or self.send_message_hooks
-            or self.check_forbidden_hooks or self.fault_strategy.enabled
-            or (mode is Mode.SYNC and self.retry_another_broker_when_not_store_ok)
+            not self.running or timeout <= 0 or self.send_message_hooks or self.check_forbidden_hooks
+            or self.fault_strategy.enabled or (mode is Mode.SYNC and self.retry_another_broker_when_not_store_ok)
         ):
             return None
         info = self._publish.get(msg.topic)
         if info is None or not info.queues:
             return None
-        size = plain_entry_size(msg, valid_topics, self.max_message_size, self.compress_over, batcher.max_bytes)
+        size = plain_entry_size(msg, valid_topics, self.max_message_size, self.compress_over,
+                                _UNBOUNDED if batcher is None else batcher.max_bytes)
         if size < 0:
             return None
         begin = self._clock.seconds()
@@ -277,6 +281,8 @@ class Producer(JoiningMember):
         props = msg.properties
         if _UNIQ_KEY not in props:
             props[_UNIQ_KEY] = self._uniq.next_id(begin)
+        if batcher is None:
+            return self._request(addr, msg, mq, mode, timeout, None).addErrback(self._first_failed, *first)
         return batcher.join(addr, msg, mq, mode, timeout, first, size, begin)
 
     def _send_default(self, msg: Message, mode: Mode, timeout: float, batch_ids: str | None = None) -> Deferred[Any]:

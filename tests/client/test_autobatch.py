@@ -273,31 +273,29 @@ class ProducerAutoBatchTests(SynchronousTestCase):
             self.release()
 
     def test_usual_sends_take_the_plain_path(self) -> None:
-        """A usual SYNC or ASYNC send is made by ``_send_plain``; anything it leaves (a hook added
-        later, a delayed message, an invalid one) goes to ``_send_default`` with the same outcome."""
-        p = self.producer()
-        general: list[Message] = []
-        send_default = p._send_default
+        """A usual SYNC or ASYNC send is made by ``_send_plain``, batched or not; anything it leaves (a
+        hook added later, a delayed message, an invalid one) goes to ``_send_default``, same outcome."""
+        for kwargs in ({}, {"auto_batch": False}):
+            p = self.producer(**kwargs)
+            general: list[Message] = []
 
-        def counted(msg: Message, *args: Any) -> Deferred[Any]:
-            general.append(msg)
-            return send_default(msg, *args)
+            def counted(msg: Message, *args: Any, send_default: Any = p._send_default) -> Deferred[Any]:
+                general.append(msg)
+                return send_default(msg, *args)
 
-        self.patch(p, "_send_default", counted)
-        usual = [p.send_async(new_message("T", b"a")), p.send(new_message("T", b"b"))]
-        self.assertEqual(general, [])
-        delayed = new_message("T", b"d", delay_level=2)
-        p.send_async(delayed)
-        self.failureResultOf(p.send(Message("T", b"")), errors.MessageInvalidError)
-        hook = CountingHook()
-        p.send_message_hooks.append(hook)
-        hooked = new_message("T", b"h")
-        p.send_async(hooked)
-        self.assertEqual([m.body for m in general], [b"d", b"", b"h"])
-        self.assertEqual(hook.calls, 1)
-        self.release()
-        for d in usual:
-            self.assertEqual(self.successResultOf(d).status, SendStatus.SEND_OK)
+            self.patch(p, "_send_default", counted)
+            usual = [p.send_async(new_message("T", b"a")), p.send(new_message("T", b"b"))]
+            self.assertEqual(general, [])
+            p.send_async(new_message("T", b"d", delay_level=2))
+            self.failureResultOf(p.send(Message("T", b"")), errors.MessageInvalidError)
+            hook = CountingHook()
+            p.send_message_hooks.append(hook)
+            p.send_async(new_message("T", b"h"))
+            self.assertEqual([m.body for m in general], [b"d", b"", b"h"])
+            self.assertEqual(hook.calls, 1)
+            self.release()
+            for d in usual:
+                self.assertEqual(self.successResultOf(d).status, SendStatus.SEND_OK)
 
     def test_failed_batch_members_retry_alone(self) -> None:
         """A retriable broker code on the batch: every SYNC member retries as an unbatched send would."""
