@@ -217,7 +217,8 @@ class Producer(JoiningMember):
 
     def send_oneway(self, msg: Message) -> Deferred[None]:
         """ONEWAY: one attempt, fires once written; no result."""
-        return self._send_default(msg, Mode.ONEWAY, self.send_timeout)
+        return self._send_plain(msg, Mode.ONEWAY, self.send_timeout) or self._send_default(
+            msg, Mode.ONEWAY, self.send_timeout)
 
     def send_batch(self, msgs: Sequence[Message], timeout: float | None = None) -> Deferred[SendResult]:
         """SYNC send of several messages of one topic in one request (never compressed)."""
@@ -252,14 +253,14 @@ class Producer(JoiningMember):
         return isinstance(error, MQClientError)
 
     def _send_plain(self, msg: Message, mode: Mode, timeout: float) -> Deferred[Any] | None:
-        """The usual SYNC or ASYNC send in one step, None for anything else (:meth:`_send_default`).
+        """The usual send in one step, None for anything else (:meth:`_send_default`).
 
         The usual send: a running producer with no hooks and no fault strategy sends a message that
         goes as it is (:func:`plain_entry_size`: not compressed, no retry topic, ...; within an
         automatic batch's limits when batching) to a cached route. It is what :meth:`_send_default`
         and :meth:`_send_kernel` do for it, without their checks.
         """
-        batcher = self._batcher
+        batcher = self._batcher if mode is not Mode.ONEWAY else None
         if (
             not self.running or timeout <= 0 or self.send_message_hooks or self.check_forbidden_hooks
             or self.fault_strategy.enabled or (mode is Mode.SYNC and self.retry_another_broker_when_not_store_ok)

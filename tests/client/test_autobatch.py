@@ -273,8 +273,8 @@ class ProducerAutoBatchTests(SynchronousTestCase):
             self.release()
 
     def test_usual_sends_take_the_plain_path(self) -> None:
-        """A usual SYNC or ASYNC send is made by ``_send_plain``, batched or not; anything it leaves (a
-        hook added later, a delayed message, an invalid one) goes to ``_send_default``, same outcome."""
+        """A usual send (SYNC, ASYNC, ONEWAY) is made by ``_send_plain``, batched or not; anything it leaves
+        (a hook added later, a delayed message, an invalid one) goes to ``_send_default``, same outcome."""
         for kwargs in ({}, {"auto_batch": False}):
             p = self.producer(**kwargs)
             general: list[Message] = []
@@ -285,6 +285,7 @@ class ProducerAutoBatchTests(SynchronousTestCase):
 
             self.patch(p, "_send_default", counted)
             usual = [p.send_async(new_message("T", b"a")), p.send(new_message("T", b"b"))]
+            oneway = p.send_oneway(new_message("T", b"o"))
             self.assertEqual(general, [])
             p.send_async(new_message("T", b"d", delay_level=2))
             self.failureResultOf(p.send(Message("T", b"")), errors.MessageInvalidError)
@@ -296,6 +297,7 @@ class ProducerAutoBatchTests(SynchronousTestCase):
             self.release()
             for d in usual:
                 self.assertEqual(self.successResultOf(d).status, SendStatus.SEND_OK)
+            self.assertIsNone(self.successResultOf(oneway))
 
     def test_failed_batch_members_retry_alone(self) -> None:
         """A retriable broker code on the batch: every SYNC member retries as an unbatched send would."""
