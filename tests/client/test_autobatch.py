@@ -91,6 +91,17 @@ class AutoBatcherTests(SynchronousTestCase):
         self.assertEqual([(r.msg_id, r.offset_msg_id, r.queue_offset) for r in results],
                          [("U1", "S11", 11), ("U2", "S12", 12), ("U3", "S13", 13)])
 
+    def test_member_chains_as_a_deferred(self) -> None:
+        """The Deferred a send returns (the batch member itself) chains like any Deferred when a
+        callback returns it."""
+        b = self.batcher()
+        outer: Deferred[Any] = Deferred()
+        outer.addCallback(lambda _: b.send("a", message(1), MQ, Mode.SYNC, 3.0))
+        outer.callback(None)
+        self.assertNoResult(outer)
+        self.requests.answer(0, 4)
+        self.assertEqual(self.successResultOf(outer).queue_offset, 4)
+
     def test_queues_and_modes_batch_apart(self) -> None:
         b = self.batcher()
         other = MessageQueue("T", "b", 1)
