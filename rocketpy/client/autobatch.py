@@ -73,7 +73,8 @@ def plain_entry_size(
     msg: Message, valid_topics: AbstractSet[str], max_message_size: int, compress_over: int, max_bytes: int
 ) -> int:
     """:func:`entry_size` of ``msg`` as the producer will send it (a missing UNIQ_KEY counted as
-    :data:`UNIQ_KEY_ENTRY`) when ``msg`` may join an automatic batch just as it is; else -1.
+    :data:`UNIQ_KEY_ENTRY`) when ``msg`` may go just as it is, in an automatic batch or alone (the
+    producer's ``_send_plain``); else -1.
 
     It may when its topic is in ``valid_topics`` (names ``check_topic`` accepted), its body is
     ``bytes`` of 1 to ``max_message_size`` bytes (``validate_message``) and below ``compress_over``
@@ -101,8 +102,7 @@ def plain_entry_size(
 
 #: The Python :func:`plain_entry_size`, the reference of ``rocketpy/_speedups_client.h``'s.
 PYTHON_PLAIN_ENTRY_SIZE = plain_entry_size
-if speedups.compiled is not None:
-    plain_entry_size = speedups.compiled.plain_entry_size
+plain_entry_size = getattr(speedups.compiled, "plain_entry_size", plain_entry_size)  # None: Python
 
 
 class _Waiting(Deferred[Any]):

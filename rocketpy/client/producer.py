@@ -261,16 +261,19 @@ class Producer(JoiningMember):
         and :meth:`_send_kernel` do for it, without their checks.
         """
         batcher = self._batcher if mode is not Mode.ONEWAY else None
-        if (
-            not self.running or timeout <= 0 or self.send_message_hooks or self.check_forbidden_hooks
-            or self.fault_strategy.enabled or (mode is Mode.SYNC and self.retry_another_broker_when_not_store_ok)
-        ):
+        try:
+            if (
+                not self.running or timeout <= 0 or self.send_message_hooks or self.check_forbidden_hooks
+                or self.fault_strategy.enabled or (mode is Mode.SYNC and self.retry_another_broker_when_not_store_ok)
+            ):
+                return None
+            info = self._publish.get(msg.topic)
+            if info is None or not info.queues:
+                return None
+            size = plain_entry_size(msg, valid_topics, self.max_message_size, self.compress_over,
+                                    _UNBOUNDED if batcher is None else batcher.max_bytes)
+        except Exception:  # not a usual message: the general path fails the send with the error
             return None
-        info = self._publish.get(msg.topic)
-        if info is None or not info.queues:
-            return None
-        size = plain_entry_size(msg, valid_topics, self.max_message_size, self.compress_over,
-                                _UNBOUNDED if batcher is None else batcher.max_bytes)
         if size < 0:
             return None
         begin = self._clock.seconds()
@@ -282,9 +285,13 @@ class Producer(JoiningMember):
         props = msg.properties
         if _UNIQ_KEY not in props:
             props[_UNIQ_KEY] = self._uniq.next_id(begin)
-        if batcher is None:
-            return self._request(addr, msg, mq, mode, timeout, None).addErrback(self._first_failed, *first)
-        return batcher.join(addr, msg, mq, mode, timeout, first, size, begin)
+        try:  # as _attempt does
+            if batcher is not None:
+                return batcher.join(addr, msg, mq, mode, timeout, first, size, begin)
+            d = self._request(addr, msg, mq, mode, timeout, None)
+        except Exception:
+            d = fail()
+        return d.addErrback(self._first_failed, *first)
 
     def _send_default(self, msg: Message, mode: Mode, timeout: float, batch_ids: str | None = None) -> Deferred[Any]:
         """Java's ``sendDefaultImpl``: validate, route, then attempts within one ``timeout`` budget.

@@ -300,10 +300,11 @@ class ProducerAutoBatchTests(SynchronousTestCase):
             self.assertEqual(general, [])
             p.send_async(new_message("T", b"d", delay_level=2))
             self.failureResultOf(p.send(Message("T", b"")), errors.MessageInvalidError)
+            self.failureResultOf(p.send_async(None), AttributeError)  # type: ignore[arg-type]
             hook = CountingHook()
             p.send_message_hooks.append(hook)
             p.send_async(new_message("T", b"h"))
-            self.assertEqual([m.body for m in general], [b"d", b"", b"h"])
+            self.assertEqual([m and m.body for m in general], [b"d", b"", None, b"h"])
             self.assertEqual(hook.calls, 1)
             self.release()
             for d in usual:
