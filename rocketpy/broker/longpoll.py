@@ -5,6 +5,12 @@ pull processor hands over, without suspend and without committing the offset
 again) as soon as the store reports a message beyond its offset, at the 5 s
 re-check when the queue grew, or at its deadline. Every timer runs on the
 injected clock.
+
+A request is never held for a connection that is gone: one parked by a channel
+that then closes is dropped (the service is a channel event listener of the
+remoting server), and one whose read ends after its channel began closing is
+dropped at once. Once stopped, the service holds nothing: stopping drops what is
+parked and a later suspend is answered None (no reply) at once.
 """
 
 from __future__ import annotations
@@ -105,7 +111,10 @@ class PullRequestHoldService(Service):
         :param rerun: re-executes the pull; its response becomes the answer.
         :return: fires with the response to send, or None when the request was dropped.
         """
-        if not self.running:  # a pull that reached the processor while the broker stops
+        if not self.running:  # a pull whose read ended while the broker stops
+            return succeed(None)
+        if _closing(channel):  # its read ended after the connection closed: nobody to answer
+            self.log.debug("pull of closed channel {peer} not held", peer=getattr(channel, "remote_address", ""))
             return succeed(None)
         key = queue_key(topic, queue_id)
         parked = _Parked(key, channel, offset, rerun)
@@ -183,3 +192,9 @@ class PullRequestHoldService(Service):
     def _finish(parked: _Parked, response: RemotingCommand | None) -> None:
         if not parked.result.called:
             parked.result.callback(response)
+
+
+def _closing(channel: Any) -> bool:
+    """Whether ``channel`` is closing or closed (a :class:`RemotingProtocol`'s ``closing``; other
+    channels, as the gRPC endpoint's, have no connection of their own and never are)."""
+    return getattr(channel, "closing", False) is True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from twisted.internet.defer import CancelledError, Deferred, fail, succeed
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase
@@ -11,6 +13,14 @@ from zope.interface.verify import verifyObject
 from rocketpy.broker.longpoll import PullRequestHoldService
 from rocketpy.interfaces import IChannelEventListener
 from rocketpy.remoting.command import RemotingCommand
+
+
+@dataclass
+class Peer:
+    """A channel as the hold service reads it."""
+
+    remote_address: str
+    closing: bool = False
 
 
 class PullRequestHoldServiceTests(SynchronousTestCase):
@@ -107,6 +117,18 @@ class PullRequestHoldServiceTests(SynchronousTestCase):
             event("a:1", channel)
             self.assertIsNone(self.successResultOf(d))
         self.assertEqual(self.service.parked_count(), 0)
+
+    def test_closing_channel_not_held(self) -> None:
+        """A pull whose read ends after its channel began closing is answered None at once: no
+        timer, nothing parked; another channel's pull is still held."""
+        gone, live = Peer("a:1", closing=True), Peer("b:2")
+        kept = self.park(channel=live)
+        d = self.park(channel=gone)
+        self.assertIsNone(self.successResultOf(d))
+        self.assertEqual(self.service.parked_count(), 1)
+        self.assertEqual(len(self.clock.getDelayedCalls()), 2)  # the re-check loop and the live pull's deadline
+        self.service.notify_message_arriving("T", 0, 4)
+        self.assertEqual(self.successResultOf(kept).remark, "run 1")  # type: ignore[union-attr]
 
     def test_stop_cancels_every_timer(self) -> None:
         """Stopping drops the parked requests and leaves no delayed call."""
