@@ -5,7 +5,7 @@ Java 4.9 ``TransactionalMessageServiceImpl`` / ``EndTransactionProcessor`` (doc/
 ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (:func:`half_message`, called by the send
 processor). END_TRANSACTION re-puts a committed message to its real topic and writes an
 op record (``RMQ_SYS_TRANS_OP_HALF_TOPIC``, tag ``d``, body = half queue offset) for
-both outcomes. :class:`TransactionCheckService` walks the half queue every
+both outcomes; Java 5's batched op records (several offsets, comma-separated) are read too. :class:`TransactionCheckService` walks the half queue every
 ``check_interval``: a message without an op record older than ``timeout`` is put back at
 the end of the half queue with ``TRANSACTION_CHECK_TIMES`` + 1 and its producer group is
 asked with CHECK_TRANSACTION_STATE (39); after ``check_max`` checks (or ``max_age`` after its
@@ -231,9 +231,8 @@ class TransactionStore(Service):
             while offset < end and self.running:
                 ops, after = await self.read(TRANS_OP_HALF_TOPIC, offset, end)
                 for op in ops:
-                    target = op_targets(op)[1]
-                    if target >= 0:
-                        self.remember(target)
+                    for _, first in op_targets(op):
+                        self.remember(first)
                 if after <= offset:
                     break
                 offset = after
@@ -450,10 +449,12 @@ class TransactionCheckService(Service):
         while offset < end:
             ops, offset_after = await self._tx.read(TRANS_OP_HALF_TOPIC, offset, end)
             for op in ops:
-                target, first = op_targets(op)
-                done.update((target, first))
-                if target < half_offset and self._op_seen.setdefault(op.queue_offset, half_end) <= half_offset:
-                    passed.add(op.queue_offset)
+                targets = op_targets(op)
+                for target, first in targets:
+                    done.update((target, first))
+                if not targets or (max(t for t, _ in targets) < half_offset
+                                   and self._op_seen.setdefault(op.queue_offset, half_end) <= half_offset):
+                    passed.add(op.queue_offset)  # nothing in it (Java: done at once), or all of it behind
             if offset_after <= offset:
                 break
             offset = offset_after
@@ -531,17 +532,28 @@ class TransactionCheckService(Service):
         )
 
 
-def op_targets(op: MessageExt) -> tuple[int, int]:
-    """The half offset an op record marks decided, and its transaction's first half offset (the
-    same unless the record names it); -1 for what cannot be read."""
+def op_targets(op: MessageExt) -> list[tuple[int, int]]:
+    """The half offsets an op record marks decided, each with its transaction's first half offset.
+
+    The body is one offset (rocketpy, Java 4.x) or several, each followed by a comma: Java 5 batches
+    its op records (``TransactionalMessageServiceImpl.getOpMessage``, ``"12,13,"``; ``"12,"`` for
+    one). A single-offset record may name its first offset (``TRAN_PREPARED_QUEUE_OFFSET``,
+    rocketpy's); otherwise an offset is its own first. Unreadable or negative parts are skipped."""
+    targets = []
+    for part in op.body.split(b","):
+        try:
+            target = int(part)
+        except ValueError:
+            continue
+        if target >= 0:
+            targets.append(target)
+    if len(targets) != 1:
+        return [(target, target) for target in targets]
+    [target] = targets
     try:
-        target = int(op.body)
+        return [(target, int(op.properties.get(MessageConst.TRAN_PREPARED_QUEUE_OFFSET, target)))]
     except ValueError:
-        target = -1
-    try:
-        return target, int(op.properties.get(MessageConst.TRAN_PREPARED_QUEUE_OFFSET, target))
-    except ValueError:
-        return target, target
+        return [(target, target)]
 
 
 def _first_offset(half: MessageExt) -> int:

@@ -399,6 +399,42 @@ class ImmunityTests(CheckBackTestCase):
         self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_OP_HALF_TOPIC, 0), 1)
 
 
+def java5_op(*half_offsets: int) -> MessageExt:
+    """An op record as Java 5 writes it (``TransactionalMessageServiceImpl.getOpMessage``): tag ``d``
+    and the decided half offsets, each followed by a comma, batched into one body."""
+    body = "".join(f"{offset}," for offset in half_offsets).encode()
+    return MessageExt(topic=TRANS_OP_HALF_TOPIC, body=body,
+                      properties={MessageConst.TAGS: "d", MessageConst.WAIT_STORE_MSG_OK: "true"})
+
+
+class Java5OpRecordTests(CheckBackTestCase):
+    """A store written by Apache RocketMQ 5, whose op records batch several half offsets."""
+
+    def test_batched_op_record_decides_each_offset(self) -> None:
+        """Every offset of a batched op record counts as decided: only the other half message is
+        checked, and the record is passed over once the pass is beyond all of its offsets."""
+        for body in (b"a", b"b", b"c", b"open"):
+            self.send_half(body)
+        put(self, self.store, java5_op(0, 2))
+        put(self, self.store, java5_op(1))  # one offset: "1,"
+        self.checker()
+        self.clock.advance(60)
+        self.assertEqual(self.checked(), [b"open"])
+        self.clock.pump([60] * 3)
+        self.assertEqual(set(self.checked()), {b"open"})
+        self.assertEqual(self.offsets.query_offset("CID_SYS_RMQ_TRANS", TRANS_OP_HALF_TOPIC, 0), 2)
+
+    def test_unreadable_parts_are_skipped(self) -> None:
+        """Parts that are no offset are skipped, the readable ones of the same record still count."""
+        self.send_half(b"a")
+        self.send_half(b"b")
+        put(self, self.store, MessageExt(topic=TRANS_OP_HALF_TOPIC, body=b"x,1,,-3,",
+                                         properties={MessageConst.TAGS: "d"}))
+        self.checker()
+        self.clock.advance(60)
+        self.assertEqual(self.checked(), [b"a"])
+
+
 class EndedAfterRestartTests(CheckBackTestCase):
     """The ended transactions are rebuilt from the op queue when the broker starts."""
 
@@ -450,6 +486,18 @@ class EndedAfterRestartTests(CheckBackTestCase):
         self.restart()
         self.assertEqual(self.end_code(sent, COMMIT), ResponseCode.SUCCESS)
         self.assertEqual(self.real(), [])
+
+    def test_batched_op_records_after_restart(self) -> None:
+        """A store with Java 5's batched op records: after a restart every transaction they name has
+        ended, and a repeated commit of one stores nothing."""
+        sent = [self.send_half(b"a"), self.send_half(b"b"), self.send_half(b"c")]
+        put(self, self.store, java5_op(0, 2))
+        self.restart()
+        self.assertEqual(sorted(self.tx.decided), [0, 2])
+        self.assertEqual(self.end_code(sent[2], COMMIT), ResponseCode.SUCCESS)
+        self.assertEqual(self.real(), [])
+        self.assertEqual(self.end_code(sent[1], COMMIT), ResponseCode.SUCCESS)
+        self.assertEqual([m.body for m in self.real()], [b"b"])
 
     def test_only_the_newest_are_read(self) -> None:
         """The rebuild reads the newest MAX_REMEMBERED op records."""
