@@ -44,7 +44,7 @@ class GatedReads(FakeStoreService):
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
-    for _ in range(500):
+    for _ in range(1000):
         if condition():
             return
         await deferLater(reactor, 0.01, lambda: None)
@@ -171,8 +171,8 @@ class BrokerStopTests(IntegrationTestCase):
         late = pull()
         await until(lambda: len(read_ended) == 1, "second read done")
         await broker.stopService()
-        self.failureResultOf(held, RemotingConnectionLost)
-        self.failureResultOf(late, RemotingConnectionLost)
+        await self.assertFailure(held, RemotingConnectionLost)
+        await self.assertFailure(late, RemotingConnectionLost)
         self.assertEqual(hold.parked_count(), 0)
         self.assertEqual(wakes(hold), [])
         gate.callback(None)  # the read ends after the stop: PULL_NOT_FOUND, would be held
