@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any, Callable
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
-from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, connectProtocol
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import Clock, deferLater
 from twisted.trial.unittest import TestCase
@@ -17,6 +18,7 @@ from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.message import MessageExt
 from rocketpy.common.topic import TopicConfig
 from rocketpy.remoting.client import RemotingClient
+from rocketpy.remoting.codec import MAX_FRAME_LENGTH, encode
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectionLost
@@ -25,6 +27,7 @@ from rocketpy.store.status import GetMessageResult
 from tests.broker.test_pull import CPP_PULL
 from tests.client.test_integration import IntegrationTestCase
 from tests.fakes import FakeStoreService
+from tests.remoting.test_network import _Watcher
 
 
 class GatedReads(FakeStoreService):
@@ -130,6 +133,22 @@ class HeldPullConnectionTests(TestCase):
         self.assertEqual(len(wakes(self.hold)), 1)
         await self.answered_by_arrival(kept_pull)
         self.assertEqual(wakes(self.hold), [])
+
+    async def test_bad_frame_during_read_closes_at_once(self) -> None:
+        """A connection that sent a bad frame while its pull was reading closes as soon as the read
+        ends: the pull is not held (which would keep the broken connection open 15 s)."""
+        gate: Deferred[None] = Deferred()
+        self.store.gate = gate
+        host, port = self.address.split(":")
+        raw = await connectProtocol(TCP4ClientEndpoint(reactor, host, int(port)), _Watcher())
+        raw.transport.write(encode(RemotingCommand.request(RequestCode.PULL_MESSAGE, dict(CPP_PULL))))
+        await until(lambda: self.store.waiting == 1, "read in the store")
+        raw.transport.write(struct.pack(">i", MAX_FRAME_LENGTH + 1))
+        await until(lambda: all(channel.closing for channel in self.server.channels), "frame refused")
+        self.store.gate = None
+        gate.callback(None)
+        self.assertEqual((self.hold.parked_count(), wakes(self.hold)), (0, []))
+        await raw.lost
 
 
 class BrokerStopTests(IntegrationTestCase):
