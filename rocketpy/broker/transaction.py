@@ -6,8 +6,8 @@ Java 4.9 ``TransactionalMessageServiceImpl`` / ``EndTransactionProcessor`` (doc/
 processor). END_TRANSACTION re-puts a committed message to its real topic and writes an
 op record (``RMQ_SYS_TRANS_OP_HALF_TOPIC``, tag ``d``, body = half queue offset) for
 both outcomes; Java 5's batched op records (several offsets, comma-separated) are read
-too. :class:`TransactionCheckService` walks the half queue every ``check_interval``: a message without an op record older than ``timeout`` is put back at
-the end of the half queue with ``TRANSACTION_CHECK_TIMES`` + 1 and its producer group is
+too. :class:`TransactionCheckService` walks the half queue every ``check_interval``: a
+message without an op record older than ``timeout`` is put back at the end of the half queue with ``TRANSACTION_CHECK_TIMES`` + 1 and its producer group is
 asked with CHECK_TRANSACTION_STATE (39); after ``check_max`` checks (or ``max_age`` after its
 birth) it goes to ``TRANS_CHECK_MAX_TIME_TOPIC``. A message with ``CHECK_IMMUNITY_TIME_IN_SECONDS``
 (a 5.x client's orphaned-transaction recovery duration) is instead put back unasked until that
