@@ -1,19 +1,22 @@
 """Transactions: half messages, END_TRANSACTION (37) and the check-back service.
 
-Java 4.9 ``TransactionalMessageServiceImpl`` / ``EndTransactionProcessor`` (doc/wire.md §8). A
-PREPARED send is stored on ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (:func:`half_message`, called by
-the send processor). END_TRANSACTION re-puts a committed message to its real topic and writes an
-op record (``RMQ_SYS_TRANS_OP_HALF_TOPIC``, tag ``d``, body = half queue offset) for both
-outcomes; Java 5's batched op records (several offsets, comma-separated) are read too.
-:class:`TransactionCheckService` walks the half queue every ``check_interval``: a message without
-an op record older than ``timeout`` is put back at the end of the half queue with
-``TRANSACTION_CHECK_TIMES`` + 1 and its producer group is asked with CHECK_TRANSACTION_STATE (39);
-after ``check_max`` checks (or ``max_age`` after its birth) it goes to
-``TRANS_CHECK_MAX_TIME_TOPIC``. A message with ``CHECK_IMMUNITY_TIME_IN_SECONDS`` (a 5.x client's
-orphaned-transaction recovery duration) is instead put back unasked until that time has passed,
-and its producer's own END_TRANSACTION after it is refused (ILLEGAL_OPERATION, Java 5): the check
-decides it. Its two queue offsets live in ``consumerOffset.json`` (group ``CID_SYS_RMQ_TRANS``),
-so a restart resumes where it stopped.
+Java 4.9 ``TransactionalMessageServiceImpl`` / ``EndTransactionProcessor`` (doc/wire.md
+§8). A PREPARED send is stored on
+``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (:func:`half_message`, called by the send
+processor). END_TRANSACTION re-puts a committed message to its real topic and writes an
+op record (``RMQ_SYS_TRANS_OP_HALF_TOPIC``, tag ``d``, body = half queue offset) for
+both outcomes. :class:`TransactionCheckService` walks the half queue every
+``check_interval``: a message without an op record older than ``timeout`` is put back at
+the end of the half queue with ``TRANSACTION_CHECK_TIMES`` + 1 and its producer group is
+asked with CHECK_TRANSACTION_STATE (39); after ``check_max`` checks (or ``max_age`` after its
+birth) it goes to ``TRANS_CHECK_MAX_TIME_TOPIC``. A message with ``CHECK_IMMUNITY_TIME_IN_SECONDS``
+(a 5.x client's orphaned-transaction recovery duration) is instead put back unasked until that
+time has passed, and its producer's own END_TRANSACTION after it is refused (ILLEGAL_OPERATION,
+Java 5): the check decides it. Its two queue offsets live in ``consumerOffset.json``
+(group ``CID_SYS_RMQ_TRANS``), so a restart resumes where it stopped.
+
+Op records are read in Java 5's batched form too: several half offsets, each followed by a comma
+(:func:`op_targets`).
 """
 
 from __future__ import annotations
