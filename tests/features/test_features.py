@@ -85,7 +85,8 @@ class RetryTests(FeatureTestCase):
         c.register_listener(listener)
         await c.start()
         self.addCleanup(c.shutdown)
-        await until(lambda: "%DLQ%CG" in cluster.brokers["broker-a"].topics, "DLQ created")
+        store = cluster.brokers["broker-a"].store
+        await until(lambda: store.get_max_offset_in_queue("%DLQ%CG", 0) > 0, "dead letter stored")
         await cluster.wait_for_route("%DLQ%CG")
         [dead] = await self.pull_all(cluster, "%DLQ%CG")
         self.assertEqual((dead.body, dead.reconsume_times), (b"poison", 2))
