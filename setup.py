@@ -48,7 +48,8 @@ setup(
     # built when a compiler is present; without one pip warns and the Python code runs.
     ext_modules=[Extension("rocketpy._speedups", ["rocketpy/_speedups.c"],
                            depends=["rocketpy/_speedups_client.h", "rocketpy/_speedups_store.h",
-                                    "rocketpy/_speedups_remoting.h", "rocketpy/_speedups_pull.h"],
+                                    "rocketpy/_speedups_remoting.h", "rocketpy/_speedups_pull.h",
+                                    "rocketpy/_speedups_aio.h"],
                            optional=True)],
     zip_safe=False,
 )

@@ -6,7 +6,7 @@ Usage::
                                           [--chunk 60] [--gc-threshold 10000] [--batch 32] [--profile] [--acl]
 
 Starts a real ``BrokerService`` (real ``StoreService`` and ``MessageStore`` in a temporary
-directory, ASYNC_FLUSH, small files) on the reactor, connects one broker protocol to a
+directory, ASYNC_FLUSH or ``--flush SYNC_FLUSH``, small files) on the reactor, connects one broker protocol to a
 ``StringTransport`` and feeds it the frames the Java client sends (1 KiB bodies, queues 0–7 in
 turn), one at a time, each after the previous response was written; with ``--in-flight N``
 in reads of ``--chunk`` frames (a 64 KiB socket read holds ~60), at most N unanswered, as a
@@ -147,6 +147,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
     store = MessageStoreConfig(
         store_path_root_dir=os.path.join(workdir, "store"), mapped_file_size_commit_log=256 * 1024 * 1024,
         mapped_file_size_consume_queue=300_000 * 20, max_hash_slot_num=100_000, max_index_num=400_000,
+        flush_disk_type=options.flush,
     )
     config = BrokerConfig(listen="tcp:0:interface=127.0.0.1")
     sign = None
@@ -218,6 +219,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1,
                         help="more than 1: SEND_BATCH_MESSAGE frames of this many messages (figures per message)")
     parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
+    parser.add_argument("--flush", default="ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"),
+                        help="the store's flush mode (SYNC_FLUSH: each send waits for its fdatasync)")
     parser.add_argument("--acl", action="store_true", help="the broker checks the plain ACL; frames are signed")
     parser.add_argument("--lines", type=int, default=25, help="profile lines to print")
     parser.add_argument("--sort", default="ncalls", help="the profile's order (ncalls, tottime, cumtime)")

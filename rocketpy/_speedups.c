@@ -1453,6 +1453,7 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 
 #include "_speedups_store.h"
 #include "_speedups_remoting.h"
+#include "_speedups_aio.h"  /* aio_*: the commit log's fdatasync on the reactor's epoll */
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
@@ -1515,6 +1516,7 @@ static PyMethodDef methods[] = {
     STORE_METHODS
     REMOTING_METHODS
     PULL_METHODS
+    AIO_METHODS
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",

@@ -196,7 +196,9 @@ class IMessageStore(Interface):
     """The blocking store ``StoreService`` runs on its threads (doc/store-api.md): ``MessageStore``.
 
     Writes come from one writer thread at a time; reads may run on other threads meanwhile.
-    A ``put_many(puts)`` method, when present, takes a whole append hop under one lock.
+    A ``put_many(puts)`` method, when present, takes a whole append hop under one lock;
+    ``flush_begin()`` / ``flush_end(token, seconds)``, when present, let the service run the
+    commit log's ``fdatasync`` itself (SYNC_FLUSH on the reactor, ``store/aioflush.py``).
     """
 
     config = Attribute("MessageStoreConfig: flush settings, paths and limits.")
@@ -230,7 +232,8 @@ class IMessageStore(Interface):
         """True when the pages ahead of the write position should be faulted in."""
 
     def populate_ahead() -> None:
-        """Fault in the pages ahead of the write position (the flush thread)."""
+        """Fault in the pages ahead of the write position (the flush thread; the writer's on the
+        pwrite path, whose zeros ahead must not race an append)."""
 
     def flush(least_pages: int = 0) -> bool:
         """Make the commit log durable; True when the flushed offset advanced."""

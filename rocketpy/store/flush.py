@@ -104,13 +104,16 @@ class CommitLogFlush:
         """The claiming hop's flush ended (its offset reaches the waiters through the hop)."""
         self._group = False
 
-    def kick(self) -> None:
-        """Start a group-commit flush if a waiter is not covered and none runs."""
+    def kick(self, target: int = 0) -> None:
+        """Start a group-commit flush if a waiter (or ``target``: a put about to wait) is not
+        covered and none runs."""
         waiters = self._waiters
-        if self._group or not len(waiters) or waiters.max_offset <= waiters.position:
+        if len(waiters):
+            target = max(target, waiters.max_offset)
+        if self._group or target <= waiters.position:
             return
         self._group = True
-        self._flush(0, waiters.max_offset).addCallbacks(self._group_done, self._group_failed, (waiters.position,))
+        self._flush(0, target).addCallbacks(self._group_done, self._group_failed, (waiters.position,))
 
     def _group_done(self, offset: int, before: int) -> None:
         self._group = False

@@ -51,10 +51,15 @@ class OffsetWaiters:
 
     :param clock: schedules the expiry timer; ``None`` means the owner calls
         :meth:`expire` itself.
+    :param keep_timer: leave the timer armed when the last waiter fires, instead of cancelling
+        it: with deadlines that only grow (one timeout for all), the next waiter then needs no
+        timer of its own (a ``callLater`` and a cancel per SYNC_FLUSH put saved). It fires
+        harmlessly; :meth:`expire` with nothing left cancels it (the owner's stop calls it).
     """
 
-    def __init__(self, clock: IReactorTime | None = None) -> None:
+    def __init__(self, clock: IReactorTime | None = None, keep_timer: bool = False) -> None:
         self._clock = clock
+        self._keep_timer = keep_timer
         self._seq = count()
         self._by_offset: list[tuple[int, int, _Waiter]] = []
         self._by_deadline: list[tuple[float, int, _Waiter]] = []
@@ -125,6 +130,8 @@ class OffsetWaiters:
             if not waiter.done:
                 expired += self._settle(waiter, False)
         self._arm()
+        if not self._pending:
+            self._cancel_timer()
         return expired
 
     def _settle(self, waiter: _Waiter, covered: bool) -> int:
@@ -145,9 +152,8 @@ class OffsetWaiters:
         while heap and heap[0][2].done:
             heapq.heappop(heap)
         if not heap:
-            if self._timer is not None and self._timer.active():
-                self._timer.cancel()
-            self._timer = None
+            if not self._keep_timer:
+                self._cancel_timer()
             return
         first = heap[0][0]
         if self._timer is not None and self._timer.active():
@@ -156,6 +162,11 @@ class OffsetWaiters:
             self._timer.cancel()
         delay = max(0.0, first - self._clock.seconds())
         self._timer = self._clock.callLater(delay, self._on_timer)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -80,6 +80,7 @@ _libc_fallocate = _load_fallocate()
 POPULATE_WINDOW = 4 << 20
 #: the pwrite path writes zeros this far ahead of its writes (:meth:`MappedFile._zero_ahead`)
 ZERO_AHEAD_WINDOW = 1 << 20
+_ZEROS_DUE = (3 * ZERO_AHEAD_WINDOW) // 4  # populate_due on the pwrite path: less than this ahead
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+
 
 
@@ -201,24 +202,39 @@ class MappedFile:
         self._populated = max(self._populated, start + length)
 
     def populate_due(self) -> bool:
-        """True when less than 3/4 of a window is faulted in ahead of the write position."""
-        return (not self.use_pwrite and self._populated < self.file_size
+        """True when less than 3/4 of a window is faulted in (the pwrite path: written with zeros)
+        ahead of the write position."""
+        if self.use_pwrite:
+            return self._zeroed < self.file_size and self.wrote_position > self._zeroed - _ZEROS_DUE
+        return (self._populated < self.file_size
                 and self.wrote_position > self._populated - (3 * POPULATE_WINDOW) // 4)
 
     def populate_ahead(self) -> None:
         """Fault in a window after the write position: from a pool thread while the writer (or
-        the reactor's inline appends, which stay below the faulted-in end) goes on."""
-        if not self.use_pwrite and self._populated < self.file_size:
+        the reactor's inline appends, which stay below the faulted-in end) goes on.
+
+        The pwrite path writes the zeros of :meth:`_zero_ahead` instead, which must not race an
+        append: only from the writer thread, or while nothing else appends."""
+        if self.use_pwrite:
+            self._zero_ahead(self.wrote_position, _ZEROS_DUE)
+        elif self._populated < self.file_size:
             self._populate(self.wrote_position, self.wrote_position)
 
     def is_populated(self, end: int) -> bool:
-        """True when mmap writes up to ``end`` touch only faulted-in pages and start no
-        :meth:`_populate` (the pwrite path: always)."""
-        return self.use_pwrite or end <= self._populated
+        """True when writes up to ``end`` touch only faulted-in pages and start no
+        :meth:`_populate` (mmap), or only blocks written before and start no :meth:`_zero_ahead`
+        (pwrite): no block to allocate or convert, a copy into the page cache."""
+        if self.use_pwrite:
+            return end + ZERO_AHEAD_WINDOW // 2 <= self._zeroed
+        return end <= self._populated
 
-    def _zero_ahead(self, end: int) -> None:
+    def fileno(self) -> int:
+        """The descriptor writes and ``fdatasync`` go through."""
+        return self._fd
+
+    def _zero_ahead(self, end: int, due: int = ZERO_AHEAD_WINDOW // 2) -> None:
         """pwrite path: write zeros over a window after ``end`` (the new write position) once
-        less than half a window lies ahead.
+        less than ``due`` bytes lie ahead (half a window after an append).
 
         ``posix_fallocate`` leaves *unwritten* extents, and a write into one makes the next
         ``fdatasync`` convert it, a metadata change that costs a journal commit: every
@@ -228,7 +244,7 @@ class MappedFile:
         position, and nothing valid lies there (recovery zeroes torn bytes), so the contents do
         not change; the flush after the put that crossed a window writes the window too.
         """
-        if end + ZERO_AHEAD_WINDOW // 2 <= self._zeroed or self._zeroed >= self.file_size:
+        if end + due <= self._zeroed or self._zeroed >= self.file_size:
             return
         pos = max(self._zeroed, end)
         stop = min(end + ZERO_AHEAD_WINDOW, self.file_size)

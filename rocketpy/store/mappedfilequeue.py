@@ -11,6 +11,10 @@ from rocketpy.store.mappedfile import TMP_SUFFIX, MappedFile, file_name
 
 _log = Logger()
 
+#: :meth:`MappedFileQueue.flush_begin`'s note of a flush run elsewhere: the segment, the position
+#: the sync covers, the store timestamp of that position
+FlushToken = tuple[MappedFile, int, int]
+
 
 class MappedFileQueue:
     """The segments of one directory, ordered by start offset (RocketMQ ``MappedFileQueue``).
@@ -129,6 +133,27 @@ class MappedFileQueue:
             self.store_timestamp = timestamp
         self.flushed_where = self.committed_where = where
         return advanced
+
+    def flush_begin(self) -> tuple[int, FlushToken] | None:
+        """For a flush run elsewhere (the reactor's AIO ``fdatasync``): the descriptor to sync and
+        what the sync will cover, when every unflushed byte lies in the newest segment (else
+        None: :meth:`flush` it). Positions are taken before the sync, as :meth:`flush` does."""
+        where = self.flushed_where
+        mf = self.find_mapped_file_by_offset(where, where == 0)
+        if mf is None or mf is not self.last() or mf.wrote_position <= mf.flushed_position:
+            return None
+        return mf.fileno(), (mf, mf.wrote_position, mf.store_timestamp)
+
+    def flush_end(self, token: FlushToken) -> int:
+        """The sync of :meth:`flush_begin`'s ``token`` ended: advance the flushed positions as
+        :meth:`flush` does; returns the flushed offset."""
+        mf, target, timestamp = token
+        mf.flushed_position = max(mf.flushed_position, target)
+        where = mf.file_from_offset + mf.flushed_position
+        if where > self.flushed_where:
+            self.store_timestamp = timestamp
+            self.flushed_where = self.committed_where = where
+        return self.flushed_where
 
     def mark_unflushed(self, offset: int) -> None:
         """Count the bytes from absolute ``offset`` on as not durable (what a crashed process wrote

@@ -24,6 +24,7 @@ from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.consumequeue import ConsumeQueueStore
 from rocketpy.store.dispatch import QueueRecorder, SupportsDispatch
 from rocketpy.store.index import IndexService
+from rocketpy.store.mappedfilequeue import FlushToken
 from rocketpy.store.reads import MessageReader
 from rocketpy.store.recovery import RecoveryReport, boot_id, page_cache_intact, recover_store
 from rocketpy.store.retention import ConsumerPosition, Retention, used_ratio
@@ -242,12 +243,13 @@ class MessageStore(MessageReader):
         """True when appending ``puts`` now does no blocking I/O, so the store service may append
         them on the reactor thread while its writer is idle (doc/store.md, "The put path").
 
-        That needs small bodies on the mmap write path (memory copies into pages already
-        faulted in by :meth:`MappedFile._populate`, for a bound of the records' sizes), no file
-        to create for the commit log, the consume queues or the index, and no delay level or
-        timer (which would move a message to another queue).
+        That needs small bodies (for a bound of the records' sizes: on the mmap write path
+        memory copies into pages already faulted in by :meth:`MappedFile._populate`, on the pwrite
+        path a ``pwrite`` into blocks already written with zeros by :meth:`MappedFile._zero_ahead`,
+        a page-cache copy), no file to create for the commit log, the consume queues or the
+        index, and no delay level or timer (which would move a message to another queue).
         """
-        if self.config.write_path != "mmap" or not self.running:
+        if not self.running:
             return False
         bound = inline_bound(puts, INLINE_MAX_BODY, INLINE_RECORD_FIXED)
         if bound is None:
@@ -286,10 +288,28 @@ class MessageStore(MessageReader):
         started = time.perf_counter()
         advanced = self.commit_log.flush(least_pages)
         if advanced:
-            self.stats.record_flush(time.perf_counter() - started)
-            if self.checkpoint is not None:
-                self.checkpoint.physic_msg_timestamp = self.commit_log.queue.store_timestamp
+            self._flushed(time.perf_counter() - started)
         return advanced
+
+    def flush_begin(self) -> tuple[int, FlushToken] | None:
+        """A flush the caller runs itself (the service's AIO ``fdatasync`` on the reactor): the
+        descriptor to sync and a token for :meth:`flush_end`, or None when the unflushed bytes
+        span files (then :meth:`flush`). Called on the reactor, with no other flush running."""
+        return self.commit_log.queue.flush_begin()
+
+    def flush_end(self, token: FlushToken, seconds: float) -> int:
+        """The sync of ``token`` ended after ``seconds``: the log is durable as far as it covers;
+        returns the flushed offset."""
+        before = self.flushed_offset
+        flushed = self.commit_log.queue.flush_end(token)
+        if flushed > before:
+            self._flushed(seconds)
+        return flushed
+
+    def _flushed(self, seconds: float) -> None:
+        self.stats.record_flush(seconds)
+        if self.checkpoint is not None:
+            self.checkpoint.physic_msg_timestamp = self.commit_log.queue.store_timestamp
 
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         """Flush the consume queues and write the checkpoint; a thorough pass (0 pages) also

@@ -69,17 +69,19 @@ Pool = Union[ThreadPool, OneThread]
 
 class PoolCaller:
     """``deferToThreadPool`` bound to one reactor and pool; ``running`` counts its calls not
-    yet answered (0: the pool runs nothing of ours)."""
+    yet answered (0: the pool runs nothing of ours), ``calls`` all it made."""
 
-    __slots__ = ("_reactor", "_pool", "running")
+    __slots__ = ("_reactor", "_pool", "running", "calls")
 
     def __init__(self, reactor: IReactorFromThreads, pool: Pool) -> None:
         self._reactor = reactor
         self._pool = pool
         self.running = 0
+        self.calls = 0
 
     def __call__(self, f: Callable[..., T], *args: Any) -> Deferred[T]:
         self.running += 1
+        self.calls += 1
         pool = self._pool
         if isinstance(pool, OneThread):
             d = pool.defer(self._reactor, f, *args)

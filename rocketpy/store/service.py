@@ -8,16 +8,20 @@ thread instead, when the store vouches that it blocks on nothing: see ``_append_
 Commit-log flushes run on a flush thread of their own, as RocketMQ's flush
 services do, so an ``fdatasync`` (which releases the GIL) overlaps the next appends.
 SYNC_FLUSH group commit: one flush covers every waiter appended before it started;
-waiters appended while it runs are served by the next one.
+waiters appended while it runs are served by the next one. Where Linux AIO serves
+(``store/aioflush.py``), SYNC_FLUSH appends inline too and the group commit's ``fdatasync`` is
+completed on the reactor's epoll: a lone put then crosses no thread at all.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
 from twisted.application.service import Service
+import errno
+import time
+
 from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
@@ -28,6 +32,7 @@ from zope.interface import implementer
 
 from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IMessageStore, IStoreService
+from rocketpy.store.aioflush import AioFdSync
 from rocketpy.store.flush import CommitLogFlush, FlushLoops, flush_commit_log
 from rocketpy.store.groupcommit import OffsetWaiters, PutCompletion, PutHook
 from rocketpy.store.hop import HopOutcome, QueuedPut, append_and_flush, each_put, put_all
@@ -55,13 +60,16 @@ class StoreService(StoreReads, Service):
         :meth:`is_busy` true and new puts fail with ``OS_PAGECACHE_BUSY``.
     :param max_queue_wait: flow control: the same once the oldest queued put has
         waited this long (RocketMQ's ``waitTimeMillsInSendQueue``, 200 ms).
+    :param aio_flush: SYNC_FLUSH: complete the group commit's ``fdatasync`` on the reactor with
+        Linux AIO where it serves (falling back to the flush thread where not); False: always the
+        flush thread, appends always in the writer pool (the behaviour without the C module).
     """
 
     log = Logger()
 
     def __init__(self, message_store: IMessageStore, reactor: IReactorTime, pool: ThreadPool | None = None,
                  read_pool: ThreadPool | None = None, flush_pool: ThreadPool | None = None,
-                 max_queued_messages: int = 10_000, max_queue_wait: float = 0.2) -> None:
+                 max_queued_messages: int = 10_000, max_queue_wait: float = 0.2, aio_flush: bool = True) -> None:
         self._store = message_store
         self._config = message_store.config
         self._reactor = reactor
@@ -70,9 +78,13 @@ class StoreService(StoreReads, Service):
         self._in_read_pool = self._pools.in_read
         self._in_flush_pool = self._pools.in_flush
         self._sync_flush = self._config.flush_disk_type == "SYNC_FLUSH"
-        # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH: a SYNC_FLUSH
-        # put waits for a flush hop anyway, and its append hop flushes too).
+        # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH; SYNC_FLUSH only
+        # with the AIO flush: else its put waits for a flush hop anyway, and its append hop flushes too).
         self._inline = not self._sync_flush
+        self._aio_wanted = aio_flush and self._sync_flush and hasattr(message_store, "flush_begin")
+        self._aio: AioFdSync | None = None
+        # pwrite path: the zeros ahead must not race an append, so they go to the writer itself
+        self._in_populate_pool = self._in_pool if self._config.write_path == "pwrite" else self._in_flush_pool
         self._populating = False
         self._max_queued = max_queued_messages
         self._max_queue_wait = max_queue_wait
@@ -88,11 +100,10 @@ class StoreService(StoreReads, Service):
         self._arrival_listeners: list[ArrivalListener] = []
         #: puts refused here before reaching the store, by status (the store counts its own)
         self.refused: Counter[str] = Counter()
-        self._flush_waiters = OffsetWaiters(reactor)
+        self._flush_waiters = OffsetWaiters(reactor, keep_timer=True)
         self._completion = PutCompletion(self._flush_waiters, reactor, self._sync_flush,
                                          self._config.sync_flush_timeout)
-        flush = partial(self._in_flush_pool, flush_commit_log, message_store)
-        self._flush = CommitLogFlush(self._flush_waiters, flush, self._advance_flushed, self._check_drained)
+        self._flush = CommitLogFlush(self._flush_waiters, self._flush_log, self._advance_flushed, self._check_drained)
         self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool, self._flush, self._sync_flush)
 
     # -- lifecycle --
@@ -102,6 +113,9 @@ class StoreService(StoreReads, Service):
         super().startService()
         self._accepting = True
         self._pools.start()
+        if self._aio_wanted and self._aio is None:
+            self._aio = AioFdSync.open(self._reactor)
+            self._inline = self._aio is not None
         self._started = Deferred.fromCoroutine(self._start())
         return self._started
 
@@ -154,6 +168,7 @@ class StoreService(StoreReads, Service):
             except Exception:
                 self.log.failure("message store shutdown failed", level=LogLevel.critical)
         self._flush_waiters.expire(float("inf"))  # nothing will flush any more
+        self._aio_off()
         self._pools.stop()
 
     def _shutdown_blocking(self) -> int:
@@ -241,20 +256,25 @@ class StoreService(StoreReads, Service):
         put.refuse(status)
 
     def _append_inline(self, puts: list[QueuedPut]) -> None:
-        """ASYNC_FLUSH, writer idle: append small messages on the reactor thread, without a hop.
+        """Writer idle: append small messages on the reactor thread, without a hop (ASYNC_FLUSH,
+        and SYNC_FLUSH with the AIO flush).
 
         A lone producer otherwise pays two thread wake-ups per send (to the pool and back
         through the reactor's waker), which cost more than the append itself; a loaded broker's
         run of sends (one put_many) the same per run, plus the GIL hand-offs. The store's
         ``can_append_inline`` vouches that nothing blocks: memory copies into mmap pages
-        already faulted in, no file created (doc/store.md, "The put path").
+        already faulted in (or a ``pwrite`` into blocks written with zeros already), no file
+        created (doc/store.md, "The put path").
         """
         self._hop_started = self._reactor.seconds()  # the writer's state is ours meanwhile
         results = put_all(self._store, puts)
+        if self._aio is not None:  # SYNC_FLUSH: start the sync first, the puts' bookkeeping meanwhile
+            self._flush.kick(self._store.max_physical_offset)
         if not self._populating and self._store.populate_due():
-            # fault in the next pages on the flush thread, so the next appends stay inline too
+            # fault in the next pages on the flush thread (write zeros ahead on the writer's),
+            # so the next appends stay inline too
             self._populating = True
-            self._in_flush_pool(self._store.populate_ahead).addBoth(self._populated)
+            self._in_populate_pool(self._store.populate_ahead).addBoth(self._populated)
         self._hop_done((results, None, None), puts, False)
 
     def _populated(self, result: object) -> None:
@@ -359,6 +379,36 @@ class StoreService(StoreReads, Service):
             drained, self._drained = self._drained, []
             for d in drained:
                 d.callback(None)
+
+    def _flush_log(self, least_pages: int, target: int) -> Deferred[int]:
+        """One commit-log flush for :class:`CommitLogFlush`: through AIO on the reactor when it
+        serves and the dirty bytes lie in one file, else :func:`flush_commit_log` on the flush thread."""
+        aio = self._aio
+        if aio is not None and not least_pages:
+            begun = self._store.flush_begin()  # type: ignore[attr-defined]  # _aio_wanted checked it
+            if begun is not None:
+                fd, token = begun
+                return aio.fdsync(fd).addCallbacks(self._aio_flushed, self._aio_failed, (token, time.perf_counter()),
+                                                   errbackArgs=(least_pages, target))
+        return self._in_flush_pool(flush_commit_log, self._store, least_pages, target)
+
+    def _aio_flushed(self, _: None, token: Any, started: float) -> int:
+        return int(self._store.flush_end(token, time.perf_counter() - started))  # type: ignore[attr-defined]
+
+    def _aio_failed(self, failure: Failure, least_pages: int, target: int) -> Deferred[int] | Failure:
+        """A kernel or file that refuses FDSYNC: the flush thread from now on (this flush too)."""
+        error = failure.value
+        if not isinstance(error, OSError) or error.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
+            return failure  # a failed sync: CommitLogFlush logs it, as a failed thread flush
+        self.log.warn("AIO fdatasync refused ({error}): SYNC_FLUSH flushes on the flush thread", error=error)
+        self._aio_off()
+        return self._in_flush_pool(flush_commit_log, self._store, least_pages, target)
+
+    def _aio_off(self) -> None:
+        aio, self._aio = self._aio, None
+        if aio is not None:
+            aio.close()
+            self._inline = not self._sync_flush
 
     def _advance_flushed(self, offset: int) -> None:
         """The commit log is durable up to ``offset``: fire the waiters, then hop once for their new puts."""

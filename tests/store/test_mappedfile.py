@@ -126,7 +126,35 @@ class MappedFileTests(SynchronousTestCase):
         mf.populate_ahead()
         self.assertFalse(mf.populate_due())
         self.assertTrue(mf.is_populated(mf.wrote_position + 7 * OS_PAGE_SIZE))
-        self.assertFalse(self.create(SIZE, "pwrite").populate_due())
+
+    def test_pwrite_populate_writes_zeros_ahead(self) -> None:
+        """The pwrite path's populate: due once less than 3/4 of a window is written (with zeros)
+        ahead; populate_ahead writes them; writes vouched for by is_populated start no zeros of
+        their own (an inline append's pwrite is a page-cache copy) and the bytes stay as written."""
+        window = mappedfile.ZERO_AHEAD_WINDOW
+        mf = MappedFile(os.path.join(self.dir, file_name(0)), 4 * window, "pwrite", create=True)
+        self.addCleanup(mf.close)
+        self.assertTrue(mf.populate_due())  # nothing written ahead yet
+        self.assertFalse(mf.is_populated(100))
+        mf.append(b"a" * 100)  # an append writes zeros a window ahead
+        self.assertFalse(mf.populate_due())
+        self.assertTrue(mf.is_populated(window // 2 + 100))
+        self.assertFalse(mf.is_populated(window // 2 + 101))
+        record = b"r" * 1000
+        while not mf.populate_due():
+            mf.append(record)
+        mf.populate_ahead()
+        self.assertFalse(mf.populate_due())
+        zeroed = mf._zeroed
+        self.assertEqual(zeroed, mf.wrote_position + window)
+        while mf.is_populated(mf.wrote_position + len(record)):
+            mf.append(record)
+            self.assertEqual(mf._zeroed, zeroed)  # no zeros of its own
+        end = mf.wrote_position
+        content = read_file(mf.path)
+        self.assertEqual(content[:100], b"a" * 100)
+        self.assertEqual(content[100:end], record * ((end - 100) // len(record)))
+        self.assertEqual(content[end:], bytes(len(content) - end))
 
     def test_select_bounds(self) -> None:
         """Only written bytes are readable; a closed file reads as missing."""

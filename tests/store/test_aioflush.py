@@ -1,0 +1,198 @@
+"""SYNC_FLUSH's group commit completed on the reactor with Linux AIO (store/aioflush.py), and its
+fallback to the flush thread."""
+
+from __future__ import annotations
+
+import errno
+import os
+from typing import Any
+
+from twisted.internet import reactor
+from twisted.internet.defer import Deferred
+from twisted.internet.task import deferLater
+from twisted.logger import capturedLogs
+from twisted.trial.unittest import SkipTest, TestCase
+
+from rocketpy.common import speedups
+from rocketpy.store.aioflush import AioFdSync
+from rocketpy.store.config import MessageStoreConfig
+from rocketpy.store.mappedfilequeue import MappedFileQueue
+from rocketpy.store.messagestore import MessageStore
+from rocketpy.store.service import StoreService
+from rocketpy.store.status import PutMessageResult, PutMessageStatus
+from tests.store.fakes import message
+
+
+def record_syncs(test: TestCase) -> list[int]:
+    """Patch AioFdSync.fdsync to note each descriptor it syncs (the real sync still runs)."""
+    syncs: list[int] = []
+    real = AioFdSync.fdsync
+
+    def recording(aio: AioFdSync, fd: int) -> Deferred[None]:
+        syncs.append(fd)
+        return real(aio, fd)
+    test.patch(AioFdSync, "fdsync", recording)
+    return syncs
+
+
+def opened(test: TestCase) -> AioFdSync:
+    aio = AioFdSync.open(reactor)
+    if aio is None:
+        raise SkipTest(f"no AIO flush here ({speedups.why_not() if speedups.compiled is None else 'io_setup failed'})")
+    test.addCleanup(aio.close)
+    return aio
+
+
+class AioFdSyncTests(TestCase):
+    """The eventfd-driven fdatasync on the global reactor."""
+
+    async def test_fdsync_fires_on_the_reactor(self) -> None:
+        aio = opened(self)
+        path = self.mktemp()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.addCleanup(os.close, fd)
+        os.pwrite(fd, b"durable", 0)
+        for _ in range(3):  # one at a time, as the store runs them
+            await aio.fdsync(fd)
+            self.assertEqual(aio._waiting, type(aio._waiting)())
+
+    async def test_refused_sync_fails_its_deferred(self) -> None:
+        """A descriptor the kernel refuses (here closed: EBADF at submit) fails the Deferred with OSError."""
+        aio = opened(self)
+        fd = os.open(self.mktemp(), os.O_RDWR | os.O_CREAT, 0o644)
+        os.close(fd)
+        with self.assertRaises(OSError) as caught:
+            await aio.fdsync(fd)
+        self.assertEqual(caught.exception.errno, errno.EBADF)
+
+    def test_unavailable_without_the_compiled_module(self) -> None:
+        self.patch(speedups, "compiled", None)
+        self.assertIsNone(AioFdSync.open(reactor))
+
+
+class FlushBeginEndTests(TestCase):
+    """MappedFileQueue.flush_begin / flush_end: a flush run by the caller."""
+
+    def test_one_file_then_spanning_files(self) -> None:
+        queue = MappedFileQueue(self.mktemp(), 4096)
+        self.addCleanup(queue.close)
+        self.assertIsNone(queue.flush_begin())  # no file
+        first = queue.get_last_mapped_file()
+        assert first is not None
+        first.append(b"a" * 1000)
+        begun = queue.flush_begin()
+        assert begun is not None
+        fd, token = begun
+        first.append(b"b" * 1000)  # after the begin: not covered by this sync
+        os.fdatasync(fd)
+        self.assertEqual(queue.flush_end(token), 1000)
+        self.assertEqual(first.flushed_position, 1000)
+        first.append(b"c" * (4096 - 2000))
+        second = queue.get_last_mapped_file()
+        assert second is not None and second is not first
+        second.append(b"d" * 10)
+        self.assertIsNone(queue.flush_begin())  # dirty bytes in two files: the thread's flush
+        self.assertTrue(queue.flush(0))
+        self.assertEqual(queue.flushed_where, 4096)
+        begun = queue.flush_begin()
+        assert begun is not None
+        self.assertEqual(queue.flush_end(begun[1]), 4096 + 10)
+        self.assertIsNone(queue.flush_begin())  # nothing dirty
+
+
+class AioServiceTests(TestCase):
+    """StoreService, SYNC_FLUSH, a real MessageStore: lone puts appended on the reactor and
+    flushed through AIO, never answered before their bytes are durable."""
+
+    async def started(self, timeout: float = 5.0, **args: Any) -> tuple[StoreService, MessageStore]:
+        opened(self)  # skips where AIO does not serve
+        root = os.path.abspath(self.mktemp())
+        config = MessageStoreConfig(store_path_root_dir=root, flush_disk_type="SYNC_FLUSH",
+                                    mapped_file_size_commit_log=4 << 20, mapped_file_size_consume_queue=1000 * 20,
+                                    max_hash_slot_num=1000, max_index_num=4000, sync_flush_timeout=timeout)
+        store = MessageStore(config)
+        service = StoreService(store, reactor, **args)
+        await service.startService()
+        self.addCleanup(lambda: service.running and service.stopService())
+        return service, store
+
+    async def test_lone_puts_cross_no_thread_and_fire_once_durable(self) -> None:
+        service, store = await self.started()
+        first = await service.put_message(message())  # the first append writes the zeros ahead (a hop)
+        self.assertTrue(first.ok)
+        syncs = record_syncs(self)
+        before = (service._pools.in_writer.calls, service._pools.in_flush.calls)
+        for i in range(20):
+            fired: list[int] = []
+
+            def note(result: PutMessageResult) -> PutMessageResult:
+                fired.append(store.flushed_offset)
+                return result
+            result = await service.put_message(message(body=b"%d" % i * 50)).addCallback(note)
+            self.assertEqual(result.status, PutMessageStatus.PUT_OK)
+            assert result.append is not None
+            self.assertGreaterEqual(fired[0], result.append.next_offset, "answered before durable")
+        self.assertEqual((service._pools.in_writer.calls, service._pools.in_flush.calls), before,
+                         "a lone SYNC_FLUSH put went through a pool thread")
+        self.assertEqual(len(syncs), 20)
+
+    async def test_puts_waiting_share_one_sync(self) -> None:
+        """Puts appended while a sync runs share the next one (group commit)."""
+        service, store = await self.started()
+        await service.put_message(message())
+        await deferLater(reactor, 0)  # not from a put's completion (which queues its new puts for one hop)
+        syncs = record_syncs(self)
+        results = [await d for d in [service.put_message(message(body=b"%d" % i * 50)) for i in range(10)]]
+        self.assertTrue(all(r.status is PutMessageStatus.PUT_OK for r in results))
+        self.assertEqual(len(syncs), 2)  # the first put's, then one for the nine appended meanwhile
+        self.assertGreaterEqual(store.flushed_offset, max(r.append.next_offset for r in results if r.append))
+
+    async def test_sync_slower_than_the_timeout(self) -> None:
+        """A sync still running at ``sync_flush_timeout``: FLUSH_DISK_TIMEOUT, as on the thread."""
+        service, store = await self.started(timeout=0.05)
+        await service.put_message(message())
+        held: list[tuple[Deferred[None], Deferred[None]]] = []
+        real_fdsync = AioFdSync.fdsync
+
+        def slow(aio: AioFdSync, fd: int) -> Deferred[None]:
+            late: Deferred[None] = Deferred()
+            held.append((real_fdsync(aio, fd), late))
+            return late
+        self.patch(AioFdSync, "fdsync", slow)
+        result = await service.put_message(message())
+        self.assertEqual(result.status, PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        real, late = held[0]
+        await real
+        late.callback(None)  # the sync ends after all: the service goes on
+        self.patch(AioFdSync, "fdsync", real_fdsync)
+        self.assertEqual((await service.put_message(message())).status, PutMessageStatus.PUT_OK)
+
+    async def test_refused_fdsync_falls_back_to_the_flush_thread(self) -> None:
+        """A kernel or file answering EINVAL: the flush thread serves this put and the next ones."""
+        service, store = await self.started()
+        assert speedups.compiled is not None
+
+        class Refusing:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(speedups.compiled, name)
+
+            def aio_fdsync(self, *args: Any) -> None:
+                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        assert service._aio is not None
+        self.patch(service._aio, "_c", Refusing())
+        with capturedLogs() as logged:
+            results = [await d for d in [service.put_message(message()) for _ in range(3)]]
+        self.assertTrue(all(r.status is PutMessageStatus.PUT_OK for r in results))
+        self.assertIsNone(service._aio)
+        self.assertFalse(service._inline)
+        self.assertGreaterEqual(store.flushed_offset, max(r.append.next_offset for r in results if r.append))
+        self.assertTrue(any("AIO fdatasync refused" in str(e.get("log_format")) for e in logged))
+        self.assertEqual((await service.put_message(message())).status, PutMessageStatus.PUT_OK)
+
+    async def test_off(self) -> None:
+        """``aio_flush=False``: no AIO context, appends in the writer pool."""
+        service, _ = await self.started(aio_flush=False)
+        self.assertIsNone(service._aio)
+        self.assertFalse(service._inline)
+        self.assertTrue((await service.put_message(message())).ok)
+
