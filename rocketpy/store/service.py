@@ -63,13 +63,14 @@ class StoreService(StoreReads, Service):
     :param aio_flush: SYNC_FLUSH: complete the group commit's ``fdatasync`` on the reactor with
         Linux AIO where it serves (falling back to the flush thread where not); False: always the
         flush thread, appends always in the writer pool (the behaviour without the C module).
+        Default: the config's ``sync_flush_aio``.
     """
 
     log = Logger()
 
     def __init__(self, message_store: IMessageStore, reactor: IReactorTime, pool: ThreadPool | None = None,
                  read_pool: ThreadPool | None = None, flush_pool: ThreadPool | None = None,
-                 max_queued_messages: int = 10_000, max_queue_wait: float = 0.2, aio_flush: bool = True) -> None:
+                 max_queued_messages: int = 10_000, max_queue_wait: float = 0.2, aio_flush: bool | None = None) -> None:
         self._store = message_store
         self._config = message_store.config
         self._reactor = reactor
@@ -81,7 +82,9 @@ class StoreService(StoreReads, Service):
         # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH; SYNC_FLUSH only
         # with the AIO flush: else its put waits for a flush hop anyway, and its append hop flushes too).
         self._inline = not self._sync_flush
-        self._aio_wanted = aio_flush and self._sync_flush and hasattr(message_store, "flush_begin")
+        if aio_flush is None:
+            aio_flush = getattr(self._config, "sync_flush_aio", True)
+        self._aio_wanted = bool(aio_flush) and self._sync_flush and hasattr(message_store, "flush_begin")
         self._aio: AioFdSync | None = None
         # pwrite path: the zeros ahead must not race an append, so they go to the writer itself
         self._in_populate_pool = self._in_pool if self._config.write_path == "pwrite" else self._in_flush_pool

@@ -104,14 +104,15 @@ class AioServiceTests(TestCase):
     """StoreService, SYNC_FLUSH, a real MessageStore: lone puts appended on the reactor and
     flushed through AIO, never answered before their bytes are durable."""
 
-    async def started(self, timeout: float = 5.0, **args: Any) -> tuple[StoreService, MessageStore]:
+    async def started(self, timeout: float = 5.0, **config_args: Any) -> tuple[StoreService, MessageStore]:
         opened(self)  # skips where AIO does not serve
         root = os.path.abspath(self.mktemp())
         config = MessageStoreConfig(store_path_root_dir=root, flush_disk_type="SYNC_FLUSH",
                                     mapped_file_size_commit_log=4 << 20, mapped_file_size_consume_queue=1000 * 20,
-                                    max_hash_slot_num=1000, max_index_num=4000, sync_flush_timeout=timeout)
+                                    max_hash_slot_num=1000, max_index_num=4000, sync_flush_timeout=timeout,
+                                    **config_args)
         store = MessageStore(config)
-        service = StoreService(store, reactor, **args)
+        service = StoreService(store, reactor)
         await service.startService()
         self.addCleanup(lambda: service.running and service.stopService())
         return service, store
@@ -190,8 +191,8 @@ class AioServiceTests(TestCase):
         self.assertEqual((await service.put_message(message())).status, PutMessageStatus.PUT_OK)
 
     async def test_off(self) -> None:
-        """``aio_flush=False``: no AIO context, appends in the writer pool."""
-        service, _ = await self.started(aio_flush=False)
+        """``sync_flush_aio=False``: no AIO context, appends in the writer pool."""
+        service, _ = await self.started(sync_flush_aio=False)
         self.assertIsNone(service._aio)
         self.assertFalse(service._inline)
         self.assertTrue((await service.put_message(message())).ok)
