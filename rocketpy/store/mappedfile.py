@@ -224,8 +224,9 @@ class MappedFile:
         """True when writes up to ``end`` touch only faulted-in pages and start no
         :meth:`_populate` (mmap), or only blocks written before and start no :meth:`_zero_ahead`
         (pwrite): no block to allocate or convert, a copy into the page cache."""
-        if self.use_pwrite:
-            return end + ZERO_AHEAD_WINDOW // 2 <= self._zeroed
+        if self.use_pwrite:  # below the zeros, and far enough that _zero_ahead has nothing to do
+            zeroed = self._zeroed
+            return end <= zeroed and (end + ZERO_AHEAD_WINDOW // 2 <= zeroed or zeroed >= self.file_size)
         return end <= self._populated
 
     def fileno(self) -> int:

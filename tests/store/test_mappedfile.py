@@ -155,6 +155,10 @@ class MappedFileTests(SynchronousTestCase):
         self.assertEqual(content[:100], b"a" * 100)
         self.assertEqual(content[100:end], record * ((end - 100) // len(record)))
         self.assertEqual(content[end:], bytes(len(content) - end))
+        small = self.create(SIZE, "pwrite")  # smaller than a window: zeros to its end at once
+        small.append(b"s")
+        self.assertTrue(small.is_populated(small.file_size))
+        self.assertFalse(small.is_populated(small.file_size + 1))
 
     def test_select_bounds(self) -> None:
         """Only written bytes are readable; a closed file reads as missing."""

@@ -51,14 +51,22 @@ class InlineCheckTests(SynchronousTestCase):
         store.commit_log.queue.last().wrote_position = SIZE - 200  # type: ignore[union-attr]
         self.assertFalse(inline(msg), "no room: the next file would be created")
 
-    def test_pwrite_path_never(self) -> None:
+    def test_pwrite_path_below_the_zeros(self) -> None:
+        """The pwrite path: inline only into blocks its zeros ahead have written (a page-cache
+        copy), never where the append would write zeros or create a file."""
         store = MessageStore(small_config(self.mktemp(), commit_log_write_path="pwrite"), FakeClock(),
                              total_memory=1 << 30)
         self.addCleanup(store.shutdown)
         self.assertTrue(store.load())
         store.start()
-        put_ok(self, store, message("T", b"x"))
-        self.assertFalse(store.can_append_inline([(message("T", b"x"),)]))
+        msg = message("T", b"x")
+        self.assertFalse(store.can_append_inline([(msg,)]), "no commit-log file yet")
+        put_ok(self, store, message("T", b"x"))  # the first append writes zeros to the small file's end
+        self.assertTrue(store.can_append_inline([(msg,)]))
+        mf = store.commit_log.queue.last()
+        assert mf is not None
+        mf._zeroed = mf.wrote_position + 100  # as if its zeros ahead ran out
+        self.assertFalse(store.can_append_inline([(msg,)]), "the append would write zeros")
 
 
 def kill(store: MessageStore) -> None:
