@@ -28,9 +28,10 @@ class MessageStoreConfig:
     flush_consume_queue_least_pages: int = 2
     flush_consume_queue_thorough_interval: float = 60.0
     sync_flush_timeout: float = 5.0
-    #: SYNC_FLUSH: the group commit's fdatasync through Linux AIO, completed on the reactor, with
-    #: small puts appended there (no thread hand-off); the flush thread where AIO does not serve
-    sync_flush_aio: bool = True
+    #: SYNC_FLUSH: how the group commit's fdatasync ends on the reactor, with small puts appended
+    #: there (no Python thread hand-off): "aio" (Linux AIO), "native" (a C thread), or "thread"
+    #: (the Python flush thread, appends in the writer pool; also where the others do not serve)
+    sync_flush_completion: str = "aio"
     os_page_cache_busy_timeout: float = 1.0
     commit_log_write_path: str = "auto"  # "mmap", "pwrite", or "auto": pwrite for SYNC_FLUSH, else mmap
     file_reserved_time: float = 72  # hours

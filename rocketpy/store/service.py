@@ -42,6 +42,8 @@ from rocketpy.store.servicereads import StoreReads
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
 ArrivalListener = Callable[[str, int, int], None]
+#: MessageStoreConfig.sync_flush_completion's values
+SYNC_FLUSH_COMPLETIONS = ("aio", "native", "thread")
 
 
 @implementer(IStoreService)
@@ -63,7 +65,7 @@ class StoreService(StoreReads, Service):
     :param aio_flush: SYNC_FLUSH: complete the group commit's ``fdatasync`` on the reactor with
         Linux AIO where it serves (falling back to the flush thread where not); False: always the
         flush thread, appends always in the writer pool (the behaviour without the C module).
-        Default: the config's ``sync_flush_aio``.
+        Default: the config's ``sync_flush_completion`` (``"thread"``: False).
     """
 
     log = Logger()
@@ -82,9 +84,13 @@ class StoreService(StoreReads, Service):
         # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH; SYNC_FLUSH only
         # with the AIO flush: else its put waits for a flush hop anyway, and its append hop flushes too).
         self._inline = not self._sync_flush
-        if aio_flush is None:
-            aio_flush = getattr(self._config, "sync_flush_aio", True)
-        self._aio_wanted = bool(aio_flush) and self._sync_flush and hasattr(message_store, "flush_begin")
+        completion = getattr(self._config, "sync_flush_completion", "aio")
+        if completion not in SYNC_FLUSH_COMPLETIONS:
+            raise ValueError(f"sync_flush_completion must be one of {SYNC_FLUSH_COMPLETIONS}, not {completion!r}")
+        if aio_flush is False:
+            completion = "thread"
+        self._aio_kind = completion
+        self._aio_wanted = completion != "thread" and self._sync_flush and hasattr(message_store, "flush_begin")
         self._aio: AioFdSync | None = None
         # pwrite path: the zeros ahead must not race an append, so they go to the writer itself
         self._in_populate_pool = self._in_pool if self._config.write_path == "pwrite" else self._in_flush_pool
@@ -117,7 +123,7 @@ class StoreService(StoreReads, Service):
         self._accepting = True
         self._pools.start()
         if self._aio_wanted and self._aio is None:
-            self._aio = AioFdSync.open(self._reactor)
+            self._aio = AioFdSync.open(self._reactor, self._aio_kind)
             self._inline = self._aio is not None
         self._started = Deferred.fromCoroutine(self._start())
         return self._started

@@ -35,19 +35,21 @@ def record_syncs(test: TestCase) -> list[int]:
     return syncs
 
 
-def opened(test: TestCase) -> AioFdSync:
-    aio = AioFdSync.open(reactor)
+def opened(test: TestCase, kind: str) -> AioFdSync:
+    aio = AioFdSync.open(reactor, kind)
     if aio is None:
-        raise SkipTest(f"no AIO flush here ({speedups.why_not() if speedups.compiled is None else 'io_setup failed'})")
+        raise SkipTest(f"no {kind} flush here ({speedups.why_not() if speedups.compiled is None else 'setup failed'})")
     test.addCleanup(aio.close)
     return aio
 
 
 class AioFdSyncTests(TestCase):
-    """The eventfd-driven fdatasync on the global reactor."""
+    """The eventfd-driven fdatasync on the global reactor, through Linux AIO."""
+
+    kind = "aio"
 
     async def test_fdsync_fires_on_the_reactor(self) -> None:
-        aio = opened(self)
+        aio = opened(self, self.kind)
         path = self.mktemp()
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self.addCleanup(os.close, fd)
@@ -58,7 +60,7 @@ class AioFdSyncTests(TestCase):
 
     async def test_refused_sync_fails_its_deferred(self) -> None:
         """A descriptor the kernel refuses (here closed: EBADF at submit) fails the Deferred with OSError."""
-        aio = opened(self)
+        aio = opened(self, self.kind)
         fd = os.open(self.mktemp(), os.O_RDWR | os.O_CREAT, 0o644)
         os.close(fd)
         with self.assertRaises(OSError) as caught:
@@ -67,7 +69,13 @@ class AioFdSyncTests(TestCase):
 
     def test_unavailable_without_the_compiled_module(self) -> None:
         self.patch(speedups, "compiled", None)
-        self.assertIsNone(AioFdSync.open(reactor))
+        self.assertIsNone(AioFdSync.open(reactor, self.kind))
+
+
+class NativeFdSyncTests(AioFdSyncTests):
+    """The same through the native (C) thread."""
+
+    kind = "native"
 
 
 class FlushBeginEndTests(TestCase):
@@ -104,13 +112,15 @@ class AioServiceTests(TestCase):
     """StoreService, SYNC_FLUSH, a real MessageStore: lone puts appended on the reactor and
     flushed through AIO, never answered before their bytes are durable."""
 
+    kind = "aio"
+
     async def started(self, timeout: float = 5.0, **config_args: Any) -> tuple[StoreService, MessageStore]:
-        opened(self)  # skips where AIO does not serve
+        opened(self, self.kind)  # skips where it does not serve
         root = os.path.abspath(self.mktemp())
         config = MessageStoreConfig(store_path_root_dir=root, flush_disk_type="SYNC_FLUSH",
                                     mapped_file_size_commit_log=4 << 20, mapped_file_size_consume_queue=1000 * 20,
                                     max_hash_slot_num=1000, max_index_num=4000, sync_flush_timeout=timeout,
-                                    **config_args)
+                                    **{"sync_flush_completion": self.kind, **config_args})
         store = MessageStore(config)
         service = StoreService(store, reactor)
         await service.startService()
@@ -166,6 +176,7 @@ class AioServiceTests(TestCase):
         await real
         late.callback(None)  # the sync ends after all: the service goes on
         self.patch(AioFdSync, "fdsync", real_fdsync)
+        self.patch(service._completion, "_timeout", 5.0)  # a loaded disk must not time the next one out
         self.assertEqual((await service.put_message(message())).status, PutMessageStatus.PUT_OK)
 
     async def test_refused_fdsync_falls_back_to_the_flush_thread(self) -> None:
@@ -179,7 +190,9 @@ class AioServiceTests(TestCase):
 
             def aio_fdsync(self, *args: Any) -> None:
                 raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-        assert service._aio is not None
+
+            syncer_submit = aio_fdsync
+        assert service._aio is not None and service._aio.kind == self.kind
         self.patch(service._aio, "_c", Refusing())
         with capturedLogs() as logged:
             results = [await d for d in [service.put_message(message()) for _ in range(3)]]
@@ -191,9 +204,22 @@ class AioServiceTests(TestCase):
         self.assertEqual((await service.put_message(message())).status, PutMessageStatus.PUT_OK)
 
     async def test_off(self) -> None:
-        """``sync_flush_aio=False``: no AIO context, appends in the writer pool."""
-        service, _ = await self.started(sync_flush_aio=False)
+        """``sync_flush_completion="thread"``: the Python flush thread, appends in the writer pool."""
+        service, _ = await self.started(sync_flush_completion="thread")
         self.assertIsNone(service._aio)
         self.assertFalse(service._inline)
         self.assertTrue((await service.put_message(message())).ok)
 
+
+
+class NativeServiceTests(AioServiceTests):
+    """The same with the native (C) sync thread."""
+
+    kind = "native"
+
+    def test_bad_setting(self) -> None:
+        config = MessageStoreConfig(store_path_root_dir=self.mktemp(), flush_disk_type="SYNC_FLUSH",
+                                    sync_flush_completion="fast")
+        with self.assertRaises(ValueError) as caught:
+            StoreService(MessageStore(config), reactor)
+        self.assertIn("sync_flush_completion", str(caught.exception))
