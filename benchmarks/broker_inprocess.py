@@ -147,7 +147,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
     store = MessageStoreConfig(
         store_path_root_dir=os.path.join(workdir, "store"), mapped_file_size_commit_log=256 * 1024 * 1024,
         mapped_file_size_consume_queue=300_000 * 20, max_hash_slot_num=100_000, max_index_num=400_000,
-        flush_disk_type=options.flush,
+        flush_disk_type=options.flush, sync_flush_completion=options.sync_completion,
     )
     config = BrokerConfig(listen="tcp:0:interface=127.0.0.1")
     sign = None
@@ -221,6 +221,8 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
     parser.add_argument("--flush", default="ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"),
                         help="the store's flush mode (SYNC_FLUSH: each send waits for its fdatasync)")
+    parser.add_argument("--sync-completion", default="native", choices=("native", "aio", "thread"),
+                        help="SYNC_FLUSH: how the fdatasync ends (the store's sync_flush_completion)")
     parser.add_argument("--acl", action="store_true", help="the broker checks the plain ACL; frames are signed")
     parser.add_argument("--lines", type=int, default=25, help="profile lines to print")
     parser.add_argument("--sort", default="ncalls", help="the profile's order (ncalls, tottime, cumtime)")

@@ -25,7 +25,7 @@ from rocketpy.common import speedups
 #: requests one context holds in flight (the store runs one sync at a time)
 _DEPTH = 4
 #: the ways :meth:`AioFdSync.open` knows
-KINDS = ("aio", "native")
+KINDS = ("native", "aio")
 
 
 @implementer(IReadDescriptor)
@@ -48,7 +48,7 @@ class AioFdSync:
         reactor.addReader(self)
 
     @classmethod
-    def open(cls, reactor: object, kind: str = "aio") -> AioFdSync | None:
+    def open(cls, reactor: object, kind: str = "native") -> AioFdSync | None:
         """A new one of ``kind`` (:data:`KINDS`) on ``reactor``, or None where it cannot be used."""
         compiled = speedups.compiled
         if compiled is None or not hasattr(compiled, "aio_setup") or not IReactorFDSet.providedBy(reactor):

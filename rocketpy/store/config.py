@@ -29,9 +29,9 @@ class MessageStoreConfig:
     flush_consume_queue_thorough_interval: float = 60.0
     sync_flush_timeout: float = 5.0
     #: SYNC_FLUSH: how the group commit's fdatasync ends on the reactor, with small puts appended
-    #: there (no Python thread hand-off): "aio" (Linux AIO), "native" (a C thread), or "thread"
+    #: there (no Python thread hand-off): "native" (a C thread), "aio" (Linux AIO), or "thread"
     #: (the Python flush thread, appends in the writer pool; also where the others do not serve)
-    sync_flush_completion: str = "aio"
+    sync_flush_completion: str = "native"
     os_page_cache_busy_timeout: float = 1.0
     commit_log_write_path: str = "auto"  # "mmap", "pwrite", or "auto": pwrite for SYNC_FLUSH, else mmap
     file_reserved_time: float = 72  # hours

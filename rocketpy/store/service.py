@@ -43,7 +43,7 @@ from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
 ArrivalListener = Callable[[str, int, int], None]
 #: MessageStoreConfig.sync_flush_completion's values
-SYNC_FLUSH_COMPLETIONS = ("aio", "native", "thread")
+SYNC_FLUSH_COMPLETIONS = ("native", "aio", "thread")
 
 
 @implementer(IStoreService)
@@ -84,7 +84,7 @@ class StoreService(StoreReads, Service):
         # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH; SYNC_FLUSH only
         # with the AIO flush: else its put waits for a flush hop anyway, and its append hop flushes too).
         self._inline = not self._sync_flush
-        completion = getattr(self._config, "sync_flush_completion", "aio")
+        completion = getattr(self._config, "sync_flush_completion", "native")
         if completion not in SYNC_FLUSH_COMPLETIONS:
             raise ValueError(f"sync_flush_completion must be one of {SYNC_FLUSH_COMPLETIONS}, not {completion!r}")
         if aio_flush is False:
