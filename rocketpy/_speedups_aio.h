@@ -1,11 +1,13 @@
-/* rocketpy._speedups, the commit log's asynchronous fdatasync: included once from _speedups.c.
+/* rocketpy._speedups, the commit log's fdatasync completed on the reactor's epoll: included once
+ * from _speedups.c.
  *
- * Linux AIO (io_setup(2), io_submit(2), io_getevents(2)) with IOCB_CMD_FDSYNC: the kernel runs
- * the fdatasync on a worker of its own and, with IOCB_FLAG_RESFD, adds one to an eventfd when it
- * ends. The store service (rocketpy/store/aioflush.py) registers that eventfd with the reactor, so
- * a SYNC_FLUSH group commit needs no Python thread: the reactor submits, goes back to epoll, and
- * reaps the result when the eventfd is readable. Kernels or files that refuse FDSYNC answer
- * EINVAL at io_submit: the Python side then keeps its flush thread. Not Linux: no functions.
+ * Two ways, each adding one to an eventfd the reactor watches when a sync ends
+ * (rocketpy/store/aioflush.py), so that a SYNC_FLUSH group commit crosses no Python thread:
+ * - aio_*: Linux AIO (io_setup(2), io_submit(2), io_getevents(2)) with IOCB_CMD_FDSYNC and
+ *   IOCB_FLAG_RESFD; the kernel runs the fdatasync on a worker of its own. Kernels or files that
+ *   refuse FDSYNC answer EINVAL at io_submit: the Python side then keeps its flush thread.
+ * - syncer_*: a pthread of the process that runs fdatasync without the GIL (below).
+ * Not Linux: no functions.
  */
 
 #ifdef __linux__
@@ -41,20 +43,34 @@ static PyObject *aio_destroy(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+/* the finished requests' results as a list of ints (0, or -errno) */
+static PyObject *results_list(const long long *results, long n) {
+    long i;
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *res = PyLong_FromLongLong(results[i]);
+        if (res == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, res);
+    }
+    return out;
+}
+
 /* aio_fdsync(context, fd, eventfd): submit one fdatasync of fd that signals eventfd when done */
 static PyObject *aio_fdsync(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     struct iocb cb;
     struct iocb *cbs[1];
     unsigned long ctx;
-    long fd, efd;
-    long r;
+    long fd, efd, r;
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "aio_fdsync(context, fd, eventfd)");
         return NULL;
     }
     ctx = PyLong_AsUnsignedLong(args[0]);
-    if (ctx == (unsigned long)-1 && PyErr_Occurred())
-        return NULL;
     fd = PyLong_AsLong(args[1]);
     efd = PyLong_AsLong(args[2]);
     if (PyErr_Occurred())
@@ -74,48 +90,21 @@ static PyObject *aio_fdsync(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_RETURN_NONE;
 }
 
-/* aio_reap(context, wait) -> [result, ...]: the finished requests' results (0, or -errno) in
- * completion order; with wait true, blocks (without the GIL) until at least one has finished. */
-static PyObject *aio_reap(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* aio_reap(context) -> [result, ...]: the finished requests' results in completion order, without waiting */
+static PyObject *aio_reap(PyObject *self, PyObject *arg) {
     struct io_event events[AIO_REAP_MAX];
+    long long results[AIO_REAP_MAX];
     struct timespec zero = {0, 0};
-    unsigned long ctx;
-    int wait;
+    unsigned long ctx = PyLong_AsUnsignedLong(arg);
     long got, i;
-    PyObject *out;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "aio_reap(context, wait)");
-        return NULL;
-    }
-    ctx = PyLong_AsUnsignedLong(args[0]);
     if (ctx == (unsigned long)-1 && PyErr_Occurred())
         return NULL;
-    wait = PyObject_IsTrue(args[1]);
-    if (wait < 0)
-        return NULL;
-    if (wait) {
-        Py_BEGIN_ALLOW_THREADS
-        do {
-            got = syscall(SYS_io_getevents, (aio_context_t)ctx, 1L, (long)AIO_REAP_MAX, events, NULL);
-        } while (got < 0 && errno == EINTR);
-        Py_END_ALLOW_THREADS
-    } else {
-        got = syscall(SYS_io_getevents, (aio_context_t)ctx, 0L, (long)AIO_REAP_MAX, events, &zero);
-    }
+    got = syscall(SYS_io_getevents, (aio_context_t)ctx, 0L, (long)AIO_REAP_MAX, events, &zero);
     if (got < 0)
         return PyErr_SetFromErrno(PyExc_OSError);
-    out = PyList_New(got);
-    if (out == NULL)
-        return NULL;
-    for (i = 0; i < got; i++) {
-        PyObject *res = PyLong_FromLongLong((long long)events[i].res);
-        if (res == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, res);
-    }
-    return out;
+    for (i = 0; i < got; i++)
+        results[i] = (long long)events[i].res;
+    return results_list(results, got);
 }
 
 /* The same contract on a native thread of our own (no Python, no GIL): syncer_start(eventfd)
@@ -259,8 +248,7 @@ static PyObject *syncer_submit(PyObject *self, PyObject *const *args, Py_ssize_t
 static PyObject *syncer_reap(PyObject *self, PyObject *arg) {
     syncer_t *s = syncer_of(arg);
     long long got[SYNCER_DEPTH];
-    int n = 0, i;
-    PyObject *out;
+    long n = 0;
     if (s == NULL)
         return NULL;
     pthread_mutex_lock(&s->lock);
@@ -270,18 +258,7 @@ static PyObject *syncer_reap(PyObject *self, PyObject *arg) {
         s->rlen--;
     }
     pthread_mutex_unlock(&s->lock);
-    out = PyList_New(n);
-    if (out == NULL)
-        return NULL;
-    for (i = 0; i < n; i++) {
-        PyObject *res = PyLong_FromLongLong(got[i]);
-        if (res == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyList_SET_ITEM(out, i, res);
-    }
-    return out;
+    return results_list(got, n);
 }
 
 /* syncer_stop(syncer): finish the queued syncs, end the thread */
@@ -300,8 +277,7 @@ static PyObject *syncer_stop(PyObject *self, PyObject *arg) {
     {"aio_destroy", aio_destroy, METH_O, "io_destroy(context)."},                                    \
     {"aio_fdsync", (PyCFunction)(void (*)(void))aio_fdsync, METH_FASTCALL,                           \
      "Submit an IOCB_CMD_FDSYNC of fd that signals the eventfd when done."},                         \
-    {"aio_reap", (PyCFunction)(void (*)(void))aio_reap, METH_FASTCALL,                              \
-     "The finished requests' results (0 or -errno); wait: block for at least one."},                 \
+    {"aio_reap", aio_reap, METH_O, "The finished requests' results (0 or -errno), without waiting."},                 \
     {"syncer_start", syncer_start, METH_O, "Start a native fdatasync thread signalling the eventfd."}, \
     {"syncer_submit", (PyCFunction)(void (*)(void))syncer_submit, METH_FASTCALL,                     \
      "Queue an fdatasync of fd on the native thread."},                                              \

@@ -103,7 +103,7 @@ class AioFdSync:
             os.eventfd_read(self._eventfd)
         except BlockingIOError:
             return
-        reaped = self._c.aio_reap(self._context, False) if self._context is not None else self._c.syncer_reap(self._syncer)
+        reaped = self._c.aio_reap(self._context) if self._context is not None else self._c.syncer_reap(self._syncer)
         for res in reaped:
             d = self._waiting.popleft()  # one sync in flight at a time: completion order is submission order
             if res < 0:

@@ -8,9 +8,10 @@ thread instead, when the store vouches that it blocks on nothing: see ``_append_
 Commit-log flushes run on a flush thread of their own, as RocketMQ's flush
 services do, so an ``fdatasync`` (which releases the GIL) overlaps the next appends.
 SYNC_FLUSH group commit: one flush covers every waiter appended before it started;
-waiters appended while it runs are served by the next one. Where Linux AIO serves
-(``store/aioflush.py``), SYNC_FLUSH appends inline too and the group commit's ``fdatasync`` is
-completed on the reactor's epoll: a lone put then crosses no thread at all.
+waiters appended while it runs are served by the next one. With the compiled module
+(``store/aioflush.py``), SYNC_FLUSH appends inline too and the group commit's ``fdatasync`` runs
+without the GIL (a C thread, or Linux AIO) and ends on the reactor's epoll: a lone put then
+crosses no Python thread.
 """
 
 from __future__ import annotations
@@ -62,17 +63,13 @@ class StoreService(StoreReads, Service):
         :meth:`is_busy` true and new puts fail with ``OS_PAGECACHE_BUSY``.
     :param max_queue_wait: flow control: the same once the oldest queued put has
         waited this long (RocketMQ's ``waitTimeMillsInSendQueue``, 200 ms).
-    :param aio_flush: SYNC_FLUSH: complete the group commit's ``fdatasync`` on the reactor with
-        Linux AIO where it serves (falling back to the flush thread where not); False: always the
-        flush thread, appends always in the writer pool (the behaviour without the C module).
-        Default: the config's ``sync_flush_completion`` (``"thread"``: False).
     """
 
     log = Logger()
 
     def __init__(self, message_store: IMessageStore, reactor: IReactorTime, pool: ThreadPool | None = None,
                  read_pool: ThreadPool | None = None, flush_pool: ThreadPool | None = None,
-                 max_queued_messages: int = 10_000, max_queue_wait: float = 0.2, aio_flush: bool | None = None) -> None:
+                 max_queued_messages: int = 10_000, max_queue_wait: float = 0.2) -> None:
         self._store = message_store
         self._config = message_store.config
         self._reactor = reactor
@@ -81,14 +78,12 @@ class StoreService(StoreReads, Service):
         self._in_read_pool = self._pools.in_read
         self._in_flush_pool = self._pools.in_flush
         self._sync_flush = self._config.flush_disk_type == "SYNC_FLUSH"
-        # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH; SYNC_FLUSH only
-        # with the AIO flush: else its put waits for a flush hop anyway, and its append hop flushes too).
+        # Appends on the reactor thread while the writer is idle (ASYNC_FLUSH; SYNC_FLUSH only when
+        # its sync ends on the reactor: else its put waits for a flush hop anyway, and its append hop flushes too).
         self._inline = not self._sync_flush
         completion = getattr(self._config, "sync_flush_completion", "native")
         if completion not in SYNC_FLUSH_COMPLETIONS:
             raise ValueError(f"sync_flush_completion must be one of {SYNC_FLUSH_COMPLETIONS}, not {completion!r}")
-        if aio_flush is False:
-            completion = "thread"
         self._aio_kind = completion
         self._aio_wanted = completion != "thread" and self._sync_flush and hasattr(message_store, "flush_begin")
         self._aio: AioFdSync | None = None
@@ -266,7 +261,7 @@ class StoreService(StoreReads, Service):
 
     def _append_inline(self, puts: list[QueuedPut]) -> None:
         """Writer idle: append small messages on the reactor thread, without a hop (ASYNC_FLUSH,
-        and SYNC_FLUSH with the AIO flush).
+        and SYNC_FLUSH with its sync on the reactor).
 
         A lone producer otherwise pays two thread wake-ups per send (to the pool and back
         through the reactor's waker), which cost more than the append itself; a loaded broker's
@@ -390,7 +385,7 @@ class StoreService(StoreReads, Service):
                 d.callback(None)
 
     def _flush_log(self, least_pages: int, target: int) -> Deferred[int]:
-        """One commit-log flush for :class:`CommitLogFlush`: through AIO on the reactor when it
+        """One commit-log flush for :class:`CommitLogFlush`: ended on the reactor (``AioFdSync``) when it
         serves and the dirty bytes lie in one file, else :func:`flush_commit_log` on the flush thread."""
         aio = self._aio
         if aio is not None and not least_pages:
@@ -409,7 +404,8 @@ class StoreService(StoreReads, Service):
         error = failure.value
         if not isinstance(error, OSError) or error.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
             return failure  # a failed sync: CommitLogFlush logs it, as a failed thread flush
-        self.log.warn("AIO fdatasync refused ({error}): SYNC_FLUSH flushes on the flush thread", error=error)
+        self.log.warn("{kind} fdatasync refused ({error}): SYNC_FLUSH flushes on the flush thread",
+                      kind=self._aio_kind, error=error)
         self._aio_off()
         return self._in_flush_pool(flush_commit_log, self._store, least_pages, target)
 

@@ -200,7 +200,8 @@ class AioServiceTests(TestCase):
         self.assertIsNone(service._aio)
         self.assertFalse(service._inline)
         self.assertGreaterEqual(store.flushed_offset, max(r.append.next_offset for r in results if r.append))
-        self.assertTrue(any("AIO fdatasync refused" in str(e.get("log_format")) for e in logged))
+        self.assertTrue(any("fdatasync refused" in str(e.get("log_format")) and e.get("kind") == self.kind
+                            for e in logged))
         self.assertEqual((await service.put_message(message())).status, PutMessageStatus.PUT_OK)
 
     async def test_off(self) -> None:

@@ -517,13 +517,14 @@ class RealThreadTests(TestCase):
 class RealStoreTests(TestCase):
     """StoreService over the real MessageStore on real threads, in both flush modes."""
 
-    async def put_read_stop(self, flush_disk_type: str, aio_flush: bool = True) -> None:
+    async def put_read_stop(self, flush_disk_type: str, completion: str = "native") -> None:
         root = os.path.abspath(self.mktemp())
         config = MessageStoreConfig(store_path_root_dir=root, flush_disk_type=flush_disk_type,
                                     mapped_file_size_commit_log=64 * 1024,
                                     mapped_file_size_consume_queue=1000 * 20,
                                     max_hash_slot_num=1000, max_index_num=4000)
-        service = StoreService(MessageStore(config), reactor, aio_flush=aio_flush)
+        config.sync_flush_completion = completion
+        service = StoreService(MessageStore(config), reactor)
         await service.startService()
         self.addCleanup(lambda: service.running and service.stopService())
         seen: list[tuple[str, int, int]] = []
@@ -564,9 +565,9 @@ class RealStoreTests(TestCase):
         return Deferred.fromCoroutine(self.put_read_stop("ASYNC_FLUSH"))
 
     def test_sync_flush(self) -> Deferred[None]:
-        """SYNC_FLUSH: puts fire once flushed; readable; clean stop (AIO flush where it serves)."""
+        """SYNC_FLUSH: puts fire once flushed; readable; clean stop (the native sync where built)."""
         return Deferred.fromCoroutine(self.put_read_stop("SYNC_FLUSH"))
 
     def test_sync_flush_on_the_flush_thread(self) -> Deferred[None]:
-        """SYNC_FLUSH without the AIO flush: the writer and flush threads, the same behaviour."""
-        return Deferred.fromCoroutine(self.put_read_stop("SYNC_FLUSH", aio_flush=False))
+        """SYNC_FLUSH on the Python threads (``sync_flush_completion="thread"``): the same behaviour."""
+        return Deferred.fromCoroutine(self.put_read_stop("SYNC_FLUSH", "thread"))
