@@ -1453,7 +1453,7 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 
 #include "_speedups_store.h"
 #include "_speedups_remoting.h"
-#include "_speedups_aio.h"  /* aio_*: the commit log's fdatasync on the reactor's epoll */
+#include "_speedups_aio.h"  /* syncer_*, aio_*: the commit log's fdatasync ended on the reactor's epoll */
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
