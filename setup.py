@@ -26,7 +26,8 @@ setup(
         "test": ["rocketmq==0.4.4", "PyYAML>=5.1", "twisted[tls]>=24.7", "pytest", "hdrhistogram>=0.10", "lz4>=4",
                  "zstandard>=0.22", "hypothesis>=6", "grpcio>=1.85.1", "protobuf>=7.35.1,<8",
                  "uvloop>=0.19; sys_platform != 'win32'",
-                 "selenium>=4.10"],
+                 "selenium>=4.10",
+                 "PyHamcrest>=2"],  # Twisted's own reactor tests (tests/remoting/test_reactor.py) import it
         # The RocketMQ 5.x gRPC endpoint (doc/grpc.md); rocketpy/grpc/v2 was generated for these.
         "grpc": ["grpcio>=1.85.1", "protobuf>=7.35.1,<8", "uvloop>=0.19; sys_platform != 'win32'"],
         # --acl-enable reads plain_acl.yml; --tls-* and clients' tls=True need pyOpenSSL (doc/security.md)

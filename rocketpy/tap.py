@@ -388,9 +388,22 @@ def _grpc_service(reactor: Any, options: Options, broker: Any, delays_ms: list[i
                        broker_access(broker), options.get("tls"))
 
 
+def install_lean_reactor() -> None:
+    """Install the rocketpy reactor (rocketpy/remoting/reactor.py) unless one is installed already
+    (``twistd --reactor NAME``, ``python -m twisted``, a test run) or epoll is missing."""
+    if "twisted.internet.reactor" in sys.modules:
+        return
+    try:
+        from rocketpy.remoting.reactor import install
+    except ImportError:  # no epoll: Twisted's default
+        return
+    install()
+
+
 def makeService(options: Options, reactor: Any = None) -> OrderedServices:
     """The name server and/or broker of ``options``; nothing is opened or started here."""
     if reactor is None:
+        install_lean_reactor()
         from twisted.internet import reactor  # the global reactor only at the edge
     return build_tree(options, reactor, OrderedServices(reactor))
 
