@@ -44,6 +44,9 @@ from rocketpy.remoting.codes import RequestCode, ResponseCode  # noqa: E402
 from rocketpy.remoting.command import RemotingCommand  # noqa: E402
 
 BODY = b"x" * 1024
+#: the reactor of the rocketpy processes started here and of this process (``--reactor``; use_reactor)
+REACTOR = "rocketpy"
+REACTORS = ("rocketpy", "epoll")
 TOPIC = "BenchBroker"
 QUEUES = 8
 BATCH = 32
@@ -59,13 +62,30 @@ def free_port() -> int:
         return port
 
 
+def use_reactor(name: str) -> None:
+    """Run this process and the rocketpy processes it starts on reactor ``name`` (REACTORS: rocketpy's
+    lean epoll reactor, rocketpy/remoting/reactor.py, or Twisted's); call before the reactor is imported."""
+    global REACTOR
+    REACTOR = name
+    if name == "rocketpy":
+        from rocketpy.remoting.reactor import install
+
+        install()
+
+
+def add_reactor_option(parser: argparse.ArgumentParser) -> None:
+    """``--reactor``: see :func:`use_reactor`."""
+    parser.add_argument("--reactor", choices=REACTORS, default="rocketpy",
+                        help="the reactor of this process and of rocketpy's (rocketpy: its lean epoll reactor)")
+
+
 def start_rocketpy(workdir: str, flush: str, grpc_port: int | None = None,
                    extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], int]:
     """A rocketpy process with the given flush mode (its 5.x gRPC endpoint on ``grpc_port``, or
     none; ``extra`` options); returns it and the broker port once it accepts."""
     namesrv, broker = free_port(), free_port()
     args = [
-        sys.executable, "-m", "twisted", "rocketpy",
+        sys.executable, "-m", "twisted", "--reactor", REACTOR, "rocketpy",
         "--namesrv-listen", f"tcp:{namesrv}:interface=127.0.0.1",
         "--listen", f"tcp:{broker}:interface=127.0.0.1",
         "--store-dir", os.path.join(workdir, "store"),
@@ -272,7 +292,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--flush", default="async,sync", help="comma-separated: async, sync")
+    add_reactor_option(parser)
     options = parser.parse_args()
+    use_reactor(options.reactor)
     task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, options)))
 
 

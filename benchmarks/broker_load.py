@@ -58,7 +58,9 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=4.0)
     parser.add_argument("--flush", choices=["ASYNC_FLUSH", "SYNC_FLUSH"], default="ASYNC_FLUSH")
+    bench.add_reactor_option(parser)
     options = parser.parse_args()
+    bench.use_reactor(options.reactor)
     task.react(lambda reactor: Deferred.fromCoroutine(run(reactor, options)))
 
 

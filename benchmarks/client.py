@@ -377,7 +377,9 @@ def main() -> None:
     parser.add_argument("--flush", default="async", help="async or sync")
     parser.add_argument("--only", action="append", default=[], metavar="RUN",
                         help="only this run (repeatable), e.g. --only 'client batch32/32'")
+    broker_bench.add_reactor_option(parser)
     options = parser.parse_args()
+    broker_bench.use_reactor(options.reactor)
     task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, options)))
 
 

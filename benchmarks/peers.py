@@ -530,9 +530,11 @@ def main() -> None:
                         help="redis-py's reply parser (hiredis: its C parser, the default when installed)")
     parser.add_argument("--shapes", default="",
                         help="comma-separated parts of shape names to run (e.g. pull); all by default")
+    broker_bench.add_reactor_option(parser)
     options = parser.parse_args()
     if options.rounds < 1 or options.seconds <= 0:
         parser.error("--rounds must be at least 1 and --seconds positive")
+    broker_bench.use_reactor(options.reactor)
     completed: list[None] = []
     with contextlib.ExitStack() as stack:  # stops the servers and removes their directories, always
         try:

@@ -4,13 +4,18 @@ Twisted's ``write`` only queues the bytes and asks the reactor for a writable ev
 ``epoll_ctl`` calls and one more reactor turn per response before ``send`` runs. When nothing
 is queued before them, :func:`write_now` hands the bytes to the socket straight away (what
 Twisted's own ``doWrite`` would do a turn later) and queues only what the socket did not take.
+On ``tcp.Server`` / ``tcp.Client`` it calls ``socket.send`` itself, as ``writeSomeData`` does.
 """
 
 from __future__ import annotations
 
+from errno import ENOBUFS, EWOULDBLOCK
 from typing import Any
 
 from twisted.internet import tcp
+
+#: the connection classes whose ``writeSomeData`` is ``Connection``'s (a bounded ``socket.send``)
+_PLAIN_SEND = frozenset(cls for cls in (tcp.Server, tcp.Client) if cls.writeSomeData is tcp.Connection.writeSomeData)
 
 
 def can_write_now(transport: Any) -> bool:
@@ -28,7 +33,15 @@ def write_now(transport: tcp.Connection, data: bytes) -> None:
         and not transport._writeDisconnected
         and not transport.TLS
     ):
-        sent = transport.writeSomeData(data)
+        sent: Any  # bytes taken, or why not (ConnectionLost / None)
+        if type(transport) in _PLAIN_SEND and len(data) <= transport.SEND_LIMIT:
+            # Connection.writeSomeData inlined (socket.send retries EINTR itself, PEP 475)
+            try:
+                sent = transport.socket.send(data)
+            except OSError as e:
+                sent = 0 if e.args[0] in (EWOULDBLOCK, ENOBUFS) else None
+        else:
+            sent = transport.writeSomeData(data)
         if type(sent) is int:
             if sent == len(data):
                 return

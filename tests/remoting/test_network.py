@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import struct
 import threading
 from typing import Any
@@ -107,6 +108,25 @@ class LoopbackTests(TestCase):
             [channel] = self.server.channels
             self.assertTrue(channel._write_now)  # a plain TCP transport takes the direct path
             self.assertEqual(len(self.processor.requests), 24)
+
+        return Deferred.fromCoroutine(run())  # type: ignore[return-value]
+
+    def test_direct_sends_below_the_send_limit_taken_in_part_keep_order(self) -> None:
+        """Responses under Twisted's ``SEND_LIMIT`` go to ``socket.send`` directly (``writenow``): with a
+        4 KiB send buffer on the server's socket each is taken in part, the rest queues behind, and
+        every echo comes back whole and in order."""
+
+        async def run() -> None:
+            address = await self.listen()
+            await self.client.invoke_sync(address, RemotingCommand.request(10, body=b"hi"), 5.0)
+            [channel] = self.server.channels
+            channel.transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            bodies = [bytes([i]) * (100 * 1024 + i) for i in range(40)]
+            self.assertLess(len(bodies[-1]) + 1024, channel.transport.SEND_LIMIT)
+            responses = await gatherResults(
+                [self.client.invoke_sync(address, RemotingCommand.request(10, body=b), 30.0) for b in bodies]
+            )
+            self.assertEqual([r.body for r in responses], bodies)
 
         return Deferred.fromCoroutine(run())  # type: ignore[return-value]
 

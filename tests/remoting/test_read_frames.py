@@ -26,6 +26,7 @@ from rocketpy.remoting.errors import ProtocolError
 from rocketpy.remoting.protocol import RemotingProtocol
 from rocketpy.remoting.server import RemotingServer
 from tests.remoting import test_batch, test_protocol
+from tests.remoting.helpers import RecordingProcessor
 from tests.remoting.test_json_frame import INT, TEXT
 
 C_READ = codec.read_frames
@@ -235,6 +236,34 @@ class HooklessRunTests(SynchronousTestCase):
                              [(1, 0), (2, 1), (3, 0)])
             self.assertEqual(with_c[1:], (1, 0, True))
         self.flushLoggedErrors()
+
+
+class LoneReplyTests(SynchronousTestCase):
+    """A lone request's answer (``RemotingNode.request_received``) through ``response_frames`` and
+    through ``_respond``: the same bytes, one write, the request counted as answered; a oneway
+    request gets nothing, an answer C leaves alone (non-ASCII remark) goes through Python."""
+
+    skip = C_SKIP
+
+    def reply(self, c: bool, flag: int, remark: str | None) -> tuple[bytes, int, int]:
+        self.patch(node, "_response_frames", C_RESPONSES if c else None)
+        server = RemotingServer(Clock())
+        server.register_processor(10, RecordingProcessor(
+            lambda channel, request: request.make_response(0, remark, {"queueId": "1"}, request.body)))
+        channel = server.build_channel()
+        transport = test_batch.WriteCounter(peerAddress=IPv4Address("TCP", "10.0.0.1", 4000))
+        channel.makeConnection(transport)
+        channel.dataReceived(codec.encode(RemotingCommand(10, opaque=7, flag=flag, body=b"lone")))
+        return transport.value(), transport.writes, channel._unanswered
+
+    def test_same_reply(self) -> None:
+        for flag, remark in ((0, None), (0, "done"), (0, "\u00e9"), (2, None)):
+            with_c = self.reply(True, flag, remark)
+            self.assertEqual(with_c, self.reply(False, flag, remark))
+            self.assertEqual(with_c[1:], (0 if flag else 1, 0))
+            if not flag:
+                [answer] = test_batch.read_commands(_Bytes(with_c[0]))
+                self.assertEqual((answer.opaque, answer.flag, answer.remark, answer.body), (7, 1, remark, b"lone"))
 
 
 class _Bytes(StringTransport):
