@@ -169,7 +169,10 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
                     self._unanswered += len(requests)
                     self._owner.requests_received(self, requests)
             finally:
-                self._write_collected()
+                if self._out:
+                    self._write_collected()
+                else:  # nothing to write (a client reading responses): no call
+                    self._reading = False
                 if self._broken:
                     self._close_when_answered()
 

@@ -34,6 +34,7 @@ from twisted.logger import Logger
 from twisted.python import context, log
 
 _EPOLLIN = epollreactor.EPOLLIN
+_ILogContext = log.ILogContext
 _EWOULDBLOCK = errno.EWOULDBLOCK
 _CONNECTION_DONE = main.CONNECTION_DONE
 _CONNECTION_LOST = main.CONNECTION_LOST
@@ -42,11 +43,13 @@ _LONGEST = 2147483
 
 
 def _plain_read_types() -> frozenset[type]:
-    """The TCP connection classes whose read is ``Connection.doRead`` + ``_dataReceived``."""
+    """The TCP connection classes whose read is ``Connection.doRead`` + ``_dataReceived`` and whose
+    log prefix is ``Connection.logPrefix`` (its ``logstr``)."""
     return frozenset(
         cls
         for cls in (tcp.Server, tcp.Client)
         if cls.doRead is tcp.Connection.doRead and cls._dataReceived is tcp.Connection._dataReceived
+        and cls.logPrefix is tcp.Connection.logPrefix
     )
 
 
@@ -93,19 +96,22 @@ class LeanEPollReactor(epollreactor.EPollReactor):
         if not events:
             return
         selectables, plain = self._selectables, self._plain
-        tracker = context.theContextTracker
-        contexts, outer = None, {}
-        if type(tracker) is context.ThreadedContextTracker:  # else callWithLogger for all
-            contexts, outer = tracker.currentContext().contexts, tracker.getContext(log.ILogContext)
+        contexts = self._log_contexts()
+        outer: dict[str, Any] = {}
+        if contexts is not None:  # context.get(ILogContext) without its three calls
+            for pushed in reversed(contexts):
+                if _ILogContext in pushed:
+                    outer = pushed[_ILogContext]
+                    break
         for fd, event in events:
             selectable = selectables.get(fd)
             if selectable is None:
                 continue
             if event == _EPOLLIN and type(selectable) in plain and contexts is not None:
-                # log.callWithLogger's context, pushed without its four calls
+                # log.callWithLogger's context, pushed without its five calls
                 log_context = outer.copy()
-                log_context["system"] = selectable.logPrefix()
-                contexts.append({log.ILogContext: log_context})
+                log_context["system"] = selectable.logstr
+                contexts.append({_ILogContext: log_context})
                 try:
                     self._read(selectable)
                 finally:
@@ -114,6 +120,17 @@ class LeanEPollReactor(epollreactor.EPollReactor):
                 log.callWithLogger(selectable, self._doReadOrWrite, selectable, fd, event)
 
     doIteration = doPoll
+
+    def _log_contexts(self) -> list[dict[Any, Any]] | None:
+        """This thread's stack of ``twisted.python.context`` dicts (None: a tracker of another kind,
+        then every event goes through ``log.callWithLogger``)."""
+        tracker = context.theContextTracker
+        if type(tracker) is not context.ThreadedContextTracker:
+            return None
+        try:
+            return tracker.storage.ct.contexts
+        except AttributeError:  # the thread's first use
+            return tracker.currentContext().contexts
 
     def _read(self, connection: Any) -> None:
         """``_doReadOrWrite`` for a read event on a TCP connection, ``doRead`` inlined."""

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from twisted.internet import reactor as global_reactor
+from twisted.internet.epollreactor import EPollReactor
 from twisted.internet.protocol import ClientFactory, Factory, Protocol
 from twisted.internet.test.reactormixins import ReactorBuilder
 from twisted.python import context, log
@@ -56,7 +57,8 @@ class _Recorder(Protocol):
         self.seen, self.lost = seen, lost
 
     def dataReceived(self, data: bytes) -> None:
-        self.seen.append((data, str(context.get(log.ILogContext)["system"])))
+        log_context = context.get(log.ILogContext)
+        self.seen.append((data, f"{log_context['system']} {log_context.get('outer')}"))
         if b"boom" in data:
             raise ValueError("boom")
 
@@ -65,13 +67,17 @@ class _Recorder(Protocol):
 
 
 class InlineReadTests(SynchronousTestCase):
-    """The inline read path: the same log context and error handling as Twisted's ``_doReadOrWrite``."""
+    """The inline read path: the same log context and error handling as Twisted's ``_doReadOrWrite``
+    (:class:`StockReadTests` runs the same test on Twisted's ``EPollReactor``)."""
+
+    reactor_class: type[EPollReactor] = LeanEPollReactor
 
     def test_read_carries_the_connection_log_prefix(self) -> None:
-        """Data read inline reaches the protocol under ``system`` = the connection's log prefix, as
-        ``log.callWithLogger`` gives it; a ``dataReceived`` that raises is logged under that system
-        and its connection is closed (connectionLost), as on the stock reactor."""
-        reactor = LeanEPollReactor()
+        """Data read inline reaches the protocol under ``system`` = the connection's log prefix, in a
+        copy of the log context the reactor runs in, as ``log.callWithLogger`` gives it; a
+        ``dataReceived`` that raises is logged there and its connection is closed (connectionLost),
+        as on the stock reactor."""
+        reactor = self.reactor_class()
         seen: list[tuple[bytes, str]] = []
         lost: list[Failure] = []
         errors: list[dict[str, Any]] = []
@@ -99,17 +105,21 @@ class InlineReadTests(SynchronousTestCase):
         client.protocol = Sender
         reactor.connectTCP("127.0.0.1", port.getHost().port, client)
         reactor.callLater(0.01, step)
-        reactor.run(installSignalHandlers=False)
+        log.callWithContext({"outer": "kept"}, reactor.run, installSignalHandlers=False)
         self.assertEqual(seen[0][0], b"hello")
-        self.assertTrue(seen[0][1].startswith("_Recorder,"), seen)
+        self.assertTrue(seen[0][1].startswith("_Recorder,") and seen[0][1].endswith(" kept"), seen)
         self.assertEqual(seen[1][0], b"boom")
         self.assertEqual(len(lost), 1)
         boom = [e for e in errors if e.get("isError") and e.get("failure") and e["failure"].check(ValueError)]
         self.assertEqual(len(boom), 1)
-        self.assertEqual(boom[0]["system"], seen[0][1])
+        self.assertEqual(f"{boom[0]['system']} {boom[0]['outer']}", seen[0][1])
         self.flushLoggedErrors(ValueError)
 
 
+
+
+class StockReadTests(InlineReadTests):
+    reactor_class = EPollReactor
 
 
 class TwistdOnLeanReactorTests(TestCase):
