@@ -44,7 +44,7 @@ class ReactorThread:
 
     def __init__(self) -> None:
         try:
-            from twisted.internet.epollreactor import EPollReactor as ReactorClass
+            from rocketpy.remoting.reactor import LeanEPollReactor as ReactorClass  # epoll, less Python per turn
         except ImportError:  # not Linux
             from twisted.internet.selectreactor import SelectReactor as ReactorClass
         self.reactor: Any = ReactorClass()
