@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <stdint.h>
 #include <string.h>
+#include "_speedups_crc.h"  /* crc_fast: the body CRC by carry-less multiplication */
 
 #define MAGIC_CODE (-626843481)      /* 0xDAA320A7, v1 record */
 #define HOSTS_V6 0x30                /* BORNHOST_V6 | STOREHOST_V6 */
@@ -381,16 +382,24 @@ static int pack_host(PyObject *host, unsigned char ip[4], int64_t *port) {
     return I32_OK(PyTuple_GET_ITEM(host, 1), port);
 }
 
-static PyObject *crc_of(const char *data, Py_ssize_t n, int32_t *out) {
-    /* zlib.crc32 masked to 31 bits; zlib's own code, through the Python module. */
-    PyObject *view = PyMemoryView_FromMemory((char *)data, n, PyBUF_READ), *r;
+static int crc_of(const char *data, Py_ssize_t n, int32_t *out) {
+    /* zlib.crc32 masked to 31 bits: crc_fast when the CPU allows, else zlib's own code through the
+     * Python module. 0, or -1 with an exception. */
+    PyObject *view, *r;
+    if (crc_fast_ready) {
+        *out = (int32_t)(crc_fast((const unsigned char *)data, (size_t)n) & 0x7FFFFFFF);
+        return 0;
+    }
+    view = PyMemoryView_FromMemory((char *)data, n, PyBUF_READ);
     if (view == NULL)
-        return NULL;
+        return -1;
     r = PyObject_CallOneArg(zlib_crc32, view);
     Py_DECREF(view);
-    if (r != NULL)
-        *out = (int32_t)(PyLong_AsUnsignedLongMask(r) & 0x7FFFFFFF);
-    return r;
+    if (r == NULL)
+        return -1;
+    *out = (int32_t)(PyLong_AsUnsignedLongMask(r) & 0x7FFFFFFF);
+    Py_DECREF(r);
+    return 0;
 }
 
 /* The message's attributes encode_record reads, in this order. */
@@ -399,7 +408,7 @@ enum { A_TOPIC, A_PROPS, A_BODY, A_QUEUE_ID, A_FLAG, A_QUEUE_OFFSET, A_PHYS, A_S
 static const int ATTR_FIELD[N_ATTRS] = {0, 3, 1, 4, 2, 12, 13, 5, 6, 7, 8, 9, 10, 11};
 
 static PyObject *encode_record(PyObject *self, PyObject *msg) {
-    PyObject *a[N_ATTRS] = {NULL}, *out = NULL, *k, *v, *crc_obj;
+    PyObject *a[N_ATTRS] = {NULL}, *out = NULL, *k, *v;
     const char *topic;
     Py_ssize_t topic_len, props_len = 0, pos = 0, size, body_len, count;
     int64_t n[N_ATTRS];
@@ -453,10 +462,8 @@ static PyObject *encode_record(PyObject *self, PyObject *msg) {
     size = FIXED_V4 + body_len + 1 + topic_len + 2 + props_len;
     if (size > INT32_MAX)
         goto slow;
-    crc_obj = crc_of(PyBytes_AS_STRING(a[A_BODY]), body_len, &crc);
-    if (crc_obj == NULL)
+    if (crc_of(PyBytes_AS_STRING(a[A_BODY]), body_len, &crc) < 0)
         goto error;
-    Py_DECREF(crc_obj);
     out = PyByteArray_FromStringAndSize(NULL, size);
     if (out == NULL)
         goto error;
@@ -617,10 +624,8 @@ static PyObject *decode_v4(const unsigned char *buf, Py_ssize_t len, Py_ssize_t 
     crc = get_i32(r + 8);
     if (check_crc) {
         int32_t actual;
-        PyObject *c = crc_of((const char *)r + FIXED_V4, body_len, &actual);
-        if (c == NULL)
+        if (crc_of((const char *)r + FIXED_V4, body_len, &actual) < 0)
             return NULL;  /* with the exception */
-        Py_DECREF(c);
         if (actual != crc)
             return NULL;
     }
@@ -1485,7 +1490,21 @@ static PyObject *setup(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_RETURN_NONE;
 }
 
+static PyObject *crc32_fast(PyObject *self, PyObject *arg) {
+    /* zlib.crc32(arg) by crc_fast; None when the CPU does not allow it (then encode_record calls zlib). */
+    Py_buffer view;
+    uint32_t crc;
+    if (!crc_fast_ready)
+        Py_RETURN_NONE;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    crc = crc_fast((const unsigned char *)view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(crc);
+}
+
 static PyMethodDef methods[] = {
+    {"crc32_fast", crc32_fast, METH_O, "zlib.crc32 by carry-less multiplication; None without it."},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
      "Register the Python references (fallbacks) and MessageExt; message.py calls it once."},
     {"string_to_properties", string_to_properties, METH_O, "C string_to_properties."},
@@ -1559,6 +1578,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     zlib = PyImport_ImportModule("zlib");
     if (zlib == NULL)
         return NULL;
+    crc_setup();
     zlib_crc32 = PyObject_GetAttrString(zlib, "crc32");
     Py_DECREF(zlib);
     if (zlib_crc32 == NULL)
