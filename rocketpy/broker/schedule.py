@@ -152,6 +152,11 @@ class ScheduleMessageService(Service):
 
     def _run(self, level: int) -> None:
         self._timers.pop(level, None)
+        offset = self.offsets.offsets.get(level, 0)
+        if offset >= self._store.get_max_offset_in_queue(SCHEDULE_TOPIC, level - 1):
+            self.offsets.offsets[level] = offset  # nothing parked: what _deliver would do, without a task
+            self._schedule(level, RECHECK)
+            return
         task = Deferred.fromCoroutine(self._deliver(level))
         self._running_tasks[level] = task
 

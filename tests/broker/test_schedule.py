@@ -86,6 +86,28 @@ class ScheduleTests(SynchronousTestCase):
         self.clock.pump([1.0] * 60)
         self.assertEqual([m.body for m in self.delivered()], [b"fast", b"slow"])
 
+    def test_idle_levels_run_no_task_and_still_deliver(self) -> None:
+        """A level with nothing parked reads nothing (no task, no get_message) but keeps checking
+        every RECHECK: a message parked later is delivered when due."""
+        reads: list[int] = []
+        store = _FailingPuts(self.store)
+        store.failing = None
+        real_get = self.store.get_message
+
+        def get_message(*args: Any) -> Any:
+            reads.append(args[2])
+            return real_get(*args)
+
+        store.get_message = get_message  # type: ignore[attr-defined]
+        service = self.service(store)
+        self.clock.pump([0.1] * 30)
+        self.assertEqual((reads, service._running_tasks), ([], {}))
+        self.assertEqual(service.offsets.offsets, {1: 0, 2: 0, 3: 0})
+        put(self, self.store, delayed(b"m", 1))
+        self.clock.pump([0.1] * 11)
+        self.assertEqual([m.body for m in self.delivered()], [b"m"])
+        self.assertEqual(reads[:1], [0])
+
     def test_failed_put_is_retried_at_the_same_offset(self) -> None:
         """While puts fail the offset stays; once they work the message is delivered exactly once."""
         put(self, self.store, delayed(b"m", 1))
