@@ -87,26 +87,26 @@ class ScheduleTests(SynchronousTestCase):
         self.assertEqual([m.body for m in self.delivered()], [b"fast", b"slow"])
 
     def test_idle_levels_run_no_task_and_still_deliver(self) -> None:
-        """A level with nothing parked reads nothing (no task, no get_message) but keeps checking
-        every RECHECK: a message parked later is delivered when due."""
-        reads: list[int] = []
-        store = _FailingPuts(self.store)
-        store.failing = None
-        real_get = self.store.get_message
+        """A level with nothing parked starts no delivery task (a coroutine every 100 ms per level
+        was broker CPU under load) but keeps checking every RECHECK: a message parked later is
+        delivered when due."""
+        service = self.service()
+        tasks: list[int] = []
+        deliver = service._deliver
 
-        def get_message(*args: Any) -> Any:
-            reads.append(args[2])
-            return real_get(*args)
+        def counted(level: int) -> Any:
+            tasks.append(level)
+            return deliver(level)
 
-        store.get_message = get_message  # type: ignore[attr-defined]
-        service = self.service(store)
+        service._deliver = counted  # type: ignore[method-assign]
         self.clock.pump([0.1] * 30)
-        self.assertEqual((reads, service._running_tasks), ([], {}))
+        self.assertEqual(tasks, [])
         self.assertEqual(service.offsets.offsets, {1: 0, 2: 0, 3: 0})
         put(self, self.store, delayed(b"m", 1))
         self.clock.pump([0.1] * 11)
         self.assertEqual([m.body for m in self.delivered()], [b"m"])
-        self.assertEqual(reads[:1], [0])
+        self.assertEqual(tasks[:1], [1])
+        self.assertEqual(service.offsets.offsets[1], 1)
 
     def test_failed_put_is_retried_at_the_same_offset(self) -> None:
         """While puts fail the offset stays; once they work the message is delivered exactly once."""
