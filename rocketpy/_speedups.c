@@ -1459,6 +1459,7 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 #include "_speedups_store.h"
 #include "_speedups_remoting.h"
 #include "_speedups_aio.h"  /* syncer_*, aio_*: the commit log's fdatasync ended on the reactor's epoll */
+#include "_speedups_batch.h"  /* write_buffers: a chunk of records into the mapped file */
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
@@ -1505,6 +1506,8 @@ static PyObject *crc32_fast(PyObject *self, PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"crc32_fast", crc32_fast, METH_O, "zlib.crc32 by carry-less multiplication; None without it."},
+    {"write_buffers", (PyCFunction)(void (*)(void))write_buffers, METH_FASTCALL,
+     "Copy the buffers back to back into a writable buffer from pos; the end."},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
      "Register the Python references (fallbacks) and MessageExt; message.py calls it once."},
     {"string_to_properties", string_to_properties, METH_O, "C string_to_properties."},

@@ -19,9 +19,11 @@ import ctypes
 import errno
 import mmap
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from twisted.logger import Logger
+
+from rocketpy.common import speedups
 
 OS_PAGE_SIZE = 4096
 WRITE_PATHS = ("mmap", "pwrite")
@@ -30,6 +32,9 @@ _IOV_MAX = 1024
 TMP_SUFFIX = ".tmp"
 
 _log = Logger()
+#: ``append_many``'s copy loop in C (``rocketpy/_speedups_batch.h``), None when not built.
+WRITE_BUFFERS: Callable[[Any, int, Sequence[bytes | bytearray]], int] | None = getattr(
+    speedups.compiled, "write_buffers", None)
 
 
 def file_name(offset: int) -> str:
@@ -284,11 +289,14 @@ class MappedFile:
         else:
             if start + total > self._populated:
                 self._populate(start, start + total)
-            data = self.data
-            for buf in buffers:
-                end = pos + len(buf)
-                data[pos:end] = buf
-                pos = end
+            if WRITE_BUFFERS is not None:
+                WRITE_BUFFERS(self.data, pos, buffers)  # the loop below in one call
+            else:
+                data = self.data
+                for buf in buffers:
+                    end = pos + len(buf)
+                    data[pos:end] = buf
+                    pos = end
         self.wrote_position = self.committed_position = start + total
         if self.use_pwrite:
             self._zero_ahead(self.wrote_position)

@@ -82,6 +82,34 @@ class MappedFileTests(SynchronousTestCase):
             self.assertEqual(mf.select(0, 6), b"xabcde")
             self.assertEqual(read_file(mf.path)[:6], b"xabcde")
 
+    def test_append_many_same_bytes_with_and_without_the_compiled_copy(self) -> None:
+        """The mmap path's compiled copy (write_buffers) writes what the Python loop writes, up to
+        the file's last byte; past it it raises and writes nothing."""
+        write = mappedfile.WRITE_BUFFERS
+        if write is None:
+            raise SkipTest("no compiled accelerator")
+        rng = __import__("random").Random(7)
+        buffers: list[bytes | bytearray] = [rng.randbytes(rng.randrange(0, 3000)) for _ in range(40)]
+        buffers = [bytearray(b) if i % 2 else b for i, b in enumerate(buffers)]
+        total = sum(map(len, buffers))
+        files: list[bytes | None] = []
+        for compiled in (write, None):
+            self.patch(mappedfile, "WRITE_BUFFERS", compiled)
+            mf = self.create(len(files) * SIZE, "mmap")
+            mf.append(b"x")
+            self.assertEqual(mf.append_many(buffers, total), 1)
+            mf.append_many([b"z" * (SIZE - 1 - total)], SIZE - 1 - total)  # to the last byte
+            files.append(mf.select(0, SIZE))
+        self.assertEqual(files[0], files[1])
+        self.assertEqual((files[0] or b"")[1:1 + total], b"".join(buffers))
+        data = bytearray(8)
+        self.assertRaises(IndexError, write, data, 4, [b"ab", b"cde"])
+        self.assertRaises(IndexError, write, data, -1, [b"a"])
+        self.assertRaises(TypeError, write, data, 0, ["text"])
+        self.assertEqual(data, bytearray(8))
+        self.assertEqual(write(data, 3, [b"ab", bytearray(b"cde")]), 8)
+        self.assertEqual(data, bytearray(b"\0\0\0abcde"))
+
     def test_mmap_writes_populate_ahead(self) -> None:
         """The mmap path faults pages in ahead of its writes (madvise), never changing contents;
         where madvise is missing it just writes."""
