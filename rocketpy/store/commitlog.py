@@ -249,9 +249,15 @@ class CommitLog:
 
     def _append(self, encoded: list[Put], results: list[PutMessageResult | None], now: int) -> None:
         """Under the lock: place each put, write the puts of one file with one call, then dispatch."""
+        if len(encoded) == 1:  # a lone put that fits the current file: no chunk loop, no file lookup
+            mf = self.queue.last()
+            total = encoded[0][3]
+            if mf is not None and total + BLANK_SIZE <= mf.remaining:
+                self._write_chunk(mf, encoded, total, results, now)
+                return
         chunk: list[Put] = []
         chunk_bytes = 0
-        mf: MappedFile | None = None
+        mf = None
         for put in encoded:
             total = put[3]
             if mf is None or total + BLANK_SIZE > mf.remaining - chunk_bytes:
@@ -337,28 +343,23 @@ class CommitLog:
         """:meth:`dispatch` every record of ``chunk``, in order: in one compiled call when the
         dispatchers are the store's consume queues (and index)."""
         compiled = self.speedups
-        targets = self._compiled_targets() if compiled is not None else None
-        if targets is None:
+        # dispatch_chunk knows these two dispatchers only (a slave's QueueRecorder goes the Python way)
+        dispatchers = self.dispatchers
+        count = len(dispatchers)
+        queues = dispatchers[0] if count else None
+        index = dispatchers[1] if count == 2 else None
+        if (compiled is None or type(queues) is not ConsumeQueueStore or count > 2
+                or (index is not None and type(index) is not IndexService)):
             dispatch = self.dispatch
             for _i, msgs, _bufs, _total in chunk:
                 for msg in msgs:
                     dispatch(msg)
             return
         try:
-            compiled.dispatch_chunk(chunk, targets[0], targets[1], self.dispatch)  # type: ignore[union-attr]
+            compiled.dispatch_chunk(chunk, queues, index, self.dispatch)
         except Exception:  # what dispatch() does for a dispatcher's failure (memory, in C)
             _log.failure("commit log {dir}: dispatching a chunk failed", dir=self.queue.store_path)
             self.dispatch_failed = True
-
-    def _compiled_targets(self) -> tuple[ConsumeQueueStore, IndexService | None] | None:
-        # dispatch_chunk knows these two dispatchers only (a slave's QueueRecorder goes the Python way)
-        dispatchers = self.dispatchers
-        if not dispatchers or type(dispatchers[0]) is not ConsumeQueueStore or len(dispatchers) > 2:
-            return None
-        if len(dispatchers) == 1:
-            return dispatchers[0], None
-        index = dispatchers[1]
-        return (dispatchers[0], index) if type(index) is IndexService else None
 
     def _file_with_room(self, size: int) -> MappedFile:
         # END_OF_FILE: fill the rest of a file too small for ``size`` with a blank, go to the next.

@@ -3,7 +3,7 @@ hop: every queued put appended in order, then (SYNC_FLUSH) a flush (doc/store.md
 
 from __future__ import annotations
 
-from typing import Any, Sequence, cast
+from typing import Any, Sequence
 
 from twisted.internet.defer import Deferred
 
@@ -52,10 +52,11 @@ def put_all(store: IMessageStore, puts: list[QueuedPut]) -> Results:
     put_many = getattr(store, "put_many", None)
     if put_many is not None:
         try:
-            return cast(Results, put_many(each))
+            results: Results = put_many(each)
+            return results
         except Exception as e:  # a store bug: no put of the hop can be trusted
             return [e] * len(each)
-    results: Results = []
+    results = []
     for msgs in each:
         try:
             results.append(store.put_message(msgs[0]) if len(msgs) == 1 else store.put_messages(msgs))

@@ -223,7 +223,7 @@ class MessageStore(MessageReader):
     def _refusal(self) -> PutMessageStatus | None:
         if not self.running or self.config.broker_role == "SLAVE" or not self.is_writable():
             return PutMessageStatus.SERVICE_NOT_AVAILABLE
-        if self.commit_log.is_os_page_cache_busy():
+        if self.commit_log.begin_time_in_lock and self.commit_log.is_os_page_cache_busy():
             return PutMessageStatus.OS_PAGECACHE_BUSY
         return None
 

@@ -279,7 +279,10 @@ class StoreService(StoreReads, Service):
             # so the next appends stay inline too
             self._populating = True
             self._in_populate_pool(self._store.populate_ahead).addBoth(self._populated)
-        self._hop_done((results, None, None), puts, False)
+        if len(puts) == 1 and puts[0].single and not isinstance(results[0], Exception):
+            self._lone_done(puts[0], results[0])  # a lone send's put: what _hop_done would call
+        else:
+            self._hop_done((results, None, None), puts, False)
 
     def _populated(self, result: object) -> None:
         self._populating = False
@@ -375,8 +378,10 @@ class StoreService(StoreReads, Service):
 
     def _hop_finished(self) -> None:
         self._hop_started = None
-        self._maybe_hop()
-        self._check_drained()
+        if self._queue:  # else _maybe_hop has nothing to hand over
+            self._maybe_hop()
+        if self._drained:  # else _check_drained has nobody to tell
+            self._check_drained()
 
     def _check_drained(self) -> None:
         if self._idle():
