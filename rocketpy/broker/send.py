@@ -146,7 +146,7 @@ class SendMessageProcessor:
 
     def reject_request(self) -> bool:
         """True while the store is busy (puts queue up or its writer is stuck): SYSTEM_BUSY."""
-        return bool(self._store.is_busy())
+        return self._store.is_busy()
 
     def process_request(self, channel: Any, request: RemotingCommand) -> Deferred[RemotingCommand] | RemotingCommand:
         """Check the request, build the message(s) and store them; never raises."""

@@ -229,12 +229,14 @@ class StoreService(StoreReads, Service):
         ``max_queue_wait``, or the running hop has taken longer than
         ``os_page_cache_busy_timeout`` (RocketMQ's page-cache-busy rule).
         """
-        now = self._reactor.seconds()
         if self._queued_messages >= self._max_queued:
             return True
+        started = self._hop_started
+        if started is None and not self._queue:  # nothing waits, nothing runs: no clock read
+            return False
+        now = self._reactor.seconds()
         if self._queue and now - self._queued_since > self._max_queue_wait:
             return True
-        started = self._hop_started
         return started is not None and now - started > self._config.os_page_cache_busy_timeout
 
     def _enqueue(self, put: QueuedPut) -> Deferred[Any]:
