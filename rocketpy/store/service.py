@@ -366,7 +366,8 @@ class StoreService(StoreReads, Service):
             self._completion.complete(put.deferred.callback, msgs, result)
         finally:
             self._delivering -= 1
-        self._flush.kick()
+        if self._sync_flush:  # ASYNC_FLUSH puts never wait for a flush: nothing to kick
+            self._flush.kick()
         self._hop_finished()
 
     def _hop_failed(self, failure: Failure, puts: list[QueuedPut], flushing: bool) -> None:
