@@ -867,11 +867,55 @@ done:
 
 static PyObject *str_wait, *str_cluster, *str_false;
 
+/* A WAIT value that lower()s to "false" (an ASCII value: no other letters lower to these). */
+static int is_false_text(const char *v, Py_ssize_t n) {
+    static const char want[] = "false";
+    Py_ssize_t i;
+    if (n != 5)
+        return 0;
+    for (i = 0; i < 5; i++)
+        if ((v[i] | 0x20) != want[i])
+            return 0;
+    return 1;
+}
+
+/* stored_properties for ASCII text and no shared properties, in one pass: the dict that parsing,
+ * dropping WAIT, setting CLUSTER and putting back WAIT=false gives (same items, same order),
+ * without building WAIT's value or a method call per message. */
+static PyObject *stored_ascii_properties(const char *s, Py_ssize_t n, PyObject *cluster) {
+    const char *end = s + n;
+    int wait_false = -1;  /* -1: no WAIT item; else whether the last one was false */
+    PyObject *result = PyDict_New();
+    if (result == NULL)
+        return NULL;
+    while (s < end) {
+        const char *item_end = memchr(s, 2, end - s), *sep;
+        if (item_end == NULL)
+            item_end = end;
+        sep = memchr(s, 1, item_end - s);
+        if (sep != NULL && sep > s && sep + 1 < item_end) {
+            if (sep - s == 4 && memcmp(s, "WAIT", 4) == 0)
+                wait_false = is_false_text(sep + 1, item_end - sep - 1);
+            else if (set_property(result, property_name(s, sep - s), ascii_str(sep + 1, item_end - sep - 1)) < 0)
+                goto fail;
+        }
+        s = item_end + 1;
+    }
+    if (PyDict_SetItem(result, str_cluster, cluster) < 0 || (wait_false == 1 && PyDict_SetItem(result, str_wait, str_false) < 0))
+        goto fail;
+    return result;
+fail:
+    Py_DECREF(result);
+    return NULL;
+}
+
 /* A batch entry's properties as the broker stores them (SendMessageProcessor._stored_properties
  * without its size check): the entry's own, updated with the header's (shared); WAIT dropped,
  * CLUSTER set, and WAIT=false put back at the end when it was false. */
 static PyObject *stored_properties(const char *s, Py_ssize_t n, PyObject *shared, PyObject *cluster) {
     PyObject *props, *wait;
+    if (PyDict_GET_SIZE(shared) == 0 && all_ascii((const unsigned char *)s, n))
+        return stored_ascii_properties(s, n, cluster);
     if (all_ascii((const unsigned char *)s, n)) {
         props = parse_ascii_properties(s, n);
     } else {

@@ -83,3 +83,19 @@ class StoredBatchTests(SynchronousTestCase):
                          [(b"a", 7, [("TAGS", "x"), ("CLUSTER", "TestCluster"), ("WAIT", "false")])])
         for body in (b"", body_of([(b"a", 0, {})], 0)[:-1], body_of([(b"a", 0, {})], 200)):
             self.assertIsNone(send._stored_batch(body, *args))
+
+    def test_no_header_properties_in_one_pass(self) -> None:
+        """Without header properties each entry is parsed in one pass (WAIT dropped as it is read): the
+        same messages as the Python loop for WAIT first, last, repeated, empty, any case, and CLUSTER given."""
+        raw = [b"WAIT\x01false\x02TAGS\x01x", b"TAGS\x01x\x02WAIT\x01FaLsE", b"WAIT\x01false\x02WAIT\x01true",
+               b"WAIT\x01true\x02WAIT\x01FALSE\x02CLUSTER\x01c", b"WAIT\x01\x02K\x01v", b"WAIT\x01fals", b"WAIT\x01falsee",
+               b"CLUSTER\x01c\x02WAIT\x01false\x02UNIQ_KEY\x01u", b"\x01v\x02K\x01\x02\x02K\x011\x02K\x012", b""]
+        body = b"".join(struct.pack(">iiiii", 23 + len(r), 0, 0, i, 1) + b"b" + struct.pack(">h", len(r)) + r
+                        for i, r in enumerate(raw))
+        fast = self.outcome(True, "", body)
+        self.assertEqual(fast, self.outcome(False, "", body))
+        self.assertEqual([items for _m, items in fast[2]][:4],
+                         [[("TAGS", "x"), ("CLUSTER", "TestCluster"), ("WAIT", "false")],
+                          [("TAGS", "x"), ("CLUSTER", "TestCluster"), ("WAIT", "false")],
+                          [("CLUSTER", "TestCluster")],
+                          [("CLUSTER", "TestCluster"), ("WAIT", "false")]])
