@@ -124,9 +124,10 @@ async def feed_pipelined(protocol: Any, transport: Responses, frames: list[bytes
     return time.perf_counter() - began
 
 
-def send_frames(messages: int, batch: int, sign: Any = None) -> list[bytes]:
-    """SEND_MESSAGE_V2 frames, or SEND_BATCH_MESSAGE frames of ``batch`` messages with their own UNIQ_KEYs;
-    each request first goes through ``sign`` (an RPC hook) if given."""
+def send_frames(messages: int, batch: int, sign: Any = None, wait: bool = False) -> list[bytes]:
+    """SEND_MESSAGE_V2 frames, or SEND_BATCH_MESSAGE frames of ``batch`` messages with their own UNIQ_KEYs
+    (and ``WAIT=true`` each when ``wait``, as the Java and C++ clients send them); each request first goes
+    through ``sign`` (an RPC hook) if given."""
     if batch <= 1:
         requests = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(i % 8, False), BODY)
                     for i in range(messages)]
@@ -135,7 +136,8 @@ def send_frames(messages: int, batch: int, sign: Any = None) -> list[bytes]:
         return [encode(request) for request in requests]
     frames = []
     for i in range(messages // batch):
-        msgs = [Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA", "UNIQ_KEY": f"7F0000011234ABCD{i:08X}{j:08X}"})
+        msgs = [Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA", "UNIQ_KEY": f"7F0000011234ABCD{i:08X}{j:08X}",
+                                         **({"WAIT": "true"} if wait else {})})
                 for j in range(batch)]
         frames.append(encode(RemotingCommand.request(
             RequestCode.SEND_BATCH_MESSAGE, send_header(i % 8, True), encode_batch(msgs))))
@@ -169,7 +171,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         transport = Responses(reactor)
         protocol.makeConnection(transport)
         n = options.messages
-        frames = send_frames(n, options.batch, sign)
+        frames = send_frames(n, options.batch, sign, options.wait)
         await feed(reactor, protocol, transport, frames[: min(len(frames), 2000)])  # warm up, auto-create the topic
         def run() -> Any:
             if options.in_flight > 1:
@@ -218,6 +220,7 @@ def main() -> None:
                         help="the collector's first-generation threshold, as twistd rocketpy's option (0: Python's)")
     parser.add_argument("--batch", type=int, default=1,
                         help="more than 1: SEND_BATCH_MESSAGE frames of this many messages (figures per message)")
+    parser.add_argument("--wait", action="store_true", help="each batched message carries WAIT=true (Java, C++)")
     parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
     parser.add_argument("--flush", default="ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"),
                         help="the store's flush mode (SYNC_FLUSH: each send waits for its fdatasync)")
