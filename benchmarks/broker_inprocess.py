@@ -124,10 +124,10 @@ async def feed_pipelined(protocol: Any, transport: Responses, frames: list[bytes
     return time.perf_counter() - began
 
 
-def send_frames(messages: int, batch: int, sign: Any = None, wait: bool = False) -> list[bytes]:
+def send_frames(messages: int, batch: int, sign: Any = None, java: bool = False) -> list[bytes]:
     """SEND_MESSAGE_V2 frames, or SEND_BATCH_MESSAGE frames of ``batch`` messages with their own UNIQ_KEYs
-    (and ``WAIT=true`` each when ``wait``, as the Java and C++ clients send them); each request first goes
-    through ``sign`` (an RPC hook) if given."""
+    (with ``java``, as the Java client sends them: ``WAIT=true`` in each message and alone in the
+    header's properties); each request first goes through ``sign`` (an RPC hook) if given."""
     if batch <= 1:
         requests = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(i % 8, False), BODY)
                     for i in range(messages)]
@@ -137,10 +137,13 @@ def send_frames(messages: int, batch: int, sign: Any = None, wait: bool = False)
     frames = []
     for i in range(messages // batch):
         msgs = [Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA", "UNIQ_KEY": f"7F0000011234ABCD{i:08X}{j:08X}",
-                                         **({"WAIT": "true"} if wait else {})})
+                                         **({"WAIT": "true"} if java else {})})
                 for j in range(batch)]
+        header = send_header(i % 8, True)
+        if java:
+            header["i"] = "WAIT\x01true"
         frames.append(encode(RemotingCommand.request(
-            RequestCode.SEND_BATCH_MESSAGE, send_header(i % 8, True), encode_batch(msgs))))
+            RequestCode.SEND_BATCH_MESSAGE, header, encode_batch(msgs))))
     return frames
 
 
@@ -171,7 +174,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         transport = Responses(reactor)
         protocol.makeConnection(transport)
         n = options.messages
-        frames = send_frames(n, options.batch, sign, options.wait)
+        frames = send_frames(n, options.batch, sign, options.java_batch)
         await feed(reactor, protocol, transport, frames[: min(len(frames), 2000)])  # warm up, auto-create the topic
         def run() -> Any:
             if options.in_flight > 1:
@@ -220,7 +223,8 @@ def main() -> None:
                         help="the collector's first-generation threshold, as twistd rocketpy's option (0: Python's)")
     parser.add_argument("--batch", type=int, default=1,
                         help="more than 1: SEND_BATCH_MESSAGE frames of this many messages (figures per message)")
-    parser.add_argument("--wait", action="store_true", help="each batched message carries WAIT=true (Java, C++)")
+    parser.add_argument("--java-batch", action="store_true",
+                        help="batches as the Java client sends them (WAIT=true in each message and the header)")
     parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
     parser.add_argument("--flush", default="ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"),
                         help="the store's flush mode (SYNC_FLUSH: each send waits for its fdatasync)")

@@ -879,13 +879,16 @@ static int is_false_text(const char *v, Py_ssize_t n) {
     return 1;
 }
 
-/* stored_properties for ASCII text and no shared properties, in one pass: the dict that parsing,
- * dropping WAIT, setting CLUSTER and putting back WAIT=false gives (same items, same order),
- * without building WAIT's value or a method call per message. */
-static PyObject *stored_ascii_properties(const char *s, Py_ssize_t n, PyObject *cluster) {
+/* stored_properties for ASCII entry text, in one pass: the dict that parsing, updating with
+ * shared, dropping WAIT, setting CLUSTER and putting back WAIT=false gives (same items, same
+ * order), without building WAIT's value or a method call per message. shared_wait: -1 when
+ * shared has no WAIT, else whether its (ASCII) WAIT is false: it overrides the entry's. */
+static PyObject *stored_ascii_properties(const char *s, Py_ssize_t n, PyObject *shared, PyObject *cluster,
+                                         int shared_wait) {
     const char *end = s + n;
-    int wait_false = -1;  /* -1: no WAIT item; else whether the last one was false */
-    PyObject *result = PyDict_New();
+    int wait_false = shared_wait;  /* -1: no WAIT item; else whether the last one was false */
+    Py_ssize_t pos = 0;
+    PyObject *result = PyDict_New(), *k, *v;
     if (result == NULL)
         return NULL;
     while (s < end) {
@@ -894,13 +897,19 @@ static PyObject *stored_ascii_properties(const char *s, Py_ssize_t n, PyObject *
             item_end = end;
         sep = memchr(s, 1, item_end - s);
         if (sep != NULL && sep > s && sep + 1 < item_end) {
-            if (sep - s == 4 && memcmp(s, "WAIT", 4) == 0)
-                wait_false = is_false_text(sep + 1, item_end - sep - 1);
-            else if (set_property(result, property_name(s, sep - s), ascii_str(sep + 1, item_end - sep - 1)) < 0)
+            if (sep - s == 4 && memcmp(s, "WAIT", 4) == 0) {
+                if (shared_wait < 0)
+                    wait_false = is_false_text(sep + 1, item_end - sep - 1);
+            } else if (set_property(result, property_name(s, sep - s), ascii_str(sep + 1, item_end - sep - 1)) < 0) {
                 goto fail;
+            }
         }
         s = item_end + 1;
     }
+    while (PyDict_Next(shared, &pos, &k, &v))
+        if (!(PyUnicode_CheckExact(k) && PyUnicode_CompareWithASCIIString(k, "WAIT") == 0) &&
+            PyDict_SetItem(result, k, v) < 0)
+            goto fail;
     if (PyDict_SetItem(result, str_cluster, cluster) < 0 || (wait_false == 1 && PyDict_SetItem(result, str_wait, str_false) < 0))
         goto fail;
     return result;
@@ -914,8 +923,14 @@ fail:
  * CLUSTER set, and WAIT=false put back at the end when it was false. */
 static PyObject *stored_properties(const char *s, Py_ssize_t n, PyObject *shared, PyObject *cluster) {
     PyObject *props, *wait;
-    if (PyDict_GET_SIZE(shared) == 0 && all_ascii((const unsigned char *)s, n))
-        return stored_ascii_properties(s, n, cluster);
+    int shared_wait = -1;
+    wait = PyDict_GET_SIZE(shared) ? PyDict_GetItemWithError(shared, str_wait) : NULL;  /* borrowed */
+    if (wait == NULL && PyErr_Occurred())
+        return NULL;
+    if (wait != NULL && PyUnicode_CheckExact(wait) && PyUnicode_IS_ASCII(wait))
+        shared_wait = is_false_text((const char *)PyUnicode_DATA(wait), PyUnicode_GET_LENGTH(wait));
+    if ((wait == NULL || shared_wait >= 0) && all_ascii((const unsigned char *)s, n))
+        return stored_ascii_properties(s, n, shared, cluster, shared_wait);
     if (all_ascii((const unsigned char *)s, n)) {
         props = parse_ascii_properties(s, n);
     } else {

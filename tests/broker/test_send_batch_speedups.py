@@ -84,9 +84,10 @@ class StoredBatchTests(SynchronousTestCase):
         for body in (b"", body_of([(b"a", 0, {})], 0)[:-1], body_of([(b"a", 0, {})], 200)):
             self.assertIsNone(send._stored_batch(body, *args))
 
-    def test_no_header_properties_in_one_pass(self) -> None:
-        """Without header properties each entry is parsed in one pass (WAIT dropped as it is read): the
-        same messages as the Python loop for WAIT first, last, repeated, empty, any case, and CLUSTER given."""
+    def test_one_pass_properties(self) -> None:
+        """An ASCII entry's properties are built in one pass (WAIT dropped as it is read, the header's added):
+        the same messages, in the same property order, as the Python loop for WAIT first, last, repeated,
+        empty, in any case, in the header or not, and CLUSTER or the entry's names in the header."""
         raw = [b"WAIT\x01false\x02TAGS\x01x", b"TAGS\x01x\x02WAIT\x01FaLsE", b"WAIT\x01false\x02WAIT\x01true",
                b"WAIT\x01true\x02WAIT\x01FALSE\x02CLUSTER\x01c", b"WAIT\x01\x02K\x01v", b"WAIT\x01fals", b"WAIT\x01falsee",
                b"CLUSTER\x01c\x02WAIT\x01false\x02UNIQ_KEY\x01u", b"\x01v\x02K\x01\x02\x02K\x011\x02K\x012", b""]
@@ -94,6 +95,11 @@ class StoredBatchTests(SynchronousTestCase):
                         for i, r in enumerate(raw))
         fast = self.outcome(True, "", body)
         self.assertEqual(fast, self.outcome(False, "", body))
+        for header in ("WAIT\x01true", "WAIT\x01False", "WAIT\x01", "K\x01h\x02WAIT\x01no\x02CLUSTER\x01c\x02N\x01n",
+                       "N\x01n\x02K\x01h", "WAIT\x01\u00e9", "K\x01\u00e9\x02\u00e9\x01v"):
+            self.assertEqual(self.outcome(True, header, body), self.outcome(False, header, body))
+        self.assertEqual([items for _m, items in self.outcome(True, "WAIT\x01False", body)[2]][2],
+                         [("CLUSTER", "TestCluster"), ("WAIT", "false")])
         self.assertEqual([items for _m, items in fast[2]][:4],
                          [[("TAGS", "x"), ("CLUSTER", "TestCluster"), ("WAIT", "false")],
                           [("TAGS", "x"), ("CLUSTER", "TestCluster"), ("WAIT", "false")],
