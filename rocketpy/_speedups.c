@@ -907,7 +907,7 @@ static PyObject *stored_ascii_properties(const char *s, Py_ssize_t n, PyObject *
         s = item_end + 1;
     }
     while (PyDict_Next(shared, &pos, &k, &v))
-        if (!(PyUnicode_CheckExact(k) && PyUnicode_CompareWithASCIIString(k, "WAIT") == 0) &&
+        if (!(shared_wait >= 0 && PyUnicode_CheckExact(k) && PyUnicode_CompareWithASCIIString(k, "WAIT") == 0) &&
             PyDict_SetItem(result, k, v) < 0)
             goto fail;
     if (PyDict_SetItem(result, str_cluster, cluster) < 0 || (wait_false == 1 && PyDict_SetItem(result, str_wait, str_false) < 0))
