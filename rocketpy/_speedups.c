@@ -120,8 +120,21 @@ static int set_property(PyObject *result, PyObject *name, PyObject *value) {
     return r;
 }
 
-/* parse_properties over ASCII bytes s[0:n]. */
-static PyObject *parse_ascii_properties(const char *s, Py_ssize_t n) {
+/* A WAIT value that lower()s to "false" (an ASCII value: no other letters lower to these). */
+static int is_false_text(const char *v, Py_ssize_t n) {
+    static const char want[] = "false";
+    Py_ssize_t i;
+    if (n != 5)
+        return 0;
+    for (i = 0; i < 5; i++)
+        if ((v[i] | 0x20) != want[i])
+            return 0;
+    return 1;
+}
+
+/* parse_properties over ASCII bytes s[0:n]; with wait_false, WAIT items are left out and
+ * *wait_false says whether the last one was false (unchanged when there is none). */
+static PyObject *parse_ascii_items(const char *s, Py_ssize_t n, int *wait_false) {
     const char *end = s + n;
     PyObject *result = PyDict_New();
     if (result == NULL)
@@ -131,9 +144,12 @@ static PyObject *parse_ascii_properties(const char *s, Py_ssize_t n) {
         if (item_end == NULL)
             item_end = end;
         sep = memchr(s, 1, item_end - s);
-        if (sep != NULL && sep > s && sep + 1 < item_end &&
-            set_property(result, property_name(s, sep - s), ascii_str(sep + 1, item_end - sep - 1)) < 0)
-            goto fail;
+        if (sep != NULL && sep > s && sep + 1 < item_end) {
+            if (wait_false != NULL && sep - s == 4 && memcmp(s, "WAIT", 4) == 0)
+                *wait_false = is_false_text(sep + 1, item_end - sep - 1);
+            else if (set_property(result, property_name(s, sep - s), ascii_str(sep + 1, item_end - sep - 1)) < 0)
+                goto fail;
+        }
         s = item_end + 1;
     }
     return result;
@@ -141,6 +157,8 @@ fail:
     Py_DECREF(result);
     return NULL;
 }
+
+static PyObject *parse_ascii_properties(const char *s, Py_ssize_t n) { return parse_ascii_items(s, n, NULL); }
 
 static int all_ascii(const unsigned char *s, Py_ssize_t n) {
     Py_ssize_t i;
@@ -867,45 +885,19 @@ done:
 
 static PyObject *str_wait, *str_cluster, *str_false;
 
-/* A WAIT value that lower()s to "false" (an ASCII value: no other letters lower to these). */
-static int is_false_text(const char *v, Py_ssize_t n) {
-    static const char want[] = "false";
-    Py_ssize_t i;
-    if (n != 5)
-        return 0;
-    for (i = 0; i < 5; i++)
-        if ((v[i] | 0x20) != want[i])
-            return 0;
-    return 1;
-}
-
 /* stored_properties for ASCII entry text, in one pass: the dict that parsing, updating with
  * shared, dropping WAIT, setting CLUSTER and putting back WAIT=false gives (same items, same
  * order), without building WAIT's value or a method call per message. shared_wait: -1 when
  * shared has no WAIT, else whether its (ASCII) WAIT is false: it overrides the entry's. */
 static PyObject *stored_ascii_properties(const char *s, Py_ssize_t n, PyObject *shared, PyObject *cluster,
                                          int shared_wait) {
-    const char *end = s + n;
-    int wait_false = shared_wait;  /* -1: no WAIT item; else whether the last one was false */
+    int wait_false = -1;  /* the entry's: -1 when it has no WAIT item */
     Py_ssize_t pos = 0;
-    PyObject *result = PyDict_New(), *k, *v;
+    PyObject *result = parse_ascii_items(s, n, &wait_false), *k, *v;
     if (result == NULL)
         return NULL;
-    while (s < end) {
-        const char *item_end = memchr(s, 2, end - s), *sep;
-        if (item_end == NULL)
-            item_end = end;
-        sep = memchr(s, 1, item_end - s);
-        if (sep != NULL && sep > s && sep + 1 < item_end) {
-            if (sep - s == 4 && memcmp(s, "WAIT", 4) == 0) {
-                if (shared_wait < 0)
-                    wait_false = is_false_text(sep + 1, item_end - sep - 1);
-            } else if (set_property(result, property_name(s, sep - s), ascii_str(sep + 1, item_end - sep - 1)) < 0) {
-                goto fail;
-            }
-        }
-        s = item_end + 1;
-    }
+    if (shared_wait >= 0)
+        wait_false = shared_wait;
     while (PyDict_Next(shared, &pos, &k, &v))
         if (!(shared_wait >= 0 && PyUnicode_CheckExact(k) && PyUnicode_CompareWithASCIIString(k, "WAIT") == 0) &&
             PyDict_SetItem(result, k, v) < 0)
