@@ -9,6 +9,8 @@ from enum import Enum
 class PutMessageStatus(Enum):
     """Outcome of a put as the broker sees it (RocketMQ ``PutMessageStatus``)."""
 
+    __hash__ = object.__hash__  # members are singletons: hashed in C, not by Enum's Python __hash__
+
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
