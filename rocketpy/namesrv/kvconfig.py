@@ -2,7 +2,8 @@
 
 The file has Java's ``kvConfig.json`` shape, ``{"configTable":{ns:{key:value}}}``,
 and is rewritten atomically on every change, by :attr:`KVConfigManager.writer` (the name
-server points it at a thread pool: no file I/O on the reactor thread).
+server points it at a thread pool: no file I/O on the reactor thread). Putting a value already
+stored writes nothing once the file holds it (brokers republish their gRPC endpoints every 30 s).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class KVConfigManager:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self._path = path
         self._table: dict[str, dict[str, str]] = {}
+        #: the newest write started, and whether the file holds the table (the last write succeeded)
+        self._writes = 0
+        self._saved = True
         self.writer: Callable[[str | os.PathLike[str], bytes], Any] = write_atomically
 
     def load(self) -> None:
@@ -46,8 +50,11 @@ class KVConfigManager:
 
     def put(self, namespace: str, key: str, value: str) -> Deferred[None]:
         """Set one value and persist; fires once written, fails (``OSError``) when the write
-        failed (the value stays set in memory)."""
-        self._table.setdefault(namespace, {})[key] = value
+        failed (the value stays set in memory). An unchanged value already in the file writes nothing."""
+        kv = self._table.setdefault(namespace, {})
+        if self._saved and kv.get(key) == value:
+            return succeed(None)
+        kv[key] = value
         return self._persist()
 
     def get(self, namespace: str, key: str) -> str | None:
@@ -71,4 +78,13 @@ class KVConfigManager:
 
     def _persist(self) -> Deferred[None]:
         # The snapshot is taken now, on the caller's thread; only the write goes to the writer.
-        return maybeDeferred(self.writer, self._path, dump_json({"configTable": self._table}))
+        self._writes += 1
+        self._saved = False
+        write = self._writes
+        written = maybeDeferred(self.writer, self._path, dump_json({"configTable": self._table}))
+
+        def saved(_: object) -> None:
+            if write == self._writes:  # no newer write started meanwhile
+                self._saved = True
+
+        return written.addCallback(saved)

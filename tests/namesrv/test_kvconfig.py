@@ -73,6 +73,29 @@ class KVConfigTests(SynchronousTestCase):
         self.assertEqual(self.kv.namespace("ns"), {"a": "1"})
         self.assertIsNone(self.kv.namespace("other"))
 
+    def test_unchanged_put_writes_nothing(self) -> None:
+        """Putting the value already stored writes nothing; a changed one writes again."""
+        writes: list[bytes] = []
+        self.kv.writer = lambda path, data: writes.append(data)
+        self.kv.put("ns", "k", "v")
+        self.kv.put("ns", "k", "v")
+        self.kv.put("ns", "k", "w")
+        self.assertEqual(writes, [b'{"configTable":{"ns":{"k":"v"}}}', b'{"configTable":{"ns":{"k":"w"}}}'])
+
+    def test_unchanged_put_after_a_failed_write_writes_again(self) -> None:
+        """After a failed write the file may lack the value: the same put is written again."""
+        outcomes = [False, True]  # the first write fails, the next one works
+
+        def writer(path: str | os.PathLike[str], data: bytes) -> None:
+            if not outcomes.pop(0):
+                raise OSError(28, "No space left on device")
+            write_atomically(path, data)
+
+        self.kv.writer = writer
+        self.failureResultOf(self.kv.put("ns", "k", "v"), OSError)
+        self.successResultOf(self.kv.put("ns", "k", "v"))
+        self.assertEqual(self.reloaded().get("ns", "k"), "v")
+
     def test_corrupt_file(self) -> None:
         """A file without a configTable object fails to load loudly."""
         write_atomically(self.path, b'{"configTable":[]}')
