@@ -281,10 +281,7 @@ class StoreService(StoreReads, Service):
             # so the next appends stay inline too
             self._populating = True
             self._in_populate_pool(self._store.populate_ahead).addBoth(self._populated)
-        if len(puts) == 1 and puts[0].single and not isinstance(results[0], Exception):
-            self._lone_done(puts[0], results[0])  # a lone send's put: what _hop_done would call
-        else:
-            self._hop_done((results, None, None), puts, False)
+        self._hop_done((results, None, None), puts, False)  # a lone send's put: _lone_done from there
 
     def _populated(self, result: object) -> None:
         self._populating = False
