@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
     parser.add_argument("--flush", default="ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"),
                         help="the store's flush mode (SYNC_FLUSH: each send waits for its fdatasync)")
-    parser.add_argument("--sync-completion", default="native", choices=("native", "aio", "thread"),
+    parser.add_argument("--sync-completion", default="native", choices=("native", "uring", "thread"),
                         help="SYNC_FLUSH: how the fdatasync ends (the store's sync_flush_completion)")
     parser.add_argument("--acl", action="store_true", help="the broker checks the plain ACL; frames are signed")
     parser.add_argument("--lines", type=int, default=25, help="profile lines to print")

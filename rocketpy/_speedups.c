@@ -1509,7 +1509,8 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 
 #include "_speedups_store.h"
 #include "_speedups_remoting.h"
-#include "_speedups_aio.h"  /* syncer_*, aio_*: the commit log's fdatasync ended on the reactor's epoll */
+#include "_speedups_aio.h"  /* syncer_*: the commit log's fdatasync ended on the reactor's epoll */
+#include "_speedups_uring.h"  /* uring_*: the same through io_uring */
 #include "_speedups_batch.h"  /* write_buffers: a chunk of records into the mapped file */
 
 /* ---- setup ------------------------------------------------------------------------------ */
@@ -1590,6 +1591,7 @@ static PyMethodDef methods[] = {
     REMOTING_METHODS
     PULL_METHODS
     AIO_METHODS
+    URING_METHODS
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",

@@ -1,47 +1,14 @@
 /* rocketpy._speedups, the commit log's fdatasync completed on the reactor's epoll: included once
  * from _speedups.c.
  *
- * Two ways, each adding one to an eventfd the reactor watches when a sync ends
- * (rocketpy/store/aioflush.py), so that a SYNC_FLUSH group commit crosses no Python thread:
- * - aio_*: Linux AIO (io_setup(2), io_submit(2), io_getevents(2)) with IOCB_CMD_FDSYNC and
- *   IOCB_FLAG_RESFD; the kernel runs the fdatasync on a worker of its own. Kernels or files that
- *   refuse FDSYNC answer EINVAL at io_submit: the Python side then keeps its flush thread.
- * - syncer_*: a pthread of the process that runs fdatasync without the GIL (below).
+ * syncer_*: a pthread of the process that runs fdatasync without the GIL and adds one to an
+ * eventfd the reactor watches when a sync ends (rocketpy/store/aioflush.py, "native"), so that a
+ * SYNC_FLUSH group commit crosses no Python thread. The same through io_uring: _speedups_uring.h.
  * Not Linux: no functions.
  */
 
 #ifdef __linux__
-#include <linux/aio_abi.h>
-#include <sys/syscall.h>
 #include <errno.h>
-#include <time.h>
-
-#define AIO_REAP_MAX 16
-
-/* aio_setup(nr) -> context: io_setup(nr) */
-static PyObject *aio_setup(PyObject *self, PyObject *arg) {
-    aio_context_t ctx = 0;
-    long nr = PyLong_AsLong(arg);
-    if (nr == -1 && PyErr_Occurred())
-        return NULL;
-    if (syscall(SYS_io_setup, (unsigned)nr, &ctx) != 0)
-        return PyErr_SetFromErrno(PyExc_OSError);
-    return PyLong_FromUnsignedLong((unsigned long)ctx);
-}
-
-/* aio_destroy(context): io_destroy (waits for what is in flight) */
-static PyObject *aio_destroy(PyObject *self, PyObject *arg) {
-    unsigned long ctx = PyLong_AsUnsignedLong(arg);
-    long r;
-    if (ctx == (unsigned long)-1 && PyErr_Occurred())
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    r = syscall(SYS_io_destroy, (aio_context_t)ctx);
-    Py_END_ALLOW_THREADS
-    if (r != 0)
-        return PyErr_SetFromErrno(PyExc_OSError);
-    Py_RETURN_NONE;
-}
 
 /* the finished requests' results as a list of ints (0, or -errno) */
 static PyObject *results_list(const long long *results, long n) {
@@ -60,58 +27,10 @@ static PyObject *results_list(const long long *results, long n) {
     return out;
 }
 
-/* aio_fdsync(context, fd, eventfd): submit one fdatasync of fd that signals eventfd when done */
-static PyObject *aio_fdsync(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    struct iocb cb;
-    struct iocb *cbs[1];
-    unsigned long ctx;
-    long fd, efd, r;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "aio_fdsync(context, fd, eventfd)");
-        return NULL;
-    }
-    ctx = PyLong_AsUnsignedLong(args[0]);
-    fd = PyLong_AsLong(args[1]);
-    efd = PyLong_AsLong(args[2]);
-    if (PyErr_Occurred())
-        return NULL;
-    memset(&cb, 0, sizeof cb);
-    cb.aio_fildes = (uint32_t)fd;
-    cb.aio_lio_opcode = IOCB_CMD_FDSYNC;
-    cb.aio_flags = IOCB_FLAG_RESFD;
-    cb.aio_resfd = (uint32_t)efd;
-    cbs[0] = &cb;  /* the kernel copies the iocb: the stack is fine */
-    r = syscall(SYS_io_submit, (aio_context_t)ctx, 1L, cbs);
-    if (r != 1) {
-        if (r == 0)
-            errno = EAGAIN;
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    Py_RETURN_NONE;
-}
-
-/* aio_reap(context) -> [result, ...]: the finished requests' results in completion order, without waiting */
-static PyObject *aio_reap(PyObject *self, PyObject *arg) {
-    struct io_event events[AIO_REAP_MAX];
-    long long results[AIO_REAP_MAX];
-    struct timespec zero = {0, 0};
-    unsigned long ctx = PyLong_AsUnsignedLong(arg);
-    long got, i;
-    if (ctx == (unsigned long)-1 && PyErr_Occurred())
-        return NULL;
-    got = syscall(SYS_io_getevents, (aio_context_t)ctx, 0L, (long)AIO_REAP_MAX, events, &zero);
-    if (got < 0)
-        return PyErr_SetFromErrno(PyExc_OSError);
-    for (i = 0; i < got; i++)
-        results[i] = (long long)events[i].res;
-    return results_list(results, got);
-}
-
-/* The same contract on a native thread of our own (no Python, no GIL): syncer_start(eventfd)
- * starts a pthread that runs fdatasync for each syncer_submit(syncer, fd) in turn and adds one to
- * the eventfd after each; syncer_reap(syncer) -> [result, ...] as aio_reap; syncer_stop joins it.
- * Unlike AIO's kernel worker (bound to the submitting CPU, its time not the process's), the
- * scheduler may run it on any CPU, and its time counts as the broker's. */
+/* syncer_start(eventfd) starts a pthread that runs fdatasync for each syncer_submit(syncer, fd) in
+ * turn and adds one to the eventfd after each; syncer_reap(syncer) -> [result, ...] (0 or -errno,
+ * in order, without waiting); syncer_stop joins it. The scheduler may run it on any CPU, and its
+ * time counts as the broker's. */
 #include <pthread.h>
 #include <unistd.h>
 
@@ -273,11 +192,6 @@ static PyObject *syncer_stop(PyObject *self, PyObject *arg) {
 }
 
 #define AIO_METHODS                                                                                  \
-    {"aio_setup", aio_setup, METH_O, "io_setup(nr): a Linux AIO context."},                          \
-    {"aio_destroy", aio_destroy, METH_O, "io_destroy(context)."},                                    \
-    {"aio_fdsync", (PyCFunction)(void (*)(void))aio_fdsync, METH_FASTCALL,                           \
-     "Submit an IOCB_CMD_FDSYNC of fd that signals the eventfd when done."},                         \
-    {"aio_reap", aio_reap, METH_O, "The finished requests' results (0 or -errno), without waiting."},                 \
     {"syncer_start", syncer_start, METH_O, "Start a native fdatasync thread signalling the eventfd."}, \
     {"syncer_submit", (PyCFunction)(void (*)(void))syncer_submit, METH_FASTCALL,                     \
      "Queue an fdatasync of fd on the native thread."},                                              \

@@ -1,12 +1,13 @@
 """The commit log's ``fdatasync`` completed on the reactor's own epoll, without a Python thread.
 
-Two ways (the compiled functions of ``rocketpy/_speedups_aio.h``), both signalling an eventfd the
-reactor watches when a sync ends: ``"aio"``, Linux AIO ``IOCB_CMD_FDSYNC`` (the reactor submits in
-a few µs, the kernel runs the sync on a worker of its own), and ``"native"``, a C thread of the
-process that runs ``fdatasync`` without the GIL. A SYNC_FLUSH put appended on the reactor then
-crosses no Python thread (doc/store.md, "Group commit on the reactor"). Without the compiled
-module, on a reactor without file descriptors or a kernel without AIO, :meth:`AioFdSync.open`
-answers None and the store keeps its Python flush thread.
+Two ways (compiled functions), both signalling an eventfd the reactor watches when a sync ends:
+``"native"``, a C thread of the process that runs ``fdatasync`` without the GIL
+(``rocketpy/_speedups_aio.h``), and ``"uring"``, an ``IORING_OP_FSYNC`` submitted to an io_uring
+(``rocketpy/_speedups_uring.h``; the kernel runs it on an io-wq worker of the process). A SYNC_FLUSH
+put appended on the reactor then crosses no Python thread (doc/store.md, "Group commit on the
+reactor"). Without the compiled module, on a reactor without file descriptors or a kernel without
+io_uring (``ENOSYS``, or ``EPERM`` where it is turned off), :meth:`AioFdSync.open` answers None and
+the store keeps its Python flush thread.
 """
 
 from __future__ import annotations
@@ -22,45 +23,52 @@ from zope.interface import implementer
 
 from rocketpy.common import speedups
 
-#: requests one context holds in flight (the store runs one sync at a time)
-_DEPTH = 4
-#: the ways :meth:`AioFdSync.open` knows
-KINDS = ("native", "aio")
+#: the ways :meth:`AioFdSync.open` knows, and their compiled (start, submit, reap, stop) functions
+KINDS = {
+    "native": ("syncer_start", "syncer_submit", "syncer_reap", "syncer_stop"),
+    "uring": ("uring_setup", "uring_fdsync", "uring_reap", "uring_close"),
+}
 
 
 @implementer(IReadDescriptor)
 class AioFdSync:
-    """An AIO context and its eventfd, registered with the reactor while open.
+    """A sync thread or ring and its eventfd, registered with the reactor while open.
 
     :meth:`fdsync` returns a Deferred that fires (on the reactor) once the file's data is durable,
-    or fails with the sync's ``OSError`` (``EINVAL`` where the kernel or file refuses FDSYNC).
+    or fails with the sync's ``OSError``.
     """
 
-    def __init__(self, reactor: IReactorFDSet, compiled: Any, eventfd: int, context: int | None,
-                 syncer: object = None) -> None:
+    def __init__(self, reactor: IReactorFDSet, compiled: Any, kind: str, eventfd: int) -> None:
+        start, submit, reap, stop = (getattr(compiled, name) for name in KINDS[kind])
+        self.kind = kind
+        self._handle = start(eventfd)  # the C thread, or the ring; OSError where it cannot start
+        self._submit, self._reap, self._stop = submit, reap, stop
         self._reactor = reactor
-        self._c = compiled
         self._eventfd = eventfd
-        self._context = context  # "aio": the io_setup context
-        self._syncer = syncer  # "native": the C thread
-        self.kind = "aio" if context is not None else "native"
         self._waiting: deque[Deferred[None]] = deque()
         reactor.addReader(self)
 
     @classmethod
     def open(cls, reactor: object, kind: str = "native") -> AioFdSync | None:
-        """A new one of ``kind`` (:data:`KINDS`) on ``reactor``, or None where it cannot be used."""
+        """A new one of ``kind`` (:data:`KINDS`) on ``reactor``, or None where it cannot be used;
+        ``"uring"`` where io_uring cannot be set up gives a ``"native"`` one."""
+        opened = cls._open(reactor, kind)
+        if opened is None and kind == "uring":
+            return cls._open(reactor, "native")
+        return opened
+
+    @classmethod
+    def _open(cls, reactor: object, kind: str) -> AioFdSync | None:
         compiled = speedups.compiled
-        if compiled is None or not hasattr(compiled, "aio_setup") or not IReactorFDSet.providedBy(reactor):
+        if (compiled is None or kind not in KINDS or not hasattr(compiled, KINDS[kind][0])
+                or not IReactorFDSet.providedBy(reactor)):
             return None
         try:
             eventfd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         except OSError:
             return None
         try:
-            if kind == "aio":
-                return cls(reactor, compiled, eventfd, compiled.aio_setup(_DEPTH))
-            return cls(reactor, compiled, eventfd, None, compiled.syncer_start(eventfd))
+            return cls(reactor, compiled, kind, eventfd)
         except OSError:
             os.close(eventfd)
             return None
@@ -68,10 +76,7 @@ class AioFdSync:
     def fdsync(self, fd: int) -> Deferred[None]:
         """Start an ``fdatasync(fd)``; the Deferred fires when it has ended."""
         try:
-            if self._context is not None:
-                self._c.aio_fdsync(self._context, fd, self._eventfd)
-            else:
-                self._c.syncer_submit(self._syncer, fd)
+            self._submit(self._handle, fd)
         except OSError:
             return fail()
         d: Deferred[None] = Deferred()
@@ -79,19 +84,16 @@ class AioFdSync:
         return d
 
     def close(self) -> None:
-        """Unregister and free the context (waiting for a sync still in flight, if any)."""
+        """Unregister and stop (waiting for a sync still in flight, if any)."""
         if self._eventfd < 0:
             return
         self._reactor.removeReader(self)
-        if self._context is not None:
-            self._c.aio_destroy(self._context)
-        else:
-            self._c.syncer_stop(self._syncer)
+        self._stop(self._handle)
         os.close(self._eventfd)
         self._eventfd = -1
         waiting, self._waiting = self._waiting, deque()
         for d in waiting:
-            d.errback(Failure(OSError("the AIO context was closed")))
+            d.errback(Failure(OSError(f"the {self.kind} fdatasync was closed")))
 
     # -- IReadDescriptor --
 
@@ -103,8 +105,7 @@ class AioFdSync:
             os.eventfd_read(self._eventfd)
         except BlockingIOError:
             return
-        reaped = self._c.aio_reap(self._context) if self._context is not None else self._c.syncer_reap(self._syncer)
-        for res in reaped:
+        for res in self._reap(self._handle):
             d = self._waiting.popleft()  # one sync in flight at a time: completion order is submission order
             if res < 0:
                 d.errback(Failure(OSError(-res, os.strerror(-res))))

@@ -29,7 +29,8 @@ class MessageStoreConfig:
     flush_consume_queue_thorough_interval: float = 60.0
     sync_flush_timeout: float = 5.0
     #: SYNC_FLUSH: how the group commit's fdatasync ends on the reactor, with small puts appended
-    #: there (no Python thread hand-off): "native" (a C thread), "aio" (Linux AIO), or "thread"
+    #: there (no Python thread hand-off): "native" (a C thread), "uring" (io_uring; "native" where the
+    #: kernel refuses it), or "thread"
     #: (the Python flush thread, appends in the writer pool; also where the others do not serve)
     sync_flush_completion: str = "native"
     os_page_cache_busy_timeout: float = 1.0

@@ -10,7 +10,7 @@ services do, so an ``fdatasync`` (which releases the GIL) overlaps the next appe
 SYNC_FLUSH group commit: one flush covers every waiter appended before it started;
 waiters appended while it runs are served by the next one. With the compiled module
 (``store/aioflush.py``), SYNC_FLUSH appends inline too and the group commit's ``fdatasync`` runs
-without the GIL (a C thread, or Linux AIO) and ends on the reactor's epoll: a lone put then
+without the GIL (a C thread, or io_uring) and ends on the reactor's epoll: a lone put then
 crosses no Python thread.
 """
 
@@ -44,7 +44,7 @@ from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
 ArrivalListener = Callable[[str, int, int], None]
 #: MessageStoreConfig.sync_flush_completion's values
-SYNC_FLUSH_COMPLETIONS = ("native", "aio", "thread")
+SYNC_FLUSH_COMPLETIONS = ("native", "uring", "thread")
 
 
 @implementer(IStoreService)
@@ -410,7 +410,7 @@ class StoreService(StoreReads, Service):
         if not isinstance(error, OSError) or error.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
             return failure  # a failed sync: CommitLogFlush logs it, as a failed thread flush
         self.log.warn("{kind} fdatasync refused ({error}): SYNC_FLUSH flushes on the flush thread",
-                      kind=self._aio_kind, error=error)
+                      kind=self._aio.kind if self._aio is not None else self._aio_kind, error=error)
         self._aio_off()
         return self._in_flush_pool(flush_commit_log, self._store, least_pages, target)
 

@@ -1,5 +1,5 @@
-"""SYNC_FLUSH's group commit completed on the reactor with Linux AIO (store/aioflush.py), and its
-fallback to the flush thread."""
+"""SYNC_FLUSH's group commit completed on the reactor by a C thread or io_uring (store/aioflush.py),
+and its fallback to the flush thread."""
 
 from __future__ import annotations
 
@@ -43,13 +43,14 @@ def opened(test: TestCase, kind: str) -> AioFdSync:
     return aio
 
 
-class AioFdSyncTests(TestCase):
-    """The eventfd-driven fdatasync on the global reactor, through Linux AIO."""
+class NativeFdSyncTests(TestCase):
+    """The eventfd-driven fdatasync on the global reactor, through the native (C) thread."""
 
-    kind = "aio"
+    kind = "native"
 
     async def test_fdsync_fires_on_the_reactor(self) -> None:
         aio = opened(self, self.kind)
+        self.assertEqual(aio.kind, self.kind)
         path = self.mktemp()
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self.addCleanup(os.close, fd)
@@ -71,11 +72,40 @@ class AioFdSyncTests(TestCase):
         self.patch(speedups, "compiled", None)
         self.assertIsNone(AioFdSync.open(reactor, self.kind))
 
+    def test_closing_waits_for_the_sync_in_flight(self) -> None:
+        """close() with a sync submitted: it ends first (no descriptor left open), the Deferred fails."""
+        fd = os.open(self.mktemp(), os.O_RDWR | os.O_CREAT, 0o644)
+        self.addCleanup(os.close, fd)
+        before = len(os.listdir("/proc/self/fd"))
+        aio = opened(self, self.kind)
+        d = aio.fdsync(fd)
+        aio.close()
+        self.assertEqual(len(os.listdir("/proc/self/fd")), before)  # the eventfd, the ring, the dup: all closed
+        self.failureResultOf(d, OSError)
 
-class NativeFdSyncTests(AioFdSyncTests):
-    """The same through the native (C) thread."""
 
-    kind = "native"
+class UringFdSyncTests(NativeFdSyncTests):
+    """The same through io_uring."""
+
+    kind = "uring"
+
+    def test_native_where_io_uring_is_refused(self) -> None:
+        """A kernel without io_uring (ENOSYS) or with it turned off (EPERM): the native thread."""
+        compiled = speedups.compiled
+        if compiled is None:
+            raise SkipTest(speedups.why_not())
+
+        class NoUring:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(compiled, name)
+
+            def uring_setup(self, eventfd: int) -> None:
+                raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+        self.patch(speedups, "compiled", NoUring())
+        aio = AioFdSync.open(reactor, "uring")
+        assert aio is not None
+        self.addCleanup(aio.close)
+        self.assertEqual(aio.kind, "native")
 
 
 class FlushBeginEndTests(TestCase):
@@ -108,11 +138,11 @@ class FlushBeginEndTests(TestCase):
         self.assertIsNone(queue.flush_begin())  # nothing dirty
 
 
-class AioServiceTests(TestCase):
+class NativeServiceTests(TestCase):
     """StoreService, SYNC_FLUSH, a real MessageStore: lone puts appended on the reactor and
-    flushed through AIO, never answered before their bytes are durable."""
+    flushed by the native thread, never answered before their bytes are durable."""
 
-    kind = "aio"
+    kind = "native"
 
     async def started(self, timeout: float = 5.0, **config_args: Any) -> tuple[StoreService, MessageStore]:
         opened(self, self.kind)  # skips where it does not serve
@@ -182,18 +212,11 @@ class AioServiceTests(TestCase):
     async def test_refused_fdsync_falls_back_to_the_flush_thread(self) -> None:
         """A kernel or file answering EINVAL: the flush thread serves this put and the next ones."""
         service, store = await self.started()
-        assert speedups.compiled is not None
 
-        class Refusing:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(speedups.compiled, name)
-
-            def aio_fdsync(self, *args: Any) -> None:
-                raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-
-            syncer_submit = aio_fdsync
+        def refusing(*args: Any) -> None:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
         assert service._aio is not None and service._aio.kind == self.kind
-        self.patch(service._aio, "_c", Refusing())
+        self.patch(service._aio, "_submit", refusing)
         with capturedLogs() as logged:
             results = [await d for d in [service.put_message(message()) for _ in range(3)]]
         self.assertTrue(all(r.status is PutMessageStatus.PUT_OK for r in results))
@@ -213,14 +236,15 @@ class AioServiceTests(TestCase):
 
 
 
-class NativeServiceTests(AioServiceTests):
-    """The same with the native (C) sync thread."""
-
-    kind = "native"
-
     def test_bad_setting(self) -> None:
         config = MessageStoreConfig(store_path_root_dir=self.mktemp(), flush_disk_type="SYNC_FLUSH",
                                     sync_flush_completion="fast")
         with self.assertRaises(ValueError) as caught:
             StoreService(MessageStore(config), reactor)
         self.assertIn("sync_flush_completion", str(caught.exception))
+
+
+class UringServiceTests(NativeServiceTests):
+    """The same through io_uring."""
+
+    kind = "uring"
