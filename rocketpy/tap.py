@@ -20,7 +20,7 @@ from twisted.python.failure import Failure
 
 from rocketpy.grpc.endpoint import listen_address
 from rocketpy.ha.config import ha_listen_endpoint
-from rocketpy.store.config import DEFAULT_DELAY_LEVELS
+from rocketpy.store.config import DEFAULT_DELAY_LEVELS, SYNC_FLUSH_COMPLETIONS
 from rocketpy.util.gctuning import DEFAULT_GEN0_THRESHOLD, GCThresholdService
 from rocketpy.util.service import OrderedMultiService
 
@@ -41,6 +41,7 @@ DEFAULTS: dict[str, str] = {
     "store-dir": os.path.join("~", ".rocketpy", "store"),
     "namesrv-config-dir": os.path.join("~", ".rocketpy", "namesrv"),
     "flush-disk-type": "ASYNC_FLUSH",
+    "sync-flush-completion": "native",
     "commit-log-file-size": str(1024 * 1024 * 1024),
     "consume-queue-file-size": str(300_000 * 20),
     "max-hash-slot-num": str(5_000_000),
@@ -154,6 +155,8 @@ class Options(usage.Options):
         ["store-dir", "d", None, "broker data root (commitlog/, config/ …) [default: ~/.rocketpy/store]"],
         ["namesrv-config-dir", None, None, "where the name server keeps kvConfig.json [default: ~/.rocketpy/namesrv]"],
         ["flush-disk-type", None, None, "ASYNC_FLUSH | SYNC_FLUSH [default: ASYNC_FLUSH]"],
+        ["sync-flush-completion", None, None,
+         "SYNC_FLUSH's fdatasync: native (a C thread) | uring (io_uring) | thread (Python) [default: native]"],
         ["commit-log-file-size", None, None, "bytes per commit log file [default: 1073741824]"],
         ["consume-queue-file-size", None, None, "bytes per consume queue file [default: 6000000]"],
         ["max-hash-slot-num", None, None, "hash slots per index file [default: 5000000]"],
@@ -279,7 +282,8 @@ class Options(usage.Options):
             self["grpc-advertised"] = (host, int(port))
 
     def _validate(self) -> None:
-        for name, allowed in (("role", ROLES), ("flush-disk-type", FLUSH_TYPES), ("broker-role", BROKER_ROLES)):
+        for name, allowed in (("role", ROLES), ("flush-disk-type", FLUSH_TYPES), ("broker-role", BROKER_ROLES),
+                              ("sync-flush-completion", SYNC_FLUSH_COMPLETIONS)):
             if self[name] not in allowed:
                 raise usage.UsageError(f"--{name} must be one of {', '.join(allowed)}, not {self[name]!r}")
         for name in _INT_OPTIONS:
@@ -467,6 +471,7 @@ def _broker_configs(options: Options) -> tuple[BrokerConfig, MessageStoreConfig]
     store_config = MessageStoreConfig(
         store_path_root_dir=os.path.expanduser(options["store-dir"]),
         flush_disk_type=options["flush-disk-type"],
+        sync_flush_completion=options["sync-flush-completion"],
         mapped_file_size_commit_log=options["commit-log-file-size"],
         mapped_file_size_consume_queue=options["consume-queue-file-size"],
         max_hash_slot_num=options["max-hash-slot-num"],

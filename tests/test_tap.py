@@ -97,6 +97,7 @@ class OptionsTests(SynchronousTestCase):
         for argv, text in [
             (["--role", "proxy"], "--role"),
             (["--flush-disk-type", "NEVER"], "--flush-disk-type"),
+            (["--sync-flush-completion", "aio"], "--sync-flush-completion"),
             (["--broker-role", "BOSS"], "--broker-role"),
             (["--broker-id", "x"], "--broker-id"),
             (["--auto-create-topic-enable", "maybe"], "auto-create"),
@@ -170,6 +171,16 @@ class OptionsTests(SynchronousTestCase):
                             lambda self, reactor, config, store_config, **kwargs: built.append(store_config)):
                 makeService(_parse("--role", "broker", "--store-dir", store_dir, *argv), MemoryReactorClock())
             self.assertIs(built[0].clean_file_forcibly_enable, expected)
+
+    def test_sync_flush_completion(self) -> None:
+        """--sync-flush-completion reaches the store config; native by default."""
+        store_dir = self.mktemp()
+        for argv, expected in (((), "native"), (("--sync-flush-completion", "uring"), "uring")):
+            built: list[MessageStoreConfig] = []
+            with mock.patch("rocketpy.broker.controller.BrokerService.__init__",
+                            lambda self, reactor, config, store_config, **kwargs: built.append(store_config)):
+                makeService(_parse("--role", "broker", "--store-dir", store_dir, *argv), MemoryReactorClock())
+            self.assertEqual(built[0].sync_flush_completion, expected)
 
     def test_trace_topic_enable(self) -> None:
         """--trace-topic-enable (traceTopicEnable) creates the trace topic with one queue; off by default."""

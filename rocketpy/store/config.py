@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 CQ_UNIT_SIZE = 20
+#: MessageStoreConfig.sync_flush_completion's values
+SYNC_FLUSH_COMPLETIONS = ("native", "uring", "thread")
 
 
 @dataclass

@@ -34,6 +34,7 @@ from zope.interface import implementer
 from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IMessageStore, IStoreService
 from rocketpy.store.aioflush import AioFdSync
+from rocketpy.store.config import SYNC_FLUSH_COMPLETIONS
 from rocketpy.store.flush import CommitLogFlush, FlushLoops, flush_commit_log
 from rocketpy.store.groupcommit import OffsetWaiters, PutCompletion, PutHook
 from rocketpy.store.hop import HopOutcome, QueuedPut, append_and_flush, each_put, put_all
@@ -43,8 +44,6 @@ from rocketpy.store.servicereads import StoreReads
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 
 ArrivalListener = Callable[[str, int, int], None]
-#: MessageStoreConfig.sync_flush_completion's values
-SYNC_FLUSH_COMPLETIONS = ("native", "uring", "thread")
 
 
 @implementer(IStoreService)
