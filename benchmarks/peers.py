@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/peers.py [--rounds 3] [--seconds 2] [--redis-server redis-server]
                                [--redis-parser hiredis|python] [--shapes pull]
+                               [--sync-completion native|uring|thread]
 
 Starts, on free loopback ports with temporary directories, two ``python -m twisted rocketpy``
 processes (ASYNC_FLUSH and SYNC_FLUSH, as ``benchmarks/broker.py`` does) and two ``redis-server``
@@ -150,11 +151,13 @@ def temp_dir(stack: contextlib.ExitStack, prefix: str) -> str:
     return workdir
 
 
-def start_rocketpy(stack: contextlib.ExitStack, flush: str) -> tuple[subprocess.Popen[bytes], str]:
-    """A rocketpy process (name server + broker) with ``flush``; returns it and its name server address."""
+def start_rocketpy(stack: contextlib.ExitStack, flush: str,
+                   extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
+    """A rocketpy process (name server + broker) with ``flush`` (and ``extra`` options); returns it and
+    its name server address."""
     workdir = temp_dir(stack, "rocketpy-peers-")
     try:
-        process, _ = broker_bench.start_rocketpy(workdir, flush)
+        process, _ = broker_bench.start_rocketpy(workdir, flush, extra=extra)
     except SystemExit:  # its log goes with the directory: show it first
         show_log(os.path.join(workdir, "rocketpy.log"))
         raise
@@ -449,7 +452,8 @@ GOALS = {
 
 async def bench(reactor: Any, options: argparse.Namespace, stack: contextlib.ExitStack) -> None:
     async_broker, async_namesrv = start_rocketpy(stack, "ASYNC_FLUSH")
-    sync_broker, sync_namesrv = start_rocketpy(stack, "SYNC_FLUSH")
+    sync_broker, sync_namesrv = start_rocketpy(stack, "SYNC_FLUSH",
+                                               ("--sync-flush-completion", options.sync_completion))
     producer = Producer("PID_PEERS", async_namesrv, reactor)
     sync_producer = Producer("PID_PEERS", sync_namesrv, reactor)
     puller = PullConsumer("CID_PEERS", async_namesrv, reactor)
@@ -530,6 +534,8 @@ def main() -> None:
                         help="redis-py's reply parser (hiredis: its C parser, the default when installed)")
     parser.add_argument("--shapes", default="",
                         help="comma-separated parts of shape names to run (e.g. pull); all by default")
+    parser.add_argument("--sync-completion", default="native", choices=("native", "uring", "thread"),
+                        help="the SYNC_FLUSH broker's --sync-flush-completion")
     broker_bench.add_reactor_option(parser)
     options = parser.parse_args()
     if options.rounds < 1 or options.seconds <= 0:
