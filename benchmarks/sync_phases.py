@@ -122,17 +122,15 @@ async def run(reactor: Any, options: argparse.Namespace) -> None:
         while time.perf_counter() < warm:  # past the topic's creation and the first files' zeros
             await producer.send(message)
         recorder = deferToThread(subprocess.run, [
-            "perf", "record", "-q", "-o", data, "-e", ",".join(EVENTS), "-p", str(process.pid),
+            "perf", "record", "-q", "-m", "1024", "-o", data, "-e", ",".join(EVENTS), "-p", str(process.pid),
             "--", "sleep", str(options.seconds)], capture_output=True)
-        sends = 0
         while not recorder.called:
             await producer.send(message)
-            sends += 1
         await recorder
         script = subprocess.run(["perf", "script", "-i", data], capture_output=True, text=True).stdout
         found, same_cpu = phases(script)
         count = len(found["sync"])
-        print(f"{options.sync_completion}: {sends} sends in {options.seconds:g} s, {count} traced puts; "
+        print(f"{options.sync_completion}: {count} puts traced in {options.seconds:g} s; "
               f"sync on the reactor's CPU for {same_cpu:.0%}; load {os.getloadavg()[0]:.1f}")
         for phase in PHASES:
             values = found[phase]
