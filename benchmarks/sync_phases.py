@@ -12,7 +12,10 @@ tracepoints of ``recvfrom``, ``sendto``, ``epoll_wait``, ``fdatasync`` (the ``na
 Then, per put (request read to response written), the medians of:
 
 - ``request → sync``: the broker's Python before the sync starts (decode, processor, append, the
-  hand-off; with ``uring``, until the fsync is queued to the io-wq worker),
+  hand-off; with ``uring``, until the fsync is queued to the io-wq worker); where the reactor submits
+  before it goes back to ``epoll_wait`` and the sync starts after, its parts: request → submitted
+  (the reactor's futex wake of the sync thread, or its ``io_uring_enter``), submitted → reactor
+  asleep, reactor asleep → sync (native only; how many puts that is is printed),
 - ``sync``: the ``fdatasync`` (``uring``: queued to completed, the worker's wake-up included),
 - ``sync → reactor awake``: the completion's way back (eventfd, the reactor's wake-up),
 - ``reactor awake → response``: the broker's Python after the sync (the put's completion, the
@@ -51,9 +54,13 @@ import client as client_bench  # noqa: E402
 from rocketpy.client import Message, Producer  # noqa: E402
 
 EVENTS = ("syscalls:sys_enter_recvfrom", "syscalls:sys_enter_sendto", "syscalls:sys_enter_epoll_wait",
+          "syscalls:sys_enter_futex", "syscalls:sys_enter_io_uring_enter",
           "syscalls:sys_exit_epoll_wait", "syscalls:sys_enter_fdatasync", "syscalls:sys_exit_fdatasync",
           "io_uring:io_uring_queue_async_work", "io_uring:io_uring_complete")
 PHASES = ("request → sync", "sync", "sync → reactor awake", "reactor awake → response", "response → next request")
+#: the first phase's parts, where the reactor's submission is seen (a futex wake: native; io_uring_enter: uring)
+PARTS = ("request → submitted", "submitted → reactor asleep", "reactor asleep → sync")
+_SUBMIT = ("sys_enter_futex", "sys_enter_io_uring_enter")
 _LINE = re.compile(r"\s*\S+\s+(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+\w+:(\w+):")
 _SYNC_START = ("sys_enter_fdatasync", "io_uring_queue_async_work")
 _SYNC_END = ("sys_exit_fdatasync", "io_uring_complete")
@@ -78,7 +85,7 @@ def phases(script: str) -> tuple[dict[str, list[float]], float]:
         if m:
             events.append((float(m[3]) * 1e6, int(m[1]), int(m[2]), m[4]))
     readers = Counter(tid for _, tid, _, name in events if name == "sys_enter_recvfrom")
-    out: dict[str, list[float]] = {name: [] for name in PHASES}
+    out: dict[str, list[float]] = {name: [] for name in PHASES + PARTS}
     if not readers:
         return out, 0.0
     reactor = readers.most_common(1)[0][0]
@@ -92,6 +99,10 @@ def phases(script: str) -> tuple[dict[str, list[float]], float]:
             put, last_response = {"request": when, "cpu": cpu}, None
         elif put is None:
             continue
+        elif name in _SUBMIT and tid == reactor and "submitted" not in put and "sync" not in put:
+            put["submitted"] = when
+        elif name == "sys_enter_epoll_wait" and tid == reactor and "asleep" not in put:
+            put["asleep"] = when
         elif name in _SYNC_START and "sync" not in put:
             put["sync"], put["sync_cpu"] = when, cpu
         elif name in _SYNC_END and "sync" in put and "synced" not in put:
@@ -103,6 +114,9 @@ def phases(script: str) -> tuple[dict[str, list[float]], float]:
                                          ("sync", "synced", "awake", None)):
                 out[phase].append((put[end] if end else when) - put[start])
             same_cpu += put["sync_cpu"] == put["cpu"]
+            if put.get("submitted", when) <= put.get("asleep", 0) <= put["sync"]:
+                for part, start, end in zip(PARTS, ("request", "submitted", "asleep"), ("submitted", "asleep", "sync")):
+                    out[part].append(put[end] - put[start])
             put, last_response = None, when
     done = len(out["sync"])
     return out, same_cpu / done if done else 0.0
@@ -131,12 +145,14 @@ async def run(reactor: Any, options: argparse.Namespace) -> None:
         found, same_cpu = phases(script)
         count = len(found["sync"])
         print(f"{options.sync_completion}: {count} puts traced in {options.seconds:g} s; "
-              f"sync on the reactor's CPU for {same_cpu:.0%}; load {os.getloadavg()[0]:.1f}")
-        for phase in PHASES:
+              f"sync on the reactor's CPU for {same_cpu:.0%}, started after the reactor went back to epoll_wait "
+              f"for {len(found[PARTS[0]]) / max(count, 1):.0%}; load {os.getloadavg()[0]:.1f}")
+        for phase in PHASES[:1] + PARTS + PHASES[1:]:
             values = found[phase]
             if values:
+                phase = f"  {phase}" if phase in PARTS else phase
                 low, _, high = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
-                print(f"  {phase:26s} p50 {statistics.median(values):7.1f} µs  (p25 {low:.1f}, p75 {high:.1f})")
+                print(f"  {phase:28s} p50 {statistics.median(values):7.1f} µs  (p25 {low:.1f}, p75 {high:.1f})")
     finally:
         await producer.shutdown()
         process.terminate()
