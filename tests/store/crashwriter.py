@@ -27,19 +27,23 @@ TOPIC = "crash"
 
 
 def crash_config(store_dir: str, flush_disk_type: str, write_path: str,
-                 cq_flush_interval: float = 1.0) -> MessageStoreConfig:
+                 cq_flush_interval: float = 1.0, completion: str = "native", file_size: int = FILE_SIZE,
+                 ) -> MessageStoreConfig:
     """The store settings the writer and the test's recovery share (the consume-queue flush, which
-    writes the checkpoint, every ``cq_flush_interval`` seconds)."""
+    writes the checkpoint, every ``cq_flush_interval`` seconds; SYNC_FLUSH's ``sync_flush_completion``;
+    the commit log's file size: files below the zeros-ahead window are appended and synced in the
+    writer pool, larger ones on the reactor with ``completion``)."""
     return MessageStoreConfig(
         flush_interval_consume_queue=cq_flush_interval,
         store_path_root_dir=store_dir,
-        mapped_file_size_commit_log=FILE_SIZE,
+        mapped_file_size_commit_log=file_size,
         mapped_file_size_consume_queue=1000 * 20,
         flush_disk_type=flush_disk_type,
         commit_log_write_path=write_path,
         max_hash_slot_num=1000,
         max_index_num=4000,
         os_page_cache_busy_timeout=30.0,  # a loaded machine must not turn the writer's puts away
+        sync_flush_completion=completion,
     )
 
 
@@ -91,8 +95,10 @@ class Writer:
 
 
 def main(reactor: Any, store_dir: str, flush_disk_type: str, write_path: str,
-         cq_flush_interval: str = "1.0") -> Deferred[None]:
-    config = crash_config(store_dir, flush_disk_type, write_path, float(cq_flush_interval))
+         cq_flush_interval: str = "1.0", completion: str = "native", file_size: str = str(FILE_SIZE),
+         ) -> Deferred[None]:
+    config = crash_config(store_dir, flush_disk_type, write_path, float(cq_flush_interval), completion,
+                          int(file_size))
     service = StoreService(MessageStore(config), reactor, max_queue_wait=30.0)  # no busy refusals under load
 
     async def run() -> None:
@@ -109,4 +115,4 @@ def main(reactor: Any, store_dir: str, flush_disk_type: str, write_path: str,
 if __name__ == "__main__":
     from twisted.internet.task import react
 
-    react(main, sys.argv[1:5])
+    react(main, sys.argv[1:7])

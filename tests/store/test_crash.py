@@ -22,6 +22,8 @@ from tests.store.crashwriter import FILE_SIZE, QUEUES, TOPIC, body_of, crash_con
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ACKS_BEFORE_KILL = 1500
+#: commit-log files past the zeros-ahead window (1 MiB): SYNC_FLUSH appends and syncs on the reactor
+REACTOR_FILE_SIZE = 4 << 20
 
 
 class WriterProtocol(ProcessProtocol):
@@ -119,24 +121,26 @@ class CrashTests(TestCase):
     timeout = 60
 
     async def crash_and_recover(self, flush_disk_type: str, write_path: str,
-                                until_checkpoint_beyond: int | None = None, reboot: bool = False) -> MessageStore:
+                                until_checkpoint_beyond: int | None = None, reboot: bool = False,
+                                completion: str = "native", file_size: int = FILE_SIZE) -> MessageStore:
         """Write, SIGKILL the writer (once its checkpoint offset is past ``until_checkpoint_beyond``),
         tear the tail, recover in-process and check every acknowledged put; return the store.
 
         :param reboot: recover as after a machine restart (the abort file names another boot).
+        :param completion: the writer's ``sync_flush_completion``; ``file_size``: its commit-log file size.
         """
         store_dir = os.path.abspath(self.mktemp())
         writer = WriterProtocol(ACKS_BEFORE_KILL, lambda: until_checkpoint_beyond is None
                                 or checkpoint_offset(store_dir) > until_checkpoint_beyond)
         env = dict(os.environ, PYTHONPATH=ROOT)
         args = [sys.executable, "-m", "tests.store.crashwriter", store_dir, flush_disk_type, write_path]
-        if until_checkpoint_beyond is not None:
-            args.append("0.1")  # checkpoint every 0.1 s: the kill comes soon
+        args.append("1.0" if until_checkpoint_beyond is None else "0.1")  # 0.1 s checkpoints: the kill comes soon
+        args += [completion, str(file_size)]
         reactor.spawnProcess(writer, sys.executable, args, env=env, path=ROOT)
         await writer.ended
         self.assertEqual(writer.errors, [])
         self.assertGreaterEqual(len(writer.acks), ACKS_BEFORE_KILL)
-        config = crash_config(store_dir, flush_disk_type, write_path)
+        config = crash_config(store_dir, flush_disk_type, write_path, file_size=file_size)
         self.assertTrue(os.path.exists(config.abort_path), "the writer died without a clean shutdown")
 
         path, end, previous = last_file_end(config.commit_log_dir)
@@ -206,3 +210,12 @@ class CrashTests(TestCase):
     async def test_sync_flush(self) -> None:
         """SYNC_FLUSH: every put acknowledged after its group-commit flush survives."""
         await self.crash_and_recover("SYNC_FLUSH", "pwrite")
+
+    async def test_sync_flush_on_the_reactor(self) -> None:
+        """SYNC_FLUSH with files large enough for appends on the reactor and the group commit's sync on
+        the native thread: the same."""
+        await self.crash_and_recover("SYNC_FLUSH", "pwrite", completion="native", file_size=REACTOR_FILE_SIZE)
+
+    async def test_sync_flush_uring(self) -> None:
+        """The same with the syncs through io_uring (the native thread where the kernel refuses it)."""
+        await self.crash_and_recover("SYNC_FLUSH", "pwrite", completion="uring", file_size=REACTOR_FILE_SIZE)
