@@ -94,14 +94,14 @@ static int filter_accepts(PyObject *filter, PyObject *value) {
  *   -> (pos, total_bytes, next_file_start, last_phy, state)
  *
  * limits: (max_phy, memory_limit, disk_bytes, disk_count, memory_bytes, memory_count).
- * last_phy is -1 when no entry was looked at. The map's buffer is held only while no Python code
+ * last_phy is LLONG_MIN when no entry was looked at (a corrupt entry can hold -1). The map's buffer is held only while no Python code
  * can run (not across the filters' calls): retention may close the map from another thread, and
  * an export would make its close fail. */
 static PyObject *pull_collect(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer entries, log;
     PyObject *records, *tag_filter, *record_filter, *limits;
     Py_ssize_t pos, limit, count, max_msg_nums;
-    long long total_bytes, next_file_start, log_from, log_wrote, last_phy = -1, checked_from = 0, checked_to = 0;
+    long long total_bytes, next_file_start, log_from, log_wrote, last_phy = LLONG_MIN, checked_from = 0, checked_to = 0;
     long long max_phy, memory_limit, disk_bytes, disk_count, memory_bytes, memory_count;
     int resident_only, state = PULL_END, have_log = 0;
     const unsigned char *e;

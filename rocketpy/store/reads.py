@@ -34,6 +34,8 @@ _pull_collect = getattr(speedups.compiled, "pull_collect", None)
 _resident = getattr(speedups.compiled, "resident", None)
 # pull_collect's states (rocketpy/_speedups_pull.h)
 _SCANNED, _AT_LIMIT, _PYTHON_STEP, _ON_DISK = 0, 1, 2, 3
+#: ``pull_collect``'s last physical offset when it looked at no entry
+_NO_ENTRY = -(1 << 63)
 
 
 class NotResident(Exception):
@@ -238,7 +240,7 @@ class MessageReader:
                     pos, total_bytes, next_file_start, seen, state = _pull_collect(  # type: ignore[misc]
                         entries, pos, records, total_bytes, next_file_start, max_msg_nums, tag_filter,
                         record_filter, limits, mf.data, mf.file_from_offset, mf.wrote_position, resident_only)
-                    if seen >= 0:
+                    if seen != _NO_ENTRY:
                         last_phy = seen
                     if records:
                         result.status = GetMessageStatus.FOUND

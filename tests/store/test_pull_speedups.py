@@ -7,7 +7,7 @@ import mmap
 import struct
 from typing import Any, Callable
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -118,6 +118,9 @@ class PullCollectTests(SynchronousTestCase):
         st.binary(min_size=1, max_size=64),
         st.integers(0, FILE_SIZE),
     )
+    # a corrupt entry whose physical offset is -1 once looked like "no entry looked at" to the C loop
+    @example(present=[0], entries=[(889, 0, 0), (0, 16, 0), (-1, 0, 0)], max_msg_nums=1, codes=None,
+             filter_records=False, limits=(1048576, 32, 1048576, 32), memory=135, seed=b"\x00", last_wrote=0)
     def test_same_as_python(self, present: list[int], entries: list[tuple[int, int, int]], max_msg_nums: int,
                             codes: set[int] | None, filter_records: bool, limits: tuple[int, int, int, int],
                             memory: int, seed: bytes, last_wrote: int) -> None:
@@ -172,7 +175,7 @@ class PullCollectTests(SynchronousTestCase):
         files = {0: FakeFile(0, closed, FILE_SIZE)}
         result = reads._pull_collect(struct.pack(">qiq", 0, 8, 0), 0, [], 0, -1, 32, None, None,  # type: ignore[misc]
                                      (0, 0, 0, 0, 0, 0), files[0].data, 0, FILE_SIZE, False)
-        self.assertEqual(result, (0, 0, -1, -1, reads._PYTHON_STEP))
+        self.assertEqual(result, (0, 0, -1, reads._NO_ENTRY, reads._PYTHON_STEP))
 
 
 class ResidentTests(SynchronousTestCase):
