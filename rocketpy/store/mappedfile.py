@@ -19,6 +19,7 @@ import ctypes
 import errno
 import mmap
 import os
+import threading
 from typing import Any, Callable, Sequence
 
 from twisted.logger import Logger
@@ -137,6 +138,7 @@ class MappedFile:
         self._populated = 0  # the mmap write path has pre-faulted the pages below this
         self._zeroed = 0  # the pwrite path has written the bytes below this (data, or zeros ahead)
         self._address = 0
+        self._populate_lock = threading.Lock()  # one _populate at a time: its zeros never race an append
 
     @staticmethod
     def _create(path: str, file_size: int) -> int:
@@ -183,13 +185,19 @@ class MappedFile:
 
     def _populate(self, start: int, end: int) -> None:
         """Fault in the pages of ``[start, end)`` not yet faulted in, and a window beyond, with
-        ``madvise(MADV_POPULATE_WRITE)``.
+        ``madvise(MADV_POPULATE_WRITE)``, after writing zeros over them with ``pwrite``.
 
         A first write to a page of a fresh segment costs a page fault (≈ 2 µs per 1 KiB record
         on the development VM, 10× the copy), taken while the writer holds the GIL. Through
         ctypes the GIL is released, so the reactor thread runs while the kernel allocates the
-        pages; the copies that follow hit mapped pages. The contents do not change. Unsupported
-        kernels (EINVAL) turn it off.
+        pages; the copies that follow hit mapped pages. Faulting in a page of a preallocated
+        (*unwritten*) extent reads it in as zeros, which cost 6–10 µs of kernel time per page
+        on the development VM; zeros written first put the pages into the cache as a write does
+        (≈ 1.3 µs), and the madvise then maps them (doc/benchmarks.md, "Pass: the broker per
+        batched message"). The zeros go only above the faulted-in end and the write position,
+        where nothing valid lies and no append writes until this returns (``_populate_lock``
+        keeps a pool thread's populate and the writer's apart); the contents do not change.
+        Unsupported kernels (EINVAL) turn it off.
         """
         global _libc_madvise
         if _libc_madvise is None or self.closed:
@@ -197,14 +205,27 @@ class MappedFile:
             return
         if not self._address:
             self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.data))  # export dropped at once
-        start = max(self._populated, start - start % OS_PAGE_SIZE)  # page-aligned, as madvise wants
-        stop = end + POPULATE_WINDOW
-        length = min(stop - stop % OS_PAGE_SIZE, self.file_size) - start
-        if length > 0 and _libc_madvise(self._address + start, length, _MADV_POPULATE_WRITE) != 0:
-            if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS):
-                _libc_madvise = None
-        # only once faulted in (another thread may be appending below): never more than is true
-        self._populated = max(self._populated, start + length)
+        with self._populate_lock:
+            start = max(self._populated, start - start % OS_PAGE_SIZE)  # page-aligned, as madvise wants
+            stop = end + POPULATE_WINDOW
+            length = min(stop - stop % OS_PAGE_SIZE, self.file_size) - start
+            if length > 0:
+                self._write_zeros(max(start, self.wrote_position), start + length)
+                if _libc_madvise(self._address + start, length, _MADV_POPULATE_WRITE) != 0:
+                    if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS):
+                        _libc_madvise = None
+            # only once faulted in (another thread may be appending below): never more than is true
+            self._populated = max(self._populated, start + length)
+
+    def _write_zeros(self, pos: int, stop: int) -> bool:
+        """Zeros over ``[pos, stop)`` with ``pwrite``; False, writing no more, on an error (they
+        are only a speed-up: e.g. no blocks reserved)."""
+        try:
+            while pos < stop:
+                pos += os.pwrite(self._fd, _ZERO_CHUNK[: min(len(_ZERO_CHUNK), stop - pos)], pos)
+        except OSError:
+            return False
+        return True
 
     def populate_due(self) -> bool:
         """True when less than 3/4 of a window is faulted in (the pwrite path: written with zeros)
@@ -252,14 +273,8 @@ class MappedFile:
         """
         if end + due <= self._zeroed or self._zeroed >= self.file_size:
             return
-        pos = max(self._zeroed, end)
         stop = min(end + ZERO_AHEAD_WINDOW, self.file_size)
-        try:
-            while pos < stop:
-                pos += os.pwrite(self._fd, _ZERO_CHUNK[: min(len(_ZERO_CHUNK), stop - pos)], pos)
-        except OSError:  # only a speed-up (e.g. no blocks reserved): the data is written already
-            stop = self.file_size
-        self._zeroed = stop
+        self._zeroed = stop if self._write_zeros(max(self._zeroed, end), stop) else self.file_size
 
     def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write ``data`` at the wrote position and advance it; returns the file-relative start."""

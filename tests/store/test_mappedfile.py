@@ -155,6 +155,38 @@ class MappedFileTests(SynchronousTestCase):
         self.assertFalse(mf.populate_due())
         self.assertTrue(mf.is_populated(mf.wrote_position + 7 * OS_PAGE_SIZE))
 
+    def test_mmap_populate_writes_zeros_first(self) -> None:
+        """Before faulting pages in, the mmap path writes zeros over them with pwrite (cheaper than
+        reading a preallocated extent in as zeros), only above the faulted-in end and the write
+        position: the bytes of a reopened file below its write position, mid-page, stay."""
+        self.patch(mappedfile, "POPULATE_WINDOW", 4 * OS_PAGE_SIZE)
+        mf = self.create(0, "mmap")
+        old = b"o" * (OS_PAGE_SIZE + 100)
+        mf.append(old)
+        mf.close()
+        mf = MappedFile(mf.path, SIZE, "mmap")
+        self.addCleanup(mf.close)
+        mf.set_position(len(old))  # as after recovery: valid bytes end mid-page
+        zeros: list[tuple[int, int]] = []
+        write_zeros = mf._write_zeros
+
+        def spy(pos: int, stop: int) -> bool:
+            zeros.append((pos, stop))
+            self.assertEqual(read_file(mf.path)[pos:stop], bytes(stop - pos))  # nothing valid there
+            return write_zeros(pos, stop)
+
+        self.patch(mf, "_write_zeros", spy)
+        record = b"r" * 1000
+        for _ in range(40):
+            mf.append(record)
+        mf.populate_ahead()
+        window_end = len(old) + len(record) + 4 * OS_PAGE_SIZE  # the first append's end and a window
+        self.assertEqual(zeros[0], (len(old), window_end - window_end % OS_PAGE_SIZE))
+        for (_, stop), (after, _) in zip(zeros, zeros[1:]):
+            self.assertEqual(stop, after)  # contiguous, each byte once
+        self.assertGreater(zeros[-1][1], mf.wrote_position)
+        self.assertEqual(read_file(mf.path)[: mf.wrote_position], old + record * 40)
+
     def test_pwrite_populate_writes_zeros_ahead(self) -> None:
         """The pwrite path's populate: due once less than 3/4 of a window is written (with zeros)
         ahead; populate_ahead writes them; writes vouched for by is_populated start no zeros of
