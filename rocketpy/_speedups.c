@@ -52,7 +52,12 @@ static inline int64_t get_i64(const unsigned char *p) {
 static inline int16_t get_i16(const unsigned char *p) { return (int16_t)(p[0] << 8 | p[1]); }
 static inline void put_i32(unsigned char *p, int32_t v) {
     uint32_t u = (uint32_t)v;
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    u = __builtin_bswap32(u);  /* one store (a record has ~20 of these fields) */
+    memcpy(p, &u, 4);
+#else
     p[0] = u >> 24; p[1] = u >> 16; p[2] = u >> 8; p[3] = u;
+#endif
 }
 static inline void put_i64(unsigned char *p, int64_t v) {
     put_i32(p, (int32_t)((uint64_t)v >> 32));
@@ -267,7 +272,9 @@ static int java_hash_span(uint32_t h, PyObject *text, Py_ssize_t start, Py_ssize
     const void *data = PyUnicode_DATA(text);
     if (kind == PyUnicode_1BYTE_KIND) {
         const Py_UCS1 *s = data;
-        for (i = start; i < end; i++)
+        for (i = start; i + 4 <= end; i += 4)  /* four steps at once: 31^4 h + 31^3 a + 31^2 b + 31 c + d */
+            h = 923521u * h + 29791u * s[i] + 961u * s[i + 1] + 31u * s[i + 2] + s[i + 3];
+        for (; i < end; i++)
             h = 31 * h + s[i];
     } else {
         for (i = start; i < end; i++) {
@@ -387,17 +394,40 @@ fail:
 
 /* ---- records ---------------------------------------------------------------------------- */
 
+/* The last hosts packed: a record has two (the producer's and the broker's), the same tuples for
+ * a whole batch. Held, so that a cached address is never another tuple's; a tuple of a str and an
+ * int never changes. */
+#define PACKED_HOSTS 4
+static PyObject *packed_hosts[PACKED_HOSTS];
+static unsigned char packed_ips[PACKED_HOSTS][4];
+static int64_t packed_ports[PACKED_HOSTS];
+static unsigned packed_next;
+
 /* An IPv4 (ip, port) tuple of strictly dotted-quad form into 4 bytes and a port; 0 otherwise. */
 static int pack_host(PyObject *host, unsigned char ip[4], int64_t *port) {
     const char *text;
+    unsigned i;
+    for (i = 0; i < PACKED_HOSTS; i++)
+        if (packed_hosts[i] == host) {
+            memcpy(ip, packed_ips[i], 4);
+            *port = packed_ports[i];
+            return 1;
+        }
     if (!PyTuple_CheckExact(host) || PyTuple_GET_SIZE(host) != 2)
         return 0;
-    if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(host, 0)) || !PyUnicode_IS_ASCII(PyTuple_GET_ITEM(host, 0)))
+    if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(host, 0)) || !PyUnicode_IS_ASCII(PyTuple_GET_ITEM(host, 0)) ||
+        !PyLong_CheckExact(PyTuple_GET_ITEM(host, 1)))
         return 0;
     text = (const char *)PyUnicode_DATA(PyTuple_GET_ITEM(host, 0));
     if (inet_pton(AF_INET, text, ip) != 1)  /* where inet_pton accepts, inet_aton agrees */
         return 0;
-    return I32_OK(PyTuple_GET_ITEM(host, 1), port);
+    if (!I32_OK(PyTuple_GET_ITEM(host, 1), port))
+        return 0;
+    i = packed_next++ % PACKED_HOSTS;
+    Py_XSETREF(packed_hosts[i], Py_NewRef(host));
+    memcpy(packed_ips[i], ip, 4);
+    packed_ports[i] = *port;
+    return 1;
 }
 
 static int crc_of(const char *data, Py_ssize_t n, int32_t *out) {
@@ -1060,8 +1090,17 @@ static int run_flush(PyObject *entries, PyObject *topic, PyObject *queue_id, Py_
     return r;
 }
 
+/* Equal str objects (compact strs of equal text have the same kind). */
+static int same_text(PyObject *a, PyObject *b) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(a);
+    return a == b || (n == PyUnicode_GET_LENGTH(b) && PyUnicode_KIND(a) == PyUnicode_KIND(b) &&
+                      memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), n * PyUnicode_KIND(a)) == 0);
+}
+
 /* rocketpy.store.messagestore.inline_bound: (size bound, index keys, {(topic, queue_id): count})
- * or None; anything but lists or tuples of MessageExt with dict-of-str properties goes to the reference. */
+ * or None; anything but lists or tuples of MessageExt with dict-of-str properties goes to the
+ * reference. One pass: the reference returns None at the first message it would here, and
+ * redoes from the start whatever comes to it (no Python code runs below). */
 static PyObject *inline_bound(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t max_body, fixed, size = 0, keys = 0, run = 0, i, j;
     PyObject *puts, *entries, *run_topic = NULL, *run_queue = NULL, *result;
@@ -1074,68 +1113,48 @@ static PyObject *inline_bound(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     if (!(PyList_CheckExact(puts) || PyTuple_CheckExact(puts)) || !use_slots)  /* a lone put: a tuple */
         return fallback(py_inline_bound, args, nargs);
-    for (i = 0; i < PySequence_Fast_GET_SIZE(puts); i++) {  /* check the shapes first: no Python code runs below */
+    entries = PyDict_New();
+    if (entries == NULL)
+        return NULL;
+    for (i = 0; i < PySequence_Fast_GET_SIZE(puts); i++) {
         PyObject *msgs = PySequence_Fast_GET_ITEM(puts, i);
         if (!PyList_CheckExact(msgs) && !PyTuple_CheckExact(msgs))
-            return fallback(py_inline_bound, args, nargs);
+            goto python;
         for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
-            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *body, *props, *topic, *queue_id, *k, *v;
-            Py_ssize_t pos = 0;
+            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *body, *props, *topic, *queue_id, *k, *v, *found = NULL;
+            Py_ssize_t chars = 0, pos = 0;
+            int delayed = 0;
             if (!Py_IS_TYPE(msg, (PyTypeObject *)MessageExt))
-                return fallback(py_inline_bound, args, nargs);
+                goto python;
             body = *(PyObject **)((char *)msg + slot_offsets[1]);
             props = *(PyObject **)((char *)msg + slot_offsets[3]);
             topic = *(PyObject **)((char *)msg + slot_offsets[0]);
             queue_id = *(PyObject **)((char *)msg + slot_offsets[4]);
             if (body == NULL || !PyBytes_CheckExact(body) || props == NULL || !PyDict_CheckExact(props) ||
                 topic == NULL || !PyUnicode_CheckExact(topic) || queue_id == NULL || !PyLong_CheckExact(queue_id))
-                return fallback(py_inline_bound, args, nargs);
-            while (PyDict_Next(props, &pos, &k, &v))
+                goto python;
+            while (PyDict_Next(props, &pos, &k, &v)) {
                 if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
-                    return fallback(py_inline_bound, args, nargs);
-        }
-    }
-    entries = PyDict_New();
-    if (entries == NULL)
-        return NULL;
-    for (i = 0; i < PySequence_Fast_GET_SIZE(puts); i++) {
-        PyObject *msgs = PySequence_Fast_GET_ITEM(puts, i);
-        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
-            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *k, *v, *found;
-            PyObject *props = *(PyObject **)((char *)msg + slot_offsets[3]);
-            PyObject *topic = *(PyObject **)((char *)msg + slot_offsets[0]);
-            PyObject *queue_id = *(PyObject **)((char *)msg + slot_offsets[4]);
-            Py_ssize_t body = PyBytes_GET_SIZE(*(PyObject **)((char *)msg + slot_offsets[1])), chars = 0, pos = 0;
-            /* a delay level or a timer moves the message to another queue */
-            int delayed = PyDict_Contains(props, str_delay);
-            if (delayed == 0)
-                delayed = PyDict_Contains(props, str_timer_at);
-            if (delayed == 0)
-                delayed = PyDict_Contains(props, str_timer_sec);
-            if (delayed == 0)
-                delayed = PyDict_Contains(props, str_timer_ms);
-            if (delayed != 0) {
-                Py_DECREF(entries);
-                if (delayed < 0)
-                    return NULL;
-                Py_RETURN_NONE;
-            }
-            if (body > max_body) {
-                Py_DECREF(entries);
-                Py_RETURN_NONE;
-            }
-            while (PyDict_Next(props, &pos, &k, &v))
+                    goto python;
                 chars += PyUnicode_GET_LENGTH(k) + PyUnicode_GET_LENGTH(v) + 2;
-            size += fixed + body + PyUnicode_GET_LENGTH(topic) + 4 * chars;
-            found = PyDict_GetItemWithError(props, str_keys);  /* borrowed */
+                /* a delay level or a timer moves the message to another queue */
+                if (same_text(k, str_delay) || same_text(k, str_timer_at) || same_text(k, str_timer_sec) ||
+                    same_text(k, str_timer_ms))
+                    delayed = 1;
+                else if (same_text(k, str_keys))
+                    found = v;
+            }
+            if (delayed || PyBytes_GET_SIZE(body) > max_body) {
+                Py_DECREF(entries);
+                Py_RETURN_NONE;
+            }
+            size += fixed + PyBytes_GET_SIZE(body) + PyUnicode_GET_LENGTH(topic) + 4 * chars;
             keys += 2;
             if (found != NULL && PyUnicode_GET_LENGTH(found) > 0) {
                 Py_ssize_t spaces = PyUnicode_Count(found, str_space, 0, PY_SSIZE_T_MAX);
                 if (spaces < 0)
                     goto fail;
                 keys += spaces;
-            } else if (PyErr_Occurred()) {
-                goto fail;
             }
             /* consume-queue entries: counted per run of the same (topic, queue_id) objects */
             if (topic != run_topic || queue_id != run_queue) {
@@ -1150,6 +1169,9 @@ static PyObject *inline_bound(PyObject *self, PyObject *const *args, Py_ssize_t 
         goto fail;
     result = Py_BuildValue("(nnN)", size, keys, entries);
     return result;
+python:
+    Py_DECREF(entries);
+    return fallback(py_inline_bound, args, nargs);
 fail:
     Py_DECREF(entries);
     return NULL;

@@ -151,7 +151,8 @@ class EquivalenceTests(SynchronousTestCase):
     @EXAMPLES
     @given(st.lists(st.lists(st.builds(
         m.MessageExt, topic=st.sampled_from(["T", "U", "\u00e9"]), body=st.binary(max_size=40),
-        properties=st.dictionaries(st.sampled_from(["KEYS", "DELAY", "TAGS", "k"]) | TEXT,
+        properties=st.dictionaries(st.sampled_from(["KEYS", "DELAY", "TAGS", "k", "TIMER_DELIVER_MS",
+                                                    "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "KEY"]) | TEXT,
                                    st.sampled_from(["a b  c", "", " ", "3"]) | TEXT, max_size=3),
         queue_id=st.integers(0, 3)), max_size=5) | st.tuples(), max_size=4),
         st.sampled_from([10, 40, 8192]))
