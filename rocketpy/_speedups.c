@@ -102,19 +102,31 @@ static PyObject *ascii_str(const char *s, Py_ssize_t n) {
     return out;
 }
 
-/* Property names repeat (TAGS, KEYS, UNIQ_KEY, ...): one str each, its hash computed once. */
-#define NAME_CACHE 64
-static PyObject *name_cache[NAME_CACHE];
+/* An ASCII str of s[0:n] (n ≥ 1) from a cache of 64 (the last one in each slot). */
+#define TEXT_CACHE 64
+static PyObject *cached_ascii(PyObject **cache, const char *s, Py_ssize_t n) {
+    unsigned slot = (unsigned)(n * 31 + (unsigned char)s[0] * 7 + (unsigned char)s[n - 1]) % TEXT_CACHE;
+    PyObject *text = cache[slot];
+    if (text != NULL && PyUnicode_GET_LENGTH(text) == n && memcmp(PyUnicode_DATA(text), s, n) == 0)
+        return Py_NewRef(text);
+    text = ascii_str(s, n);
+    if (text != NULL)
+        Py_XSETREF(cache[slot], Py_NewRef(text));
+    return text;
+}
 
-static PyObject *property_name(const char *s, Py_ssize_t n) {
-    unsigned slot = (unsigned)(n * 31 + (unsigned char)s[0] * 7 + (unsigned char)s[n - 1]) % NAME_CACHE;
-    PyObject *name = name_cache[slot];
-    if (name != NULL && PyUnicode_GET_LENGTH(name) == n && memcmp(PyUnicode_DATA(name), s, n) == 0)
-        return Py_NewRef(name);
-    name = ascii_str(s, n);
-    if (name != NULL)
-        Py_XSETREF(name_cache[slot], Py_NewRef(name));
-    return name;
+/* Property names repeat (TAGS, KEYS, UNIQ_KEY, ...): one str each, its hash computed once. */
+static PyObject *name_cache[TEXT_CACHE];
+
+static PyObject *property_name(const char *s, Py_ssize_t n) { return cached_ascii(name_cache, s, n); }
+
+/* Short property values repeat too (a producer's TAGS, often its KEYS): one str each, not one
+ * per message to allocate and free. */
+#define VALUE_CACHED_MAX 16
+static PyObject *value_cache[TEXT_CACHE];
+
+static PyObject *property_value(const char *s, Py_ssize_t n) {
+    return n > VALUE_CACHED_MAX ? ascii_str(s, n) : cached_ascii(value_cache, s, n);
 }
 
 /* result[name] = value, releasing both (either may be NULL after a failed allocation). */
@@ -152,7 +164,7 @@ static PyObject *parse_ascii_items(const char *s, Py_ssize_t n, int *wait_false)
         if (sep != NULL && sep > s && sep + 1 < item_end) {
             if (wait_false != NULL && sep - s == 4 && memcmp(s, "WAIT", 4) == 0)
                 *wait_false = is_false_text(sep + 1, item_end - sep - 1);
-            else if (set_property(result, property_name(s, sep - s), ascii_str(sep + 1, item_end - sep - 1)) < 0)
+            else if (set_property(result, property_name(s, sep - s), property_value(sep + 1, item_end - sep - 1)) < 0)
                 goto fail;
         }
         s = item_end + 1;

@@ -97,10 +97,19 @@ static PyObject *offset_id(PyObject *host, int64_t offset) {
  * message's queue_offset, commit_log_offset, store_timestamp and store_size set. Returns the
  * end offset, [(key, previous next offset)] to restore if the write fails, every record in
  * order, and each put's message ids. None when a record is not well formed: nothing changed. */
+/* table[key] = next (a run of one queue's records ends). */
+static int table_set(PyObject *table, PyObject *key, int64_t next) {
+    PyObject *value = PyLong_FromLongLong(next);
+    int r = value == NULL ? -1 : PyDict_SetItem(table, key, value);
+    Py_XDECREF(value);
+    return r;
+}
+
 static PyObject *place_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *chunk, *table, *host, *undo = NULL, *seen = NULL, *out = NULL, *ids = NULL, *now_obj;
-    PyObject *last_topic_obj = NULL, *key = NULL, *result = NULL;
-    int64_t phys, now, last_qid = -1;
+    PyObject *last_topic_obj = NULL, *key = NULL, *result = NULL, *size_obj = NULL;
+    int64_t phys, now, last_qid = -1, last_size = -1, next = 0;  /* next: the run's next queue offset, in table once it ends */
+    int in_run = 0;
     Py_ssize_t c, j;
     if (nargs != 5)
         return PyErr_Format(PyExc_TypeError, "place_chunk() takes 5 arguments");
@@ -133,45 +142,49 @@ static PyObject *place_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
             I32_OK(SLOT(msg, F_QUEUE_ID), &qid);
             I32_OK(SLOT(msg, F_SYS_FLAG), &sys_flag);
             if ((sys_flag & 0xC) != 0x4 && (sys_flag & 0xC) != 0xC) {  /* not PREPARED or ROLLBACK */
-                PyObject *next;
-                if (topic != last_topic_obj || qid != last_qid) {
+                if (!in_run || topic != last_topic_obj || qid != last_qid) {  /* a new run: its key's next offset */
+                    PyObject *found;
+                    if (in_run && table_set(table, key, next) < 0)
+                        goto fail;
+                    in_run = 0;
                     Py_XSETREF(key, PyUnicode_FromFormat("%U-%lld", topic, (long long)qid));
                     if (key == NULL)
                         goto fail;
                     last_topic_obj = topic, last_qid = qid;
-                }
-                next = PyDict_GetItemWithError(table, key);  /* borrowed */
-                if (next == NULL && PyErr_Occurred())
-                    goto fail;
-                if (next != NULL && !I64_OK(next, &queue_offset)) {
-                    PyErr_SetString(PyExc_TypeError, "the queue offset table holds a non-integer");
-                    goto fail;
-                }
-                if (PyDict_GetItemWithError(seen, key) == NULL) {  /* the first offset of a key restores it */
-                    PyObject *pair;
-                    if (PyErr_Occurred() || PyDict_SetItem(seen, key, Py_None) < 0)
+                    found = PyDict_GetItemWithError(table, key);  /* borrowed */
+                    if (found == NULL && PyErr_Occurred())
                         goto fail;
-                    pair = Py_BuildValue("(OL)", key, (long long)queue_offset);
-                    if (pair == NULL || PyList_Append(undo, pair) < 0) {
-                        Py_XDECREF(pair);
+                    next = 0;
+                    if (found != NULL && !I64_OK(found, &next)) {
+                        PyErr_SetString(PyExc_TypeError, "the queue offset table holds a non-integer");
                         goto fail;
                     }
-                    Py_DECREF(pair);
+                    if (PyDict_GetItemWithError(seen, key) == NULL) {  /* the first offset of a key restores it */
+                        PyObject *pair;
+                        if (PyErr_Occurred() || PyDict_SetItem(seen, key, Py_None) < 0)
+                            goto fail;
+                        pair = Py_BuildValue("(OL)", key, (long long)next);
+                        if (pair == NULL || PyList_Append(undo, pair) < 0) {
+                            Py_XDECREF(pair);
+                            goto fail;
+                        }
+                        Py_DECREF(pair);
+                    }
+                    in_run = 1;
                 }
-                next = PyLong_FromLongLong(queue_offset + 1);
-                if (next == NULL || PyDict_SetItem(table, key, next) < 0) {
-                    Py_XDECREF(next);
-                    goto fail;
-                }
-                Py_DECREF(next);
+                queue_offset = next++;
             }
             put_i64(p + 20, queue_offset);
             put_i64(p + 28, phys);
             put_i64(p + 56, now);
+            if (size_obj == NULL || last_size != size) {  /* a batch's records often have one size */
+                Py_XSETREF(size_obj, PyLong_FromLongLong(size));
+                last_size = size;
+            }
             if (set_slot(msg, F_QUEUE_OFFSET, PyLong_FromLongLong(queue_offset)) < 0 ||
                 set_slot(msg, F_COMMIT_LOG_OFFSET, PyLong_FromLongLong(phys)) < 0 ||
                 set_slot(msg, F_STORE_TIMESTAMP, Py_NewRef(now_obj)) < 0 ||
-                set_slot(msg, F_STORE_SIZE, PyLong_FromLongLong(size)) < 0)
+                set_slot(msg, F_STORE_SIZE, Py_XNewRef(size_obj)) < 0)
                 goto fail;
             if ((id = offset_id(host, phys)) == NULL)
                 goto fail;
@@ -181,13 +194,24 @@ static PyObject *place_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
             phys += size;
         }
     }
+    if (in_run && table_set(table, key, next) < 0)
+        goto fail;
+    in_run = 0;
     result = Py_BuildValue("(LOOO)", (long long)phys, undo, out, ids);
 fail:
+    if (in_run) {  /* an error: the offsets given so far stay taken, as one message at a time */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (table_set(table, key, next) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    }
     Py_XDECREF(undo);
     Py_XDECREF(seen);
     Py_XDECREF(out);
     Py_XDECREF(ids);
     Py_XDECREF(key);
+    Py_XDECREF(size_obj);
     return result;
 }
 
