@@ -277,12 +277,17 @@ typedef struct {
     Py_ssize_t nkeys;
 } Record;
 
+/* The last topic record_of found to be neither the schedule's nor the timer's, the last tags and
+ * their code: held, so that the addresses stay theirs. */
+static PyObject *plain_topic, *last_tags;
+static int64_t last_tags_code;
+
 /* The record of msg for the fast path: 1; 0 when it needs the Python dispatch. */
 static int record_of(PyObject *msg, Record *r) {
-    PyObject *props, *tags;
+    PyObject *props, *tags, *k, *value;
     int64_t v, sys_flag;
     uint32_t h;
-    Py_ssize_t i, n;
+    Py_ssize_t i, n, pos = 0;
     int i_slot;
     if (!use_slots || !Py_IS_TYPE(msg, (PyTypeObject *)MessageExt))
         return 0;
@@ -298,22 +303,34 @@ static int record_of(PyObject *msg, Record *r) {
         !I64_OK(SLOT(msg, F_COMMIT_LOG_OFFSET), &r->offset) || r->offset < 0 ||
         !I32_OK(SLOT(msg, F_STORE_SIZE), &r->size) || r->size < 0 ||
         !as_int64(SLOT(msg, F_QUEUE_OFFSET), 0, INT64_MAX / CQ_UNIT, &r->queue_offset) ||
-        !as_int64(r->store_ts_obj, -((int64_t)1 << 61), (int64_t)1 << 61, &r->store_ts) ||
-        PyUnicode_CompareWithASCIIString(r->topic, SCHEDULE_TOPIC_NAME) == 0 ||
-        PyUnicode_CompareWithASCIIString(r->topic, TIMER_TOPIC_NAME) == 0)
+        !as_int64(r->store_ts_obj, -((int64_t)1 << 61), (int64_t)1 << 61, &r->store_ts))
         return 0;
-    tags = PyDict_GetItemWithError(props, store_names[S_TAGS]);
-    r->uniq = PyDict_GetItemWithError(props, store_names[S_UNIQ_KEY]);
-    r->keys = PyDict_GetItemWithError(props, store_names[S_KEYS]);
-    if (PyErr_Occurred()) {
-        PyErr_Clear();
-        return 0;
+    if (r->topic != plain_topic) {  /* the last topic found to be neither of these (a str never changes) */
+        if (PyUnicode_CompareWithASCIIString(r->topic, SCHEDULE_TOPIC_NAME) == 0 ||
+            PyUnicode_CompareWithASCIIString(r->topic, TIMER_TOPIC_NAME) == 0)
+            return 0;
+        Py_XSETREF(plain_topic, Py_NewRef(r->topic));
+    }
+    tags = r->uniq = r->keys = NULL;
+    while (PyDict_Next(props, &pos, &k, &value)) {  /* TAGS, UNIQ_KEY, KEYS: one pass, not three look-ups */
+        if (!PyUnicode_CheckExact(k))  /* a str subclass might equal one of them: Python */
+            return 0;
+        if (same_text(k, store_names[S_TAGS]))
+            tags = value;
+        else if (same_text(k, store_names[S_UNIQ_KEY]))
+            r->uniq = value;
+        else if (same_text(k, store_names[S_KEYS]))
+            r->keys = value;
     }
     r->tags_code = 0;
     if (tags != NULL) {
-        if (!PyUnicode_CheckExact(tags) || !java_hash_span(0, tags, 0, PyUnicode_GET_LENGTH(tags), &h))
-            return 0;
-        r->tags_code = (int32_t)h;
+        if (tags != last_tags) {  /* a producer's messages share their tags (a cached value, property_value) */
+            if (!PyUnicode_CheckExact(tags) || !java_hash_span(0, tags, 0, PyUnicode_GET_LENGTH(tags), &h))
+                return 0;
+            Py_XSETREF(last_tags, Py_NewRef(tags));
+            last_tags_code = (int32_t)h;
+        }
+        r->tags_code = last_tags_code;
     }
     if (r->uniq != NULL && !PyUnicode_CheckExact(r->uniq))
         return 0;
@@ -408,6 +425,8 @@ typedef struct {
     PyObject *cqs, *index, *table, *logics_ts;
     CachedQueue queues[CQ_CACHE];
     int nqueues;
+    PyObject *last_topic, *last_qid;  /* the last record's queue (held) and its cached entry */
+    CachedQueue *last_q;
     PyObject *file;  /* the index file, NULL when not loaded */
     Py_buffer iview;
     IndexState s;
@@ -416,6 +435,9 @@ typedef struct {
 /* Write the cached fields back and drop the cache; -1 with an exception. */
 static int flush_cache(DispatchCache *c) {
     int i, r = 0;
+    c->last_q = NULL;
+    Py_CLEAR(c->last_topic);
+    Py_CLEAR(c->last_qid);
     for (i = 0; i < c->nqueues; i++) {
         CachedQueue *q = &c->queues[i];
         PyObject *position = PyLong_FromLongLong(q->wrote);
@@ -487,11 +509,18 @@ static int cq_put(DispatchCache *c, Record *r) {
     PyObject *queues, *cq;
     CachedQueue *q;
     unsigned char *p;
-    queues = PyDict_GetItemWithError(c->table, r->topic);  /* borrowed */
-    cq = queues != NULL && PyDict_CheckExact(queues) ? PyDict_GetItemWithError(queues, r->queue_id) : NULL;
-    if (cq == NULL || (q = cached_queue(c, cq)) == NULL) {
-        PyErr_Clear();
-        return 0;
+    if (c->last_q != NULL && r->topic == c->last_topic && r->queue_id == c->last_qid) {
+        q = c->last_q;  /* a batch's records go to one queue: its look-ups once */
+    } else {
+        queues = PyDict_GetItemWithError(c->table, r->topic);  /* borrowed */
+        cq = queues != NULL && PyDict_CheckExact(queues) ? PyDict_GetItemWithError(queues, r->queue_id) : NULL;
+        if (cq == NULL || (q = cached_queue(c, cq)) == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        Py_XSETREF(c->last_topic, Py_NewRef(r->topic));
+        Py_XSETREF(c->last_qid, Py_NewRef(r->queue_id));
+        c->last_q = q;
     }
     if (r->offset + r->size <= q->max_physic || q->wrote + CQ_UNIT > q->file_size ||
         r->queue_offset * CQ_UNIT != q->from + q->wrote)
@@ -536,6 +565,10 @@ static int load_index(DispatchCache *c) {
     return 1;
 }
 
+/* The last topic an index key began with and the hash of topic + "#" (held: the address stays its own). */
+static PyObject *prefix_topic;
+static uint32_t prefix_hash;
+
 /* IndexService.dispatch's common case: the newest file has room for every key of the record,
  * which is newer than its last one. 1 done, 0 not taken (nothing changed). */
 static int index_dispatch(DispatchCache *c, Record *r) {
@@ -551,9 +584,13 @@ static int index_dispatch(DispatchCache *c, Record *r) {
         s->hash_slot_count + r->nkeys > INT32_MAX || r->offset < s->end_phy ||
         (r->offset == s->end_phy && s->end_ts > 0))
         return 0;
-    if (!java_hash_span(0, r->topic, 0, PyUnicode_GET_LENGTH(r->topic), &prefix))
-        return 0;
-    prefix = prefix * 31 + '#';
+    if (r->topic != prefix_topic) {
+        if (!java_hash_span(0, r->topic, 0, PyUnicode_GET_LENGTH(r->topic), &prefix))
+            return 0;
+        Py_XSETREF(prefix_topic, Py_NewRef(r->topic));
+        prefix_hash = prefix * 31 + '#';
+    }
+    prefix = prefix_hash;
     data = c->iview.buf;
     for (pass = 0; pass < 2; pass++) {  /* every key hashes (no lone surrogate) before anything is written */
         if (r->uniq != NULL) {
@@ -671,7 +708,8 @@ static PyObject *encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t n
         if (!(PyList_CheckExact(msgs) || PyTuple_CheckExact(msgs)) || PySequence_Fast_GET_SIZE(msgs) == 0)
             Py_RETURN_NONE;
         for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
-            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *topic, *body, *props;
+            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *topic, *body, *props, *k, *v;
+            Py_ssize_t pos = 0;
             if (!use_slots || !Py_IS_TYPE(msg, (PyTypeObject *)MessageExt))
                 Py_RETURN_NONE;
             topic = SLOT(msg, F_TOPIC), body = SLOT(msg, F_BODY), props = SLOT(msg, F_PROPERTIES);
@@ -679,12 +717,10 @@ static PyObject *encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t n
                 PyUnicode_GET_LENGTH(topic) > TOPIC_MAX_LENGTH || !PyBytes_CheckExact(body) ||
                 PyBytes_GET_SIZE(body) > max_body || !PyDict_CheckExact(props))
                 Py_RETURN_NONE;
-            if (PyDict_GetItemWithError(props, str_delay) != NULL || PyDict_GetItemWithError(props, str_timer_at) != NULL ||
-                PyDict_GetItemWithError(props, str_timer_sec) != NULL ||
-                PyDict_GetItemWithError(props, str_timer_ms) != NULL || PyErr_Occurred()) {
-                PyErr_Clear();
-                Py_RETURN_NONE;
-            }
+            while (PyDict_Next(props, &pos, &k, &v))  /* no str subclass (it might equal one), no delay, no timer */
+                if (!PyUnicode_CheckExact(k) || same_text(k, str_delay) || same_text(k, str_timer_at) ||
+                    same_text(k, str_timer_sec) || same_text(k, str_timer_ms))
+                    Py_RETURN_NONE;
         }
     }
     if ((out = PyList_New(PySequence_Fast_GET_SIZE(puts))) == NULL)
