@@ -462,6 +462,15 @@ static int crc_of(const char *data, Py_ssize_t n, int32_t *out) {
     return 0;
 }
 
+/* PyUnicode_AsUTF8AndSize, an ASCII str's own bytes without the call (a record's properties are). */
+static inline const char *utf8_of(PyObject *text, Py_ssize_t *size) {
+    if (PyUnicode_IS_COMPACT_ASCII(text)) {
+        *size = PyUnicode_GET_LENGTH(text);
+        return (const char *)PyUnicode_DATA(text);
+    }
+    return PyUnicode_AsUTF8AndSize(text, size);
+}
+
 /* The message's attributes encode_record reads, in this order. */
 enum { A_TOPIC, A_PROPS, A_BODY, A_QUEUE_ID, A_FLAG, A_QUEUE_OFFSET, A_PHYS, A_SYS_FLAG, A_BORN_TS,
        A_BORN_HOST, A_STORE_TS, A_STORE_HOST, A_RECONSUME, A_PREPARED, N_ATTRS };
@@ -508,7 +517,7 @@ static PyObject *encode_record(PyObject *self, PyObject *msg) {
         Py_ssize_t kl, vl;
         if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
             goto slow;
-        if (PyUnicode_AsUTF8AndSize(k, &kl) == NULL || PyUnicode_AsUTF8AndSize(v, &vl) == NULL) {
+        if (utf8_of(k, &kl) == NULL || utf8_of(v, &vl) == NULL) {
             PyErr_Clear();  /* a lone surrogate: Python raises UnicodeEncodeError */
             goto slow;
         }
@@ -556,7 +565,7 @@ static PyObject *encode_record(PyObject *self, PyObject *msg) {
     pos = 0;  /* no Python code ran since the first pass: same dict, same order */
     while (PyDict_Next(a[A_PROPS], &pos, &k, &v)) {
         Py_ssize_t kl, vl;
-        const char *ks = PyUnicode_AsUTF8AndSize(k, &kl), *vs = PyUnicode_AsUTF8AndSize(v, &vl);
+        const char *ks = utf8_of(k, &kl), *vs = utf8_of(v, &vl);
         if (p != (unsigned char *)PyByteArray_AS_STRING(out) + size - props_len)
             *p++ = 2;
         memcpy(p, ks, kl);
@@ -843,7 +852,7 @@ static unsigned char *write_properties(unsigned char *p, PyObject *props) {
     PyObject *k, *v;
     int first = 1;
     while (PyDict_Next(props, &pos, &k, &v)) {
-        const char *ks = PyUnicode_AsUTF8AndSize(k, &kl), *vs = PyUnicode_AsUTF8AndSize(v, &vl);
+        const char *ks = utf8_of(k, &kl), *vs = utf8_of(v, &vl);
         if (!first)
             *p++ = 2;
         first = 0;
