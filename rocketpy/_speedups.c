@@ -1112,7 +1112,7 @@ static int run_flush(PyObject *entries, PyObject *topic, PyObject *queue_id, Py_
 }
 
 /* Equal str objects (compact strs of equal text have the same kind). */
-static int same_text(PyObject *a, PyObject *b) {
+static inline int same_text(PyObject *a, PyObject *b) {
     Py_ssize_t n = PyUnicode_GET_LENGTH(a);
     return a == b || (n == PyUnicode_GET_LENGTH(b) && PyUnicode_KIND(a) == PyUnicode_KIND(b) &&
                       memcmp(PyUnicode_DATA(a), PyUnicode_DATA(b), n * PyUnicode_KIND(a)) == 0);
