@@ -206,6 +206,8 @@ class MappedFile:
         if not self._address:
             self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.data))  # export dropped at once
         with self._populate_lock:
+            if self.closed:  # closed meanwhile (its descriptor's number may be another file's by now)
+                return
             start = max(self._populated, start - start % OS_PAGE_SIZE)  # page-aligned, as madvise wants
             stop = end + POPULATE_WINDOW
             length = min(stop - stop % OS_PAGE_SIZE, self.file_size) - start
@@ -389,10 +391,11 @@ class MappedFile:
 
     def close(self) -> None:
         """Unmap and close, keeping the file."""
-        if not self.closed:
-            self.closed = True
-            self.data.close()
-            os.close(self._fd)
+        with self._populate_lock:  # never while a populate writes zeros through the descriptor
+            if not self.closed:
+                self.closed = True
+                self.data.close()
+                os.close(self._fd)
 
     def destroy(self) -> None:
         """Close and delete the file."""
