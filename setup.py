@@ -51,6 +51,7 @@ setup(
                            depends=["rocketpy/_speedups_client.h", "rocketpy/_speedups_store.h",
                                     "rocketpy/_speedups_remoting.h", "rocketpy/_speedups_pull.h",
                                     "rocketpy/_speedups_aio.h", "rocketpy/_speedups_uring.h",
+                                    "rocketpy/_speedups_lone.h",
                                     "rocketpy/_speedups_crc.h", "rocketpy/_speedups_batch.h"],
                            optional=True)],
     zip_safe=False,

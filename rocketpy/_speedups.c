@@ -1552,6 +1552,7 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 
 #include "_speedups_store.h"
 #include "_speedups_remoting.h"
+#include "_speedups_lone.h"  /* lone_put: the store service's inline append of one message */
 #include "_speedups_aio.h"  /* syncer_*: the commit log's fdatasync ended on the reactor's epoll */
 #include "_speedups_uring.h"  /* uring_*: the same through io_uring */
 #include "_speedups_batch.h"  /* write_buffers: a chunk of records into the mapped file */
@@ -1631,6 +1632,7 @@ static PyMethodDef methods[] = {
      "The broker's messages of a batch body, or None for its Python loop (rocketpy.broker.send)."},
     CLIENT_METHODS
     STORE_METHODS
+    LONE_METHODS
     REMOTING_METHODS
     PULL_METHODS
     AIO_METHODS

@@ -619,6 +619,27 @@ static int index_dispatch(DispatchCache *c, Record *r) {
     return 1;
 }
 
+/* One record of dispatch_chunk: its entry and keys written here when both go the common way (1),
+ * else dispatch(msg) does it after the cache is written back (0); -1 with an exception. */
+static int dispatch_record(DispatchCache *c, PyObject *msg, PyObject *slow) {
+    Record r;
+    int taken = 0;
+    Py_INCREF(msg);
+    if (PyDict_CheckExact(c->table) && record_of(msg, &r)) {
+        taken = cq_put(c, &r);
+        if (taken && c->index != Py_None)
+            taken = index_dispatch(c, &r);
+        record_release(&r);
+    }
+    if (!taken) {  /* the Python dispatch does the record, after the cache is written back */
+        PyObject *done = flush_cache(c) < 0 ? NULL : PyObject_CallOneArg(slow, msg);
+        taken = done == NULL ? -1 : 0;
+        Py_XDECREF(done);
+    }
+    Py_DECREF(msg);
+    return taken;
+}
+
 /* dispatch_chunk(chunk, consume_queues, index, dispatch) -> None
  * CommitLog.dispatch of every record of chunk's puts (i, msgs, bufs, total), in order, for the
  * dispatchers [consume_queues] (index None) or [consume_queues, index]: a record's consume-queue
@@ -651,23 +672,8 @@ static PyObject *dispatch_chunk(PyObject *self, PyObject *const *args, Py_ssize_
             break;
         }
         msgs = Py_NewRef(PyTuple_GET_ITEM(item, 1));
-        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs) && !failed; j++) {
-            PyObject *msg = Py_NewRef(PySequence_Fast_GET_ITEM(msgs, j));
-            Record r;
-            int taken = 0;
-            if (PyDict_CheckExact(c.table) && record_of(msg, &r)) {
-                taken = cq_put(&c, &r);
-                if (taken && c.index != Py_None)
-                    taken = index_dispatch(&c, &r);
-                record_release(&r);
-            }
-            if (!taken) {  /* the Python dispatch does the record, after the cache is written back */
-                PyObject *done = flush_cache(&c) < 0 ? NULL : PyObject_CallOneArg(slow, msg);
-                failed = done == NULL;
-                Py_XDECREF(done);
-            }
-            Py_DECREF(msg);
-        }
+        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs) && !failed; j++)
+            failed = dispatch_record(&c, PySequence_Fast_GET_ITEM(msgs, j), slow) < 0;
         Py_DECREF(msgs);
     }
     if (failed) {  /* write back what was done, keeping the exception */

@@ -15,6 +15,7 @@ import time
 from typing import Callable, Iterable, Protocol, Sequence, cast
 
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from rocketpy.common import speedups
 from rocketpy.common.message import (
@@ -168,18 +169,26 @@ class CommitLog:
                 finally:
                     self.begin_time_in_lock = 0
             elapsed = self.now_ms() - begin
-            stats = self.stats
             for i, msgs, _bufs, total in encoded:
                 result = results[i]
                 assert result is not None
-                if elapsed > LOCK_WARN_MS:
-                    _log.warn("commit log {dir}: a put of {size} bytes held the lock {ms} ms", dir=self.queue.store_path,
-                              size=total, ms=elapsed)
                 if result.status is PutMessageStatus.PUT_OK:
-                    stats.record_put(msgs[0].topic, len(msgs), total, elapsed)
+                    self._record_put(msgs[0].topic, len(msgs), total, elapsed)
                 else:
-                    stats.record_failure(result.status.value)
+                    if elapsed > LOCK_WARN_MS:
+                        self._lock_held(total, elapsed)
+                    self.stats.record_failure(result.status.value)
         return results  # type: ignore[return-value]  # every slot is filled by now
+
+    def _record_put(self, topic: str, records: int, total: int, elapsed: int) -> None:
+        """The stats of a stored put of ``total`` bytes that held the lock ``elapsed`` ms (also the compiled lone put's)."""
+        if elapsed > LOCK_WARN_MS:
+            self._lock_held(total, elapsed)
+        self.stats.record_put(topic, records, total, elapsed)
+
+    def _lock_held(self, total: int, elapsed: int) -> None:
+        _log.warn("commit log {dir}: a put of {size} bytes held the lock {ms} ms", dir=self.queue.store_path,
+                  size=total, ms=elapsed)
 
     def _encode_each(self, puts: Sequence[Sequence[MessageExt]], results: list[PutMessageResult | None],
                      limit: int) -> list[Put]:
@@ -357,9 +366,13 @@ class CommitLog:
             return
         try:
             compiled.dispatch_chunk(chunk, queues, index, self.dispatch)
-        except Exception:  # what dispatch() does for a dispatcher's failure (memory, in C)
-            _log.failure("commit log {dir}: dispatching a chunk failed", dir=self.queue.store_path)
-            self.dispatch_failed = True
+        except Exception as e:
+            self._dispatch_raised(e)
+
+    def _dispatch_raised(self, error: BaseException) -> None:
+        """What dispatch() does for a dispatcher's failure, for the compiled dispatch's (memory, in C)."""
+        _log.failure("commit log {dir}: dispatching a chunk failed", Failure(error), dir=self.queue.store_path)
+        self.dispatch_failed = True
 
     def _file_with_room(self, size: int) -> MappedFile:
         # END_OF_FILE: fill the rest of a file too small for ``size`` with a blank, go to the next.

@@ -19,17 +19,24 @@ from rocketpy.common import speedups
 from rocketpy.common.message import MessageConst, MessageExt, properties_length_bound
 from rocketpy.interfaces import IMessageStore
 from rocketpy.store.checkpoint import StoreCheckpoint
-from rocketpy.store.commitlog import CommitLog, wall_clock_ms
+from rocketpy.store.commitlog import RECORD_SLACK, CommitLog, wall_clock_ms
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.consumequeue import ConsumeQueueStore
 from rocketpy.store.dispatch import QueueRecorder, SupportsDispatch
 from rocketpy.store.index import IndexService
+from rocketpy.store.mappedfile import POPULATE_WINDOW
 from rocketpy.store.mappedfilequeue import FlushToken
 from rocketpy.store.reads import MessageReader
-from rocketpy.store.recovery import RecoveryReport, boot_id, page_cache_intact, recover_store
+from rocketpy.store.recovery import BLANK_SIZE, RecoveryReport, boot_id, page_cache_intact, recover_store
 from rocketpy.store.retention import ConsumerPosition, Retention, used_ratio
 from rocketpy.store.stats import StoreStats
-from rocketpy.store.status import PutMessageResult, PutMessageStatus, QueryMessageResult
+from rocketpy.store.status import (
+    AppendMessageResult,
+    AppendMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+    QueryMessageResult,
+)
 from rocketpy.store.timer import is_timer_request
 
 _log = Logger()
@@ -77,6 +84,15 @@ if speedups.compiled is not None:
     COMPILED_INLINE_BOUND = inline_bound = speedups.compiled.inline_bound
 
 
+#: The compiled lone put (rocketpy/_speedups_lone.h: :meth:`MessageStore.put_lone`), None when not built.
+LonePut = Callable[[CommitLog, MessageExt], "tuple[PutMessageResult, int | None, bool] | None"]
+COMPILED_LONE_PUT: LonePut | None = None
+if speedups.compiled is not None and speedups.compiled.set_lone_put(
+        ConsumeQueueStore, IndexService, PutMessageResult, AppendMessageResult, PutMessageStatus.PUT_OK,
+        AppendMessageStatus.PUT_OK, wall_clock_ms, INLINE_MAX_BODY, BLANK_SIZE, RECORD_SLACK, POPULATE_WINDOW):
+    COMPILED_LONE_PUT = speedups.compiled.lone_put
+
+
 class StoreLockedError(RuntimeError):
     """Another store holds the lock file of this store directory."""
 
@@ -105,6 +121,8 @@ class MessageStore(MessageReader):
         if self.replicated is not None:
             dispatchers.append(self.replicated)
         self.commit_log = CommitLog(config, dispatchers, now_ms, self.stats)
+        #: :meth:`put_lone`'s compiled call (None: the Python path; tests compare both)
+        self._lone_put = COMPILED_LONE_PUT if config.write_path == "mmap" else None
         MessageReader.__init__(self, self.consume_queues, self.commit_log, config, total_memory)
         self.retention = Retention(config, now_ms)
         self.checkpoint: StoreCheckpoint | None = None
@@ -261,6 +279,20 @@ class MessageStore(MessageReader):
             if not self.consume_queues.can_append_inline(topic, queue_id, count):
                 return False
         return not self.config.message_index_enable or self.index.can_append_inline(keys)
+
+    def put_lone(self, msg: MessageExt) -> tuple[PutMessageResult, int | None, bool] | None:
+        """One message appended now, on the calling thread, when :meth:`can_append_inline` would
+        vouch for it and the compiled module does it in one call (the mmap write path): the
+        result :meth:`put_many` would give, the consume queue's new max offset (None: ask
+        :meth:`get_max_offset_in_queue`) and whether :meth:`populate_ahead` is due. None, having
+        appended nothing, otherwise: then ``can_append_inline`` and ``put_many`` as before.
+        """
+        lone = self._lone_put
+        log = self.commit_log
+        if (lone is None or log.speedups is None or not self.running or self.config.broker_role == "SLAVE"
+                or not self.is_writable()):
+            return None
+        return lone(log, msg)
 
     def populate_due(self) -> bool:
         """Inline appends are about to reach the end of the commit log's faulted-in pages."""

@@ -92,6 +92,9 @@ class StoreService(StoreReads, Service):
         self._max_queued = max_queued_messages
         self._max_queue_wait = max_queue_wait
         self._queue: list[QueuedPut] = []
+        #: the store's one-call inline append of one message (MessageStore.put_lone), if it has one
+        self._put_lone: Callable[[MessageExt], tuple[PutMessageResult, int | None, bool] | None] | None = getattr(
+            message_store, "put_lone", None)
         self._queued_messages = 0
         self._queued_since = 0.0
         self._hop_started: float | None = None
@@ -201,7 +204,32 @@ class StoreService(StoreReads, Service):
         stopped, ``OS_PAGECACHE_BUSY`` when :meth:`is_busy`, ``FLUSH_DISK_TIMEOUT`` after
         ``sync_flush_timeout``, ``UNKNOWN_ERROR`` when the store raised).
         """
+        lone = self._put_lone
+        if (lone is not None and self._inline and self._hop_started is None and not self._queue
+                and not self._delivering and self._ready and self._accepting and not self._in_pool.running):
+            # what _enqueue's inline append does, in one store call when the store can (a usual message)
+            self._hop_started = self._reactor.seconds()  # the writer's state is ours meanwhile
+            try:
+                stored = lone(msg)
+            except Exception as e:  # a store bug: what put_all gives the hop
+                put = QueuedPut(((msg,),), True, 1)
+                self._hop_done(([e], None, None), [put], False)
+                return put.deferred
+            if stored is not None:
+                return self._stored_now(msg, *stored)
+            self._hop_started = None
         return self._enqueue(QueuedPut(((msg,),), True, 1))
+
+    def _stored_now(self, msg: MessageExt, result: PutMessageResult, max_offset: int | None,
+                    populate_due: bool) -> Deferred[PutMessageResult]:
+        """:meth:`_append_inline` and :meth:`_lone_done` after the store's ``put_lone``."""
+        if self._aio is not None:  # SYNC_FLUSH: start the sync first, the put's bookkeeping meanwhile
+            self._flush.kick(self._store.max_physical_offset)
+        if populate_due and not self._populating:
+            self._populate()
+        d: Deferred[PutMessageResult] = Deferred()
+        self._lone_done(d, (msg,), result, max_offset)
+        return d
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> Deferred[PutMessageResult]:
         """Append a batch under one store lock, with one result (as :meth:`put_message`)."""
@@ -276,11 +304,15 @@ class StoreService(StoreReads, Service):
         if self._aio is not None:  # SYNC_FLUSH: start the sync first, the puts' bookkeeping meanwhile
             self._flush.kick(self._store.max_physical_offset)
         if not self._populating and self._store.populate_due():
-            # fault in the next pages on the flush thread (write zeros ahead on the writer's),
-            # so the next appends stay inline too
+            self._populate()
+        self._hop_done((results, None, None), puts, False)  # a lone send's put: _lone_done from there
+
+    def _populate(self) -> None:
+        """Fault in the next pages on the flush thread (write zeros ahead on the writer's), so the
+        next appends stay inline too."""
+        if not self._populating:
             self._populating = True
             self._in_populate_pool(self._store.populate_ahead).addBoth(self._populated)
-        self._hop_done((results, None, None), puts, False)  # a lone send's put: _lone_done from there
 
     def _populated(self, result: object) -> None:
         self._populating = False
@@ -313,7 +345,7 @@ class StoreService(StoreReads, Service):
         if flushed is None and flush_error is None and not flushing and len(puts) == 1 and puts[0].single:
             result = results[0]
             if not isinstance(result, Exception):
-                self._lone_done(puts[0], result)
+                self._lone_done(puts[0].deferred, puts[0].puts[0], result)
                 return
         if flushing:
             self._flush.release()
@@ -350,16 +382,19 @@ class StoreService(StoreReads, Service):
         self._flush.kick()
         self._hop_finished()
 
-    def _lone_done(self, put: QueuedPut, result: PutMessageResult) -> None:
+    def _lone_done(self, d: Deferred[PutMessageResult], msgs: Sequence[MessageExt], result: PutMessageResult,
+                   max_offset: int | None = None) -> None:
         """:meth:`_hop_done` for a hop of one single put that raised nothing (a lone send's inline
-        append): the same notices and completion, without the loops over puts and results."""
-        msgs = put.puts[0]
+        append): the same notices and completion, without the loops over puts and results.
+        ``max_offset``: the queue's, when the store said it."""
         if result.status is PutMessageStatus.PUT_OK:
             first = msgs[0]
-            self._notify_arrivals(((first.topic, first.queue_id),))
+            topic, queue_id = first.topic, first.queue_id
+            self._notify_arrival(topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id)
+                                 if max_offset is None else max_offset)
         self._delivering += 1
         try:
-            self._completion.complete(put.deferred.callback, msgs, result)
+            self._completion.complete(d.callback, msgs, result)
         finally:
             self._delivering -= 1
         if self._sync_flush:  # ASYNC_FLUSH puts never wait for a flush: nothing to kick
@@ -430,12 +465,14 @@ class StoreService(StoreReads, Service):
 
     def _notify_arrivals(self, touched: Iterable[tuple[str, int]]) -> None:
         for topic, queue_id in touched:
-            max_offset = self._store.get_max_offset_in_queue(topic, queue_id)
-            for listener in self._arrival_listeners:
-                try:
-                    listener(topic, queue_id, max_offset)
-                except Exception:
-                    self.log.failure("arrival listener failed", level=LogLevel.error)
+            self._notify_arrival(topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id))
+
+    def _notify_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        for listener in self._arrival_listeners:
+            try:
+                listener(topic, queue_id, max_offset)
+            except Exception:
+                self.log.failure("arrival listener failed", level=LogLevel.error)
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """Call ``listener(topic, queue_id, new_max_offset)`` on the reactor after appends."""
