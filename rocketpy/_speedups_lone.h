@@ -327,7 +327,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         break;
     }
     caching = 0;
-    if (flush_cache(&c) < 0 || lone_set_int(cl, L_REPUT, after) < 0)
+    if (flush_cache(&c) < 0 || lone_set_int(cl, L_REPUT, phys + total) < 0)
         goto fail;
     if ((max_offset = queue_max < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(queue_max)) == NULL)
         goto fail;
