@@ -23,17 +23,19 @@
 
 enum { L_QUEUE, L_USE_PWRITE, L_POPULATED, L_STORE_TS, L_REPUT, L_QUEUE_TABLE, L_HOST_HEX, L_CONFIG, L_STORE_HOST,
        L_MAX_SIZE, L_DISPATCHERS, L_LOCK, L_NOW_MS, L_DISPATCH, L_ACQUIRE, L_RELEASE, L_RECORD_PUT,
-       L_DISPATCH_RAISED, N_LONE_NAMES };
+       L_DISPATCH_RAISED, L_STATS, L_PUTS, L_RECORDS, L_BYTES, L_PUT_MS_TOTAL, L_TOPIC_BYTES, L_LATENCY, L_MAX_PUT_MS,
+       N_LONE_NAMES };
 static const char *const LONE_NAMES[N_LONE_NAMES] = {
     "queue", "use_pwrite", "_populated", "store_timestamp", "reput_offset", "topic_queue_table", "_host_hex",
     "config", "store_host", "max_message_size", "dispatchers", "_lock", "now_ms", "dispatch", "acquire",
-    "release", "_record_put", "_dispatch_raised"};
+    "release", "_record_put", "_dispatch_raised", "stats", "puts", "records", "bytes", "put_ms_total", "topic_bytes",
+    "latency_buckets", "max_put_ms"};
 static PyObject *lone_names[N_LONE_NAMES];
 
 /* What set_lone_put registered; lone_ready once it all checked out. */
 static PyObject *lone_cqs_type, *lone_index_type, *lone_put_type, *lone_append_type, *lone_put_ok, *lone_append_ok,
-    *lone_wall_clock;
-static int64_t lone_max_body, lone_blank, lone_slack, lone_window;
+    *lone_wall_clock, *lone_latency_bounds;
+static int64_t lone_max_body, lone_blank, lone_slack, lone_window, lone_warn_ms;
 static int lone_ready;
 enum { PR_STATUS, PR_APPEND, PR_REMARK, N_PR };
 enum { AR_STATUS, AR_OFFSET, AR_BYTES, AR_IDS, AR_QUEUE_OFFSET, AR_NUM, AR_STORE_TS, N_AR };
@@ -60,20 +62,26 @@ static int named_offsets(PyObject *cls, const char *const *names, int n, Py_ssiz
 }
 
 /* set_lone_put(ConsumeQueueStore, IndexService, PutMessageResult, AppendMessageResult,
- *              PutMessageStatus.PUT_OK, AppendMessageStatus.PUT_OK, wall_clock_ms,
- *              max inline body, BLANK_SIZE, RECORD_SLACK, POPULATE_WINDOW) -> bool (lone_put usable) */
+ *              PutMessageStatus.PUT_OK, AppendMessageStatus.PUT_OK, wall_clock_ms, LATENCY_BOUNDS_MS,
+ *              max inline body, BLANK_SIZE, RECORD_SLACK, POPULATE_WINDOW, LOCK_WARN_MS) -> bool (lone_put usable) */
 static PyObject *set_lone_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject **targets[7] = {&lone_cqs_type, &lone_index_type, &lone_put_type, &lone_append_type, &lone_put_ok,
-                             &lone_append_ok, &lone_wall_clock};
-    int64_t *numbers[4] = {&lone_max_body, &lone_blank, &lone_slack, &lone_window};
+    PyObject **targets[8] = {&lone_cqs_type, &lone_index_type, &lone_put_type, &lone_append_type, &lone_put_ok,
+                             &lone_append_ok, &lone_wall_clock, &lone_latency_bounds};
+    int64_t *numbers[5] = {&lone_max_body, &lone_blank, &lone_slack, &lone_window, &lone_warn_ms};
+    int64_t bound;
     int i;
-    if (nargs != 11)
-        return PyErr_Format(PyExc_TypeError, "set_lone_put() takes 11 arguments");
+    if (nargs != 13)
+        return PyErr_Format(PyExc_TypeError, "set_lone_put() takes 13 arguments");
     lone_ready = 0;
-    for (i = 0; i < 4; i++)
-        if (!I64_OK(args[7 + i], numbers[i]) || *numbers[i] < 0)
-            return PyErr_Format(PyExc_ValueError, "set_lone_put(): argument %d is not a non-negative int", 8 + i);
-    for (i = 0; i < 7; i++)
+    for (i = 0; i < 5; i++)
+        if (!I64_OK(args[8 + i], numbers[i]) || *numbers[i] < 0)
+            return PyErr_Format(PyExc_ValueError, "set_lone_put(): argument %d is not a non-negative int", 9 + i);
+    if (!PyTuple_CheckExact(args[7]))
+        return PyErr_Format(PyExc_TypeError, "set_lone_put(): the latency bounds must be a tuple");
+    for (i = 0; i < PyTuple_GET_SIZE(args[7]); i++)
+        if (!I64_OK(PyTuple_GET_ITEM(args[7], i), &bound))
+            return PyErr_Format(PyExc_TypeError, "set_lone_put(): the latency bounds must be ints");
+    for (i = 0; i < 8; i++)
         Py_XSETREF(*targets[i], Py_NewRef(args[i]));
     for (i = 0; i < N_LONE_NAMES; i++)
         if (lone_names[i] == NULL && (lone_names[i] = PyUnicode_InternFromString(LONE_NAMES[i])) == NULL)
@@ -173,6 +181,71 @@ static Py_ssize_t lone_keys(PyObject *props) {
         return -1;  /* not text: the Python path */
     }
     return PyErr_Occurred() ? -1 : n;
+}
+
+/* o.name += by (an int attribute); -1 with an exception. */
+static int lone_add(PyObject *o, int name, int64_t by) {
+    PyObject *v = PyObject_GetAttr(o, lone_names[name]), *step, *sum = NULL;
+    int r = -1;
+    if (v == NULL)
+        return -1;
+    if ((step = PyLong_FromLongLong(by)) != NULL && (sum = PyNumber_Add(v, step)) != NULL)
+        r = PyObject_SetAttr(o, lone_names[name], sum);
+    Py_DECREF(v);
+    Py_XDECREF(step);
+    Py_XDECREF(sum);
+    return r;
+}
+
+/* StoreStats.record_put(topic, 1, total, elapsed) (the reference) for 0 <= elapsed <= LOCK_WARN_MS;
+ * CommitLog._record_put, which also warns, otherwise. -1 with an exception. */
+static int lone_stats(PyObject *cl, PyObject *topic, int64_t total, int64_t elapsed) {
+    PyObject *stats, *sizes = NULL, *buckets = NULL, *old, *v = NULL, *most = NULL;
+    Py_ssize_t b, n = PyTuple_GET_SIZE(lone_latency_bounds);
+    int64_t bound = 0, count, max_ms;
+    int r = -1;
+    if (elapsed < 0 || elapsed > lone_warn_ms) {
+        v = PyObject_CallMethod(cl, LONE_NAMES[L_RECORD_PUT], "OiLL", topic, 1, (long long)total, (long long)elapsed);
+        Py_XDECREF(v);
+        return v == NULL ? -1 : 0;
+    }
+    if ((stats = PyObject_GetAttr(cl, lone_names[L_STATS])) == NULL)
+        return -1;
+    for (b = 0; b < n; b++) {  /* bisect_left(LATENCY_BOUNDS_MS, elapsed) */
+        I64_OK(PyTuple_GET_ITEM(lone_latency_bounds, b), &bound);
+        if (bound >= elapsed)
+            break;
+    }
+    if (lone_add(stats, L_PUTS, 1) < 0 || lone_add(stats, L_RECORDS, 1) < 0 || lone_add(stats, L_BYTES, total) < 0 ||
+        lone_add(stats, L_PUT_MS_TOTAL, elapsed) < 0 || (sizes = PyObject_GetAttr(stats, lone_names[L_TOPIC_BYTES])) == NULL ||
+        (buckets = PyObject_GetAttr(stats, lone_names[L_LATENCY])) == NULL)
+        goto done;
+    if (!PyDict_CheckExact(sizes) || !PyList_CheckExact(buckets) || PyList_GET_SIZE(buckets) <= b) {
+        PyErr_SetString(PyExc_TypeError, "StoreStats: topic_bytes must be a dict and latency_buckets a long enough list");
+        goto done;
+    }
+    old = PyDict_GetItemWithError(sizes, topic);  /* sizes[topic] = sizes.get(topic, 0) + total */
+    if ((old == NULL && PyErr_Occurred()) || (old != NULL && !I64_OK(old, &count)))
+        goto done;
+    if ((v = PyLong_FromLongLong((old != NULL ? count : 0) + total)) == NULL || PyDict_SetItem(sizes, topic, v) < 0)
+        goto done;
+    Py_CLEAR(v);
+    if (!I64_OK(PyList_GET_ITEM(buckets, b), &count) || (v = PyLong_FromLongLong(count + 1)) == NULL)
+        goto done;
+    PyList_SetItem(buckets, b, v);  /* steals v */
+    v = NULL;
+    if ((most = PyObject_GetAttr(stats, lone_names[L_MAX_PUT_MS])) == NULL || !I64_OK(most, &max_ms))
+        goto done;
+    r = elapsed > max_ms ? lone_set_int(stats, L_MAX_PUT_MS, elapsed) : 0;
+done:
+    if (r < 0 && !PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "StoreStats holds a non-integer count");
+    Py_DECREF(stats);
+    Py_XDECREF(sizes);
+    Py_XDECREF(buckets);
+    Py_XDECREF(v);
+    Py_XDECREF(most);
+    return r;
 }
 
 /* lone_put(commit_log, msg) -> (PutMessageResult, max offset or None, populate due) or None: see the top. */
@@ -352,10 +425,8 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_DECREF(v);
     if ((after = lone_now(now_ms)) == -1)
         goto fail;
-    v = PyObject_CallMethod(cl, LONE_NAMES[L_RECORD_PUT], "OiLL", topic, 1, (long long)total, (long long)(after - now));
-    if (v == NULL)
+    if (lone_stats(cl, topic, total, after - now) < 0)
         goto fail;
-    Py_DECREF(v);
     due = populated < file_size && wrote + total > populated - (3 * lone_window) / 4;  /* MappedFile.populate_due */
     out = PyTuple_Pack(3, result, max_offset, due ? Py_True : Py_False);
     goto done;

@@ -19,7 +19,7 @@ from rocketpy.common import speedups
 from rocketpy.common.message import MessageConst, MessageExt, properties_length_bound
 from rocketpy.interfaces import IMessageStore
 from rocketpy.store.checkpoint import StoreCheckpoint
-from rocketpy.store.commitlog import RECORD_SLACK, CommitLog, wall_clock_ms
+from rocketpy.store.commitlog import LOCK_WARN_MS, RECORD_SLACK, CommitLog, wall_clock_ms
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.consumequeue import ConsumeQueueStore
 from rocketpy.store.dispatch import QueueRecorder, SupportsDispatch
@@ -29,7 +29,7 @@ from rocketpy.store.mappedfilequeue import FlushToken
 from rocketpy.store.reads import MessageReader
 from rocketpy.store.recovery import BLANK_SIZE, RecoveryReport, boot_id, page_cache_intact, recover_store
 from rocketpy.store.retention import ConsumerPosition, Retention, used_ratio
-from rocketpy.store.stats import StoreStats
+from rocketpy.store.stats import LATENCY_BOUNDS_MS, StoreStats
 from rocketpy.store.status import (
     AppendMessageResult,
     AppendMessageStatus,
@@ -89,7 +89,8 @@ LonePut = Callable[[CommitLog, MessageExt], "tuple[PutMessageResult, int | None,
 COMPILED_LONE_PUT: LonePut | None = None
 if speedups.compiled is not None and speedups.compiled.set_lone_put(
         ConsumeQueueStore, IndexService, PutMessageResult, AppendMessageResult, PutMessageStatus.PUT_OK,
-        AppendMessageStatus.PUT_OK, wall_clock_ms, INLINE_MAX_BODY, BLANK_SIZE, RECORD_SLACK, POPULATE_WINDOW):
+        AppendMessageStatus.PUT_OK, wall_clock_ms, LATENCY_BOUNDS_MS, INLINE_MAX_BODY, BLANK_SIZE, RECORD_SLACK,
+        POPULATE_WINDOW, LOCK_WARN_MS):
     COMPILED_LONE_PUT = speedups.compiled.lone_put
 
 
@@ -290,7 +291,7 @@ class MessageStore(MessageReader):
         lone = self._lone_put
         log = self.commit_log
         if (lone is None or log.speedups is None or not self.running or self.config.broker_role == "SLAVE"
-                or not self.is_writable()):
+                or log.dispatch_failed or self.retention.disk_full):  # not is_writable()
             return None
         return lone(log, msg)
 

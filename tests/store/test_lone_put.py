@@ -109,6 +109,20 @@ class LonePutTests(SynchronousTestCase):
         self.assertGreater(pair.lone, 540)
         self.assertEqual(pair.lone_fallbacks, 0, "nothing the C dispatch declined")
 
+    def test_stats_of_slow_puts(self) -> None:
+        """A put that held the lock for a while counts in its latency bucket and the maximum, in C
+        as in Python; past LOCK_WARN_MS it is logged too, by both."""
+        pair = LonePair(self)
+        for store in pair.stores:
+            store.commit_log.now_ms = _Ticking()  # type: ignore[method-assign]
+        for n, tick in enumerate([0, 0, 0, 3, 10, 11, 60, 0, 501, 2, 4000, 1]):
+            for store in pair.stores:
+                store.commit_log.now_ms.tick = tick  # type: ignore[attr-defined]
+            pair.put(self, (USUAL[0], n % 2) + USUAL[2:])
+        pair.assert_same(self)
+        self.assertGreater(pair.lone, 8)
+        self.assertEqual(pair.stores[0].stats.max_put_ms, 4000)
+
     def test_unusual_cases_are_left_untouched(self) -> None:
         """Whatever the compiled call does not take returns None and changes nothing but the
         message's store host; put_many then stores it as before."""
@@ -197,6 +211,18 @@ class LonePutTests(SynchronousTestCase):
     def test_pwrite_store_has_no_lone_put(self) -> None:
         store = MessageStore(small_config(self.mktemp(), commit_log_write_path="pwrite"))
         self.assertIsNone(store._lone_put)
+
+
+class _Ticking:
+    """A ms clock that moves ``tick`` ms at each reading (a put reads it before and after)."""
+
+    def __init__(self) -> None:
+        self.now = T0
+        self.tick = 0
+
+    def __call__(self) -> int:
+        self.now += self.tick
+        return self.now
 
 
 class _Marked(MessageExt):
