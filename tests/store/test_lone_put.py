@@ -114,7 +114,7 @@ class LonePutTests(SynchronousTestCase):
         as in Python; past LOCK_WARN_MS it is logged too, by both."""
         pair = LonePair(self)
         for store in pair.stores:
-            store.commit_log.now_ms = _Ticking()  # type: ignore[method-assign]
+            store.commit_log.now_ms = _Ticking()
         for n, tick in enumerate([0, 0, 0, 3, 10, 11, 60, 0, 501, 2, 4000, 1]):
             for store in pair.stores:
                 store.commit_log.now_ms.tick = tick  # type: ignore[attr-defined]
