@@ -4,13 +4,13 @@
  * lone_put(commit_log, msg) does for one usual message what the store service's inline append
  * does below the service: MessageStore.can_append_inline's checks, then CommitLog.put_many for a
  * put of one message (encode_puts, the lock, place_chunk, the copy into the mapped file,
- * dispatch_chunk, the result, the stats), on the mmap write path. It returns (result, the
+ * dispatch_chunk, the result, the stats), on either write path. It returns (result, the
  * consume queue's new max offset or None, populate due) where result is the PutMessageResult
  * put_many would give; or None, having changed nothing but the message's store host (which the
  * Python path sets again), whenever anything is unusual: the message (a delay level, a timer, a
  * transaction PREPARED or ROLLBACK flag, a body over the inline bound, not a slotted
- * MessageExt), the commit log (no file, the pwrite path, the record would not fit the current
- * file or its faulted-in pages, the lock taken), the consume queue (missing, no file, no room
+ * MessageExt), the commit log (no file, the record would not fit the current file or its
+ * faulted-in pages (mmap) or the zeros written ahead (pwrite), the lock taken, a failed pwrite), the consume queue (missing, no file, no room
  * for its entry) or the index (no file, no room for the keys). The caller then takes the Python
  * path, which meets the same case and answers it.
  *
@@ -19,14 +19,16 @@
  * member_offsets, store_names, int_attr, last_of, data_view, offset_id, DispatchCache,
  * cached_queue, load_index, dispatch_record, flush_cache. */
 
+#include <errno.h>
 #include <time.h>
+#include <unistd.h>
 
-enum { L_QUEUE, L_USE_PWRITE, L_POPULATED, L_STORE_TS, L_REPUT, L_QUEUE_TABLE, L_HOST_HEX, L_CONFIG, L_STORE_HOST,
+enum { L_QUEUE, L_USE_PWRITE, L_POPULATED, L_ZEROED, L_FD, L_STORE_TS, L_REPUT, L_QUEUE_TABLE, L_HOST_HEX, L_CONFIG, L_STORE_HOST,
        L_MAX_SIZE, L_DISPATCHERS, L_LOCK, L_NOW_MS, L_DISPATCH, L_ACQUIRE, L_RELEASE, L_RECORD_PUT,
        L_DISPATCH_RAISED, L_STATS, L_PUTS, L_RECORDS, L_BYTES, L_PUT_MS_TOTAL, L_TOPIC_BYTES, L_LATENCY, L_MAX_PUT_MS,
        N_LONE_NAMES };
 static const char *const LONE_NAMES[N_LONE_NAMES] = {
-    "queue", "use_pwrite", "_populated", "store_timestamp", "reput_offset", "topic_queue_table", "_host_hex",
+    "queue", "use_pwrite", "_populated", "_zeroed", "_fd", "store_timestamp", "reput_offset", "topic_queue_table", "_host_hex",
     "config", "store_host", "max_message_size", "dispatchers", "_lock", "now_ms", "dispatch", "acquire",
     "release", "_record_put", "_dispatch_raised", "stats", "puts", "records", "bytes", "put_ms_total", "topic_bytes",
     "latency_buckets", "max_put_ms"};
@@ -35,7 +37,7 @@ static PyObject *lone_names[N_LONE_NAMES];
 /* What set_lone_put registered; lone_ready once it all checked out. */
 static PyObject *lone_cqs_type, *lone_index_type, *lone_put_type, *lone_append_type, *lone_put_ok, *lone_append_ok,
     *lone_wall_clock, *lone_latency_bounds;
-static int64_t lone_max_body, lone_blank, lone_slack, lone_window, lone_warn_ms;
+static int64_t lone_max_body, lone_blank, lone_slack, lone_window, lone_warn_ms, lone_zero_window, lone_zeros_due;
 static int lone_ready;
 enum { PR_STATUS, PR_APPEND, PR_REMARK, N_PR };
 enum { AR_STATUS, AR_OFFSET, AR_BYTES, AR_IDS, AR_QUEUE_OFFSET, AR_NUM, AR_STORE_TS, N_AR };
@@ -63,17 +65,19 @@ static int named_offsets(PyObject *cls, const char *const *names, int n, Py_ssiz
 
 /* set_lone_put(ConsumeQueueStore, IndexService, PutMessageResult, AppendMessageResult,
  *              PutMessageStatus.PUT_OK, AppendMessageStatus.PUT_OK, wall_clock_ms, LATENCY_BOUNDS_MS,
- *              max inline body, BLANK_SIZE, RECORD_SLACK, POPULATE_WINDOW, LOCK_WARN_MS) -> bool (lone_put usable) */
+ *              max inline body, BLANK_SIZE, RECORD_SLACK, POPULATE_WINDOW, LOCK_WARN_MS, ZERO_AHEAD_WINDOW,
+ *              ZEROS_DUE) -> bool (lone_put usable) */
 static PyObject *set_lone_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject **targets[8] = {&lone_cqs_type, &lone_index_type, &lone_put_type, &lone_append_type, &lone_put_ok,
                              &lone_append_ok, &lone_wall_clock, &lone_latency_bounds};
-    int64_t *numbers[5] = {&lone_max_body, &lone_blank, &lone_slack, &lone_window, &lone_warn_ms};
+    int64_t *numbers[7] = {&lone_max_body, &lone_blank, &lone_slack, &lone_window, &lone_warn_ms, &lone_zero_window,
+                           &lone_zeros_due};
     int64_t bound;
     int i;
-    if (nargs != 13)
-        return PyErr_Format(PyExc_TypeError, "set_lone_put() takes 13 arguments");
+    if (nargs != 15)
+        return PyErr_Format(PyExc_TypeError, "set_lone_put() takes 15 arguments");
     lone_ready = 0;
-    for (i = 0; i < 5; i++)
+    for (i = 0; i < 7; i++)
         if (!I64_OK(args[8 + i], numbers[i]) || *numbers[i] < 0)
             return PyErr_Format(PyExc_ValueError, "set_lone_put(): argument %d is not a non-negative int", 9 + i);
     if (!PyTuple_CheckExact(args[7]))
@@ -258,8 +262,8 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     DispatchCache c;
     CachedQueue *q;
     Py_buffer view;
-    int locked = 0, viewing = 0, caching = 0, dispatched = 0, due;
-    int64_t queue_max = -1, qid, sys_flag, now, wrote, file_size, from, populated, max_size, queue_offset = 0, total, phys, after;
+    int locked = 0, viewing = 0, caching = 0, dispatched = 0, pwrite_path, due;
+    int64_t queue_max = -1, qid, sys_flag, now, wrote, file_size, from, populated, max_size, queue_offset = 0, total, phys, after, ended, fd = -1;
     Py_ssize_t keys;
     unsigned char *p;
     if (nargs != 2)
@@ -296,9 +300,11 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if ((queue = PyObject_GetAttr(cl, lone_names[L_QUEUE])) == NULL)
         goto fail;
     if ((mf = last_of(queue, S_MAPPED_FILES)) == NULL || (flag = PyObject_GetAttr(mf, lone_names[L_USE_PWRITE])) == NULL ||
-        flag != Py_False || !int_attr(mf, S_WROTE, 0, INT64_MAX / 4, &wrote) ||
-        !int_attr(mf, S_FILE_SIZE, 0, INT64_MAX / 4, &file_size) || !int_attr(mf, S_FROM, 0, INT64_MAX / 4, &from) ||
-        !lone_int(mf, L_POPULATED, &populated))
+        (flag != Py_False && flag != Py_True) || !int_attr(mf, S_WROTE, 0, INT64_MAX / 4, &wrote) ||
+        !int_attr(mf, S_FILE_SIZE, 0, INT64_MAX / 4, &file_size) || !int_attr(mf, S_FROM, 0, INT64_MAX / 4, &from))
+        goto python;
+    pwrite_path = flag == Py_True;  /* MappedFile.use_pwrite: below the zeros written ahead, else faulted-in pages */
+    if (!lone_int(mf, pwrite_path ? L_ZEROED : L_POPULATED, &populated) || (pwrite_path && !lone_int(mf, L_FD, &fd)))
         goto python;
     /* the consume queue and the index: their files have room (no file to create) */
     if ((dispatchers = PyObject_GetAttr(cl, lone_names[L_DISPATCHERS])) == NULL)
@@ -337,10 +343,13 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto python;
     }
     total = PyByteArray_CheckExact(buf) ? PyByteArray_GET_SIZE(buf) : -1;
-    if (total < FIXED_V4 || total > max_size + lone_slack || total + lone_blank > file_size - wrote ||
-        wrote + total > populated || !data_view(mf, &view, file_size))
+    after = wrote + total;
+    if (total < FIXED_V4 || total > max_size + lone_slack || total + lone_blank > file_size - wrote || after > populated)
         goto python;
-    viewing = 1;
+    if (pwrite_path ? after + lone_zero_window / 2 > populated && populated < file_size  /* MappedFile.is_populated */
+                    : !data_view(mf, &view, file_size))
+        goto python;
+    viewing = !pwrite_path;
     /* its place (CommitLog._place): the queue offset, the id */
     if ((table = PyObject_GetAttr(cl, lone_names[L_QUEUE_TABLE])) == NULL ||
         (host_hex = PyObject_GetAttr(cl, lone_names[L_HOST_HEX])) == NULL)
@@ -356,22 +365,34 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto python;
     phys = from + wrote;
     if ((slow = PyObject_GetAttr(cl, lone_names[L_DISPATCH])) == NULL || (id = offset_id(host_hex, phys)) == NULL ||
-        (next_obj = PyLong_FromLongLong(queue_offset + 1)) == NULL || (now_obj = PyLong_FromLongLong(now)) == NULL ||
-        PyDict_SetItem(table, key, next_obj) < 0)
+        (next_obj = PyLong_FromLongLong(queue_offset + 1)) == NULL || (now_obj = PyLong_FromLongLong(now)) == NULL)
         goto fail;
-    /* from here on the put happens: the record patched, the message's store fields, the copy */
+    /* the record patched and written past the file's end: nothing else changed yet */
     p = (unsigned char *)PyByteArray_AS_STRING(buf);
     put_i64(p + 20, queue_offset);
     put_i64(p + 28, phys);
     put_i64(p + 56, now);
-    if (set_slot(msg, F_QUEUE_OFFSET, PyLong_FromLongLong(queue_offset)) < 0 ||
+    if (pwrite_path) {  /* a page-cache copy into blocks written before (MappedFile.write_at) */
+        int64_t done = 0;
+        while (done < total) {
+            ssize_t n = pwrite((int)fd, p + done, (size_t)(total - done), (off_t)(wrote + done));
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)  /* the Python path writes again and answers the error */
+                goto python;
+            done += n;
+        }
+    } else {
+        memcpy((char *)view.buf + wrote, p, (size_t)total);
+        PyBuffer_Release(&view);
+        viewing = 0;
+    }
+    /* from here on the put happens: the queue offset taken, the message's store fields, the positions */
+    if (PyDict_SetItem(table, key, next_obj) < 0 ||
+        set_slot(msg, F_QUEUE_OFFSET, PyLong_FromLongLong(queue_offset)) < 0 ||
         set_slot(msg, F_COMMIT_LOG_OFFSET, PyLong_FromLongLong(phys)) < 0 ||
         set_slot(msg, F_STORE_TIMESTAMP, Py_NewRef(now_obj)) < 0 || set_slot(msg, F_STORE_SIZE, PyLong_FromLongLong(total)) < 0)
         goto fail;
-    memcpy((char *)view.buf + wrote, p, (size_t)total);
-    PyBuffer_Release(&view);
-    viewing = 0;
-    after = wrote + total;
     if (set_int_attr(mf, S_WROTE, after) < 0 || set_int_attr(mf, S_COMMITTED, after) < 0 ||
         PyObject_SetAttr(mf, lone_names[L_STORE_TS], now_obj) < 0)
         goto fail;
@@ -423,11 +444,12 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if ((v = PyObject_CallMethodNoArgs(lock, lone_names[L_RELEASE])) == NULL)
         goto fail;
     Py_DECREF(v);
-    if ((after = lone_now(now_ms)) == -1)
+    if ((ended = lone_now(now_ms)) == -1)
         goto fail;
-    if (lone_stats(cl, topic, total, after - now) < 0)
+    if (lone_stats(cl, topic, total, ended - now) < 0)
         goto fail;
-    due = populated < file_size && wrote + total > populated - (3 * lone_window) / 4;  /* MappedFile.populate_due */
+    due = pwrite_path ? populated < file_size && after > populated - lone_zeros_due  /* MappedFile.populate_due */
+                      : populated < file_size && after > populated - (3 * lone_window) / 4;
     out = PyTuple_Pack(3, result, max_offset, due ? Py_True : Py_False);
     goto done;
 python:

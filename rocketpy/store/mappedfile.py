@@ -86,7 +86,7 @@ _libc_fallocate = _load_fallocate()
 POPULATE_WINDOW = 4 << 20
 #: the pwrite path writes zeros this far ahead of its writes (:meth:`MappedFile._zero_ahead`)
 ZERO_AHEAD_WINDOW = 1 << 20
-_ZEROS_DUE = (3 * ZERO_AHEAD_WINDOW) // 4  # populate_due on the pwrite path: less than this ahead
+ZEROS_DUE = (3 * ZERO_AHEAD_WINDOW) // 4  # populate_due on the pwrite path: less than this ahead
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+
 
 
@@ -233,7 +233,7 @@ class MappedFile:
         """True when less than 3/4 of a window is faulted in (the pwrite path: written with zeros)
         ahead of the write position."""
         if self.use_pwrite:
-            return self._zeroed < self.file_size and self.wrote_position > self._zeroed - _ZEROS_DUE
+            return self._zeroed < self.file_size and self.wrote_position > self._zeroed - ZEROS_DUE
         return (self._populated < self.file_size
                 and self.wrote_position > self._populated - (3 * POPULATE_WINDOW) // 4)
 
@@ -244,7 +244,7 @@ class MappedFile:
         The pwrite path writes the zeros of :meth:`_zero_ahead` instead, which must not race an
         append: only from the writer thread, or while nothing else appends."""
         if self.use_pwrite:
-            self._zero_ahead(self.wrote_position, _ZEROS_DUE)
+            self._zero_ahead(self.wrote_position, ZEROS_DUE)
         elif self._populated < self.file_size:
             self._populate(self.wrote_position, self.wrote_position)
 

@@ -24,7 +24,7 @@ from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.consumequeue import ConsumeQueueStore
 from rocketpy.store.dispatch import QueueRecorder, SupportsDispatch
 from rocketpy.store.index import IndexService
-from rocketpy.store.mappedfile import POPULATE_WINDOW
+from rocketpy.store.mappedfile import POPULATE_WINDOW, ZERO_AHEAD_WINDOW, ZEROS_DUE
 from rocketpy.store.mappedfilequeue import FlushToken
 from rocketpy.store.reads import MessageReader
 from rocketpy.store.recovery import BLANK_SIZE, RecoveryReport, boot_id, page_cache_intact, recover_store
@@ -90,7 +90,7 @@ COMPILED_LONE_PUT: LonePut | None = None
 if speedups.compiled is not None and speedups.compiled.set_lone_put(
         ConsumeQueueStore, IndexService, PutMessageResult, AppendMessageResult, PutMessageStatus.PUT_OK,
         AppendMessageStatus.PUT_OK, wall_clock_ms, LATENCY_BOUNDS_MS, INLINE_MAX_BODY, BLANK_SIZE, RECORD_SLACK,
-        POPULATE_WINDOW, LOCK_WARN_MS):
+        POPULATE_WINDOW, LOCK_WARN_MS, ZERO_AHEAD_WINDOW, ZEROS_DUE):
     COMPILED_LONE_PUT = speedups.compiled.lone_put
 
 
@@ -123,7 +123,7 @@ class MessageStore(MessageReader):
             dispatchers.append(self.replicated)
         self.commit_log = CommitLog(config, dispatchers, now_ms, self.stats)
         #: :meth:`put_lone`'s compiled call (None: the Python path; tests compare both)
-        self._lone_put = COMPILED_LONE_PUT if config.write_path == "mmap" else None
+        self._lone_put = COMPILED_LONE_PUT
         MessageReader.__init__(self, self.consume_queues, self.commit_log, config, total_memory)
         self.retention = Retention(config, now_ms)
         self.checkpoint: StoreCheckpoint | None = None
@@ -283,7 +283,7 @@ class MessageStore(MessageReader):
 
     def put_lone(self, msg: MessageExt) -> tuple[PutMessageResult, int | None, bool] | None:
         """One message appended now, on the calling thread, when :meth:`can_append_inline` would
-        vouch for it and the compiled module does it in one call (the mmap write path): the
+        vouch for it and the compiled module does it in one call: the
         result :meth:`put_many` would give, the consume queue's new max offset (None: ask
         :meth:`get_max_offset_in_queue`) and whether :meth:`populate_ahead` is due. None, having
         appended nothing, otherwise: then ``can_append_inline`` and ``put_many`` as before.

@@ -170,7 +170,7 @@ class LonePutTests(SynchronousTestCase):
             ("no room in the commit-log file", usual, lambda: setting(mf, "file_size", mf.wrote_position + 300)),  # type: ignore[union-attr]
             ("the consume queue's file full", usual, lambda: setting(cq_file, "file_size", cq_file.wrote_position)),  # type: ignore[union-attr]
             ("the index file full", usual, lambda: setting(index_file, "max_entries", index_file.index_count + 2)),
-            ("the pwrite path", usual, lambda: setting(mf, "use_pwrite", True)),
+            ("pwrite: no zeros written ahead", usual, lambda: setting(mf, "use_pwrite", True)),
             ("a slave", usual, lambda: setting(store.config, "broker_role", "SLAVE")),
             ("the disk full", usual, lambda: setting(store.retention, "disk_full", True)),
             ("a failed dispatch", usual, lambda: setting(store.commit_log, "dispatch_failed", True)),
@@ -208,9 +208,27 @@ class LonePutTests(SynchronousTestCase):
                          (msg.store_timestamp, 1, msg.commit_log_offset))
         self.assertEqual(store.stats.puts, 2)
 
-    def test_pwrite_store_has_no_lone_put(self) -> None:
-        store = MessageStore(small_config(self.mktemp(), commit_log_write_path="pwrite"))
-        self.assertIsNone(store._lone_put)
+    def test_pwrite_path(self) -> None:
+        """The pwrite write path (SYNC_FLUSH's default): the same files; a failed pwrite changes
+        nothing and leaves the put to put_many."""
+        pair = LonePair(self, commit_log_write_path="pwrite")
+        for n in range(300):
+            pair.put(self, (USUAL[0], n % 3, 0, b"p" * (100 + n), {"KEYS": f"k{n}", "UNIQ_KEY": f"U{n}"}))
+        pair.assert_same(self)
+        self.assertGreater(pair.lone, 280)
+        store = pair.stores[0]
+        mf = store.commit_log.queue.last()
+        assert mf is not None
+        read_only = os.open(os.devnull, os.O_RDONLY)
+        self.addCleanup(os.close, read_only)
+        fd, mf._fd = mf._fd, read_only
+        msg = build(USUAL, USUAL)
+        before, fields = state(store, pair.roots[0]), message_fields(msg)
+        self.assertIsNone(store.put_lone(msg))
+        mf._fd = fd
+        self.assertEqual((state(store, pair.roots[0]), message_fields(msg)), (before, fields))
+        pair.put(self, USUAL)
+        pair.assert_same(self)
 
 
 class _Ticking:
@@ -239,10 +257,18 @@ class ServiceLonePutTests(TestCase):
     module: the same, through the inline append)."""
 
     async def test_lone_sends(self) -> None:
+        await self.lone_sends("ASYNC_FLUSH")
+
+    async def test_lone_sends_sync_flush(self) -> None:
+        """SYNC_FLUSH (pwrite): with its sync ended on the reactor the put is appended in one call
+        too, and fires once durable."""
+        await self.lone_sends("SYNC_FLUSH")
+
+    async def lone_sends(self, flush_disk_type: str) -> None:
         root = os.path.abspath(self.mktemp())
         config = MessageStoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=64 * 1024,
                                     mapped_file_size_consume_queue=1000 * 20, max_hash_slot_num=1000,
-                                    max_index_num=4000)
+                                    max_index_num=4000, flush_disk_type=flush_disk_type)
         store = MessageStore(config)
         service = StoreService(store, reactor)
         await service.startService()
@@ -267,10 +293,12 @@ class ServiceLonePutTests(TestCase):
             results.append(await d)
             await deferLater(reactor, 0)  # the next put from a reactor turn, not from inside this one's completion
         self.assertEqual([r.append.queue_offset for r in results if r.ok and r.append], list(range(400)))
-        if COMPILED_LONE_PUT is not None:
+        if COMPILED_LONE_PUT is not None and service._inline:
             self.assertGreater(calls.count(True), 390, "past the first files, each put in one call")
         else:
             self.assertEqual(calls.count(True), 0)
+        if flush_disk_type == "SYNC_FLUSH":
+            self.assertGreaterEqual(store.flushed_offset, max(r.append.next_offset for r in results if r.append))
         self.assertEqual(seen, [("T", 0, i + 1) for i in range(400)])
         self.assertEqual(hooked, list(range(400)))
         self.assertGreater(len(store.commit_log.queue.mapped_files), 1, "rolled to a second file")
