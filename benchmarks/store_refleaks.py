@@ -7,7 +7,9 @@ Usage::
 
 Each round puts batches and single messages through a ``MessageStore`` (common records, a new
 queue, a delay level, the schedule topic, a PREPARED record, a ``MessageExt`` subclass) and
-calls ``place_chunk`` and ``dispatch_chunk`` on their refused inputs and error paths. The files
+calls ``place_chunk`` and ``dispatch_chunk`` on their refused inputs and error paths, and puts
+messages through ``MessageStore.put_lone`` (``rocketpy/_speedups_lone.h``: common ones, one the
+Python dispatch takes, refused ones). The files
 are large enough that no file is created after the warm-up (a new file adds blocks of its own).
 Prints ``sys.getallocatedblocks()`` after each of six runs of ``--rounds`` rounds; ``--python``
 does the same with the Python put path, for comparison. Run it under an ASan build too
@@ -52,6 +54,10 @@ def one_round(store: MessageStore, compiled: Any) -> None:
     store.put_many([[prepared], messages(2, queue_id=3)])
     if compiled is None:
         return
+    store.populate_ahead()
+    lone = [store.put_lone(msg) for msg in messages(3) + messages(1, topic=SCHEDULE_TOPIC) + messages(1, DELAY="2")
+            + [Marked(topic="T", body=b"m", born_host=("1.2.3.4", 5))]]
+    assert lone[0] is not None and lone[3] is not None and lone[3][1] is None and lone[4] is None and lone[5] is None
     assert compiled.place_chunk([(0, [object()], [bytearray(100)], 100)], {}, 0, 0, "H") is None
     assert compiled.place_chunk("x", {}, 0, 0, "H") is None
     assert compiled.encode_puts([[object()]], ("1.2.3.4", 1), 100, 0, 100) is None

@@ -306,7 +306,28 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     pwrite_path = flag == Py_True;  /* MappedFile.use_pwrite: below the zeros written ahead, else faulted-in pages */
     if (!lone_int(mf, pwrite_path ? L_ZEROED : L_POPULATED, &populated) || (pwrite_path && !lone_int(mf, L_FD, &fd)))
         goto python;
-    /* the consume queue and the index: their files have room (no file to create) */
+    /* the record: encoded first (encode_puts; its fallback is Python code), fits the file's faulted-in pages */
+    if ((config = PyObject_GetAttr(cl, lone_names[L_CONFIG])) == NULL ||
+        (host = PyObject_GetAttr(config, lone_names[L_STORE_HOST])) == NULL ||
+        (v = PyObject_GetAttr(config, lone_names[L_MAX_SIZE])) == NULL)
+        goto fail;
+    if (!I64_OK(v, &max_size)) {
+        Py_DECREF(v);
+        goto python;
+    }
+    Py_DECREF(v);
+    Py_XSETREF(SLOT(msg, F_STORE_HOST), Py_NewRef(host));
+    if ((buf = encode_record(NULL, msg)) == NULL) {
+        PyErr_Clear();  /* the Python path meets the same error and answers it */
+        goto python;
+    }
+    total = PyByteArray_CheckExact(buf) ? PyByteArray_GET_SIZE(buf) : -1;
+    after = wrote + total;
+    if (total < FIXED_V4 || total > max_size + lone_slack || total + lone_blank > file_size - wrote || after > populated)
+        goto python;
+    if (pwrite_path && after + lone_zero_window / 2 > populated && populated < file_size)  /* MappedFile.is_populated */
+        goto python;
+    /* the consume queue and the index: their files have room (no file to create); their buffers held */
     if ((dispatchers = PyObject_GetAttr(cl, lone_names[L_DISPATCHERS])) == NULL)
         goto fail;
     if (!PyList_CheckExact(dispatchers) || PyList_GET_SIZE(dispatchers) < 1 || PyList_GET_SIZE(dispatchers) > 2 ||
@@ -327,27 +348,8 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto python;
     if (c.index != Py_None && (!load_index(&c) || c.s.count + keys >= c.s.max_entries))
         goto python;
-    /* the record: encoded (encode_puts), fits the file's faulted-in pages */
-    if ((config = PyObject_GetAttr(cl, lone_names[L_CONFIG])) == NULL ||
-        (host = PyObject_GetAttr(config, lone_names[L_STORE_HOST])) == NULL ||
-        (v = PyObject_GetAttr(config, lone_names[L_MAX_SIZE])) == NULL)
-        goto fail;
-    if (!I64_OK(v, &max_size)) {
-        Py_DECREF(v);
-        goto python;
-    }
-    Py_DECREF(v);
-    Py_XSETREF(SLOT(msg, F_STORE_HOST), Py_NewRef(host));
-    if ((buf = encode_record(NULL, msg)) == NULL) {
-        PyErr_Clear();  /* the Python path meets the same error and answers it */
-        goto python;
-    }
-    total = PyByteArray_CheckExact(buf) ? PyByteArray_GET_SIZE(buf) : -1;
-    after = wrote + total;
-    if (total < FIXED_V4 || total > max_size + lone_slack || total + lone_blank > file_size - wrote || after > populated)
-        goto python;
-    if (pwrite_path ? after + lone_zero_window / 2 > populated && populated < file_size  /* MappedFile.is_populated */
-                    : !data_view(mf, &view, file_size))
+    /* the commit-log file's buffer, held while no Python code runs (doc/store.md, "Compiled accelerator") */
+    if (!pwrite_path && !data_view(mf, &view, file_size))
         goto python;
     viewing = !pwrite_path;
     /* its place (CommitLog._place): the queue offset, the id */
