@@ -311,7 +311,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         (host = PyObject_GetAttr(config, lone_names[L_STORE_HOST])) == NULL ||
         (v = PyObject_GetAttr(config, lone_names[L_MAX_SIZE])) == NULL)
         goto fail;
-    if (!I64_OK(v, &max_size)) {
+    if (!I64_OK(v, &max_size) || PyBytes_GET_SIZE(body) > max_size) {  /* MESSAGE_ILLEGAL: Python says it */
         Py_DECREF(v);
         goto python;
     }

@@ -109,6 +109,15 @@ class LonePutTests(SynchronousTestCase):
         self.assertGreater(pair.lone, 540)
         self.assertEqual(pair.lone_fallbacks, 0, "nothing the C dispatch declined")
 
+    def test_size_refusals(self) -> None:
+        """With a 300-byte body limit, bodies over it are refused by put_many, as without put_lone."""
+        pair = LonePair(self, max_message_size=300)
+        for n in range(40):
+            pair.put(self, (USUAL[0], n % 2, 0, b"s" * (n * 10), {"KEYS": "k", "P": "v" * n}))
+        pair.assert_same(self)
+        self.assertEqual(pair.stores[0].stats.failures["MESSAGE_ILLEGAL"], 9)
+        self.assertGreater(pair.lone, 25)
+
     def test_stats_of_slow_puts(self) -> None:
         """A put that held the lock for a while counts in its latency bucket and the maximum, in C
         as in Python; past LOCK_WARN_MS it is logged too, by both."""
