@@ -118,22 +118,11 @@ static PyObject *slotted(PyObject *t, const Py_ssize_t *offsets, PyObject **valu
 
 /* int_attr and set_int_attr for lone_names. */
 static int lone_int(PyObject *o, int name, int64_t *out) {
-    PyObject *v = PyObject_GetAttr(o, lone_names[name]);
-    int ok;
-    if (v == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    ok = as_int64(v, 0, INT64_MAX / 4, out);
-    Py_DECREF(v);
-    return ok;
+    return int_named(o, lone_names[name], 0, INT64_MAX / 4, out);
 }
 
 static int lone_set_int(PyObject *o, int name, int64_t v) {
-    PyObject *value = PyLong_FromLongLong(v);
-    int r = value == NULL ? -1 : PyObject_SetAttr(o, lone_names[name], value);
-    Py_XDECREF(value);
-    return r;
+    return set_int_named(o, lone_names[name], v);
 }
 
 /* CommitLog.now_ms(): wall_clock_ms without a call when it is that; -1 with an exception. */

@@ -218,8 +218,8 @@ fail:
 /* ---- dispatch_chunk --------------------------------------------------------------------- */
 
 /* An int attribute in [lo, hi] into *out: 1; 0 when missing or another value (no exception). */
-static int int_attr(PyObject *o, int name, int64_t lo, int64_t hi, int64_t *out) {
-    PyObject *v = PyObject_GetAttr(o, store_names[name]);
+static int int_named(PyObject *o, PyObject *name, int64_t lo, int64_t hi, int64_t *out) {
+    PyObject *v = PyObject_GetAttr(o, name);
     int ok;
     if (v == NULL) {
         PyErr_Clear();
@@ -230,12 +230,20 @@ static int int_attr(PyObject *o, int name, int64_t lo, int64_t hi, int64_t *out)
     return ok;
 }
 
+static int int_attr(PyObject *o, int name, int64_t lo, int64_t hi, int64_t *out) {
+    return int_named(o, store_names[name], lo, hi, out);
+}
+
 /* obj.name = v (int); -1 with an exception. */
-static int set_int_attr(PyObject *o, int name, int64_t v) {
+static int set_int_named(PyObject *o, PyObject *name, int64_t v) {
     PyObject *value = PyLong_FromLongLong(v);
-    int r = value == NULL ? -1 : PyObject_SetAttr(o, store_names[name], value);
+    int r = value == NULL ? -1 : PyObject_SetAttr(o, name, value);
     Py_XDECREF(value);
     return r;
+}
+
+static int set_int_attr(PyObject *o, int name, int64_t v) {
+    return set_int_named(o, store_names[name], v);
 }
 
 /* The last item of o.name (a list), or NULL (no exception) when it is missing or empty; new reference. */
