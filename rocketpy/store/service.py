@@ -309,10 +309,9 @@ class StoreService(StoreReads, Service):
 
     def _populate(self) -> None:
         """Fault in the next pages on the flush thread (write zeros ahead on the writer's), so the
-        next appends stay inline too."""
-        if not self._populating:
-            self._populating = True
-            self._in_populate_pool(self._store.populate_ahead).addBoth(self._populated)
+        next appends stay inline too; the callers checked that no such job runs."""
+        self._populating = True
+        self._in_populate_pool(self._store.populate_ahead).addBoth(self._populated)
 
     def _populated(self, result: object) -> None:
         self._populating = False
