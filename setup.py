@@ -48,7 +48,7 @@ setup(
     # Optional C versions of the hot pure functions (doc/store.md, "Compiled accelerator"):
     # built when a compiler is present; without one pip warns and the Python code runs.
     ext_modules=[Extension("rocketpy._speedups", ["rocketpy/_speedups.c"],
-                           depends=["rocketpy/_speedups_client.h", "rocketpy/_speedups_store.h",
+                           depends=["rocketpy/_speedups_client.h", "rocketpy/_speedups_store.h", "rocketpy/_speedups_request.h",
                                     "rocketpy/_speedups_remoting.h", "rocketpy/_speedups_pull.h",
                                     "rocketpy/_speedups_aio.h", "rocketpy/_speedups_uring.h",
                                     "rocketpy/_speedups_lone.h",

@@ -1557,6 +1557,8 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 #include "_speedups_uring.h"  /* uring_*: the same through io_uring */
 #include "_speedups_batch.h"  /* write_buffers: a chunk of records into the mapped file */
 
+#include "_speedups_request.h"  /* lone_send, send_now: a lone send request from its command to its answer */
+
 /* ---- setup ------------------------------------------------------------------------------ */
 
 /* Find MessageExt's slot offsets; any surprise leaves use_slots at 0 (the class is called). */
@@ -1630,6 +1632,7 @@ static PyMethodDef methods[] = {
      "Register SendHeader, parse_fields (the reference) and the (short, long) keys of its fields."},
     {"stored_batch", (PyCFunction)(void (*)(void))stored_batch, METH_FASTCALL,
      "The broker's messages of a batch body, or None for its Python loop (rocketpy.broker.send)."},
+    REQUEST_METHODS
     CLIENT_METHODS
     STORE_METHODS
     LONE_METHODS

@@ -729,35 +729,16 @@ static int single_message_names(void) {
     return (str_retry = PyUnicode_InternFromString(RETRY_PREFIX)) == NULL ? -1 : 0;
 }
 
-/* single_message(header, body, queue_id, born_host, store_host, cluster, limit, max_body)
- *   -> MessageExt or None
- * SendMessageProcessor._single_message (and half_message, which passes it) for the common case:
- * a body of at most max_body bytes, a topic that is not a retry topic, ASCII properties of at
- * most limit characters (no size check needed) without TRAN_MSG, a sysFlag that is not PREPARED.
- * None for anything else: the Python code answers, errors included. */
-static PyObject *single_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *a[SM_ATTRS] = {NULL}, *f[N_FIELDS], *empty = NULL, *props = NULL, *result = NULL;
-    Py_ssize_t limit, max_body;
+/* single_message's work on the header's six values a[SM_*] (borrowed): the MessageExt, None when
+ * Python must decide, NULL with an exception. */
+static PyObject *message_of(PyObject *const *a, PyObject *body, PyObject *queue_id, PyObject *born_host,
+                            PyObject *store_host, PyObject *cluster, Py_ssize_t limit, Py_ssize_t max_body) {
+    PyObject *f[N_FIELDS], *empty = NULL, *props = NULL, *result = NULL;
     int64_t sys_flag;
     int i, has;
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "single_message() takes 8 arguments");
-        return NULL;
-    }
-    limit = PyLong_AsSsize_t(args[6]);
-    max_body = PyLong_AsSsize_t(args[7]);
-    if ((limit == -1 || max_body == -1) && PyErr_Occurred())
-        return NULL;
-    if (single_message_names() < 0)
-        return NULL;
-    if (!PyBytes_CheckExact(args[1]) || PyBytes_GET_SIZE(args[1]) > max_body || !PyUnicode_CheckExact(args[5]) ||
+    if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) > max_body || !PyUnicode_CheckExact(cluster) ||
         MessageExt == NULL)
         Py_RETURN_NONE;
-    for (i = 0; i < SM_ATTRS; i++)
-        if ((a[i] = PyObject_GetAttr(args[0], sm_names[i])) == NULL) {
-            PyErr_Clear();
-            goto python;
-        }
     if (!PyUnicode_CheckExact(a[SM_TOPIC]) || !PyUnicode_CheckExact(a[SM_PROPERTIES]) ||
         !PyUnicode_IS_ASCII(a[SM_PROPERTIES]) || PyUnicode_GET_LENGTH(a[SM_PROPERTIES]) > limit ||
         PyUnicode_Tailmatch(a[SM_TOPIC], str_retry, 0, PY_SSIZE_T_MAX, -1) != 0)  /* an error too */
@@ -768,7 +749,7 @@ static PyObject *single_message(PyObject *self, PyObject *const *args, Py_ssize_
     if (empty == NULL)
         goto done;
     props = stored_properties((const char *)PyUnicode_DATA(a[SM_PROPERTIES]), PyUnicode_GET_LENGTH(a[SM_PROPERTIES]),
-                              empty, args[5]);
+                              empty, cluster);
     if (props == NULL)
         goto done;
     has = PyDict_Contains(props, str_tran_msg);
@@ -778,16 +759,16 @@ static PyObject *single_message(PyObject *self, PyObject *const *args, Py_ssize_
         goto done;
     }
     f[0] = Py_NewRef(a[SM_TOPIC]);
-    f[1] = Py_NewRef(args[1]);
+    f[1] = Py_NewRef(body);
     f[2] = Py_NewRef(a[SM_FLAG]);
     f[3] = props;
     props = NULL;
-    f[4] = Py_NewRef(args[2]);
+    f[4] = Py_NewRef(queue_id);
     f[5] = Py_NewRef(a[SM_SYS_FLAG]);
     f[6] = Py_NewRef(a[SM_BORN]);
-    f[7] = Py_NewRef(args[3]);
+    f[7] = Py_NewRef(born_host);
     f[8] = PyLong_FromLong(0);
-    f[9] = Py_NewRef(args[4]);
+    f[9] = Py_NewRef(store_host);
     f[10] = Py_NewRef(a[SM_RECONSUME]);
     for (i = 11; i < N_FIELDS; i++)
         f[i] = PyLong_FromLong(0);
@@ -797,10 +778,41 @@ python:
     PyErr_Clear();  /* the Tailmatch error, if any: Python raises it again */
     result = Py_NewRef(Py_None);
 done:
-    for (i = 0; i < SM_ATTRS; i++)
-        Py_XDECREF(a[i]);
     Py_XDECREF(empty);
     Py_XDECREF(props);
+    return result;
+}
+
+/* single_message(header, body, queue_id, born_host, store_host, cluster, limit, max_body)
+ *   -> MessageExt or None
+ * SendMessageProcessor._single_message (and half_message, which passes it) for the common case:
+ * a body of at most max_body bytes, a topic that is not a retry topic, ASCII properties of at
+ * most limit characters (no size check needed) without TRAN_MSG, a sysFlag that is not PREPARED.
+ * None for anything else: the Python code answers, errors included. */
+static PyObject *single_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *a[SM_ATTRS] = {NULL}, *result = NULL;
+    Py_ssize_t limit, max_body;
+    int i;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "single_message() takes 8 arguments");
+        return NULL;
+    }
+    limit = PyLong_AsSsize_t(args[6]);
+    max_body = PyLong_AsSsize_t(args[7]);
+    if ((limit == -1 || max_body == -1) && PyErr_Occurred())
+        return NULL;
+    if (single_message_names() < 0)
+        return NULL;
+    for (i = 0; i < SM_ATTRS; i++)
+        if ((a[i] = PyObject_GetAttr(args[0], sm_names[i])) == NULL) {
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    result = message_of(a, args[1], args[2], args[3], args[4], args[5], limit, max_body);
+done:
+    for (i = 0; i < SM_ATTRS; i++)
+        Py_XDECREF(a[i]);
     return result;
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from functools import partial
 from typing import Any, Callable, Sequence
 
 from twisted.internet.defer import Deferred
@@ -143,6 +144,18 @@ class SendMessageProcessor:
         # A properties string this short cannot exceed MAX_PROPERTIES_LENGTH once CLUSTER is
         # added (≤ 4 UTF-8 bytes per character), so its size check needs no re-serialisation.
         self._short_properties = (MAX_PROPERTIES_LENGTH - len(cluster_name.encode()) - 16) // 4
+        #: :meth:`process_request` for a lone usual send in one C call (``lone_send``), None when not
+        #: built: ``lone_request(channel, request)`` gives the answer's frame when the put completed
+        #: inline, else what ``process_request`` gives; None, having done nothing, for any other
+        #: request (then ``process_request`` answers it). The remoting node calls it for a request
+        #: that came alone, when no RPC hook runs. Not for subclasses (their process_request differs).
+        self.lone_request: Callable[[Any, RemotingCommand], bytes | RemotingCommand | Deferred[RemotingCommand] | None] \
+            | None = None
+        if _lone_send is not None and type(self) is SendMessageProcessor and isinstance(topics, TopicConfigManager):
+            self.lone_request = partial(_lone_send, (
+                topics.live_table(), self._topic_problems, self._peer_hosts, store.is_busy, store.put_message,
+                self._lone_put_response, self._put_response, PutMessageResult, store_host, cluster_name,
+                self._short_properties, max_message_size, _STORED_CODES, self._trace_fields))
 
     def reject_request(self) -> bool:
         """True while the store is busy (puts queue up or its writer is stuck): SYSTEM_BUSY."""
@@ -452,7 +465,10 @@ _single_message_c: Callable[..., MessageExt | None] | None = None
 #: ``process_requests``' loop in C (``send_run``), None when not built: a request whose topic was
 #: checked earlier in the run and that ``single_message`` takes is built there, the others by ``_prepare``.
 _send_run: Callable[..., None] | None = None
+#: ``lone_request``'s C function (rocketpy/_speedups_request.h ``lone_send``), None when not built.
+_lone_send: Callable[..., bytes | RemotingCommand | Deferred[RemotingCommand] | None] | None = None
 if speedups.compiled is not None:
+    _lone_send = speedups.compiled.lone_send
     _send_run = speedups.compiled.send_run
     _single_message_c = speedups.compiled.single_message
     _stored_batch = speedups.compiled.stored_batch

@@ -7,7 +7,7 @@ reactor thread; persisting writes a small JSON file atomically.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from twisted.internet.interfaces import IReactorTime
@@ -96,6 +96,11 @@ class TopicConfigManager(JsonConfigFile):
     def select_topic_config(self, topic: str) -> TopicConfig | None:
         """The config of ``topic``, or None when this broker does not have it."""
         return self._table.get(topic)
+
+    def live_table(self) -> Mapping[str, TopicConfig]:
+        """The table itself (name → config), as it changes: for readers on the hot path that must
+        not copy it (the send path's compiled check); never changed through this view."""
+        return self._table
 
     def topics(self) -> dict[str, TopicConfig]:
         """A snapshot of the table (name → config)."""

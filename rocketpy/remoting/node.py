@@ -45,7 +45,7 @@ TIMEOUT_CLEAN_QUEUE_REMARK = (
 class _Registration:
     """A processor, where it runs, and how many of its requests are in the pool."""
 
-    __slots__ = ("processor", "executor", "max_queue", "max_wait", "queued", "batch")
+    __slots__ = ("processor", "executor", "max_queue", "max_wait", "queued", "batch", "lone")
 
     def __init__(
         self, processor: IRequestProcessor, executor: ThreadPool | None, max_queue: int, max_wait: float | None = None
@@ -57,6 +57,10 @@ class _Registration:
         self.queued = 0
         #: runs of its requests go to ``process_requests`` together (reactor-thread processors only)
         self.batch = executor is None and IBatchRequestProcessor.providedBy(processor)
+        #: the processor's ``lone_request`` (reactor-thread processors only), for a request that came
+        #: alone: its answer's frame, or what ``process_request`` returns, or None for "not mine"
+        self.lone: Callable[[Any, RemotingCommand], Any] | None = (
+            getattr(processor, "lone_request", None) if executor is None else None)
 
 
 class RemotingNode:
@@ -185,7 +189,25 @@ class RemotingNode:
         batch processor (:class:`IBatchRequestProcessor`, whichever of its codes) go to it
         as one run."""
         if len(requests) == 1:
-            self.request_received(channel, requests[0])
+            request = requests[0]
+            registration = self._processors.get(request.code, self._default)
+            lone = registration.lone if registration is not None else None
+            if lone is not None and not self.rpc_hooks and type(channel) is RemotingProtocol:
+                try:  # the usual lone send in one call: no reject_request, process_request, _reply
+                    result = lone(channel, request)
+                except Exception:
+                    self._reply_failure(Failure(), channel, request)
+                    return
+                if type(result) is bytes:
+                    channel.reply_frame(result)
+                elif result is None:  # not the usual case: nothing was done
+                    self.request_received(channel, request)
+                elif isinstance(result, Deferred):
+                    self._reply_when_done(result, channel, request)
+                else:
+                    self._reply(result, channel, request)
+                return
+            self.request_received(channel, request)
             return
         processors, default = self._processors, self._default
         run: list[RemotingCommand] = []

@@ -324,6 +324,18 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
             if not self._reading and self._write_collected():
                 self.resetTimeout()
 
+    def reply_frame(self, frame: bytes) -> None:
+        """Write one request's encoded answer and count the request answered (``send_frames`` +
+        ``answered``; inside a read, where the usual answer is written, without their calls)."""
+        if self._reading and self._lost is None:
+            self._out.append(frame)  # written at the read's end, with the read's other answers
+            self._unanswered -= 1  # a broken channel closes at the read's end too
+            return
+        try:
+            self.send_frames([frame])
+        finally:
+            self.answered()
+
     @contextmanager
     def writes_together(self) -> Iterator[None]:
         """Within this block what the channel writes leaves in one ``writeSequence`` at its end

@@ -1,0 +1,183 @@
+/* rocketpy._speedups, a lone send request from its decoded command to its answer's frame
+ * (doc/benchmarks.md, "Pass: the broker's lone request above the store"): included once, after
+ * _speedups_remoting.h, whose helpers (sh_field, message_of, stored_response, json_frame) it uses.
+ *
+ * lone_send  SendMessageProcessor.process_request (rocketpy/broker/send.py) for the usual single
+ *            send: header parsed without a SendHeader, topic checks read from the topic table,
+ *            the message built, stored through the store's put_message, and the stored answer
+ *            encoded; for anything else it returns None before any side effect, and the full
+ *            Python path (RemotingNode.request_received) handles the request.
+ */
+
+/* The state tuple lone_send reads (SendMessageProcessor builds it once). */
+enum { LS_TABLE, LS_PROBLEMS, LS_PEERS, LS_BUSY, LS_PUT, LS_LATER, LS_REFERENCE, LS_RESULT_TYPE, LS_STORE_HOST,
+       LS_CLUSTER, LS_LIMIT, LS_MAX_BODY, LS_CODES, LS_TRACE, LS_ITEMS };
+enum { LH_GROUP, LH_TOPIC, LH_DEFAULT_TOPIC, LH_QUEUE_NUMS, LH_QUEUE_ID, LH_SYS_FLAG, LH_BORN, LH_FLAG, LH_PROPERTIES,
+       LH_RECONSUME, LH_MAX_RECONSUME, LH_BATCH };  /* SendHeader's fields, in send_header's order */
+#define PERM_WRITE_BIT 2
+static PyObject *str_perm, *str_remote_address, *str_called, *str_paused, *str_result, *str_add_callback;
+
+static int lone_names(void) {
+    if (str_add_callback != NULL)
+        return 0;
+    str_perm = PyUnicode_InternFromString("perm");
+    str_remote_address = PyUnicode_InternFromString("remote_address");
+    str_called = PyUnicode_InternFromString("called");
+    str_paused = PyUnicode_InternFromString("paused");
+    str_result = PyUnicode_InternFromString("result");
+    if (!str_perm || !str_remote_address || !str_called || !str_paused || !str_result)
+        return -1;
+    return (str_add_callback = PyUnicode_InternFromString("addCallback")) == NULL ? -1 : 0;
+}
+
+/* An int attribute of obj within 32 bits into *out; 0 when absent or not one (cleared). */
+static int lone_int_attr(PyObject *obj, PyObject *name, int64_t *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    int ok = v != NULL && PyLong_CheckExact(v) && I32_OK(v, out);
+    Py_XDECREF(v);
+    if (!ok)
+        PyErr_Clear();
+    return ok;
+}
+
+/* The message of a usual lone send, as _prepare builds it, with its queue id; NULL without an
+ * exception when the full path must decide (anything unusual, an error answer, the store busy),
+ * NULL with one on failure. Reads only: nothing is stored here. */
+static PyObject *lone_message(PyObject *const *state, PyObject *channel, PyObject *request, PyObject **queue_obj) {
+    PyObject *h[SH_FIELDS], *ext = rc_get(request, RC_EXT), *body = rc_get(request, RC_BODY);
+    PyObject *config = NULL, *address = NULL, *born_host = NULL, *busy = NULL, *msg = NULL, *v, *a[SM_ATTRS];
+    int64_t queue_id, perm, read_nums, write_nums;
+    Py_ssize_t limit, max_body;
+    int i, filled = 0, slow = 0;
+    if (ext == NULL || body == NULL || !PyDict_CheckExact(ext) || SendHeader == NULL)
+        return NULL;
+    for (; filled < SH_FIELDS; filled++)  /* send_header's parse, without the SendHeader */
+        if ((h[filled] = sh_field(ext, filled, &slow)) == NULL)
+            goto python;
+    if (h[LH_BATCH] != Py_False || !I32_OK(h[LH_QUEUE_ID], &queue_id) || queue_id < 0)
+        goto python;
+    v = PyDict_GetItemWithError(state[LS_PROBLEMS], h[LH_TOPIC]);  /* checked before, and valid */
+    if (v != Py_None)
+        goto python;
+    config = Py_XNewRef(PyDict_GetItemWithError(state[LS_TABLE], h[LH_TOPIC]));
+    if (config == NULL || !lone_int_attr(config, str_perm, &perm) || !(perm & PERM_WRITE_BIT) ||
+        !lone_int_attr(config, str_read_nums, &read_nums) || !lone_int_attr(config, str_write_nums, &write_nums) ||
+        queue_id >= (read_nums > write_nums ? read_nums : write_nums))
+        goto python;
+    address = PyObject_GetAttr(channel, str_remote_address);  /* the born host, parsed by _peer_host before */
+    if (address == NULL || !PyUnicode_CheckExact(address) || PyUnicode_GET_LENGTH(address) == 0)
+        goto python;
+    born_host = Py_XNewRef(PyDict_GetItemWithError(state[LS_PEERS], address));
+    if (born_host == NULL)
+        goto python;
+    limit = PyLong_AsSsize_t(state[LS_LIMIT]);
+    max_body = PyLong_AsSsize_t(state[LS_MAX_BODY]);
+    if ((limit == -1 || max_body == -1) && PyErr_Occurred())
+        goto python;
+    a[SM_TOPIC] = h[LH_TOPIC], a[SM_FLAG] = h[LH_FLAG], a[SM_PROPERTIES] = h[LH_PROPERTIES];
+    a[SM_SYS_FLAG] = h[LH_SYS_FLAG], a[SM_BORN] = h[LH_BORN], a[SM_RECONSUME] = h[LH_RECONSUME];
+    *queue_obj = Py_NewRef(h[LH_QUEUE_ID]);
+    busy = PyObject_CallNoArgs(state[LS_BUSY]);  /* reject_request: the full path answers SYSTEM_BUSY */
+    if (busy == NULL || (i = PyObject_IsTrue(busy)) != 0)
+        goto python;
+    msg = message_of(a, body, *queue_obj, born_host, state[LS_STORE_HOST], state[LS_CLUSTER], limit, max_body);
+    if (msg == Py_None)
+        Py_CLEAR(msg);
+python:
+    if (msg == NULL) {
+        PyErr_Clear();  /* the full path decides again, and raises or answers what it must */
+        Py_CLEAR(*queue_obj);
+    }
+    for (i = 0; i < filled; i++)
+        Py_DECREF(h[i]);
+    Py_XDECREF(config);
+    Py_XDECREF(address);
+    Py_XDECREF(born_host);
+    Py_XDECREF(busy);
+    return msg;
+}
+
+/* The answer of a put that completed inline (process_request's check), else NULL (no exception). */
+static PyObject *done_result(PyObject *d, PyObject *result_type) {
+    PyObject *called = PyObject_GetAttr(d, str_called), *paused = NULL, *result = NULL;
+    if (called == Py_True && (paused = PyObject_GetAttr(d, str_paused)) != NULL && PyLong_CheckExact(paused) &&
+        PyObject_IsTrue(paused) == 0 && (result = PyObject_GetAttr(d, str_result)) != NULL &&
+        (PyObject *)Py_TYPE(result) != result_type)
+        Py_CLEAR(result);
+    Py_XDECREF(called);
+    Py_XDECREF(paused);
+    PyErr_Clear();
+    return result;
+}
+
+/* lone_send(state, channel, request) -> frame | response | Deferred | None
+ * state: (topic table, topic problems, peer hosts, store.is_busy, store.put_message,
+ *         _lone_put_response, _put_response, PutMessageResult, store host, cluster, properties
+ *         limit, max body, stored codes, trace fields).
+ * For a JSON request that wants an answer, whose send header send_header parses, not a batch, to
+ * a given valid queue of a topic in the table that is writable and was checked before, from a
+ * channel whose peer was parsed before, with a message single_message builds, and the store not
+ * busy: the message is stored (store.put_message) and the answer is the response's frame when
+ * the put completed inline and stored, else what process_request returns (the response, or the
+ * Deferred of it). None, having done nothing, for anything else. */
+static PyObject *lone_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *const *state, *request, *msg, *queue_obj = NULL, *d, *result, *response, *frame, *v;
+    int64_t x;
+    if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != LS_ITEMS) {
+        PyErr_SetString(PyExc_TypeError, "lone_send(state, channel, request)");
+        return NULL;
+    }
+    if (str_write_nums == NULL || lone_names() < 0 || single_message_names() < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "rocketpy._speedups.set_remoting() was not called");
+        return NULL;
+    }
+    state = &PyTuple_GET_ITEM(args[0], 0), request = args[2];
+    if (!rc_slots || !Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand))
+        Py_RETURN_NONE;
+    v = rc_get(request, RC_FLAG);
+    if (v == NULL || !I64_OK(v, &x) || (x & ONEWAY_FLAG_BIT))
+        Py_RETURN_NONE;
+    v = rc_get(request, RC_SERIALIZE);
+    if (v == NULL || !PyLong_Check(v) || !I64_OK(v, &x) || x != 0 || rc_get(request, RC_OPAQUE) == NULL)
+        Py_RETURN_NONE;
+    Py_INCREF(request);  /* the store is Python code */
+    msg = lone_message(state, args[1], request, &queue_obj);
+    if (msg == NULL) {
+        Py_DECREF(request);
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    d = PyObject_CallOneArg(state[LS_PUT], msg);  /* from here on the request is answered here */
+    Py_DECREF(msg);
+    response = NULL;
+    if (d != NULL) {
+        result = done_result(d, state[LS_RESULT_TYPE]);
+        if (result == NULL) {  /* stored later: d.addCallback(self._lone_put_response, request, queue_id) */
+            PyObject *call[4] = {d, state[LS_LATER], request, queue_obj};
+            response = PyObject_VectorcallMethod(str_add_callback, call, 4, NULL);
+        } else {
+            response = stored_response(result, request, queue_obj, state[LS_CODES], state[LS_TRACE]);
+            if (response == NULL) {  /* a refusal, or not the plain case: _put_response */
+                PyObject *call[3] = {result, request, queue_obj};
+                response = PyObject_Vectorcall(state[LS_REFERENCE], call, 3, NULL);
+            } else {
+                frame = json_frame(NULL, response);
+                if (frame != Py_None)
+                    Py_SETREF(response, frame);  /* the frame, or NULL on failure */
+                else
+                    Py_DECREF(frame);
+            }
+            Py_DECREF(result);
+        }
+        Py_DECREF(d);
+    }
+    Py_DECREF(queue_obj);
+    Py_DECREF(request);
+    return response;
+}
+
+#define REQUEST_METHODS \
+    {"lone_send", (PyCFunction)(void (*)(void))lone_send, METH_FASTCALL, \
+     "A lone usual send request stored and answered: frame, response, Deferred, or None (rocketpy.broker.send)."},
