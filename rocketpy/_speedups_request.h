@@ -7,6 +7,8 @@
  *            the message built, stored through the store's put_message, and the stored answer
  *            encoded; for anything else it returns None before any side effect, and the full
  *            Python path (RemotingNode.request_received) handles the request.
+ * send_now   rocketpy.remoting.writenow.write_now for a plain TCP transport with nothing queued
+ *            (a read's answers, RemotingProtocol._write_collected); None for anything else.
  */
 
 /* The state tuple lone_send reads (SendMessageProcessor builds it once). */
@@ -178,6 +180,119 @@ static PyObject *lone_send(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return response;
 }
 
+/* ---- the answer written (rocketpy.remoting.writenow.write_now) ------------------------- */
+
+static PyObject *str_temp_buffer, *str_offset, *str_data_buffer, *str_connected, *str_disconnecting,
+    *str_write_disconnected, *str_tls, *str_send_limit, *str_socket, *str_send, *str_write;
+
+static int send_names(void) {
+    if (str_write != NULL)
+        return 0;
+    str_temp_buffer = PyUnicode_InternFromString("_tempDataBuffer");
+    str_offset = PyUnicode_InternFromString("offset");
+    str_data_buffer = PyUnicode_InternFromString("dataBuffer");
+    str_connected = PyUnicode_InternFromString("connected");
+    str_disconnecting = PyUnicode_InternFromString("disconnecting");
+    str_write_disconnected = PyUnicode_InternFromString("_writeDisconnected");
+    str_tls = PyUnicode_InternFromString("TLS");
+    str_send_limit = PyUnicode_InternFromString("SEND_LIMIT");
+    str_socket = PyUnicode_InternFromString("socket");
+    str_send = PyUnicode_InternFromString("send");
+    if (!str_temp_buffer || !str_offset || !str_data_buffer || !str_connected || !str_disconnecting ||
+        !str_write_disconnected || !str_tls || !str_send_limit || !str_socket || !str_send)
+        return -1;
+    return (str_write = PyUnicode_InternFromString("write")) == NULL ? -1 : 0;
+}
+
+/* The truth of an attribute: 1, 0, or -1 (absent or an error: cleared). */
+static int truth_attr(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    int r = v == NULL ? -1 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    if (r < 0)
+        PyErr_Clear();
+    return r;
+}
+
+/* send_now(plain, transport, data) -> True, or None having done nothing
+ * write_now for a transport whose type is in plain (tcp.Server / tcp.Client with Connection's
+ * writeSomeData) with nothing queued, connected and not closing, not TLS, and bytes of at most its
+ * SEND_LIMIT: socket.send(data) now, what it did not take (all of it after an OSError, as
+ * write_now) through transport.write. None for anything else: then write_now decides. */
+static PyObject *send_now(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *plain, *transport, *data, *v, *sock, *sent_obj, *rest, *r;
+    Py_ssize_t size, sent = 0, queued;
+    int64_t offset, limit;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "send_now(plain, transport, data)");
+        return NULL;
+    }
+    plain = args[0], transport = args[1], data = args[2];
+    if (send_names() < 0)
+        return NULL;
+    if (!PyBytes_CheckExact(data) || !PyAnySet_Check(plain) || PySet_Contains(plain, (PyObject *)Py_TYPE(transport)) != 1)
+        goto python;
+    size = PyBytes_GET_SIZE(data);
+    v = PyObject_GetAttr(transport, str_temp_buffer);
+    queued = v != NULL && PyList_CheckExact(v) ? PyList_GET_SIZE(v) : -1;
+    Py_XDECREF(v);
+    if (queued != 0)
+        goto python;
+    v = PyObject_GetAttr(transport, str_offset);
+    if (v == NULL || !PyLong_CheckExact(v) || !I64_OK(v, &offset)) {
+        Py_XDECREF(v);
+        goto python;
+    }
+    Py_DECREF(v);
+    v = PyObject_GetAttr(transport, str_data_buffer);
+    queued = v != NULL && PyBytes_CheckExact(v) ? PyBytes_GET_SIZE(v) : -1;
+    Py_XDECREF(v);
+    if (queued < 0 || offset != queued || truth_attr(transport, str_connected) != 1 ||
+        truth_attr(transport, str_disconnecting) != 0 || truth_attr(transport, str_write_disconnected) != 0 ||
+        truth_attr(transport, str_tls) != 0)
+        goto python;
+    v = PyObject_GetAttr(transport, str_send_limit);
+    if (v == NULL || !PyLong_CheckExact(v) || !I64_OK(v, &limit) || size > limit) {
+        Py_XDECREF(v);
+        goto python;
+    }
+    Py_DECREF(v);
+    sock = PyObject_GetAttr(transport, str_socket);
+    if (sock == NULL)
+        goto python;
+    sent_obj = PyObject_CallMethodOneArg(sock, str_send, data);  /* retries EINTR itself (PEP 475) */
+    Py_DECREF(sock);
+    if (sent_obj == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_OSError))
+            return NULL;
+        PyErr_Clear();  /* would block, or the connection is failing: write queues it all */
+    } else {
+        sent = PyLong_AsSsize_t(sent_obj);
+        Py_DECREF(sent_obj);
+        if (sent < 0 || sent > size) {
+            if (PyErr_Occurred())
+                return NULL;
+            sent = 0;
+        }
+    }
+    if (sent < size) {
+        rest = sent == 0 ? Py_NewRef(data) : PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + sent, size - sent);
+        if (rest == NULL)
+            return NULL;
+        r = PyObject_CallMethodOneArg(transport, str_write, rest);
+        Py_DECREF(rest);
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    Py_RETURN_TRUE;
+python:
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
 #define REQUEST_METHODS \
+    {"send_now", (PyCFunction)(void (*)(void))send_now, METH_FASTCALL, \
+     "write_now's direct send for a plain TCP transport: True, or None having done nothing (remoting/writenow.py)."}, \
     {"lone_send", (PyCFunction)(void (*)(void))lone_send, METH_FASTCALL, \
      "A lone usual send request stored and answered: frame, response, Deferred, or None (rocketpy.broker.send)."},

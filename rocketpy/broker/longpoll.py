@@ -127,6 +127,8 @@ class PullRequestHoldService(Service):
 
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Store arrival listener: wake the requests of that queue waiting below ``max_offset``."""
+        if not self._parked:  # nothing held (emptied lists are removed): no key to build per put
+            return
         waiting = self._parked.get(queue_key(topic, queue_id))
         if not waiting:
             return

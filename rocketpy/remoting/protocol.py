@@ -31,7 +31,7 @@ from rocketpy.remoting.errors import (
     RemotingSendRequestError,
 )
 from rocketpy.remoting.pending import Release, ResponseTable
-from rocketpy.remoting.writenow import can_write_now, write_now
+from rocketpy.remoting.writenow import can_write_now, send_now, write_now
 
 if TYPE_CHECKING:
     from rocketpy.remoting.node import RemotingNode
@@ -359,7 +359,9 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
             return False
         out, self._out = self._out, []
         if self._write_now:
-            write_now(self.transport, out[0] if len(out) == 1 else b"".join(out))
+            data = out[0] if len(out) == 1 else b"".join(out)
+            if send_now is None or send_now(self.transport, data) is None:  # the usual case in C
+                write_now(self.transport, data)
         else:
             self.transport.writeSequence(out)
         return True

@@ -10,9 +10,12 @@ On ``tcp.Server`` / ``tcp.Client`` it calls ``socket.send`` itself, as ``writeSo
 from __future__ import annotations
 
 from errno import ENOBUFS, EWOULDBLOCK
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 from twisted.internet import tcp
+
+from rocketpy.common import speedups
 
 #: the connection classes whose ``writeSomeData`` is ``Connection``'s (a bounded ``socket.send``)
 _PLAIN_SEND = frozenset(cls for cls in (tcp.Server, tcp.Client) if cls.writeSomeData is tcp.Connection.writeSomeData)
@@ -48,3 +51,10 @@ def write_now(transport: tcp.Connection, data: bytes) -> None:
             data = data[sent:]
         # else the connection is failing: ``write`` queues it, and the reactor's next write reports the loss
     transport.write(data)
+
+
+#: :func:`write_now` for the plain case (a type of ``_PLAIN_SEND``, nothing queued, within ``SEND_LIMIT``)
+#: in one C call (rocketpy/_speedups_request.h ``send_now``): ``send_now(transport, data)`` is True once
+#: written, None having done nothing (then :func:`write_now` decides); None when not built.
+send_now: Callable[[Any, bytes], bool | None] | None = (
+    partial(speedups.compiled.send_now, _PLAIN_SEND) if speedups.compiled is not None else None)

@@ -1,4 +1,4 @@
-"""Real loopback tests (127.0.0.1, port 0): oversize frames and thread-pool processors."""
+"""Real loopback tests (127.0.0.1, port 0): oversize frames, thread-pool processors, direct writes."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, c
 from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
-from twisted.trial.unittest import TestCase
+from twisted.internet.testing import StringTransport
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 
+from rocketpy.remoting import protocol, writenow
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codec import MAX_FRAME_LENGTH
 from rocketpy.remoting.codes import ResponseCode
@@ -130,3 +132,24 @@ class LoopbackTests(TestCase):
 
         return Deferred.fromCoroutine(run())  # type: ignore[return-value]
 
+
+
+class PythonWriteLoopbackTests(LoopbackTests):
+    """The loopback tests with the read's answers written by ``write_now`` in Python (no ``send_now``)."""
+
+    def setUp(self) -> None:
+        self.patch(protocol, "send_now", None)
+        super().setUp()
+
+
+class SendNowTests(SynchronousTestCase):
+    skip = None if writenow.send_now is not None else "no compiled accelerator (writenow.send_now is None)"
+
+    def test_not_plain_left_alone(self) -> None:
+        """A transport that is not a plain TCP connection, or bytes it should not take, are left to
+        ``write_now``: nothing written, None."""
+        assert writenow.send_now is not None
+        transport = StringTransport()
+        self.assertIsNone(writenow.send_now(transport, b"frame"))
+        self.assertIsNone(writenow.send_now(transport, bytearray(b"frame")))  # type: ignore[arg-type]
+        self.assertEqual(transport.value(), b"")
