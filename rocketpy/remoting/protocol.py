@@ -31,7 +31,8 @@ from rocketpy.remoting.errors import (
     RemotingSendRequestError,
 )
 from rocketpy.remoting.pending import Release, ResponseTable
-from rocketpy.remoting.writenow import can_write_now, send_now, write_now
+from rocketpy.remoting.writenow import can_write_now, write_now
+from rocketpy.remoting.writenow import send_now  # write_now's usual case in C (None when not built)
 
 if TYPE_CHECKING:
     from rocketpy.remoting.node import RemotingNode
