@@ -136,7 +136,7 @@ static const char *const K_NAMES[K_KEYS] = {"code", "version", "opaque", "flag",
 #define STRING_STACK 512
 
 static inline void skip_ws(Cursor *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+    while (c->p < c->end && *c->p <= ' ' && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
         c->p++;
 }
 
@@ -157,16 +157,69 @@ static int hex4(const unsigned char *p, unsigned *out) {
     return 1;
 }
 
-/* The JSON string at c->p (its opening quote); names go through the name cache. NULL without
+/* A header's names and short values repeat request after request (a client's one-letter extFields
+ * keys, its group, topic, queue ids, flags, "JAVA"): one str each from a cache instead of one per
+ * request to allocate, hash (as a dict key: the topic's lookups too) and free. One-letter texts
+ * have a slot each; numbers of more than 6 digits (timestamps, offsets) change every time and are
+ * not cached, so that they do not evict the others. */
+#define FIELD_CACHE 256
+#define FIELD_CACHED_MAX 48
+static PyObject *letter_cache[128], *field_cache[FIELD_CACHE];
+
+static PyObject *field_text(const char *s, Py_ssize_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    PyObject **slot, *text;
+    if (n == 1 && u[0] < 128)
+        slot = &letter_cache[u[0]];
+    else if (n < 2 || n > FIELD_CACHED_MAX || (n > 6 && u[0] >= '0' && u[0] <= '9'))
+        return ascii_str(s, n);
+    else
+        slot = &field_cache[(unsigned)(n * 131 + u[0] * 31 + u[n / 2] * 17 + u[n - 1] * 7) % FIELD_CACHE];
+    text = *slot;
+    if (text != NULL && PyUnicode_GET_LENGTH(text) == n && memcmp(PyUnicode_DATA(text), s, n) == 0)
+        return Py_NewRef(text);
+    text = ascii_str(s, n);
+    if (text != NULL)
+        Py_XSETREF(*slot, Py_NewRef(text));
+    return text;
+}
+
+/* How many of the characters from q on (up to end) are plain in a JSON string: not a quote, a
+ * backslash, a control character (below 0x20) or non-ASCII. Eight at a time by the "has a zero
+ * byte" and "has a byte less than" word tricks, whose lowest flagged byte is always a true one. */
+static inline Py_ssize_t plain_run(const unsigned char *q, const unsigned char *end) {
+    const unsigned char *p = q;
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    while (end - p >= 8) {
+        uint64_t w, quote, slash, flagged;
+        memcpy(&w, p, 8);
+        quote = w ^ (ones * '"');
+        slash = w ^ (ones * '\\');
+        flagged = (((quote - ones) & ~quote) | ((slash - ones) & ~slash) | ((w - ones * 0x20) & ~w) | w) & high;
+        if (flagged)
+            return p - q + (__builtin_ctzll(flagged) >> 3);
+        p += 8;
+    }
+#endif
+    while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+        p++;
+    return p - q;
+}
+
+/* The JSON string at c->p (its opening quote); ASCII ones without escapes through field_text. NULL without
  * an exception when it is not plain (see above), with one when memory ran out. */
-static PyObject *json_string(Cursor *c, int name) {
+static PyObject *json_string(Cursor *c) {
     const unsigned char *s = c->p + 1, *q = s;
     unsigned char stack[STRING_STACK], *buf, *at;
     int ascii = 1, escapes = 0;
     PyObject *r;
     if (c->p >= c->end || *c->p != '"')
         return NULL;
-    while (q < c->end && *q != '"') {
+    for (;;) {
+        q += plain_run(q, c->end);
+        if (q >= c->end || *q == '"')
+            break;
         if (*q < 0x20)
             return NULL;  /* orjson refuses raw control characters: the lenient path decides */
         if (*q == '\\') {
@@ -184,7 +237,7 @@ static PyObject *json_string(Cursor *c, int name) {
     c->p = q + 1;
     if (!escapes) {
         if (ascii)
-            return name && q > s ? property_name((const char *)s, q - s) : ascii_str((const char *)s, q - s);
+            return field_text((const char *)s, q - s);
         r = PyUnicode_DecodeUTF8((const char *)s, q - s, NULL);
         if (r == NULL && PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
             PyErr_Clear();
@@ -290,13 +343,13 @@ static PyObject *json_fields(Cursor *c) {
     }
     for (;;) {
         int r;
-        if ((k = json_string(c, 1)) == NULL)
+        if ((k = json_string(c)) == NULL)
             goto fail;
         skip_ws(c);
         if (c->p >= c->end || *c->p++ != ':')
             goto fail;
         skip_ws(c);
-        if ((v = json_string(c, 0)) == NULL)
+        if ((v = json_string(c)) == NULL)
             goto fail;
         r = PyDict_SetItem(fields, k, v);  /* a repeated key keeps its place, as in orjson's dict */
         Py_CLEAR(k);
@@ -355,8 +408,7 @@ static PyObject *json_command(const unsigned char *s, Py_ssize_t n, PyObject *bo
         if (c.p >= c.end || *c.p != '"')
             goto done;
         key = ++c.p;
-        while (c.p < c.end && *c.p != '"' && *c.p != '\\')
-            c.p++;
+        c.p += plain_run(c.p, c.end);  /* a control or non-ASCII character stops it too: orjson decides */
         if (c.p >= c.end || *c.p != '"')
             goto done;
         key_len = c.p++ - key;
@@ -378,7 +430,7 @@ static PyObject *json_command(const unsigned char *s, Py_ssize_t n, PyObject *bo
                 goto done;
         } else if (k == K_REMARK && json_null(&c)) {
             seen &= ~(1u << K_REMARK);
-        } else if ((text[k] = json_string(&c, k == K_LANGUAGE)) == NULL) {
+        } else if ((text[k] = json_string(&c)) == NULL) {
             goto done;
         }
         skip_ws(&c);
@@ -528,7 +580,16 @@ static PyObject *read_frames(PyObject *self, PyObject *const *args, Py_ssize_t n
                 break;
         }
     }
-    return Py_BuildValue("(Nn)", out, position);
+    {
+        PyObject *at = PyLong_FromSsize_t(position), *pair = at != NULL ? PyTuple_New(2) : NULL;
+        if (pair == NULL) {
+            Py_XDECREF(at);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(pair, 0, out);
+        PyTuple_SET_ITEM(pair, 1, at);
+        return pair;
+    }
 fail:
     Py_DECREF(out);
     return NULL;
