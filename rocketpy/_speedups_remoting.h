@@ -89,6 +89,7 @@ static inline void rc_set(PyObject *cmd, int i, PyObject *value) {  /* takes a n
 
 static PyObject *str_msg_id, *str_queue_id, *str_queue_offset, *str_comma, *response_version;
 static PyObject *str_queue_id_attr, *str_batch_attr, *str_read_nums, *str_write_nums;
+static PyObject *str_status, *str_append, *str_msg_ids, *str_queue_offset_attr;  /* a put's result */
 
 /* set_remoting(orjson.loads, SerializeType.JSON, ROCKETPY_VERSION): remoting/codec.py calls it
  * at import. */
@@ -108,8 +109,13 @@ static PyObject *set_remoting(PyObject *self, PyObject *const *args, Py_ssize_t 
         str_batch_attr = PyUnicode_InternFromString("batch");
         str_read_nums = PyUnicode_InternFromString("read_queue_nums");
         str_write_nums = PyUnicode_InternFromString("write_queue_nums");
+        str_status = PyUnicode_InternFromString("status");
+        str_append = PyUnicode_InternFromString("append");
+        str_msg_ids = PyUnicode_InternFromString("msg_ids");
+        str_queue_offset_attr = PyUnicode_InternFromString("queue_offset");
         if (!str_msg_id || !str_queue_id || !str_queue_offset || !str_comma || !one || !empty_bytes ||
-            !str_queue_id_attr || !str_batch_attr || !str_read_nums || !str_write_nums)
+            !str_queue_id_attr || !str_batch_attr || !str_read_nums || !str_write_nums || !str_status ||
+            !str_append || !str_msg_ids || !str_queue_offset_attr)
             return NULL;
     }
     Py_XSETREF(orjson_loads, Py_NewRef(args[0]));
@@ -606,17 +612,17 @@ static PyObject *stored_response(PyObject *result, PyObject *request, PyObject *
     if (!rc_slots || !Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand) || !PyLong_CheckExact(queue_id) ||
         !PyDict_CheckExact(codes) || !PyDict_CheckExact(trace_fields) || response_version == NULL)
         return NULL;
-    status = PyObject_GetAttrString(result, "status");
+    status = PyObject_GetAttr(result, str_status);
     if (status == NULL)
         goto python;
     code = PyDict_GetItemWithError(codes, status);  /* borrowed: a plain int for a stored status */
     if (code == NULL || !PyLong_CheckExact(code))
         goto python;
-    append = PyObject_GetAttrString(result, "append");
+    append = PyObject_GetAttr(result, str_append);
     if (append == NULL || append == Py_None)
         goto python;
-    ids = PyObject_GetAttrString(append, "msg_ids");
-    offset = PyObject_GetAttrString(append, "queue_offset");
+    ids = PyObject_GetAttr(append, str_msg_ids);
+    offset = PyObject_GetAttr(append, str_queue_offset_attr);
     if (ids == NULL || offset == NULL || !PyList_CheckExact(ids) || PyList_GET_SIZE(ids) == 0 ||
         !PyLong_CheckExact(offset))
         goto python;
