@@ -712,6 +712,20 @@ static PyObject *put_responses(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* Whether request is a RemotingCommand (slots known) with a JSON header, an opaque, and not
+ * oneway: one whose answer the C encoder may frame. */
+static int wants_json_answer(PyObject *request) {
+    PyObject *v;
+    int64_t x;
+    if (!rc_slots || !Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand))
+        return 0;
+    v = rc_get(request, RC_FLAG);
+    if (v == NULL || !I64_OK(v, &x) || (x & ONEWAY_FLAG_BIT))
+        return 0;
+    v = rc_get(request, RC_SERIALIZE);
+    return v != NULL && PyLong_Check(v) && I64_OK(v, &x) && x == 0 && rc_get(request, RC_OPAQUE) != NULL;
+}
+
 /* response_frames(run, results) -> [frame] or None
  * The frames RemotingNode._reply_run writes for a run when every request is a JSON request
  * that wants an answer and every result a RemotingCommand that json_frame encodes; each
@@ -732,13 +746,7 @@ static PyObject *response_frames(PyObject *self, PyObject *const *args, Py_ssize
     for (i = 0; i < n; i++) {  /* check every pair before changing any response */
         PyObject *request = PyList_GET_ITEM(run, i), *response = PyList_GET_ITEM(results, i), *v;
         int64_t x;
-        if (!Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand) || !Py_IS_TYPE(response, (PyTypeObject *)RemotingCommand))
-            Py_RETURN_NONE;
-        v = rc_get(request, RC_FLAG);
-        if (v == NULL || !I64_OK(v, &x) || (x & ONEWAY_FLAG_BIT))
-            Py_RETURN_NONE;
-        v = rc_get(request, RC_SERIALIZE);
-        if (v == NULL || !PyLong_Check(v) || !I64_OK(v, &x) || x != 0 || rc_get(request, RC_OPAQUE) == NULL)
+        if (!wants_json_answer(request) || !Py_IS_TYPE(response, (PyTypeObject *)RemotingCommand))
             Py_RETURN_NONE;
         v = rc_get(response, RC_FLAG);
         if (v == NULL || !PyLong_CheckExact(v) || !I64_OK(v, &x))

@@ -19,17 +19,20 @@ enum { LH_GROUP, LH_TOPIC, LH_DEFAULT_TOPIC, LH_QUEUE_NUMS, LH_QUEUE_ID, LH_SYS_
 #define PERM_WRITE_BIT 2
 static PyObject *str_perm, *str_remote_address, *str_called, *str_paused, *str_result, *str_add_callback;
 
+/* Intern names[i] into *out[i], those not done yet; -1 with an exception on failure. */
+static int intern_names(const char *const *names, PyObject **const *out, int n) {
+    int i;
+    for (i = 0; i < n; i++)
+        if (*out[i] == NULL && (*out[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return -1;
+    return 0;
+}
+
 static int lone_names(void) {
-    if (str_add_callback != NULL)
-        return 0;
-    str_perm = PyUnicode_InternFromString("perm");
-    str_remote_address = PyUnicode_InternFromString("remote_address");
-    str_called = PyUnicode_InternFromString("called");
-    str_paused = PyUnicode_InternFromString("paused");
-    str_result = PyUnicode_InternFromString("result");
-    if (!str_perm || !str_remote_address || !str_called || !str_paused || !str_result)
-        return -1;
-    return (str_add_callback = PyUnicode_InternFromString("addCallback")) == NULL ? -1 : 0;
+    static const char *const names[] = {"perm", "remote_address", "called", "paused", "result", "addCallback"};
+    static PyObject **const out[] = {&str_perm, &str_remote_address, &str_called, &str_paused, &str_result,
+                                     &str_add_callback};
+    return intern_names(names, out, 6);
 }
 
 /* An int attribute of obj within 32 bits into *out; 0 when absent or not one (cleared). */
@@ -123,8 +126,7 @@ static PyObject *done_result(PyObject *d, PyObject *result_type) {
  * the put completed inline and stored, else what process_request returns (the response, or the
  * Deferred of it). None, having done nothing, for anything else. */
 static PyObject *lone_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *const *state, *request, *msg, *queue_obj = NULL, *d, *result, *response, *frame, *v;
-    int64_t x;
+    PyObject *const *state, *request, *msg, *queue_obj = NULL, *d, *result, *response, *frame;
     if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != LS_ITEMS) {
         PyErr_SetString(PyExc_TypeError, "lone_send(state, channel, request)");
         return NULL;
@@ -135,13 +137,7 @@ static PyObject *lone_send(PyObject *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     state = &PyTuple_GET_ITEM(args[0], 0), request = args[2];
-    if (!rc_slots || !Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand))
-        Py_RETURN_NONE;
-    v = rc_get(request, RC_FLAG);
-    if (v == NULL || !I64_OK(v, &x) || (x & ONEWAY_FLAG_BIT))
-        Py_RETURN_NONE;
-    v = rc_get(request, RC_SERIALIZE);
-    if (v == NULL || !PyLong_Check(v) || !I64_OK(v, &x) || x != 0 || rc_get(request, RC_OPAQUE) == NULL)
+    if (!wants_json_answer(request))
         Py_RETURN_NONE;
     Py_INCREF(request);  /* the store is Python code */
     msg = lone_message(state, args[1], request, &queue_obj);
@@ -186,22 +182,12 @@ static PyObject *str_temp_buffer, *str_offset, *str_data_buffer, *str_connected,
     *str_write_disconnected, *str_tls, *str_send_limit, *str_socket, *str_send, *str_write;
 
 static int send_names(void) {
-    if (str_write != NULL)
-        return 0;
-    str_temp_buffer = PyUnicode_InternFromString("_tempDataBuffer");
-    str_offset = PyUnicode_InternFromString("offset");
-    str_data_buffer = PyUnicode_InternFromString("dataBuffer");
-    str_connected = PyUnicode_InternFromString("connected");
-    str_disconnecting = PyUnicode_InternFromString("disconnecting");
-    str_write_disconnected = PyUnicode_InternFromString("_writeDisconnected");
-    str_tls = PyUnicode_InternFromString("TLS");
-    str_send_limit = PyUnicode_InternFromString("SEND_LIMIT");
-    str_socket = PyUnicode_InternFromString("socket");
-    str_send = PyUnicode_InternFromString("send");
-    if (!str_temp_buffer || !str_offset || !str_data_buffer || !str_connected || !str_disconnecting ||
-        !str_write_disconnected || !str_tls || !str_send_limit || !str_socket || !str_send)
-        return -1;
-    return (str_write = PyUnicode_InternFromString("write")) == NULL ? -1 : 0;
+    static const char *const names[] = {"_tempDataBuffer", "offset", "dataBuffer", "connected", "disconnecting",
+                                        "_writeDisconnected", "TLS", "SEND_LIMIT", "socket", "send", "write"};
+    static PyObject **const out[] = {&str_temp_buffer, &str_offset, &str_data_buffer, &str_connected,
+                                     &str_disconnecting, &str_write_disconnected, &str_tls, &str_send_limit,
+                                     &str_socket, &str_send, &str_write};
+    return intern_names(names, out, 11);
 }
 
 /* The truth of an attribute: 1, 0, or -1 (absent or an error: cleared). */
