@@ -28,7 +28,7 @@ static int intern_names(const char *const *names, PyObject **const *out, int n) 
     return 0;
 }
 
-static int lone_names(void) {
+static int request_names(void) {
     static const char *const names[] = {"perm", "remote_address", "called", "paused", "result", "addCallback"};
     static PyObject **const out[] = {&str_perm, &str_remote_address, &str_called, &str_paused, &str_result,
                                      &str_add_callback};
@@ -131,7 +131,7 @@ static PyObject *lone_send(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "lone_send(state, channel, request)");
         return NULL;
     }
-    if (str_write_nums == NULL || lone_names() < 0 || single_message_names() < 0) {
+    if (str_write_nums == NULL || request_names() < 0 || single_message_names() < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_RuntimeError, "rocketpy._speedups.set_remoting() was not called");
         return NULL;
