@@ -52,7 +52,8 @@ setup(
                                     "rocketpy/_speedups_remoting.h", "rocketpy/_speedups_pull.h",
                                     "rocketpy/_speedups_aio.h", "rocketpy/_speedups_uring.h",
                                     "rocketpy/_speedups_lone.h",
-                                    "rocketpy/_speedups_crc.h", "rocketpy/_speedups_batch.h"],
+                                    "rocketpy/_speedups_crc.h", "rocketpy/_speedups_batch.h",
+                                    "rocketpy/_speedups_producer.h"],
                            optional=True)],
     zip_safe=False,
 )

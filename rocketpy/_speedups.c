@@ -1572,6 +1572,7 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 #include "_speedups_aio.h"  /* syncer_*: the commit log's fdatasync ended on the reactor's epoll */
 #include "_speedups_uring.h"  /* uring_*: the same through io_uring */
 #include "_speedups_batch.h"  /* write_buffers: a chunk of records into the mapped file */
+#include "_speedups_producer.h"  /* fire, deliver: an automatic batch's members given their results */
 
 #include "_speedups_request.h"  /* lone_send, send_now: a lone send request from its command to its answer */
 
@@ -1656,6 +1657,7 @@ static PyMethodDef methods[] = {
     PULL_METHODS
     AIO_METHODS
     URING_METHODS
+    PRODUCER_METHODS
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",

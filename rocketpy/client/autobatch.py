@@ -28,6 +28,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode
+from rocketpy.client.firing import cheap_callbacks, deliver, fire, python_deliver
 from rocketpy.client.results import SendResult
 from rocketpy.common import speedups
 from rocketpy.common.message import Message, MessageConst, encode_batch, properties_to_string
@@ -115,6 +116,9 @@ class _Waiting(Deferred[Any]):
     size: int
     deadline: float
     retry: tuple[Any, ...] | None
+
+
+cheap_callbacks(_Waiting)  # the caller's addCallback and friends in C (rocketpy/client/firing.py)
 
 
 class _Queue:
@@ -207,7 +211,7 @@ class AutoBatcher:
         if isinstance(result, Failure):
             self._fail(member, result)
         else:
-            member.callback(result)
+            fire(member, result)
         self._answered(queue)
 
     def _fail(self, member: _Waiting, failure: Failure) -> None:
@@ -288,8 +292,7 @@ def _deliver(result: SendResult, chunk: list[_Waiting]) -> None:
     store_ids = result.offset_msg_id.split(",")
     if len(store_ids) != len(chunk):  # a broker that reports one id: keep it for all
         store_ids = [result.offset_msg_id] * len(chunk)
-    status, queue, offset, transaction_id, region_id = (
-        result.status, result.queue, result.queue_offset, result.transaction_id, result.region_id)
-    for member, msg_id, store_id in zip(chunk, ids, store_ids):
-        member.callback(SendResult(status, msg_id, store_id, queue, offset, transaction_id, region_id))
-        offset += 1
+    args = (chunk, result.status, ids, store_ids, result.queue, result.queue_offset, result.transaction_id,
+            result.region_id)
+    if not deliver(*args):
+        python_deliver(*args)

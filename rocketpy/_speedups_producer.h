@@ -1,0 +1,862 @@
+/* rocketpy._speedups, the producer's part: included once from _speedups.c (after _speedups_remoting.h).
+ *
+ * An automatic batch's answer gives each member (a Deferred its caller holds) its own SendResult
+ * (rocketpy.client.autobatch._deliver). Per member, Twisted's Deferred.callback (callback,
+ * _startRunCallbacks, _runCallbacks: ~1.4 us with two callbacks) and the SendResult's dataclass
+ * __init__ were a quarter of the producer's CPU per pipelined send. fire() does what
+ * Deferred.callback does, in C, for the usual Deferred: not called yet, not paused, no debugging,
+ * callbacks added by addCallback(s)/addErrback/addBoth; a callback that returns a Deferred is
+ * chained as _runCallbacks chains it. Anything else -- a chained Deferred's continuation, a
+ * callbacks list of another shape, a Deferred already fired -- goes to Twisted's own code at the
+ * point reached (rocketpy/client/firing.py holds the Python reference and checks that the
+ * installed Twisted keeps its Deferred's state as this code expects; doc/client.md).
+ */
+
+enum { FN_CALLED, FN_PAUSED, FN_RUNNING, FN_DEBUG, FN_CALLBACKS, FN_CANCELLER, FN_RESULT, FN_DEBUG_INFO,
+       FN_FAIL_RESULT, FN_RUN_CALLBACKS, FN_START_RUN, FN_CHAINED_TO, FN_PAUSE, FN_CONTINUATION,
+       FN_CAPTURE_VARS, FN_COUNT };
+static const char *const FIRE_NAMES[FN_COUNT] = {
+    "called", "paused", "_runningCallbacks", "debug", "_callbacks", "_canceller", "result", "_debugInfo",
+    "failResult", "_runCallbacks", "_startRunCallbacks", "_chainedTo", "pause", "_continuation", "captureVars"};
+static PyObject *fire_names[FN_COUNT];
+
+/* Registered by fire_setup (rocketpy/client/firing.py); fire_ready is 0 until then. */
+static PyObject *fd_failure, *fd_continue, *fd_no_result, *fd_subclasses, *fd_debug_info, *fd_warn_self,
+    *fd_errback_pass, *fd_callback_pass, *fd_send_result, *fd_empty_kwargs, *fd_none_kwargs;
+static int fire_ready;
+#define SR_FIELDS 7
+static PyObject *sr_names[SR_FIELDS];
+static Py_ssize_t sr_offsets[SR_FIELDS];
+static int sr_slots;
+
+/* 1 when the attribute is true, 0 when false, -1 on error. */
+static int attr_true(PyObject *obj, PyObject *name) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    int truth;
+    if (v == NULL)
+        return -1;
+    truth = PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return truth;
+}
+
+/* 1 when type(obj) is Deferred or one of its subclasses (Twisted's _DEFERRED_SUBCLASSES test). */
+static int is_deferred(PyObject *obj) {
+    return PySequence_Contains(fd_subclasses, (PyObject *)Py_TYPE(obj));
+}
+
+/* A Failure of the exception being raised, made as `except BaseException: Failure(captureVars=debug)`
+ * makes it (the exception is set as the one being handled while Failure() reads sys.exc_info()). */
+static PyObject *failure_of_raised(PyObject *d) {
+    PyObject *type, *value, *tb, *previous, *failure = NULL, *kwargs = NULL, *empty;
+    int debug;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL)
+        PyException_SetTraceback(value, tb);
+    debug = attr_true(d, fire_names[FN_DEBUG]);
+    if (debug < 0)
+        goto done;
+    previous = PyErr_GetHandledException();
+    PyErr_SetHandledException(value);
+    if (debug) {
+        kwargs = Py_BuildValue("{O:O}", fire_names[FN_CAPTURE_VARS], Py_True);
+        empty = PyTuple_New(0);
+        if (kwargs != NULL && empty != NULL)
+            failure = PyObject_Call(fd_failure, empty, kwargs);
+        Py_XDECREF(empty);
+        Py_XDECREF(kwargs);
+    } else {
+        failure = PyObject_CallNoArgs(fd_failure);
+    }
+    PyErr_SetHandledException(previous);
+    Py_XDECREF(previous);
+done:
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return failure;
+}
+
+/* callback(current, *args, **kwargs) */
+static PyObject *call_link(PyObject *callback, PyObject *current, PyObject *args, PyObject *kwargs) {
+    PyObject *stack[8];
+    Py_ssize_t i, n = PyTuple_GET_SIZE(args);
+    if (n < 7 && PyDict_GET_SIZE(kwargs) == 0) {
+        stack[0] = current;
+        for (i = 0; i < n; i++)
+            stack[i + 1] = PyTuple_GET_ITEM(args, i);
+        return PyObject_Vectorcall(callback, stack, (size_t)(n + 1), NULL);
+    } else {
+        PyObject *all = PyTuple_New(n + 1), *r;
+        if (all == NULL)
+            return NULL;
+        PyTuple_SET_ITEM(all, 0, Py_NewRef(current));
+        for (i = 0; i < n; i++)
+            PyTuple_SET_ITEM(all, i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+        r = PyObject_Call(callback, all, kwargs);
+        Py_DECREF(all);
+        return r;
+    }
+}
+
+/* _runCallbacks's handling of a callback's result that is a Deferred (r): 1 when d now waits on it
+ * (the loop ends), 0 when its result was taken (*current replaced, d.result set), -1 on error. */
+static int chain_to(PyObject *d, PyObject *r, PyObject **current) {
+    PyObject *taken = PyObject_GetAttr(r, fire_names[FN_RESULT]), *cont, *cbs, *info;
+    int waits, status = -1;
+    if (taken == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        taken = Py_NewRef(fd_no_result);
+    }
+    waits = taken == fd_no_result;
+    if (!waits && (waits = is_deferred(taken)) == 0)
+        waits = attr_true(r, fire_names[FN_PAUSED]);
+    if (waits < 0)
+        goto done;
+    if (waits) {  /* current.pause(); current._chainedTo = r; r._callbacks.append(current._continuation()) */
+        PyObject *paused = PyObject_CallMethodNoArgs(d, fire_names[FN_PAUSE]);
+        if (paused == NULL)
+            goto done;
+        Py_DECREF(paused);
+        if (PyObject_SetAttr(d, fire_names[FN_CHAINED_TO], r) < 0)
+            goto done;
+        if ((cont = PyObject_CallMethodNoArgs(d, fire_names[FN_CONTINUATION])) == NULL)
+            goto done;
+        cbs = PyObject_GetAttr(r, fire_names[FN_CALLBACKS]);
+        status = cbs == NULL ? -1 : PyList_Append(cbs, cont) < 0 ? -1 : 1;
+        Py_XDECREF(cbs);
+        Py_DECREF(cont);
+        goto done;
+    }
+    /* steal its result */
+    if (PyObject_SetAttr(r, fire_names[FN_RESULT], Py_None) < 0)
+        goto done;
+    if ((info = PyObject_GetAttr(r, fire_names[FN_DEBUG_INFO])) == NULL)
+        goto done;
+    if (info != Py_None && PyObject_SetAttr(info, fire_names[FN_FAIL_RESULT], Py_None) < 0) {
+        Py_DECREF(info);
+        goto done;
+    }
+    Py_DECREF(info);
+    if (PyObject_SetAttr(d, fire_names[FN_RESULT], taken) < 0)
+        goto done;
+    Py_SETREF(*current, Py_NewRef(taken));
+    status = 0;
+done:
+    Py_DECREF(taken);
+    return status;
+}
+
+/* Twisted's own _runCallbacks from here on (d.result is set; its callbacks list holds what is left). */
+static int hand_over(PyObject *d) {
+    PyObject *r = PyObject_CallMethodNoArgs(d, fire_names[FN_RUN_CALLBACKS]);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* d._runningCallbacks = value, keeping an exception being raised. */
+static int set_running(PyObject *d, PyObject *value) {
+    PyObject *type, *exc, *tb;
+    int status;
+    PyErr_Fetch(&type, &exc, &tb);
+    status = PyObject_SetAttr(d, fire_names[FN_RUNNING], value);
+    if (type != NULL) {
+        if (status < 0) {
+            Py_DECREF(type);
+            Py_XDECREF(exc);
+            Py_XDECREF(tb);
+        } else {
+            PyErr_Restore(type, exc, tb);
+        }
+    }
+    return status;
+}
+
+/* Deferred._runCallbacks for a Deferred that was just given its result (not chained to another).
+ * _runningCallbacks stays True from the first callback to the end of the loop (Twisted sets it around
+ * each call: nothing but this loop runs in between, so no reentrant call can tell the difference). */
+static int run_links(PyObject *d, PyObject *result) {
+    PyObject *current = Py_NewRef(result), *cbs = NULL, *item, *link, *callback, *args, *kwargs, *r, *info;
+    int failed, status = -1, waits, running = 0;
+    for (;;) {
+        Py_XSETREF(cbs, PyObject_GetAttr(d, fire_names[FN_CALLBACKS]));
+        if (cbs == NULL)
+            goto done;
+        if (!PyList_CheckExact(cbs))
+            goto hand_over;
+        if (PyList_GET_SIZE(cbs) == 0)
+            break;
+        item = PyList_GET_ITEM(cbs, 0);
+        if ((failed = PyObject_IsInstance(current, fd_failure)) < 0)
+            goto done;
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 ||
+            !PyTuple_CheckExact(link = PyTuple_GET_ITEM(item, failed)) || PyTuple_GET_SIZE(link) != 3 ||
+            (callback = PyTuple_GET_ITEM(link, 0)) == fd_continue || !PyTuple_Check(args = PyTuple_GET_ITEM(link, 1)))
+            goto hand_over;  /* a chained Deferred waits, or an unusual link: Twisted's loop */
+        kwargs = PyTuple_GET_ITEM(link, 2);
+        if (kwargs == fd_none_kwargs)  /* addCallbacks' default, an empty mappingproxy */
+            kwargs = fd_empty_kwargs;
+        else if (!PyDict_Check(kwargs))
+            goto hand_over;
+        Py_INCREF(item);
+        if (PyList_SetSlice(cbs, 0, 1, NULL) < 0 || (!running && set_running(d, Py_True) < 0)) {
+            Py_DECREF(item);
+            goto done;
+        }
+        running = 1;
+        r = call_link(callback, current, args, kwargs);
+        if (r == d) {
+            PyObject *warned = PyObject_CallOneArg(fd_warn_self, callback);
+            if (warned == NULL)
+                Py_CLEAR(r);
+            Py_XDECREF(warned);
+        }
+        Py_DECREF(item);
+        if (r == NULL) {
+            running = 0;  /* Failure() runs as in Twisted: after the callback's finally */
+            if (set_running(d, Py_False) < 0 || (r = failure_of_raised(d)) == NULL)
+                goto done;
+        }
+        Py_SETREF(current, r);
+        if (PyObject_SetAttr(d, fire_names[FN_RESULT], current) < 0)
+            goto done;
+        if ((waits = is_deferred(current)) < 0)
+            goto done;
+        if (waits) {
+            if (running && set_running(d, Py_False) < 0)
+                goto done;
+            running = 0;
+            if ((waits = chain_to(d, current, &current)) < 0)
+                goto done;
+            if (waits)
+                break;
+        }
+    }
+    if (running && set_running(d, Py_False) < 0)
+        goto done;
+    running = 0;
+    /* finished: a Failure left at the end is reported when d is collected (DebugInfo.__del__) */
+    if ((failed = PyObject_IsInstance(current, fd_failure)) < 0 ||
+        (info = PyObject_GetAttr(d, fire_names[FN_DEBUG_INFO])) == NULL)
+        goto done;
+    if (failed && info == Py_None) {
+        Py_DECREF(info);
+        if ((info = PyObject_CallNoArgs(fd_debug_info)) == NULL ||
+            PyObject_SetAttr(d, fire_names[FN_DEBUG_INFO], info) < 0) {
+            Py_XDECREF(info);
+            goto done;
+        }
+    }
+    status = info == Py_None ? 0 : PyObject_SetAttr(info, fire_names[FN_FAIL_RESULT], failed ? current : Py_None);
+    Py_DECREF(info);
+    goto done;
+hand_over:
+    if (running && set_running(d, Py_False) < 0)
+        goto done;
+    running = 0;
+    status = hand_over(d);
+done:
+    if (running)
+        set_running(d, Py_False);
+    Py_XDECREF(cbs);
+    Py_DECREF(current);
+    return status;
+}
+
+/* d.callback(result): 0 or -1 with an exception (AlreadyCalledError, ...). */
+static int fire_one(PyObject *d, PyObject *result) {
+    int unusual;
+    if ((unusual = attr_true(d, fire_names[FN_CALLED])) == 0 && (unusual = attr_true(d, fire_names[FN_PAUSED])) == 0 &&
+        (unusual = attr_true(d, fire_names[FN_RUNNING])) == 0)
+        unusual = attr_true(d, fire_names[FN_DEBUG]);
+    if (unusual < 0)
+        return -1;
+    if (unusual) {  /* Twisted's errors and debugging information */
+        PyObject *r = PyObject_CallMethodOneArg(d, fire_names[FN_START_RUN], result);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    if (PyObject_SetAttr(d, fire_names[FN_CALLED], Py_True) < 0 ||
+        PyObject_SetAttr(d, fire_names[FN_CANCELLER], Py_None) < 0 ||
+        PyObject_SetAttr(d, fire_names[FN_RESULT], result) < 0)
+        return -1;
+    return run_links(d, result);
+}
+
+static int fire_check(void) {
+    if (!fire_ready)
+        PyErr_SetString(PyExc_RuntimeError, "rocketpy._speedups.fire_setup() was not called");
+    return fire_ready ? 0 : -1;
+}
+
+/* fire(d, result): d.callback(result). */
+static PyObject *fire(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "fire takes 2 arguments");
+        return NULL;
+    }
+    if (fire_check() < 0 || fire_one(args[0], args[1]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* A SendResult of its seven fields (borrowed). */
+static PyObject *new_send_result(PyObject *const *fields) {
+    PyObject *r;
+    int i;
+    if (!sr_slots)
+        return PyObject_Vectorcall(fd_send_result, fields, SR_FIELDS, NULL);
+    r = ((PyTypeObject *)fd_send_result)->tp_alloc((PyTypeObject *)fd_send_result, 0);
+    if (r != NULL)
+        for (i = 0; i < SR_FIELDS; i++)
+            *(PyObject **)((char *)r + sr_offsets[i]) = Py_NewRef(fields[i]);
+    return r;
+}
+
+/* deliver(members, status, ids, store_ids, queue, offset, transaction_id, region_id) -> bool: fires the
+ * i-th member with SendResult(status, ids[i], store_ids[i], queue, offset + i, transaction_id, region_id),
+ * as far as the shortest of members, ids and store_ids goes (autobatch._deliver, the reference); False,
+ * having fired nothing, when it does not take these arguments (the Python loop then runs). */
+static PyObject *deliver(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *members, *ids, *store_ids, *f[SR_FIELDS], *result;
+    Py_ssize_t i, n;
+    long long offset;
+    int overflow;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "deliver takes 8 arguments");
+        return NULL;
+    }
+    if (fire_check() < 0)
+        return NULL;
+    members = args[0], ids = args[2], store_ids = args[3];
+    if (!PyList_CheckExact(members) || !PyList_CheckExact(ids) || !PyList_CheckExact(store_ids) ||
+        !PyLong_CheckExact(args[5]))
+        Py_RETURN_FALSE;
+    offset = PyLong_AsLongLongAndOverflow(args[5], &overflow);
+    n = PyList_GET_SIZE(members);
+    if (PyList_GET_SIZE(ids) < n)
+        n = PyList_GET_SIZE(ids);
+    if (PyList_GET_SIZE(store_ids) < n)
+        n = PyList_GET_SIZE(store_ids);
+    if (overflow || offset < 0 || offset > LLONG_MAX - n)
+        Py_RETURN_FALSE;
+    f[0] = args[1], f[3] = args[4], f[5] = args[6], f[6] = args[7];
+    for (i = 0; i < n && i < PyList_GET_SIZE(members); i++) {  /* a callback may empty the list */
+        PyObject *member = Py_NewRef(PyList_GET_ITEM(members, i));
+        f[1] = PyList_GET_ITEM(ids, i);
+        f[2] = PyList_GET_ITEM(store_ids, i);
+        if ((f[4] = PyLong_FromLongLong(offset + i)) == NULL) {
+            Py_DECREF(member);
+            return NULL;
+        }
+        Py_INCREF(f[1]);
+        Py_INCREF(f[2]);
+        result = new_send_result(f);
+        Py_DECREF(f[4]);
+        Py_DECREF(f[1]);
+        Py_DECREF(f[2]);
+        if (result == NULL || fire_one(member, result) < 0) {
+            Py_XDECREF(result);
+            Py_DECREF(member);
+            return NULL;
+        }
+        Py_DECREF(result);
+        Py_DECREF(member);
+    }
+    Py_RETURN_TRUE;
+}
+
+/* ---- addCallback, addErrback, addBoth for the batcher's member Deferreds ------------------------ */
+
+/* The link (function, args, kwargs) of a call f(self, function, *args, **kwargs). */
+static PyObject *link_of(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *name) {
+    PyObject *rest, *kwargs, *link;
+    Py_ssize_t i, nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs < 1) {
+        PyErr_Format(PyExc_TypeError, "%s() missing its function argument", name);
+        return NULL;
+    }
+    if ((rest = PyTuple_New(nargs - 1)) == NULL)
+        return NULL;
+    for (i = 1; i < nargs; i++)
+        PyTuple_SET_ITEM(rest, i - 1, Py_NewRef(args[i]));
+    if ((kwargs = PyDict_New()) == NULL) {
+        Py_DECREF(rest);
+        return NULL;
+    }
+    for (i = 0; i < nkw; i++)
+        if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i]) < 0) {
+            Py_DECREF(rest);
+            Py_DECREF(kwargs);
+            return NULL;
+        }
+    link = PyTuple_Pack(3, args[0], rest, kwargs);
+    Py_DECREF(rest);
+    Py_DECREF(kwargs);
+    return link;
+}
+
+/* self._callbacks.append(item) (a new reference, stolen); if self.called: self._runCallbacks(); self */
+static PyObject *add_item(PyObject *self, PyObject *item) {
+    PyObject *cbs, *r;
+    int called;
+    if (item == NULL)
+        return NULL;
+    cbs = PyObject_GetAttr(self, fire_names[FN_CALLBACKS]);
+    if (cbs == NULL || PyList_Append(cbs, item) < 0) {
+        Py_XDECREF(cbs);
+        Py_DECREF(item);
+        return NULL;
+    }
+    Py_DECREF(cbs);
+    Py_DECREF(item);
+    if ((called = attr_true(self, fire_names[FN_CALLED])) < 0)
+        return NULL;
+    if (called) {
+        if ((r = PyObject_CallMethodNoArgs(self, fire_names[FN_RUN_CALLBACKS])) == NULL)
+            return NULL;
+        Py_DECREF(r);
+    }
+    return Py_NewRef(self);
+}
+
+static PyObject *add_callback(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *link = link_of(args, nargs, kwnames, "addCallback"), *item;
+    if (link == NULL)
+        return NULL;
+    item = PyTuple_Pack(2, link, fd_errback_pass);
+    Py_DECREF(link);
+    return add_item(self, item);
+}
+
+static PyObject *add_errback(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *link = link_of(args, nargs, kwnames, "addErrback"), *item;
+    if (link == NULL)
+        return NULL;
+    item = PyTuple_Pack(2, fd_callback_pass, link);
+    Py_DECREF(link);
+    return add_item(self, item);
+}
+
+static PyObject *add_both(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *link = link_of(args, nargs, kwnames, "addBoth"), *item;
+    if (link == NULL)
+        return NULL;
+    item = PyTuple_Pack(2, link, link);
+    Py_DECREF(link);
+    return add_item(self, item);
+}
+
+static PyMethodDef add_methods[] = {
+    {"addCallback", (PyCFunction)(void (*)(void))add_callback, METH_FASTCALL | METH_KEYWORDS,
+     "Deferred.addCallback in C."},
+    {"addErrback", (PyCFunction)(void (*)(void))add_errback, METH_FASTCALL | METH_KEYWORDS,
+     "Deferred.addErrback in C."},
+    {"addBoth", (PyCFunction)(void (*)(void))add_both, METH_FASTCALL | METH_KEYWORDS, "Deferred.addBoth in C."},
+    {NULL, NULL, 0, NULL}};
+
+/* fire_methods(cls): cls.addCallback, addErrback, addBoth become the C ones (cls: a Deferred subclass). */
+static PyObject *fire_methods(PyObject *self, PyObject *cls) {
+    PyMethodDef *def;
+    if (fire_check() < 0)
+        return NULL;
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "fire_methods takes a class");
+        return NULL;
+    }
+    for (def = add_methods; def->ml_name != NULL; def++) {
+        PyObject *descr = PyDescr_NewMethod((PyTypeObject *)cls, def);
+        if (descr == NULL || PyObject_SetAttrString(cls, def->ml_name, descr) < 0) {
+            Py_XDECREF(descr);
+            return NULL;
+        }
+        Py_DECREF(descr);
+    }
+    Py_RETURN_NONE;
+}
+
+/* fire_setup(*, failure, continue_, no_result, subclasses, debug_info, warn_self, send_result,
+ * failthru, passthru, none_kwargs): Twisted's pieces (rocketpy/client/firing.py checks them first) and SendResult. */
+static PyObject *fire_setup(PyObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kw[] = {"failure", "continue_", "no_result", "subclasses", "debug_info", "warn_self",
+                         "send_result", "failthru", "passthru", "none_kwargs", NULL};
+    static const char *const SR_NAMES[SR_FIELDS] = {"status", "msg_id", "offset_msg_id", "queue", "queue_offset",
+                                                    "transaction_id", "region_id"};
+    PyObject *v[10], *empty_args;
+    int i;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOO", kw, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                                     &v[6], &v[7], &v[8], &v[9]))
+        return NULL;
+    if (!PyList_CheckExact(v[3])) {
+        PyErr_SetString(PyExc_TypeError, "subclasses must be Twisted's list _DEFERRED_SUBCLASSES");
+        return NULL;
+    }
+    for (i = 0; i < FN_COUNT; i++)
+        if (fire_names[i] == NULL && (fire_names[i] = PyUnicode_InternFromString(FIRE_NAMES[i])) == NULL)
+            return NULL;
+    for (i = 0; i < SR_FIELDS; i++)
+        if (sr_names[i] == NULL && (sr_names[i] = PyUnicode_InternFromString(SR_NAMES[i])) == NULL)
+            return NULL;
+    if (fd_empty_kwargs == NULL && (fd_empty_kwargs = PyDict_New()) == NULL)
+        return NULL;
+    empty_args = PyTuple_New(0);
+    if (empty_args == NULL)
+        return NULL;
+    Py_XSETREF(fd_errback_pass, Py_BuildValue("(OOO)", v[7], empty_args, fd_empty_kwargs));
+    Py_XSETREF(fd_callback_pass, Py_BuildValue("(OOO)", v[8], empty_args, fd_empty_kwargs));
+    Py_DECREF(empty_args);
+    if (fd_errback_pass == NULL || fd_callback_pass == NULL)
+        return NULL;
+    Py_XSETREF(fd_failure, Py_NewRef(v[0]));
+    Py_XSETREF(fd_continue, Py_NewRef(v[1]));
+    Py_XSETREF(fd_no_result, Py_NewRef(v[2]));
+    Py_XSETREF(fd_subclasses, Py_NewRef(v[3]));
+    Py_XSETREF(fd_debug_info, Py_NewRef(v[4]));
+    Py_XSETREF(fd_warn_self, Py_NewRef(v[5]));
+    Py_XSETREF(fd_send_result, Py_NewRef(v[6]));
+    Py_XSETREF(fd_none_kwargs, Py_NewRef(v[9]));
+    sr_slots = !PyObject_HasAttrString(v[6], "__post_init__") &&
+               member_offsets(v[6], sr_names, SR_FIELDS, sr_offsets);  /* _speedups_remoting.h */
+    fire_ready = 1;
+    Py_RETURN_NONE;
+}
+
+/* ---- the producer's usual send joining a busy queue's next batch (Producer._send_plain) ----------- */
+
+enum { PS_RUNNING, PS_SEND_HOOKS, PS_FORBID_HOOKS, PS_FAULT, PS_ENABLED, PS_RETRY_ANOTHER, PS_BATCHER, PS_PUBLISH,
+       PS_MAX_SIZE, PS_COMPRESS_OVER, PS_MAX_BYTES, PS_QUEUES_BY_KEY, PS_CLOCK, PS_SECONDS, PS_INSTANCE,
+       PS_BROKER_ADDRS, PS_UNIQ, PS_QUEUES, PS_INDEX, PS_VALUE, PS_TOPIC, PS_BROKER_NAME, PS_QUEUE_ID, PS_IN_FLIGHT,
+       PS_WAITING, PS_LAST_MS, PS_COUNTER, PS_TIME_PREFIX, PS_NEXT_ID, PS_SEND_PLAIN, PS_PROPERTIES, PS_M_MSG,
+       PS_M_SIZE, PS_M_DEADLINE, PS_M_RETRY, PS_COUNT };
+static const char *const PS_NAMES[PS_COUNT] = {
+    "running", "send_message_hooks", "check_forbidden_hooks", "fault_strategy", "enabled",
+    "retry_another_broker_when_not_store_ok", "_batcher", "_publish", "max_message_size", "compress_over",
+    "max_bytes", "_queues", "_clock", "seconds", "instance", "broker_addrs", "_uniq", "queues", "index", "_value",
+    "topic", "broker_name", "queue_id", "in_flight", "waiting", "_last_ms", "_counter", "_time_prefix", "next_id",
+    "_send_plain", "properties", "msg", "size", "deadline", "retry"};
+static PyObject *ps_names[PS_COUNT];
+/* plain_setup's: Mode.SYNC, Mode.ONEWAY, valid_topics, the member class and its four slots' descriptors,
+ * RoundRobinIndex, the UNIQ_KEY name, the master's broker id (0); whether the member class may be made
+ * without calling it (its __init__ is Deferred's). */
+static PyObject *ps_sync, *ps_oneway, *ps_valid_topics, *ps_member_cls, *ps_member_slots[4], *ps_index_cls, *ps_uniq,
+    *ps_master_id;
+static int ps_ready, ps_member_new;
+
+/* The producer's _send_plain(msg, mode, timeout) in Python. */
+static PyObject *plain_python(PyObject *const *args) {
+    PyObject *method = PyObject_GetAttr(args[0], ps_names[PS_SEND_PLAIN]), *r;
+    if (method == NULL)
+        return NULL;
+    r = PyObject_Vectorcall(method, args + 1, 3, NULL);
+    Py_DECREF(method);
+    return r;
+}
+
+/* obj.name, kept in *out (a new reference) unless NULL; 0, or -1 (an exception set). */
+static inline int get(PyObject *obj, int name, PyObject **out) {
+    return (*out = PyObject_GetAttr(obj, ps_names[name])) == NULL ? -1 : 0;
+}
+
+/* UniqKeyGenerator.next_id(now) for a time in the millisecond of the last id: the cached prefix and time
+ * field and the next counter's four hex digits; the Python method for a new millisecond. */
+static PyObject *next_uniq(PyObject *generator, PyObject *now) {
+    PyObject *last = NULL, *counter = NULL, *prefix = NULL, *id = NULL, *next = NULL;
+    double seconds = PyFloat_AsDouble(now);
+    long long now_ms, last_ms;
+    long value;
+    static const char hex[] = "0123456789ABCDEF";
+    if (seconds == -1.0 && PyErr_Occurred())
+        return NULL;
+    now_ms = (long long)(seconds * 1000.0);
+    if (get(generator, PS_LAST_MS, &last) < 0)
+        return NULL;
+    last_ms = PyLong_AsLongLong(last);
+    Py_DECREF(last);
+    if (last_ms == -1 && PyErr_Occurred())
+        return NULL;
+    if (last_ms != now_ms || !(seconds * 1000.0 < 9e18 && seconds * 1000.0 > -9e18))
+        return PyObject_CallMethodOneArg(generator, ps_names[PS_NEXT_ID], now);
+    if (get(generator, PS_COUNTER, &counter) < 0)
+        return NULL;
+    value = PyLong_AsLong(counter);
+    Py_DECREF(counter);
+    if (value == -1 && PyErr_Occurred())
+        return NULL;
+    value = (value + 1) & 0xFFFF;
+    if ((next = PyLong_FromLong(value)) == NULL || PyObject_SetAttr(generator, ps_names[PS_COUNTER], next) < 0)
+        goto done;
+    if (get(generator, PS_TIME_PREFIX, &prefix) < 0)
+        goto done;
+    if (!PyUnicode_CheckExact(prefix) || !PyUnicode_IS_ASCII(prefix)) {
+        PyErr_SetString(PyExc_TypeError, "UniqKeyGenerator._time_prefix is not an ASCII str");
+        goto done;
+    }
+    if ((id = PyUnicode_New(PyUnicode_GET_LENGTH(prefix) + 4, 127)) != NULL) {
+        char *at = (char *)PyUnicode_DATA(id);
+        memcpy(at, PyUnicode_DATA(prefix), (size_t)PyUnicode_GET_LENGTH(prefix));
+        at += PyUnicode_GET_LENGTH(prefix);
+        at[0] = hex[(value >> 12) & 0xF];
+        at[1] = hex[(value >> 8) & 0xF];
+        at[2] = hex[(value >> 4) & 0xF];
+        at[3] = hex[value & 0xF];
+    }
+done:
+    Py_XDECREF(next);
+    Py_XDECREF(prefix);
+    return id;
+}
+
+/* A new member Deferred: what Deferred() makes (an empty callbacks list, no canceller). */
+static PyObject *new_member(void) {
+    PyTypeObject *cls = (PyTypeObject *)ps_member_cls;
+    PyObject *member, *cbs;
+    int debug;
+    if (!ps_member_new || (debug = attr_true(ps_member_cls, fire_names[FN_DEBUG])) != 0)
+        return PyErr_Occurred() ? NULL : PyObject_CallNoArgs(ps_member_cls);
+    if ((member = cls->tp_alloc(cls, 0)) == NULL)
+        return NULL;
+    if ((cbs = PyList_New(0)) == NULL || PyObject_SetAttr(member, fire_names[FN_CALLBACKS], cbs) < 0 ||
+        PyObject_SetAttr(member, fire_names[FN_CANCELLER], Py_None) < 0) {
+        Py_XDECREF(cbs);
+        Py_DECREF(member);
+        return NULL;
+    }
+    Py_DECREF(cbs);
+    return member;
+}
+
+static int set_member_slot(PyObject *obj, int i, PyObject *value) {
+    PyObject *descr = ps_member_slots[i];
+    return Py_TYPE(descr)->tp_descr_set(descr, obj, value);
+}
+
+/* plain_send(producer, msg, mode, timeout): producer._send_plain(msg, mode, timeout). In C when the
+ * usual send joins the waiting sends of a queue with a request in flight (the pipelined steady state):
+ * every check of _send_plain and AutoBatcher.join is made before anything changes; any other case
+ * (a queue idle or not seen yet, no route or broker address, an unusual message or producer, ...)
+ * calls the Python method, which gives the same answer from the same state. */
+static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *producer, *msg, *mode, *timeout, *o = NULL, *batcher = NULL, *info = NULL, *queues = NULL,
+        *index = NULL, *value = NULL, *mq = NULL, *broker = NULL, *addrs = NULL, *addr, *key = NULL,
+        *queue = NULL, *waiting = NULL, *begin = NULL, *props = NULL, *first = NULL, *member = NULL,
+        *deadline = NULL, *size_obj = NULL, *next = NULL, *fault = NULL, *by_key, *entry_args[5];
+    Py_ssize_t n, size;
+    long long at, in_flight;
+    double t;
+    int truth, found;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "plain_send takes 4 arguments");
+        return NULL;
+    }
+    producer = args[0], msg = args[1], mode = args[2], timeout = args[3];
+    if (!ps_ready || mode == ps_oneway || !PyFloat_Check(timeout) || !((t = PyFloat_AS_DOUBLE(timeout)) > 0))
+        return plain_python(args);
+#define CHECK(cond) do { if (!(cond)) goto python; } while (0)
+#define GET(obj, name, out) do { if (get(obj, name, out) < 0) goto python; } while (0)
+#define FALSE_ATTR(obj, name) do { GET(obj, name, &o); truth = PyObject_IsTrue(o); Py_CLEAR(o); CHECK(truth == 0); } while (0)
+    GET(producer, PS_RUNNING, &o);
+    truth = PyObject_IsTrue(o);
+    Py_CLEAR(o);
+    CHECK(truth == 1);
+    FALSE_ATTR(producer, PS_SEND_HOOKS);
+    FALSE_ATTR(producer, PS_FORBID_HOOKS);
+    GET(producer, PS_FAULT, &fault);
+    FALSE_ATTR(fault, PS_ENABLED);
+    if (mode == ps_sync)
+        FALSE_ATTR(producer, PS_RETRY_ANOTHER);
+    GET(producer, PS_BATCHER, &batcher);
+    CHECK(batcher != Py_None);
+    GET(producer, PS_PUBLISH, &o);
+    CHECK(PyDict_CheckExact(o));
+    GET(msg, PS_TOPIC, &value);
+    info = PyDict_GetItemWithError(o, value);  /* borrowed */
+    Py_CLEAR(o);
+    Py_CLEAR(value);
+    CHECK(info != NULL);
+    Py_INCREF(info);
+    GET(info, PS_QUEUES, &queues);
+    CHECK(PyList_CheckExact(queues) && (n = PyList_GET_SIZE(queues)) > 0);
+    entry_args[0] = msg, entry_args[1] = ps_valid_topics;
+    GET(producer, PS_MAX_SIZE, &entry_args[2]);
+    if (get(producer, PS_COMPRESS_OVER, &entry_args[3]) < 0) {
+        Py_DECREF(entry_args[2]);
+        goto python;
+    }
+    if (get(batcher, PS_MAX_BYTES, &entry_args[4]) < 0) {
+        Py_DECREF(entry_args[2]);
+        Py_DECREF(entry_args[3]);
+        goto python;
+    }
+    size_obj = plain_entry_size(NULL, entry_args, 5);  /* _speedups_client.h */
+    Py_DECREF(entry_args[2]);
+    Py_DECREF(entry_args[3]);
+    Py_DECREF(entry_args[4]);
+    CHECK(size_obj != NULL);
+    size = PyLong_AsSsize_t(size_obj);
+    CHECK(size >= 0);
+    /* the queue select_one gives (RoundRobinIndex.next), without moving the index yet */
+    GET(info, PS_INDEX, &index);
+    CHECK(Py_IS_TYPE(index, (PyTypeObject *)ps_index_cls));
+    GET(index, PS_VALUE, &value);
+    CHECK(PyLong_CheckExact(value));
+    at = PyLong_AsLongLong(value);
+    CHECK(!(at == -1 && PyErr_Occurred()));
+    at = (at + 1) & 0x7FFFFFFF;
+    mq = Py_NewRef(PyList_GET_ITEM(queues, (Py_ssize_t)(at % n)));
+    /* its master's address (ClientInstance.master_address) */
+    GET(mq, PS_BROKER_NAME, &broker);
+    GET(producer, PS_INSTANCE, &o);
+    GET(o, PS_BROKER_ADDRS, &addrs);
+    Py_CLEAR(o);
+    CHECK(PyDict_CheckExact(addrs));
+    by_key = PyDict_GetItemWithError(addrs, broker);  /* borrowed: the broker's addresses */
+    CHECK(by_key != NULL && PyDict_CheckExact(by_key));
+    addr = PyDict_GetItemWithError(by_key, ps_master_id);
+    CHECK(addr != NULL && PyUnicode_CheckExact(addr));
+    Py_INCREF(addr);
+    Py_SETREF(addrs, addr);  /* keep the address alive in addrs */
+    /* its automatic-batch queue (AutoBatcher.join's key), with a request in flight */
+    GET(mq, PS_TOPIC, &o);
+    GET(mq, PS_QUEUE_ID, &value);
+    key = PyTuple_Pack(5, addr, o, broker, value, mode);
+    Py_CLEAR(o);
+    CHECK(key != NULL);
+    GET(batcher, PS_QUEUES_BY_KEY, &o);
+    CHECK(PyDict_CheckExact(o));
+    by_key = o;
+    queue = PyDict_GetItemWithError(by_key, key);
+    Py_XINCREF(queue);
+    Py_CLEAR(o);
+    CHECK(queue != NULL);
+    GET(queue, PS_IN_FLIGHT, &o);
+    CHECK(PyLong_CheckExact(o));
+    in_flight = PyLong_AsLongLong(o);
+    Py_CLEAR(o);
+    CHECK(in_flight > 0);
+    GET(queue, PS_WAITING, &waiting);
+    CHECK(PyList_CheckExact(waiting));
+    GET(producer, PS_CLOCK, &o);
+    begin = PyObject_CallMethodNoArgs(o, ps_names[PS_SECONDS]);
+    Py_CLEAR(o);
+    CHECK(begin != NULL && PyFloat_Check(begin));
+    GET(msg, PS_PROPERTIES, &props);
+    CHECK(PyDict_CheckExact(props));
+    if ((found = PyDict_Contains(props, ps_uniq)) < 0)
+        goto python;
+    /* from here on, what _send_plain and join change */
+    if ((next = PyLong_FromLongLong(at)) == NULL || PyObject_SetAttr(index, ps_names[PS_VALUE], next) < 0)
+        goto error;
+    if (!found) {
+        PyObject *generator = PyObject_GetAttr(producer, ps_names[PS_UNIQ]), *id;
+        if (generator == NULL)
+            goto error;
+        id = next_uniq(generator, begin);
+        Py_DECREF(generator);
+        if (id == NULL || PyDict_SetItem(props, ps_uniq, id) < 0) {
+            Py_XDECREF(id);
+            goto error;
+        }
+        Py_DECREF(id);
+    }
+    if ((first = PyTuple_Pack(6, msg, mq, mode, timeout, Py_None, begin)) == NULL ||
+        (deadline = PyNumber_Add(begin, timeout)) == NULL || (member = new_member()) == NULL ||
+        set_member_slot(member, 0, msg) < 0 || set_member_slot(member, 1, size_obj) < 0 ||
+        set_member_slot(member, 2, deadline) < 0 || set_member_slot(member, 3, first) < 0 || PyList_Append(waiting, member) < 0)
+        goto error;
+    goto done;
+python:
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            goto error;
+        PyErr_Clear();
+    }
+    Py_CLEAR(member);
+    member = plain_python(args);
+    goto done;
+error:
+    Py_CLEAR(member);
+done:
+#undef CHECK
+#undef GET
+#undef FALSE_ATTR
+    Py_XDECREF(o);
+    Py_XDECREF(fault);
+    Py_XDECREF(batcher);
+    Py_XDECREF(info);
+    Py_XDECREF(queues);
+    Py_XDECREF(index);
+    Py_XDECREF(value);
+    Py_XDECREF(mq);
+    Py_XDECREF(broker);
+    Py_XDECREF(addrs);
+    Py_XDECREF(key);
+    Py_XDECREF(queue);
+    Py_XDECREF(waiting);
+    Py_XDECREF(begin);
+    Py_XDECREF(props);
+    Py_XDECREF(first);
+    Py_XDECREF(deadline);
+    Py_XDECREF(size_obj);
+    Py_XDECREF(next);
+    return member;
+}
+
+/* plain_setup(sync, oneway, valid_topics, member_cls, index_cls, uniq_key, master_id): after fire_setup. */
+static PyObject *plain_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    int i;
+    PyObject *init, *base_init;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "plain_setup takes 7 arguments");
+        return NULL;
+    }
+    if (fire_check() < 0)
+        return NULL;
+    for (i = 0; i < PS_COUNT; i++)
+        if (ps_names[i] == NULL && (ps_names[i] = PyUnicode_InternFromString(PS_NAMES[i])) == NULL)
+            return NULL;
+    if (!PyType_Check(args[3]) || !PyType_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "plain_setup: member_cls and index_cls must be classes");
+        return NULL;
+    }
+    for (i = 0; i < 4; i++) {
+        PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)args[3])->tp_dict, ps_names[PS_M_MSG + i]);
+        if (descr == NULL || Py_TYPE(descr)->tp_descr_set == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "the member class has no slot %U", ps_names[PS_M_MSG + i]);
+            return NULL;
+        }
+        Py_XSETREF(ps_member_slots[i], Py_NewRef(descr));
+    }
+    Py_XSETREF(ps_sync, Py_NewRef(args[0]));
+    Py_XSETREF(ps_oneway, Py_NewRef(args[1]));
+    Py_XSETREF(ps_valid_topics, Py_NewRef(args[2]));
+    Py_XSETREF(ps_member_cls, Py_NewRef(args[3]));
+    Py_XSETREF(ps_index_cls, Py_NewRef(args[4]));
+    Py_XSETREF(ps_uniq, Py_NewRef(args[5]));
+    Py_XSETREF(ps_master_id, Py_NewRef(args[6]));
+    /* made without a call only when its __init__ is Deferred's (checked by firing.twisted_fits) */
+    init = PyObject_GetAttrString(args[3], "__init__");
+    base_init = PyObject_GetAttrString((PyObject *)((PyTypeObject *)args[3])->tp_base, "__init__");
+    ps_member_new = init != NULL && init == base_init && PySequence_Contains(fd_subclasses, args[3]) == 1 &&
+                    ((PyTypeObject *)args[3])->tp_new == PyBaseObject_Type.tp_new;
+    Py_XDECREF(init);
+    Py_XDECREF(base_init);
+    PyErr_Clear();
+    ps_ready = 1;
+    Py_RETURN_NONE;
+}
+
+#define PRODUCER_METHODS                                                                              \
+    {"fire", (PyCFunction)(void (*)(void))fire, METH_FASTCALL, "C Deferred.callback (rocketpy.client.firing)."}, \
+    {"deliver", (PyCFunction)(void (*)(void))deliver, METH_FASTCALL,                                  \
+     "C rocketpy.client.autobatch._deliver's loop: each member fired with its SendResult."},         \
+    {"fire_setup", (PyCFunction)(void (*)(void))fire_setup, METH_VARARGS | METH_KEYWORDS,             \
+     "Register Twisted's Deferred pieces and SendResult for fire and deliver."},                     \
+    {"fire_methods", fire_methods, METH_O, "Give a Deferred subclass C addCallback, addErrback, addBoth."}, \
+    {"plain_send", (PyCFunction)(void (*)(void))plain_send, METH_FASTCALL,                            \
+     "Producer._send_plain, in C when the send joins a busy queue's next automatic batch."},          \
+    {"plain_setup", (PyCFunction)(void (*)(void))plain_setup, METH_FASTCALL,                          \
+     "Register Mode.SYNC, Mode.ONEWAY, valid_topics, the member and index classes for plain_send."},
