@@ -86,13 +86,50 @@ static int property_is(PyObject *props, PyObject *name, PyObject *text) {
 #define PLAIN_ENTRY_OVERHEAD 22
 #define PLAIN_UNIQ_ENTRY (8 + 1 + 32)
 
+/* plain_entry_size's answer for a message's topic, body and properties: its entry size, -1 when it is not
+ * plain, -2 on error (an exception set). */
+static Py_ssize_t plain_size(PyObject *topic, PyObject *body, PyObject *props, PyObject *valid_topics,
+                             Py_ssize_t max_size, Py_ssize_t compress_over, Py_ssize_t max_bytes) {
+    PyObject *key, *value;
+    Py_ssize_t n, pos = 0, chars = 0, count = 0;
+    int found;
+    if (!PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(body) || !PyDict_CheckExact(props))
+        return -1;
+    n = PyBytes_GET_SIZE(body);
+    if (n == 0 || n > max_size || n >= compress_over || n + PLAIN_ENTRY_OVERHEAD >= max_bytes)
+        return -1;
+    found = PySequence_Contains(valid_topics, topic);
+    if (found <= 0)
+        return found < 0 ? -2 : -1;
+    found = (int)PyUnicode_Tailmatch(topic, plain_names[PN_RETRY], 0, PY_SSIZE_T_MAX, -1);
+    if (found != 0)
+        return found < 0 ? -2 : -1;
+    while (PyDict_Next(props, &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(value))
+            return -1;
+        chars += PyUnicode_GET_LENGTH(key) + PyUnicode_GET_LENGTH(value) + 2;
+        count++;
+    }
+    if ((found = PyDict_Contains(props, plain_names[PN_DELAY])) != 0 ||
+        (found = property_is(props, plain_names[PN_WAIT], plain_names[PN_FALSE])) != 0 ||
+        (found = PyDict_Contains(props, plain_names[PN_MSG_TYPE])) != 0 ||
+        (found = property_is(props, plain_names[PN_TRAN], plain_names[PN_TRUE])) != 0)
+        return found < 0 ? -2 : -1;
+    if ((found = PyDict_Contains(props, plain_names[PN_UNIQ])) < 0)
+        return -2;
+    if (count > 0)
+        chars -= 1;  /* no trailing separator */
+    if (!found)
+        chars += count > 0 ? PLAIN_UNIQ_ENTRY + 1 : PLAIN_UNIQ_ENTRY;
+    return PLAIN_ENTRY_OVERHEAD + n + chars;
+}
+
 /* plain_entry_size(msg, valid_topics, max_message_size, compress_over, max_bytes) -> int: the Python
  * reference's answer; -1 for anything unusual (properties not all exact str, a str subclass topic, ...),
  * which sends the message down the producer's general path: -1 is always a safe answer. */
 static PyObject *plain_entry_size(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *topic = NULL, *body = NULL, *props = NULL, *key, *value;
-    Py_ssize_t max_size, compress_over, max_bytes, n, pos = 0, chars = 0, count = 0, result = -1;
-    int found;
+    PyObject *topic = NULL, *body = NULL, *props = NULL;
+    Py_ssize_t max_size, compress_over, max_bytes, result = -2;
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "plain_entry_size takes 5 arguments");
         return NULL;
@@ -104,55 +141,14 @@ static PyObject *plain_entry_size(PyObject *self, PyObject *const *args, Py_ssiz
         return NULL;
     if (plain_names_ready() < 0)
         return NULL;
-    if ((topic = PyObject_GetAttr(args[0], plain_names[PN_TOPIC])) == NULL ||
-        (body = PyObject_GetAttr(args[0], plain_names[PN_BODY])) == NULL ||
-        (props = PyObject_GetAttr(args[0], plain_names[PN_PROPERTIES])) == NULL)
-        goto error;
-    if (!PyUnicode_CheckExact(topic) || !PyBytes_CheckExact(body) || !PyDict_CheckExact(props))
-        goto done;
-    n = PyBytes_GET_SIZE(body);
-    if (n == 0 || n > max_size || n >= compress_over || n + PLAIN_ENTRY_OVERHEAD >= max_bytes)
-        goto done;
-    found = PySequence_Contains(args[1], topic);
-    if (found < 0)
-        goto error;
-    if (!found)
-        goto done;
-    found = (int)PyUnicode_Tailmatch(topic, plain_names[PN_RETRY], 0, PY_SSIZE_T_MAX, -1);
-    if (found != 0)
-        goto check;
-    while (PyDict_Next(props, &pos, &key, &value)) {
-        if (!PyUnicode_CheckExact(key) || !PyUnicode_CheckExact(value))
-            goto done;
-        chars += PyUnicode_GET_LENGTH(key) + PyUnicode_GET_LENGTH(value) + 2;
-        count++;
-    }
-    if ((found = PyDict_Contains(props, plain_names[PN_DELAY])) != 0 ||
-        (found = property_is(props, plain_names[PN_WAIT], plain_names[PN_FALSE])) != 0 ||
-        (found = PyDict_Contains(props, plain_names[PN_MSG_TYPE])) != 0 ||
-        (found = property_is(props, plain_names[PN_TRAN], plain_names[PN_TRUE])) != 0)
-        goto check;
-    if ((found = PyDict_Contains(props, plain_names[PN_UNIQ])) < 0)
-        goto error;
-    if (count > 0)
-        chars -= 1;  /* no trailing separator */
-    if (!found)
-        chars += count > 0 ? PLAIN_UNIQ_ENTRY + 1 : PLAIN_UNIQ_ENTRY;
-    result = PLAIN_ENTRY_OVERHEAD + n + chars;
-    goto done;
-check:
-    if (found < 0)
-        goto error;
-done:
-    Py_DECREF(topic);
-    Py_DECREF(body);
-    Py_DECREF(props);
-    return PyLong_FromSsize_t(result);
-error:
+    if ((topic = PyObject_GetAttr(args[0], plain_names[PN_TOPIC])) != NULL &&
+        (body = PyObject_GetAttr(args[0], plain_names[PN_BODY])) != NULL &&
+        (props = PyObject_GetAttr(args[0], plain_names[PN_PROPERTIES])) != NULL)
+        result = plain_size(topic, body, props, args[1], max_size, compress_over, max_bytes);
     Py_XDECREF(topic);
     Py_XDECREF(body);
     Py_XDECREF(props);
-    return NULL;
+    return result == -2 ? NULL : PyLong_FromSsize_t(result);
 }
 
 #define CLIENT_METHODS                                                                               \

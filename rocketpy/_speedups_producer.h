@@ -22,7 +22,7 @@ static PyObject *fire_names[FN_COUNT];
 
 /* Registered by fire_setup (rocketpy/client/firing.py); fire_ready is 0 until then. */
 static PyObject *fd_failure, *fd_continue, *fd_no_result, *fd_subclasses, *fd_debug_info, *fd_warn_self,
-    *fd_errback_pass, *fd_callback_pass, *fd_send_result, *fd_empty_kwargs, *fd_none_kwargs;
+    *fd_errback_pass, *fd_callback_pass, *fd_send_result, *fd_empty_kwargs, *fd_none_kwargs, *fd_empty_args;
 static int fire_ready;
 #define SR_FIELDS 7
 static PyObject *sr_names[SR_FIELDS];
@@ -505,6 +505,7 @@ static PyObject *fire_setup(PyObject *self, PyObject *args, PyObject *kwargs) {
     empty_args = PyTuple_New(0);
     if (empty_args == NULL)
         return NULL;
+    Py_XSETREF(fd_empty_args, Py_NewRef(empty_args));
     Py_XSETREF(fd_errback_pass, Py_BuildValue("(OOO)", v[7], empty_args, fd_empty_kwargs));
     Py_XSETREF(fd_callback_pass, Py_BuildValue("(OOO)", v[8], empty_args, fd_empty_kwargs));
     Py_DECREF(empty_args);
@@ -616,7 +617,7 @@ static PyObject *new_member(void) {
     int debug;
     if (!ps_member_new || (debug = attr_true(ps_member_cls, fire_names[FN_DEBUG])) != 0)
         return PyErr_Occurred() ? NULL : PyObject_CallNoArgs(ps_member_cls);
-    if ((member = cls->tp_alloc(cls, 0)) == NULL)
+    if ((member = cls->tp_new(cls, fd_empty_args, NULL)) == NULL)  /* object.__new__: the instance's values */
         return NULL;
     if ((cbs = PyList_New(0)) == NULL || PyObject_SetAttr(member, fire_names[FN_CALLBACKS], cbs) < 0 ||
         PyObject_SetAttr(member, fire_names[FN_CANCELLER], Py_None) < 0) {
@@ -633,30 +634,42 @@ static int set_member_slot(PyObject *obj, int i, PyObject *value) {
     return Py_TYPE(descr)->tp_descr_set(descr, obj, value);
 }
 
+/* Slots read at their offsets (member_offsets, _speedups_remoting.h): Message's topic, body, properties;
+ * MessageQueue's topic, broker_name, queue_id; the batcher's _Queue's in_flight, waiting, linger_call. */
+static PyObject *ps_message_cls, *ps_mq_cls, *ps_queue_cls;
+static Py_ssize_t ps_message_at[3], ps_mq_at[3], ps_queue_at[3];
+#define PS_SLOT(obj, at) (*(PyObject **)((char *)(obj) + (at)))  /* borrowed; NULL when unset */
+
 /* plain_send(producer, msg, mode, timeout): producer._send_plain(msg, mode, timeout). In C when the
  * usual send joins the waiting sends of a queue with a request in flight (the pipelined steady state):
  * every check of _send_plain and AutoBatcher.join is made before anything changes; any other case
  * (a queue idle or not seen yet, no route or broker address, an unusual message or producer, ...)
  * calls the Python method, which gives the same answer from the same state. */
 static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *producer, *msg, *mode, *timeout, *o = NULL, *batcher = NULL, *info = NULL, *queues = NULL,
-        *index = NULL, *value = NULL, *mq = NULL, *broker = NULL, *addrs = NULL, *addr, *key = NULL,
-        *queue = NULL, *waiting = NULL, *begin = NULL, *props = NULL, *first = NULL, *member = NULL,
-        *deadline = NULL, *size_obj = NULL, *next = NULL, *fault = NULL, *by_key, *entry_args[5];
-    Py_ssize_t n, size;
+    PyObject *producer, *msg, *mode, *timeout, *o = NULL, *fault = NULL, *batcher = NULL, *info = NULL,
+        *queues = NULL, *index = NULL, *value = NULL, *addrs = NULL, *key = NULL, *queue = NULL, *begin = NULL,
+        *first = NULL, *member = NULL, *deadline = NULL, *size_obj = NULL, *next = NULL, *mq, *addr, *borrowed,
+        *topic, *body, *props, *waiting, *limits[3];
+    Py_ssize_t n, size, limit[3];
     long long at, in_flight;
-    double t;
-    int truth, found;
+    int truth, found, i;
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "plain_send takes 4 arguments");
         return NULL;
     }
     producer = args[0], msg = args[1], mode = args[2], timeout = args[3];
-    if (!ps_ready || mode == ps_oneway || !PyFloat_Check(timeout) || !((t = PyFloat_AS_DOUBLE(timeout)) > 0))
+    if (!ps_ready || mode == ps_oneway || !PyFloat_Check(timeout) || !(PyFloat_AS_DOUBLE(timeout) > 0) ||
+        !Py_IS_TYPE(msg, (PyTypeObject *)ps_message_cls))
+        return plain_python(args);
+    topic = PS_SLOT(msg, ps_message_at[0]), body = PS_SLOT(msg, ps_message_at[1]), props = PS_SLOT(msg, ps_message_at[2]);
+    if (topic == NULL || body == NULL || props == NULL)
         return plain_python(args);
 #define CHECK(cond) do { if (!(cond)) goto python; } while (0)
 #define GET(obj, name, out) do { if (get(obj, name, out) < 0) goto python; } while (0)
 #define FALSE_ATTR(obj, name) do { GET(obj, name, &o); truth = PyObject_IsTrue(o); Py_CLEAR(o); CHECK(truth == 0); } while (0)
+    Py_INCREF(topic);
+    Py_INCREF(body);
+    Py_INCREF(props);
     GET(producer, PS_RUNNING, &o);
     truth = PyObject_IsTrue(o);
     Py_CLEAR(o);
@@ -671,31 +684,22 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
     CHECK(batcher != Py_None);
     GET(producer, PS_PUBLISH, &o);
     CHECK(PyDict_CheckExact(o));
-    GET(msg, PS_TOPIC, &value);
-    info = PyDict_GetItemWithError(o, value);  /* borrowed */
+    info = PyDict_GetItemWithError(o, topic);  /* borrowed */
     Py_CLEAR(o);
-    Py_CLEAR(value);
     CHECK(info != NULL);
     Py_INCREF(info);
     GET(info, PS_QUEUES, &queues);
     CHECK(PyList_CheckExact(queues) && (n = PyList_GET_SIZE(queues)) > 0);
-    entry_args[0] = msg, entry_args[1] = ps_valid_topics;
-    GET(producer, PS_MAX_SIZE, &entry_args[2]);
-    if (get(producer, PS_COMPRESS_OVER, &entry_args[3]) < 0) {
-        Py_DECREF(entry_args[2]);
-        goto python;
+    /* plain_entry_size(msg, valid_topics, max_message_size, compress_over, batcher.max_bytes) */
+    limits[0] = limits[1] = limits[2] = NULL;
+    if (get(producer, PS_MAX_SIZE, &limits[0]) == 0 && get(producer, PS_COMPRESS_OVER, &limits[1]) == 0)
+        get(batcher, PS_MAX_BYTES, &limits[2]);
+    for (i = 0; i < 3; i++) {
+        limit[i] = limits[i] == NULL ? -1 : PyLong_AsSsize_t(limits[i]);
+        Py_XDECREF(limits[i]);
     }
-    if (get(batcher, PS_MAX_BYTES, &entry_args[4]) < 0) {
-        Py_DECREF(entry_args[2]);
-        Py_DECREF(entry_args[3]);
-        goto python;
-    }
-    size_obj = plain_entry_size(NULL, entry_args, 5);  /* _speedups_client.h */
-    Py_DECREF(entry_args[2]);
-    Py_DECREF(entry_args[3]);
-    Py_DECREF(entry_args[4]);
-    CHECK(size_obj != NULL);
-    size = PyLong_AsSsize_t(size_obj);
+    CHECK(!PyErr_Occurred() && limit[0] >= 0 && limit[1] >= 0 && limit[2] >= 0);
+    size = plain_size(topic, body, props, ps_valid_topics, limit[0], limit[1], limit[2]);  /* _speedups_client.h */
     CHECK(size >= 0);
     /* the queue select_one gives (RoundRobinIndex.next), without moving the index yet */
     GET(info, PS_INDEX, &index);
@@ -705,45 +709,43 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
     at = PyLong_AsLongLong(value);
     CHECK(!(at == -1 && PyErr_Occurred()));
     at = (at + 1) & 0x7FFFFFFF;
-    mq = Py_NewRef(PyList_GET_ITEM(queues, (Py_ssize_t)(at % n)));
+    mq = PyList_GET_ITEM(queues, (Py_ssize_t)(at % n));  /* borrowed from queues */
+    CHECK(Py_IS_TYPE(mq, (PyTypeObject *)ps_mq_cls) && PS_SLOT(mq, ps_mq_at[0]) != NULL &&
+          PS_SLOT(mq, ps_mq_at[1]) != NULL && PS_SLOT(mq, ps_mq_at[2]) != NULL);
     /* its master's address (ClientInstance.master_address) */
-    GET(mq, PS_BROKER_NAME, &broker);
     GET(producer, PS_INSTANCE, &o);
     GET(o, PS_BROKER_ADDRS, &addrs);
     Py_CLEAR(o);
     CHECK(PyDict_CheckExact(addrs));
-    by_key = PyDict_GetItemWithError(addrs, broker);  /* borrowed: the broker's addresses */
-    CHECK(by_key != NULL && PyDict_CheckExact(by_key));
-    addr = PyDict_GetItemWithError(by_key, ps_master_id);
+    borrowed = PyDict_GetItemWithError(addrs, PS_SLOT(mq, ps_mq_at[1]));  /* the broker's addresses */
+    CHECK(borrowed != NULL && PyDict_CheckExact(borrowed));
+    addr = PyDict_GetItemWithError(borrowed, ps_master_id);
     CHECK(addr != NULL && PyUnicode_CheckExact(addr));
     Py_INCREF(addr);
-    Py_SETREF(addrs, addr);  /* keep the address alive in addrs */
+    Py_SETREF(addrs, addr);  /* keeps the address */
     /* its automatic-batch queue (AutoBatcher.join's key), with a request in flight */
-    GET(mq, PS_TOPIC, &o);
-    GET(mq, PS_QUEUE_ID, &value);
-    key = PyTuple_Pack(5, addr, o, broker, value, mode);
-    Py_CLEAR(o);
+    key = PyTuple_Pack(5, addr, PS_SLOT(mq, ps_mq_at[0]), PS_SLOT(mq, ps_mq_at[1]), PS_SLOT(mq, ps_mq_at[2]), mode);
     CHECK(key != NULL);
     GET(batcher, PS_QUEUES_BY_KEY, &o);
     CHECK(PyDict_CheckExact(o));
-    by_key = o;
-    queue = PyDict_GetItemWithError(by_key, key);
+    queue = PyDict_GetItemWithError(o, key);
     Py_XINCREF(queue);
     Py_CLEAR(o);
-    CHECK(queue != NULL);
-    GET(queue, PS_IN_FLIGHT, &o);
-    CHECK(PyLong_CheckExact(o));
+    CHECK(queue != NULL && Py_IS_TYPE(queue, (PyTypeObject *)ps_queue_cls));
+    o = PS_SLOT(queue, ps_queue_at[0]);
+    CHECK(o != NULL && PyLong_CheckExact(o));
     in_flight = PyLong_AsLongLong(o);
-    Py_CLEAR(o);
-    CHECK(in_flight > 0);
-    GET(queue, PS_WAITING, &waiting);
-    CHECK(PyList_CheckExact(waiting));
+    o = NULL;
+    waiting = PS_SLOT(queue, ps_queue_at[1]);
+    CHECK(waiting != NULL && PyList_CheckExact(waiting));
+    /* join appends to the waiting sends, and schedules nothing: a request is in flight, or sends wait
+     * for a flush already scheduled */
+    CHECK(in_flight > 0 || (in_flight == 0 && PyList_GET_SIZE(waiting) > 0 && PS_SLOT(queue, ps_queue_at[2]) != NULL &&
+                            PS_SLOT(queue, ps_queue_at[2]) != Py_None));
     GET(producer, PS_CLOCK, &o);
     begin = PyObject_CallMethodNoArgs(o, ps_names[PS_SECONDS]);
     Py_CLEAR(o);
     CHECK(begin != NULL && PyFloat_Check(begin));
-    GET(msg, PS_PROPERTIES, &props);
-    CHECK(PyDict_CheckExact(props));
     if ((found = PyDict_Contains(props, ps_uniq)) < 0)
         goto python;
     /* from here on, what _send_plain and join change */
@@ -762,9 +764,10 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_DECREF(id);
     }
     if ((first = PyTuple_Pack(6, msg, mq, mode, timeout, Py_None, begin)) == NULL ||
-        (deadline = PyNumber_Add(begin, timeout)) == NULL || (member = new_member()) == NULL ||
-        set_member_slot(member, 0, msg) < 0 || set_member_slot(member, 1, size_obj) < 0 ||
-        set_member_slot(member, 2, deadline) < 0 || set_member_slot(member, 3, first) < 0 || PyList_Append(waiting, member) < 0)
+        (deadline = PyNumber_Add(begin, timeout)) == NULL || (size_obj = PyLong_FromSsize_t(size)) == NULL ||
+        (member = new_member()) == NULL || set_member_slot(member, 0, msg) < 0 ||
+        set_member_slot(member, 1, size_obj) < 0 || set_member_slot(member, 2, deadline) < 0 ||
+        set_member_slot(member, 3, first) < 0 || PyList_Append(waiting, member) < 0)
         goto error;
     goto done;
 python:
@@ -782,6 +785,9 @@ done:
 #undef CHECK
 #undef GET
 #undef FALSE_ATTR
+    Py_XDECREF(topic);
+    Py_XDECREF(body);
+    Py_XDECREF(props);
     Py_XDECREF(o);
     Py_XDECREF(fault);
     Py_XDECREF(batcher);
@@ -789,14 +795,10 @@ done:
     Py_XDECREF(queues);
     Py_XDECREF(index);
     Py_XDECREF(value);
-    Py_XDECREF(mq);
-    Py_XDECREF(broker);
     Py_XDECREF(addrs);
     Py_XDECREF(key);
     Py_XDECREF(queue);
-    Py_XDECREF(waiting);
     Py_XDECREF(begin);
-    Py_XDECREF(props);
     Py_XDECREF(first);
     Py_XDECREF(deadline);
     Py_XDECREF(size_obj);
@@ -804,23 +806,47 @@ done:
     return member;
 }
 
-/* plain_setup(sync, oneway, valid_topics, member_cls, index_cls, uniq_key, master_id): after fire_setup. */
+/* The offsets of cls's slots named (interned here); 1 when all are plain object slots. */
+static int named_offsets(PyObject *cls, const char *const *names, int n, Py_ssize_t *out) {
+    PyObject *interned[4];
+    int i, ok;
+    for (i = 0; i < n; i++)
+        if ((interned[i] = PyUnicode_InternFromString(names[i])) == NULL) {
+            while (--i >= 0)
+                Py_DECREF(interned[i]);
+            PyErr_Clear();
+            return 0;
+        }
+    ok = member_offsets(cls, interned, n, out);
+    for (i = 0; i < n; i++)
+        Py_DECREF(interned[i]);
+    return ok;
+}
+
+/* plain_setup(sync, oneway, valid_topics, member_cls, index_cls, uniq_key, master_id, message_cls, mq_cls,
+ * queue_cls): after fire_setup; plain_send calls the Python method for every send when a class is not as
+ * expected. */
 static PyObject *plain_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    static const char *const message_names[] = {"topic", "body", "properties"};
+    static const char *const mq_names[] = {"topic", "broker_name", "queue_id"};
+    static const char *const queue_names[] = {"in_flight", "waiting", "linger_call"};
     int i;
     PyObject *init, *base_init;
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "plain_setup takes 7 arguments");
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "plain_setup takes 10 arguments");
         return NULL;
     }
-    if (fire_check() < 0)
+    if (fire_check() < 0 || plain_names_ready() < 0)
         return NULL;
     for (i = 0; i < PS_COUNT; i++)
         if (ps_names[i] == NULL && (ps_names[i] = PyUnicode_InternFromString(PS_NAMES[i])) == NULL)
             return NULL;
-    if (!PyType_Check(args[3]) || !PyType_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "plain_setup: member_cls and index_cls must be classes");
-        return NULL;
-    }
+    for (i = 3; i < 10; i++)
+        if (i != 5 && i != 6 && !PyType_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "plain_setup: expected a class");
+            return NULL;
+        }
+    ps_ready = 0;
     for (i = 0; i < 4; i++) {
         PyObject *descr = PyDict_GetItemWithError(((PyTypeObject *)args[3])->tp_dict, ps_names[PS_M_MSG + i]);
         if (descr == NULL || Py_TYPE(descr)->tp_descr_set == NULL) {
@@ -837,6 +863,9 @@ static PyObject *plain_setup(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_XSETREF(ps_index_cls, Py_NewRef(args[4]));
     Py_XSETREF(ps_uniq, Py_NewRef(args[5]));
     Py_XSETREF(ps_master_id, Py_NewRef(args[6]));
+    Py_XSETREF(ps_message_cls, Py_NewRef(args[7]));
+    Py_XSETREF(ps_mq_cls, Py_NewRef(args[8]));
+    Py_XSETREF(ps_queue_cls, Py_NewRef(args[9]));
     /* made without a call only when its __init__ is Deferred's (checked by firing.twisted_fits) */
     init = PyObject_GetAttrString(args[3], "__init__");
     base_init = PyObject_GetAttrString((PyObject *)((PyTypeObject *)args[3])->tp_base, "__init__");
@@ -845,8 +874,9 @@ static PyObject *plain_setup(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_XDECREF(init);
     Py_XDECREF(base_init);
     PyErr_Clear();
-    ps_ready = 1;
-    Py_RETURN_NONE;
+    ps_ready = named_offsets(args[7], message_names, 3, ps_message_at) &&
+               named_offsets(args[8], mq_names, 3, ps_mq_at) && named_offsets(args[9], queue_names, 3, ps_queue_at);
+    return PyBool_FromLong(ps_ready);
 }
 
 #define PRODUCER_METHODS                                                                              \

@@ -292,7 +292,7 @@ def _deliver(result: SendResult, chunk: list[_Waiting]) -> None:
     store_ids = result.offset_msg_id.split(",")
     if len(store_ids) != len(chunk):  # a broker that reports one id: keep it for all
         store_ids = [result.offset_msg_id] * len(chunk)
-    args = (chunk, result.status, ids, store_ids, result.queue, result.queue_offset, result.transaction_id,
+    args: tuple[Any, ...] = (chunk, result.status, ids, store_ids, result.queue, result.queue_offset, result.transaction_id,
             result.region_id)
     if not deliver(*args):
         python_deliver(*args)

@@ -35,14 +35,14 @@ from rocketpy.client.errors import (
 from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMessageContext
 from rocketpy.client.instance import ClientInstance, JoiningMember, shared_or_new
 from rocketpy.client.latency import MQFaultStrategy
-from rocketpy.client import reply
+from rocketpy.client import autobatch, firing, reply
 from rocketpy.client.message import MAX_MESSAGE_SIZE, UniqKeyGenerator, valid_topics, validate_message
 from rocketpy.client.results import SendResult, SendStatus
-from rocketpy.client.route import TopicPublishInfo
+from rocketpy.client.route import RoundRobinIndex, TopicPublishInfo
 from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, SendTraceHook, TraceDispatcher, trace_group
 from rocketpy.common.compression import compressor
 from rocketpy.common.message import Message, MessageConst, MessageExt, MessageSysFlag, encode_batch, java_hash
-from rocketpy.common.route import MessageQueue, TopicRouteData
+from rocketpy.common.route import MASTER_ID, MessageQueue, TopicRouteData
 from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.interfaces import IRPCHook
 from rocketpy.remoting.codes import ResponseCode, SerializeType
@@ -203,7 +203,7 @@ class Producer(JoiningMember):
     def send(self, msg: Message, timeout: float | None = None) -> Deferred[SendResult]:
         """SYNC: up to ``1 + retry_times`` attempts, all within ``timeout``."""
         budget = self.send_timeout if timeout is None else timeout
-        return self._send_plain(msg, Mode.SYNC, budget) or self._send_default(msg, Mode.SYNC, budget)
+        return _plain_send(self, msg, Mode.SYNC, budget) or self._send_default(msg, Mode.SYNC, budget)
 
     def request(self, msg: Message, timeout: float = 3.0) -> Deferred[MessageExt]:
         """Send ``msg`` and fire with the reply its consumer sends (``create_reply_message``; RocketMQ
@@ -213,11 +213,11 @@ class Producer(JoiningMember):
     def send_async(self, msg: Message, timeout: float | None = None) -> Deferred[SendResult]:
         """ASYNC: bounded by the in-flight permits; retried only after network failures."""
         budget = self.send_timeout if timeout is None else timeout
-        return self._send_plain(msg, Mode.ASYNC, budget) or self._send_default(msg, Mode.ASYNC, budget)
+        return _plain_send(self, msg, Mode.ASYNC, budget) or self._send_default(msg, Mode.ASYNC, budget)
 
     def send_oneway(self, msg: Message) -> Deferred[None]:
         """ONEWAY: one attempt, fires once written; no result."""
-        return self._send_plain(msg, Mode.ONEWAY, self.send_timeout) or self._send_default(
+        return _plain_send(self, msg, Mode.ONEWAY, self.send_timeout) or self._send_default(
             msg, Mode.ONEWAY, self.send_timeout)
 
     def send_batch(self, msgs: Sequence[Message], timeout: float | None = None) -> Deferred[SendResult]:
@@ -603,3 +603,20 @@ class Producer(JoiningMember):
                 getattr(hook, method)(context)
             except Exception:
                 self.log.failure("send hook {hook} {method} failed", level=LogLevel.warn, hook=hook, method=method)
+
+
+def _compiled_plain_send() -> Callable[[Producer, Message, Mode, float], Deferred[Any] | None] | None:
+    """``rocketpy._speedups.plain_send``: :meth:`Producer._send_plain` in C when the send joins the next
+    automatic batch of a queue with a request in flight, the Python method for anything else."""
+    module = firing.compiled()
+    if module is None:
+        return None
+    if not module.plain_setup(Mode.SYNC, Mode.ONEWAY, valid_topics, autobatch._Waiting, RoundRobinIndex, _UNIQ_KEY,
+                              MASTER_ID, Message, MessageQueue, autobatch._Queue):
+        return None
+    send: Callable[[Producer, Message, Mode, float], Deferred[Any] | None] = module.plain_send
+    return send
+
+
+#: :meth:`Producer._send_plain` (the reference), in C when built.
+_plain_send = _compiled_plain_send() or Producer._send_plain

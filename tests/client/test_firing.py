@@ -32,7 +32,7 @@ LINKS = st.lists(st.tuples(st.sampled_from(["cb", "eb", "both", "cbs"]), ACTIONS
 def shown(value: Any) -> Any:
     """Comparable form of a result: Failures by their exception, Deferreds by kind."""
     if isinstance(value, Failure):
-        return ("failure", value.type.__name__, str(value.value))
+        return ("failure", type(value.value).__name__, str(value.value))
     if isinstance(value, Deferred):
         return ("deferred",)
     if isinstance(value, SendResult):
@@ -184,7 +184,7 @@ class FireTests(SynchronousTestCase):
             inner: Deferred[Any] = Deferred()
             outer: Deferred[Any] = Deferred()
             seen: list[Any] = []
-            outer.addCallback(lambda _, inner=inner: inner).addCallback(seen.append)
+            outer.addCallback(lambda _: inner).addCallback(seen.append)
             outer.callback(0)
             fire(inner, 1)
             self.assertEqual(seen, [1])
@@ -215,8 +215,15 @@ class FireTests(SynchronousTestCase):
     def test_keywords(self) -> None:
         seen: list[Any] = []
         d: Deferred[Any] = _Waiting()
-        d.addCallback(lambda x, y, z=0: seen.append((x, y, z)), 2, z=3)
-        d.addCallbacks(lambda x: seen.append(x) or "ok", callbackKeywords={})
+        def three(x: int, y: int, z: int = 0) -> None:
+            seen.append((x, y, z))
+
+        def one(x: object) -> str:
+            seen.append(x)
+            return "ok"
+
+        d.addCallback(three, 2, z=3)
+        d.addCallbacks(one, callbackKeywords={})
         firing.fire(d, 1)
         self.assertEqual(seen, [(1, 2, 3), None])
         self.assertEqual(d.result, "ok")
