@@ -78,6 +78,16 @@ done:
     return failure;
 }
 
+/* isinstance(obj, Failure), without the call for the usual results (None, a SendResult, str, int). */
+static inline int is_failure(PyObject *obj) {
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type == (PyTypeObject *)fd_failure)
+        return 1;
+    if (obj == Py_None || type == (PyTypeObject *)fd_send_result || type == &PyUnicode_Type || type == &PyLong_Type)
+        return 0;
+    return PyObject_IsInstance(obj, fd_failure);
+}
+
 /* callback(current, *args, **kwargs) */
 static PyObject *call_link(PyObject *callback, PyObject *current, PyObject *args, PyObject *kwargs) {
     PyObject *stack[8];
@@ -190,7 +200,7 @@ static int run_links(PyObject *d, PyObject *result) {
         if (PyList_GET_SIZE(cbs) == 0)
             break;
         item = PyList_GET_ITEM(cbs, 0);
-        if ((failed = PyObject_IsInstance(current, fd_failure)) < 0)
+        if ((failed = is_failure(current)) < 0)
             goto done;
         if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2 ||
             !PyTuple_CheckExact(link = PyTuple_GET_ITEM(item, failed)) || PyTuple_GET_SIZE(link) != 3 ||
@@ -239,7 +249,7 @@ static int run_links(PyObject *d, PyObject *result) {
         goto done;
     running = 0;
     /* finished: a Failure left at the end is reported when d is collected (DebugInfo.__del__) */
-    if ((failed = PyObject_IsInstance(current, fd_failure)) < 0 ||
+    if ((failed = is_failure(current)) < 0 ||
         (info = PyObject_GetAttr(d, fire_names[FN_DEBUG_INFO])) == NULL)
         goto done;
     if (failed && info == Py_None) {
@@ -383,7 +393,9 @@ static PyObject *link_of(PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
         return NULL;
     for (i = 1; i < nargs; i++)
         PyTuple_SET_ITEM(rest, i - 1, Py_NewRef(args[i]));
-    if ((kwargs = PyDict_New()) == NULL) {
+    if (nkw == 0)  /* no keywords: the shared empty dict (never changed: a link's kwargs are passed as **kwargs) */
+        kwargs = Py_NewRef(fd_empty_kwargs);
+    else if ((kwargs = PyDict_New()) == NULL) {
         Py_DECREF(rest);
         return NULL;
     }

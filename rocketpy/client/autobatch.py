@@ -176,7 +176,8 @@ class AutoBatcher:
         self, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, retry: tuple[Any, ...] | None,
         size: int, now: float,
     ) -> Deferred[Any]:
-        """:meth:`send` given ``msg``'s :func:`entry_size` and the time now."""
+        """:meth:`send` given ``msg``'s :func:`entry_size` and the time now. (The producer's C ``plain_send``
+        makes the append to a queue with a request in flight, or a flush scheduled, itself.)"""
         key = (addr, mq.topic, mq.broker_name, mq.queue_id, mode)
         queue = self._queues.get(key)
         if queue is None:

@@ -107,6 +107,10 @@ class UniqKeyGenerator:
 
     32 uppercase hex chars: IPv4 (4 bytes) ‖ pid (2) ‖ a random "class loader
     hash" (4) ‖ ms since the start of the month (4) ‖ a counter (2).
+
+    ``rocketpy/_speedups_producer.h`` (``next_uniq``) makes the next id of the same millisecond
+    from ``_last_ms``, ``_counter`` and ``_time_prefix`` as :meth:`next_id` does (and calls it for
+    a new millisecond): keep the three attributes' meaning.
     """
 
     def __init__(
