@@ -543,13 +543,13 @@ enum { PS_RUNNING, PS_SEND_HOOKS, PS_FORBID_HOOKS, PS_FAULT, PS_ENABLED, PS_RETR
        PS_MAX_SIZE, PS_COMPRESS_OVER, PS_MAX_BYTES, PS_QUEUES_BY_KEY, PS_CLOCK, PS_SECONDS, PS_INSTANCE,
        PS_BROKER_ADDRS, PS_UNIQ, PS_QUEUES, PS_INDEX, PS_VALUE, PS_TOPIC, PS_BROKER_NAME, PS_QUEUE_ID, PS_IN_FLIGHT,
        PS_WAITING, PS_LAST_MS, PS_COUNTER, PS_TIME_PREFIX, PS_NEXT_ID, PS_SEND_PLAIN, PS_PROPERTIES, PS_M_MSG,
-       PS_M_SIZE, PS_M_DEADLINE, PS_M_RETRY, PS_COUNT };
+       PS_M_SIZE, PS_M_DEADLINE, PS_M_RETRY, PS_JOIN_OR_REQUEST, PS_COUNT };
 static const char *const PS_NAMES[PS_COUNT] = {
     "running", "send_message_hooks", "check_forbidden_hooks", "fault_strategy", "enabled",
     "retry_another_broker_when_not_store_ok", "_batcher", "_publish", "max_message_size", "compress_over",
     "max_bytes", "_queues", "_clock", "seconds", "instance", "broker_addrs", "_uniq", "queues", "index", "_value",
     "topic", "broker_name", "queue_id", "in_flight", "waiting", "_last_ms", "_counter", "_time_prefix", "next_id",
-    "_send_plain", "properties", "msg", "size", "deadline", "retry"};
+    "_send_plain", "properties", "msg", "size", "deadline", "retry", "_join_or_request"};
 static PyObject *ps_names[PS_COUNT];
 /* plain_setup's: Mode.SYNC, Mode.ONEWAY, valid_topics, the member class and its four slots' descriptors,
  * RoundRobinIndex, the UNIQ_KEY name, the master's broker id (0); whether the member class may be made
@@ -654,17 +654,18 @@ static Py_ssize_t ps_message_at[3], ps_mq_at[3], ps_queue_at[3];
 
 /* plain_send(producer, msg, mode, timeout): producer._send_plain(msg, mode, timeout). In C when the
  * usual send joins the waiting sends of a queue with a request in flight (the pipelined steady state):
- * every check of _send_plain and AutoBatcher.join is made before anything changes; any other case
- * (a queue idle or not seen yet, no route or broker address, an unusual message or producer, ...)
- * calls the Python method, which gives the same answer from the same state. */
+ * every check of _send_plain and AutoBatcher.join is made before anything changes. A usual send to a
+ * queue that is idle (or new) ends as _send_plain ends, in Producer._join_or_request. Anything else (no
+ * route or broker address, an unusual message or producer, ...) calls the Python method, which gives
+ * the same answer from the same state. */
 static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *producer, *msg, *mode, *timeout, *o = NULL, *fault = NULL, *batcher = NULL, *info = NULL,
         *queues = NULL, *index = NULL, *value = NULL, *addrs = NULL, *key = NULL, *queue = NULL, *begin = NULL,
         *first = NULL, *member = NULL, *deadline = NULL, *size_obj = NULL, *next = NULL, *mq, *addr, *borrowed,
-        *topic, *body, *props, *waiting, *limits[3];
+        *topic, *body, *props, *waiting = NULL, *limits[3];
     Py_ssize_t n, size, limit[3];
     long long at, in_flight;
-    int truth, found, i;
+    int truth, found, i, joins;
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "plain_send takes 4 arguments");
         return NULL;
@@ -682,6 +683,8 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_INCREF(topic);
     Py_INCREF(body);
     Py_INCREF(props);
+    GET(producer, PS_BATCHER, &batcher);
+    CHECK(batcher != Py_None);
     GET(producer, PS_RUNNING, &o);
     truth = PyObject_IsTrue(o);
     Py_CLEAR(o);
@@ -692,8 +695,6 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
     FALSE_ATTR(fault, PS_ENABLED);
     if (mode == ps_sync)
         FALSE_ATTR(producer, PS_RETRY_ANOTHER);
-    GET(producer, PS_BATCHER, &batcher);
-    CHECK(batcher != Py_None);
     GET(producer, PS_PUBLISH, &o);
     CHECK(PyDict_CheckExact(o));
     info = PyDict_GetItemWithError(o, topic);  /* borrowed */
@@ -743,17 +744,20 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
     queue = PyDict_GetItemWithError(o, key);
     Py_XINCREF(queue);
     Py_CLEAR(o);
-    CHECK(queue != NULL && Py_IS_TYPE(queue, (PyTypeObject *)ps_queue_cls));
-    o = PS_SLOT(queue, ps_queue_at[0]);
-    CHECK(o != NULL && PyLong_CheckExact(o));
-    in_flight = PyLong_AsLongLong(o);
-    o = NULL;
-    waiting = PS_SLOT(queue, ps_queue_at[1]);
-    CHECK(waiting != NULL && PyList_CheckExact(waiting));
-    /* join appends to the waiting sends, and schedules nothing: a request is in flight, or sends wait
-     * for a flush already scheduled */
-    CHECK(in_flight > 0 || (in_flight == 0 && PyList_GET_SIZE(waiting) > 0 && PS_SLOT(queue, ps_queue_at[2]) != NULL &&
-                            PS_SLOT(queue, ps_queue_at[2]) != Py_None));
+    /* join appends to the waiting sends, and schedules nothing, when a request is in flight or sends wait
+     * for a flush already scheduled; anything else (a new queue, a send that goes alone or lingers) is
+     * join's own, called from Producer._join_or_request as _send_plain calls it */
+    joins = queue != NULL && Py_IS_TYPE(queue, (PyTypeObject *)ps_queue_cls);
+    if (joins) {
+        o = PS_SLOT(queue, ps_queue_at[0]);
+        waiting = PS_SLOT(queue, ps_queue_at[1]);
+        CHECK(o != NULL && PyLong_CheckExact(o) && waiting != NULL && PyList_CheckExact(waiting));
+        in_flight = PyLong_AsLongLong(o);
+        o = NULL;
+        joins = in_flight > 0 || (in_flight == 0 && PyList_GET_SIZE(waiting) > 0 &&
+                                  PS_SLOT(queue, ps_queue_at[2]) != NULL && PS_SLOT(queue, ps_queue_at[2]) != Py_None);
+    }
+    CHECK(!PyErr_Occurred());
     GET(producer, PS_CLOCK, &o);
     begin = PyObject_CallMethodNoArgs(o, ps_names[PS_SECONDS]);
     Py_CLEAR(o);
@@ -776,8 +780,15 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
         Py_DECREF(id);
     }
     if ((first = PyTuple_Pack(6, msg, mq, mode, timeout, Py_None, begin)) == NULL ||
-        (deadline = PyNumber_Add(begin, timeout)) == NULL || (size_obj = PyLong_FromSsize_t(size)) == NULL ||
-        (member = new_member()) == NULL || set_member_slot(member, 0, msg) < 0 ||
+        (size_obj = PyLong_FromSsize_t(size)) == NULL)
+        goto error;
+    if (!joins) {
+        PyObject *call[10] = {producer, batcher, addr, msg, mq, mode, timeout, first, size_obj, begin};
+        member = PyObject_VectorcallMethod(ps_names[PS_JOIN_OR_REQUEST], call, 10 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                           NULL);
+        goto done;
+    }
+    if ((deadline = PyNumber_Add(begin, timeout)) == NULL || (member = new_member()) == NULL || set_member_slot(member, 0, msg) < 0 ||
         set_member_slot(member, 1, size_obj) < 0 || set_member_slot(member, 2, deadline) < 0 ||
         set_member_slot(member, 3, first) < 0 || PyList_Append(waiting, member) < 0)
         goto error;

@@ -285,6 +285,13 @@ class Producer(JoiningMember):
         props = msg.properties
         if _UNIQ_KEY not in props:
             props[_UNIQ_KEY] = self._uniq.next_id(begin)
+        return self._join_or_request(batcher, addr, msg, mq, mode, timeout, first, size, begin)
+
+    def _join_or_request(
+        self, batcher: AutoBatcher | None, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float,
+        first: tuple[Any, ...], size: int, begin: float,
+    ) -> Deferred[Any]:
+        """:meth:`_send_plain`'s end (also the C ``plain_send``'s for a queue with nothing in flight)."""
         try:  # as _attempt does
             if batcher is not None:
                 return batcher.join(addr, msg, mq, mode, timeout, first, size, begin)

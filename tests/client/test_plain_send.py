@@ -157,19 +157,21 @@ class PlainSendTests(SynchronousTestCase):
         self.assertEqual(c, python, steps)
 
     def test_busy_queue_joins_in_c(self) -> None:
-        """Sends to queues with requests in flight join their next batch without the Python method."""
-        calls: list[Any] = []
-        python = Producer._send_plain
+        """Sends to queues with requests in flight join their next batch in C; the first send to each
+        queue goes alone through the end of the Python method; nothing calls the whole method."""
+        calls: dict[str, int] = {"_send_plain": 0, "_join_or_request": 0}
+        for name in calls:
+            python = getattr(Producer, name)
 
-        def counting(self: Producer, *args: Any) -> Any:
-            calls.append(args)
-            return python(self, *args)
+            def counting(self: Producer, *args: Any, name: str = name, python: Any = python) -> Any:
+                calls[name] += 1
+                return python(self, *args)
 
-        self.patch(Producer, "_send_plain", counting)
+            self.patch(Producer, name, counting)
         run = Run(self)
-        calls.clear()
+        calls.update(_send_plain=0, _join_or_request=0)
         ds = [run.producer.send_async(Message("T", b"m", 0, {})) for _ in range(12)]
-        self.assertEqual(len(calls), 4)  # the first send to each of the 4 queues goes alone, in Python
+        self.assertEqual(calls, {"_send_plain": 0, "_join_or_request": 4})
         run.release_all()
         run.clock.advance(0)
         run.release_all()
