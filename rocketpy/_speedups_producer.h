@@ -435,31 +435,27 @@ static PyObject *add_item(PyObject *self, PyObject *item) {
     return Py_NewRef(self);
 }
 
-static PyObject *add_callback(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    PyObject *link = link_of(args, nargs, kwnames, "addCallback"), *item;
+/* The link of f(self, function, *args, **kwargs) as the callback (side 0), the errback (1) or both (2). */
+static PyObject *add_link(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int side) {
+    static const char *const names[] = {"addCallback", "addErrback", "addBoth"};
+    PyObject *link = link_of(args, nargs, kwnames, names[side]), *item;
     if (link == NULL)
         return NULL;
-    item = PyTuple_Pack(2, link, fd_errback_pass);
+    item = PyTuple_Pack(2, side == 1 ? fd_callback_pass : link, side == 0 ? fd_errback_pass : link);
     Py_DECREF(link);
     return add_item(self, item);
+}
+
+static PyObject *add_callback(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    return add_link(self, args, nargs, kwnames, 0);
 }
 
 static PyObject *add_errback(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    PyObject *link = link_of(args, nargs, kwnames, "addErrback"), *item;
-    if (link == NULL)
-        return NULL;
-    item = PyTuple_Pack(2, fd_callback_pass, link);
-    Py_DECREF(link);
-    return add_item(self, item);
+    return add_link(self, args, nargs, kwnames, 1);
 }
 
 static PyObject *add_both(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
-    PyObject *link = link_of(args, nargs, kwnames, "addBoth"), *item;
-    if (link == NULL)
-        return NULL;
-    item = PyTuple_Pack(2, link, link);
-    Py_DECREF(link);
-    return add_item(self, item);
+    return add_link(self, args, nargs, kwnames, 2);
 }
 
 static PyMethodDef add_methods[] = {

@@ -70,6 +70,22 @@ class FakeRemotingClient:
         return succeed(None)
 
 
+def hold_sends(remoting: FakeRemotingClient, held: list[Deferred[Any]]) -> None:
+    """Send requests (single and batch) are answered only when their Deferred, appended to ``held``,
+    is fired (with anything)."""
+    for code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        remoting.on(code, _held(remoting.handlers[(None, code)], held))
+
+
+def _held(send: Handler, held: list[Deferred[Any]]) -> Handler:
+    def handler(addr: str, request: RemotingCommand, timeout: float) -> Deferred[Any]:
+        d: Deferred[Any] = Deferred()
+        d.addCallback(lambda _: send(addr, request, timeout))
+        held.append(d)
+        return d
+    return handler
+
+
 def response(code: int = 0, remark: str | None = None, body: bytes = b"", **ext: Any) -> RemotingCommand:
     return RemotingCommand(code=code, flag=1, remark=remark, ext_fields={k: str(v) for k, v in ext.items()}, body=body)
 

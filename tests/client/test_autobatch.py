@@ -27,7 +27,7 @@ from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.errors import RemotingConnectError, RemotingTimeoutError
 from zope.interface import implementer
 
-from .fakes import NAMESRV, one_broker_cluster
+from .fakes import NAMESRV, hold_sends, one_broker_cluster
 
 MQ = MessageQueue("T", "b", 0)
 
@@ -216,17 +216,7 @@ class ProducerAutoBatchTests(SynchronousTestCase):
         self.cluster, self.broker = one_broker_cluster(self.clock)
         self.remoting = self.cluster.remoting
         self.held: list[Deferred[Any]] = []
-        send = self.remoting.handlers[(None, RequestCode.SEND_MESSAGE_V2)]
-        for code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            self.remoting.on(code, self.holding(send))
-
-    def holding(self, send: Any) -> Any:
-        def handler(addr: str, request: Any, timeout: float) -> Deferred[Any]:
-            d: Deferred[Any] = Deferred()
-            d.addCallback(lambda _: send(addr, request, timeout))
-            self.held.append(d)
-            return d
-        return handler
+        hold_sends(self.remoting, self.held)
 
     def release(self) -> None:
         while self.held:

@@ -20,7 +20,7 @@ from rocketpy.client import route
 from rocketpy.common.message import Message, MessageExt
 from rocketpy.remoting.codes import RequestCode
 
-from .fakes import NAMESRV, FakeCluster
+from .fakes import NAMESRV, FakeCluster, hold_sends
 
 C_SEND = producer_module._plain_send
 NO_C = None if C_SEND is not Producer._send_plain else "no compiled accelerator (plain_send)"
@@ -70,9 +70,7 @@ class Run:
         self.cluster.add_topic("T2")
         remoting = self.cluster.remoting
         self.held: list[Deferred[Any]] = []
-        for code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            send = remoting.handlers[(None, code)]
-            remoting.on(code, self.holding(send))
+        hold_sends(remoting, self.held)
         self.producer = Producer("PG", NAMESRV, self.clock, remoting, client_id="10.0.0.9@1", rng=random.Random(7),
                                  **options)
         test.successResultOf(self.producer.start())
@@ -83,14 +81,6 @@ class Run:
             test.successResultOf(warm)
         remoting.requests.clear()
         self.outcomes: list[Any] = []
-
-    def holding(self, send: Any) -> Any:
-        def handler(addr: str, request: Any, timeout: float) -> Deferred[Any]:
-            d: Deferred[Any] = Deferred()
-            d.addCallback(lambda _: send(addr, request, timeout))
-            self.held.append(d)
-            return d
-        return handler
 
     def release_all(self) -> None:
         while self.held:
