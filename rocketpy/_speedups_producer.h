@@ -825,6 +825,130 @@ done:
     return member;
 }
 
+/* ---- a queue's waiting sends into batch requests (AutoBatcher._flush, _send_chunk) ------------------- */
+
+static Py_ssize_t ws_at[3] = {-1, -1, -1};  /* the member's msg, size, deadline slots (set by plain_setup) */
+
+/* The offset of a plain object slot's descriptor, else -1. */
+static Py_ssize_t descr_offset(PyObject *descr) {
+    PyMemberDef *m = Py_IS_TYPE(descr, &PyMemberDescr_Type) ? ((PyMemberDescrObject *)descr)->d_member : NULL;
+    return m != NULL && m->type == T_OBJECT_EX && !(m->flags & READONLY) ? m->offset : -1;
+}
+
+/* member.<slot i> as a double (borrowed reads of a member of the member class); 0 when unusual. */
+static int member_number(PyObject *member, int i, double *out) {
+    PyObject *v = PS_SLOT(member, ws_at[i]);
+    if (v == NULL || !(PyFloat_CheckExact(v) || PyLong_CheckExact(v)))
+        return 0;
+    *out = PyFloat_CheckExact(v) ? PyFloat_AS_DOUBLE(v) : PyLong_AsDouble(v);
+    return !(*out == -1.0 && PyErr_Occurred());
+}
+
+/* split_waiting(waiting, now, max_bytes, max_count) -> list | None: autobatch.split_waiting's parts (lists of
+ * members within the limits, and members whose deadline passed), None for anything unusual (Python then). */
+static PyObject *split_waiting(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *waiting, *parts = NULL, *chunk = NULL, *member;
+    double now, deadline, size, total = 0, max_bytes;
+    Py_ssize_t i, n, max_count;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "split_waiting takes 4 arguments");
+        return NULL;
+    }
+    waiting = args[0];
+    if (!ps_ready || ws_at[0] < 0 || !PyList_CheckExact(waiting) || !PyFloat_CheckExact(args[1]) ||
+        !PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3]))
+        Py_RETURN_NONE;
+    now = PyFloat_AS_DOUBLE(args[1]);
+    max_bytes = PyLong_AsDouble(args[2]);
+    max_count = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    n = PyList_GET_SIZE(waiting);
+    for (i = 0; i < n; i++) {  /* all usual first: then nothing below can run Python code */
+        member = PyList_GET_ITEM(waiting, i);
+        if (!Py_IS_TYPE(member, (PyTypeObject *)ps_member_cls) || !member_number(member, 1, &size) ||
+            !member_number(member, 2, &deadline)) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    if ((parts = PyList_New(0)) == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) {
+        member = PyList_GET_ITEM(waiting, i);
+        member_number(member, 1, &size);
+        member_number(member, 2, &deadline);
+        if (deadline <= now) {
+            if (PyList_Append(parts, member) < 0)
+                goto error;
+            continue;
+        }
+        if (chunk != NULL && (total + size > max_bytes || PyList_GET_SIZE(chunk) >= max_count)) {
+            if (PyList_Append(parts, chunk) < 0)
+                goto error;
+            Py_CLEAR(chunk);
+        }
+        if (chunk == NULL) {
+            if ((chunk = PyList_New(0)) == NULL)
+                goto error;
+            total = 0;
+        }
+        if (PyList_Append(chunk, member) < 0)
+            goto error;
+        total += size;
+    }
+    if (chunk != NULL && PyList_Append(parts, chunk) < 0)
+        goto error;
+    Py_XDECREF(chunk);
+    return parts;
+error:
+    Py_XDECREF(chunk);
+    Py_DECREF(parts);
+    return NULL;
+}
+
+/* batch_of(chunk) -> (msgs, ids, earliest deadline) | None: autobatch.batch_of, None for anything unusual. */
+static PyObject *batch_of(PyObject *self, PyObject *chunk) {
+    PyObject *msgs = NULL, *ids = NULL, *sep = NULL, *earliest = NULL, *member, *msg, *props, *id, *r = NULL;
+    Py_ssize_t i, n;
+    if (!ps_ready || ws_at[0] < 0 || !PyList_CheckExact(chunk) || (n = PyList_GET_SIZE(chunk)) == 0)
+        Py_RETURN_NONE;
+    if ((msgs = PyList_New(n)) == NULL || (ids = PyList_New(n)) == NULL)
+        goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *deadline;
+        member = PyList_GET_ITEM(chunk, i);
+        if (!Py_IS_TYPE(member, (PyTypeObject *)ps_member_cls) || (msg = PS_SLOT(member, ws_at[0])) == NULL ||
+            (deadline = PS_SLOT(member, ws_at[2])) == NULL || !PyFloat_CheckExact(deadline) ||
+            !Py_IS_TYPE(msg, (PyTypeObject *)ps_message_cls) || (props = PS_SLOT(msg, ps_message_at[2])) == NULL ||
+            !PyDict_CheckExact(props) || (id = PyDict_GetItemWithError(props, ps_uniq)) == NULL ||
+            !PyUnicode_CheckExact(id)) {
+            if (!PyErr_Occurred())
+                r = Py_NewRef(Py_None);
+            goto done;
+        }
+        PyList_SET_ITEM(msgs, i, Py_NewRef(msg));
+        PyList_SET_ITEM(ids, i, Py_NewRef(id));
+        if (earliest == NULL || PyFloat_AS_DOUBLE(deadline) < PyFloat_AS_DOUBLE(earliest))
+            Py_XSETREF(earliest, Py_NewRef(deadline));
+    }
+    if ((sep = PyUnicode_FromString(",")) != NULL) {
+        PyObject *joined = PyUnicode_Join(sep, ids);
+        if (joined != NULL) {
+            r = PyTuple_Pack(3, msgs, joined, earliest);
+            Py_DECREF(joined);
+        }
+    }
+done:
+    Py_XDECREF(msgs);
+    Py_XDECREF(ids);
+    Py_XDECREF(sep);
+    Py_XDECREF(earliest);
+    return r;
+}
+
 /* The offsets of cls's slots named (interned here); 1 when all are plain object slots. */
 static int named_offsets(PyObject *cls, const char *const *names, int n, Py_ssize_t *out) {
     PyObject *interned[4];
@@ -874,6 +998,8 @@ static PyObject *plain_setup(PyObject *self, PyObject *const *args, Py_ssize_t n
             return NULL;
         }
         Py_XSETREF(ps_member_slots[i], Py_NewRef(descr));
+        if (i < 3)
+            ws_at[i] = descr_offset(descr);
     }
     Py_XSETREF(ps_sync, Py_NewRef(args[0]));
     Py_XSETREF(ps_oneway, Py_NewRef(args[1]));
@@ -908,4 +1034,7 @@ static PyObject *plain_setup(PyObject *self, PyObject *const *args, Py_ssize_t n
     {"plain_send", (PyCFunction)(void (*)(void))plain_send, METH_FASTCALL,                            \
      "Producer._send_plain, in C when the send joins a busy queue's next automatic batch."},          \
     {"plain_setup", (PyCFunction)(void (*)(void))plain_setup, METH_FASTCALL,                          \
-     "Register Mode.SYNC, Mode.ONEWAY, valid_topics, the member and index classes for plain_send."},
+     "Register Mode.SYNC, Mode.ONEWAY, valid_topics, the member and index classes for plain_send."}, \
+    {"split_waiting", (PyCFunction)(void (*)(void))split_waiting, METH_FASTCALL,                    \
+     "C rocketpy.client.autobatch.split_waiting, or None for the Python one."},                       \
+    {"batch_of", batch_of, METH_O, "C rocketpy.client.autobatch.batch_of, or None for the Python one."},

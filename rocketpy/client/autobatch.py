@@ -28,7 +28,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode
-from rocketpy.client.firing import cheap_callbacks, deliver, fire, python_deliver
+from rocketpy.client.firing import cheap_callbacks, compiled, deliver, fire, python_deliver
 from rocketpy.client.results import SendResult
 from rocketpy.common import speedups
 from rocketpy.common.message import Message, MessageConst, encode_batch, properties_to_string
@@ -246,35 +246,26 @@ class AutoBatcher:
         """Send everything waiting, in order, in requests within the limits."""
         waiting, queue.waiting = queue.waiting, []
         now = self._clock.seconds()
-        max_bytes, max_count = self.max_bytes, self.max_count
-        chunk: list[_Waiting] = []
-        size = 0
-        for member in waiting:
-            if member.deadline <= now:
-                self._fail(member, Failure(RemotingTimeoutError("the send timed out waiting for its batch")))
-                continue
-            if chunk and (size + member.size > max_bytes or len(chunk) >= max_count):
-                self._send_chunk(queue, chunk, now)
-                chunk, size = [], 0
-            chunk.append(member)
-            size += member.size
-        if chunk:
-            self._send_chunk(queue, chunk, now)
+        parts = _split_waiting(waiting, now, self.max_bytes, self.max_count)
+        for part in parts if parts is not None else split_waiting(waiting, now, self.max_bytes, self.max_count):
+            if type(part) is list:
+                self._send_chunk(queue, part, now)
+            else:
+                self._fail(part, Failure(RemotingTimeoutError("the send timed out waiting for its batch")))
 
     def _send_chunk(self, queue: _Queue, chunk: list[_Waiting], now: float) -> None:
-        timeout = min([member.deadline for member in chunk]) - now
         if len(chunk) == 1:
-            self._request(queue, chunk[0].msg, timeout, None).addBoth(self._answered_alone, queue, chunk[0])
+            member = chunk[0]
+            self._request(queue, member.msg, member.deadline - now, None).addBoth(self._answered_alone, queue, member)
             return
-        msgs = [member.msg for member in chunk]
+        msgs, ids, earliest = _batch_of(chunk) or batch_of(chunk)
         try:
             body = encode_batch(msgs)
         except Exception:
             self._fail_all(Failure(), chunk)
             return
-        ids = ",".join([m.properties[_UNIQ_KEY] for m in msgs])
         batch = Message(msgs[0].topic, body, 0, {})
-        self._request(queue, batch, timeout, ids).addCallbacks(
+        self._request(queue, batch, earliest - now, ids).addCallbacks(
             _deliver, self._fail_all, callbackArgs=(chunk,), errbackArgs=(chunk,)
         ).addBoth(self._answered_batch, queue)
 
@@ -285,6 +276,41 @@ class AutoBatcher:
     def _answered_batch(self, result: Any, queue: _Queue) -> Any:
         self._answered(queue)
         return result  # None, or a failure of _deliver (reported as unhandled)
+
+
+def split_waiting(waiting: list[_Waiting], now: float, max_bytes: int, max_count: int) -> list[Any]:
+    """The waiting sends, in order, as the parts :meth:`AutoBatcher._flush` sends or fails: lists of members
+    for one request each (within ``max_bytes`` and ``max_count``), and members whose deadline passed."""
+    parts: list[Any] = []
+    chunk: list[_Waiting] = []
+    size = 0
+    for member in waiting:
+        if member.deadline <= now:
+            parts.append(member)
+            continue
+        if chunk and (size + member.size > max_bytes or len(chunk) >= max_count):
+            parts.append(chunk)
+            chunk, size = [], 0
+        chunk.append(member)
+        size += member.size
+    if chunk:
+        parts.append(chunk)
+    return parts
+
+
+def batch_of(chunk: list[_Waiting]) -> tuple[list[Message], str, float]:
+    """A batch request's messages, their comma-joined UNIQ_KEYs and the earliest deadline."""
+    msgs = [member.msg for member in chunk]
+    return msgs, ",".join([m.properties[_UNIQ_KEY] for m in msgs]), min([member.deadline for member in chunk])
+
+
+def _none(*args: Any) -> None:
+    return None
+
+
+#: ``rocketpy._speedups``' versions (None for anything unusual: then the Python ones run).
+_split_waiting: Callable[..., list[Any] | None] = getattr(compiled(), "split_waiting", _none)
+_batch_of: Callable[[list[_Waiting]], tuple[list[Message], str, float] | None] = getattr(compiled(), "batch_of", _none)
 
 
 def _deliver(result: SendResult, chunk: list[_Waiting]) -> None:

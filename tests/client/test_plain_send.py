@@ -14,7 +14,7 @@ from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
-from rocketpy.client import producer as producer_module
+from rocketpy.client import autobatch, producer as producer_module
 from rocketpy.client.producer import Producer
 from rocketpy.client import route
 from rocketpy.common.message import Message, MessageExt
@@ -172,3 +172,40 @@ class PlainSendTests(SynchronousTestCase):
         self.assertEqual(sorted(ids[:4]), [0, 1, 2, 3])
         self.assertEqual(len(run.cluster.remoting.sent(RequestCode.SEND_BATCH_MESSAGE)), 4)
         self.successResultOf(run.producer.shutdown())
+
+
+def members(specs: list[tuple[int, float]]) -> list[autobatch._Waiting]:
+    made = []
+    for n, (size, deadline) in enumerate(specs):
+        member = autobatch._Waiting()
+        member.msg, member.size, member.deadline, member.retry = (
+            Message("T", b"x", 0, {"UNIQ_KEY": f"U{n}"}), size, deadline, None)
+        made.append(member)
+    return made
+
+
+class SplitTests(SynchronousTestCase):
+    """A queue's waiting sends into batch requests: C (``split_waiting``, ``batch_of``) against Python."""
+
+    skip = NO_C
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.lists(st.tuples(st.integers(1, 40), st.sampled_from([0.5, 1.0, 1.5, 2.0]))),
+           st.sampled_from([1.0, 1.25]), st.integers(1, 100), st.integers(1, 5))
+    def test_same_as_python(self, specs: list[tuple[int, float]], now: float, max_bytes: int, max_count: int) -> None:
+        waiting = members(specs)
+        c = autobatch._split_waiting(waiting, now, max_bytes, max_count)
+        self.assertEqual(c, autobatch.split_waiting(waiting, now, max_bytes, max_count))
+        for part in c or []:
+            if type(part) is list:
+                self.assertEqual(autobatch._batch_of(part), autobatch.batch_of(part))
+
+    def test_unusual_left_to_python(self) -> None:
+        waiting = members([(3, 2.0), (4, 2.0)])
+        waiting[1].deadline = "soon"  # type: ignore[assignment]
+        self.assertIsNone(autobatch._split_waiting(waiting, 1.0, 100, 10))
+        self.assertIsNone(autobatch._batch_of(waiting))
+        waiting[1].deadline = 2.0
+        self.assertIsNotNone(autobatch._batch_of(waiting))
+        del waiting[1].msg.properties["UNIQ_KEY"]
+        self.assertIsNone(autobatch._batch_of(waiting))
