@@ -1,4 +1,5 @@
-/* rocketpy._speedups, the producer's part: included once from _speedups.c (after _speedups_remoting.h).
+/* rocketpy._speedups, the producer's part: included once from _speedups.c (after _speedups_remoting.h and
+ * _speedups_lone.h: member_offsets, named_offsets).
  *
  * An automatic batch's answer gives each member (a Deferred its caller holds) its own SendResult
  * (rocketpy.client.autobatch._deliver). Per member, Twisted's Deferred.callback (callback,
@@ -947,23 +948,6 @@ done:
     Py_XDECREF(sep);
     Py_XDECREF(earliest);
     return r;
-}
-
-/* The offsets of cls's slots named (interned here); 1 when all are plain object slots. */
-static int named_offsets(PyObject *cls, const char *const *names, int n, Py_ssize_t *out) {
-    PyObject *interned[4];
-    int i, ok;
-    for (i = 0; i < n; i++)
-        if ((interned[i] = PyUnicode_InternFromString(names[i])) == NULL) {
-            while (--i >= 0)
-                Py_DECREF(interned[i]);
-            PyErr_Clear();
-            return 0;
-        }
-    ok = member_offsets(cls, interned, n, out);
-    for (i = 0; i < n; i++)
-        Py_DECREF(interned[i]);
-    return ok;
 }
 
 /* plain_setup(sync, oneway, valid_topics, member_cls, index_cls, uniq_key, master_id, message_cls, mq_cls,
