@@ -8,22 +8,25 @@ an :class:`~rocketpy.client.errors.MQBrokerError`. Timeouts are seconds.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any, Protocol
 
 from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 from rocketpy.client.errors import MQBrokerError
 from rocketpy.client.results import PullResult, PullStatus, SendResult, SendStatus
 from rocketpy.client.route import decode_topic_route
+from rocketpy.common import speedups
 from rocketpy.common.fastjson import BodyError, dump_json
 from rocketpy.common.headers import get_int, to_fields
 from rocketpy.common.message import Message, MessageConst, MessageExt, RecordError, decode_records, properties_to_string
 from rocketpy.common.route import MessageQueue, TopicRouteData
 from rocketpy.common.topic import TBW102
-from rocketpy.remoting.codes import RequestCode, ResponseCode
+from rocketpy.remoting.codes import ROCKETPY_VERSION, LanguageCode, RequestCode, ResponseCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.pending import Then, call_then
 
 
 class Mode(Enum):
@@ -76,6 +79,8 @@ class MQClientAPI:
 
     def __init__(self, remoting: IRemotingClient) -> None:
         self.remoting = remoting
+        #: :meth:`RemotingClient.invoke_then` (a remoting client without it: the Deferred calls)
+        self._invoke_then: Callable[..., None] | None = getattr(remoting, "invoke_then", None)
 
     async def _call(self, addr: str, code: int, fields: dict[str, str], timeout: float, body: bytes = b"") -> RemotingCommand:
         return await self.remoting.invoke_sync(addr, RemotingCommand.request(code, fields, body), timeout)
@@ -115,19 +120,26 @@ class MQClientAPI:
         :param v2: SEND_MESSAGE_V2 (310) rather than SEND_MESSAGE (10); batches are always 320.
         :return: fires with the result, None for a oneway send.
         """
-        if batch:
-            code = RequestCode.SEND_BATCH_MESSAGE
-        elif msg.properties.get(MessageConst.MESSAGE_TYPE) == "reply":  # MixAll.REPLY_MESSAGE_FLAG
-            code = RequestCode.SEND_REPLY_MESSAGE_V2 if v2 else RequestCode.SEND_REPLY_MESSAGE
-        elif v2:
-            code = RequestCode.SEND_MESSAGE_V2
-        else:
-            code = RequestCode.SEND_MESSAGE
-        request = RemotingCommand.request(code, fields, msg.body)
+        request = send_request(msg, fields, batch, v2)
         if mode is Mode.ONEWAY:
             return self.remoting.invoke_oneway(addr, request, timeout).addCallback(_nothing)
         invoke = self.remoting.invoke_async if mode is Mode.ASYNC else self.remoting.invoke_sync
         return invoke(addr, request, timeout).addCallback(self._send_result, addr, mq, msg_id)
+
+    def send_message_then(
+        self, addr: str, mq: MessageQueue, msg: Message, fields: dict[str, str], mode: Mode, timeout: float,
+        msg_id: str, v2: bool, then: Then, args: tuple[Any, ...],
+    ) -> None:
+        """:meth:`send_message` of one message, SYNC or ASYNC, without a Deferred:
+        ``then(result_or_failure, *args)`` is called exactly once (at once if it fails before it is
+        sent). For the producer's lone sends: no Deferred to make, fire and unwind per request."""
+        request = send_request(msg, fields, False, v2)
+        outcome = (addr, mq, msg_id, then, args)
+        if self._invoke_then is not None:
+            self._invoke_then(addr, request, timeout, _send_result_then, outcome, mode is Mode.ASYNC)
+            return
+        invoke = self.remoting.invoke_async if mode is Mode.ASYNC else self.remoting.invoke_sync
+        invoke(addr, request, timeout).addBoth(call_then, _send_result_then, outcome)  # a remoting client without it
 
     @staticmethod
     def _send_result(response: RemotingCommand, addr: str, mq: MessageQueue, msg_id: str) -> SendResult:
@@ -273,6 +285,47 @@ class MQClientAPI:
             originTopic=msg.topic, unitMode=False, maxReconsumeTimes=max_reconsume_times,
         )
         _check(await self._call(addr, RequestCode.CONSUMER_SEND_MSG_BACK, fields, timeout), addr)
+
+
+def send_result_then(
+    response: RemotingCommand | Failure, addr: str, mq: MessageQueue, msg_id: str, then: Then, args: tuple[Any, ...],
+) -> None:
+    """``then(outcome, *args)``: the :class:`SendResult` of a send's ``response`` (as :meth:`send_message`
+    fires with), or the failure (the request's, or an :class:`MQBrokerError`). ``rocketpy._speedups``
+    has it for the usual answer (``send_result_then``, rocketpy/_speedups_client_lone.h); this is the reference."""
+    if not isinstance(response, Failure):
+        try:
+            result: SendResult | Failure = MQClientAPI._send_result(response, addr, mq, msg_id)
+        except Exception:
+            result = Failure()
+        then(result, *args)
+    else:
+        then(response, *args)
+
+
+if speedups.compiled is not None:
+    speedups.compiled.set_send_result(SendResult, _SEND_STATUS, send_result_then)
+#: what :meth:`MQClientAPI.send_message_then` answers with: C when built, else :func:`send_result_then`
+_send_result_then: Callable[..., None] = getattr(speedups.compiled, "send_result_then", send_result_then)
+
+
+def send_request(msg: Message, fields: dict[str, str], batch: bool, v2: bool) -> RemotingCommand:
+    """The send request of ``msg`` (or of a batch body) with the header ``fields``: SEND_BATCH_MESSAGE,
+    SEND_REPLY_MESSAGE(_V2) for a reply (``MixAll.REPLY_MESSAGE_FLAG``), else SEND_MESSAGE(_V2)."""
+    if batch:
+        code = _SEND_BATCH
+    elif msg.properties.get(MessageConst.MESSAGE_TYPE) == "reply":
+        code = _SEND_REPLY_V2 if v2 else _SEND_REPLY
+    else:
+        code = _SEND_V2 if v2 else _SEND
+    # RemotingCommand.request's, without its call
+    return RemotingCommand(code, _PYTHON, ROCKETPY_VERSION, 0, 0, None, fields, msg.body, _JSON)
+
+
+_SEND_BATCH, _SEND_REPLY_V2, _SEND_REPLY, _SEND_V2, _SEND = (int(code) for code in (
+    RequestCode.SEND_BATCH_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2, RequestCode.SEND_REPLY_MESSAGE,
+    RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE))
+_PYTHON, _JSON = LanguageCode.PYTHON.name, SerializeType.JSON
 
 
 _SEND_NAMES = (

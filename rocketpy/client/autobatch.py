@@ -38,6 +38,9 @@ from rocketpy.remoting.errors import RemotingTimeoutError
 
 #: ``(addr, message, queue, mode, timeout, batch_ids) -> Deferred[SendResult]``: one request.
 SendRequest = Callable[[str, Message, MessageQueue, Mode, float, str | None], Deferred[Any]]
+#: ``(addr, message, queue, mode, timeout, then, args) -> None``: :data:`SendRequest` of a single message
+#: without a Deferred; ``then(result_or_failure, *args)`` gets its outcome (the producer's lone sends).
+SendThen = Callable[[str, Message, MessageQueue, Mode, float, Callable[..., Any], tuple[Any, ...]], None]
 #: ``(failure, *retry) -> outcome``: what becomes of a send that failed (a Failure, a result or a
 #: Deferred of one), given the ``retry`` arguments passed to :meth:`AutoBatcher.send`.
 FailureHandler = Callable[..., Any]
@@ -139,7 +142,7 @@ class AutoBatcher:
 
     def __init__(
         self, clock: IReactorTime, send_request: SendRequest, max_bytes: int, max_count: int, linger: float,
-        on_failure: FailureHandler | None = None,
+        on_failure: FailureHandler | None = None, send_then: SendThen | None = None,
     ) -> None:
         """
         :param send_request: makes one request (a single message, or a batch when
@@ -149,9 +152,12 @@ class AutoBatcher:
         :param linger: seconds an idle queue waits for company before sending (0: none).
         :param on_failure: gets a failed send given ``retry`` arguments (the producer's first-attempt
             errback, without one more callback on every send's Deferred).
+        :param send_then: ``send_request`` of a single message without a Deferred, for the sends
+            that go alone (none: ``send_request``).
         """
         self._clock = clock
         self._send_request = send_request
+        self._send_then = send_then
         self._on_failure = on_failure
         self.max_bytes, self.max_count, self.linger = max_bytes, max_count, linger
         #: by address, topic, broker name, queue id and mode (hashed in C, unlike a MessageQueue)
@@ -185,7 +191,7 @@ class AutoBatcher:
         member = _Waiting()
         member.msg, member.size, member.deadline, member.retry = msg, size, now + timeout, retry
         if queue.in_flight == 0 and not queue.waiting and self.linger <= 0:
-            self._request(queue, msg, timeout, None).addBoth(self._answered_alone, queue, member)
+            self._alone(queue, member, timeout)
             return member
         queue.waiting.append(member)
         if queue.in_flight == 0 and queue.linger_call is None:
@@ -207,6 +213,20 @@ class AutoBatcher:
         """One request; its caller ends it with :meth:`_answered` once its members have their results."""
         queue.in_flight += 1
         return self._send_request(queue.addr, msg, queue.mq, queue.mode, timeout, ids)
+
+    def _alone(self, queue: _Queue, member: _Waiting, timeout: float) -> None:
+        """``member`` goes in a request of its own; :meth:`_answered_alone` gets the outcome."""
+        queue.in_flight += 1
+        try:
+            if self._send_then is not None:
+                self._send_then(queue.addr, member.msg, queue.mq, queue.mode, timeout, self._answered_alone,
+                                (queue, member))
+                return
+            d = self._send_request(queue.addr, member.msg, queue.mq, queue.mode, timeout, None)
+        except Exception:
+            self._answered_alone(Failure(), queue, member)
+            return
+        d.addBoth(self._answered_alone, queue, member)
 
     def _answered_alone(self, result: Any, queue: _Queue, member: _Waiting) -> None:
         if isinstance(result, Failure):
@@ -255,8 +275,7 @@ class AutoBatcher:
 
     def _send_chunk(self, queue: _Queue, chunk: list[_Waiting], now: float) -> None:
         if len(chunk) == 1:
-            member = chunk[0]
-            self._request(queue, member.msg, member.deadline - now, None).addBoth(self._answered_alone, queue, member)
+            self._alone(queue, chunk[0], chunk[0].deadline - now)
             return
         msgs, ids, earliest = _batch_of(chunk) or batch_of(chunk)
         try:

@@ -169,7 +169,8 @@ class Producer(JoiningMember):
         self._uniq = UniqKeyGenerator(rng=rng)
         self._publish: dict[str, TopicPublishInfo] = {}
         self._batcher = (
-            AutoBatcher(self._clock, self._request, batch_max_bytes, batch_max_count, linger, self._first_failed)
+            AutoBatcher(self._clock, self._request, batch_max_bytes, batch_max_count, linger, self._first_failed,
+                        self._request_then)
             if auto_batch else None
         )
 
@@ -555,6 +556,17 @@ class Producer(JoiningMember):
         )
         msg_id = batch_ids if batch_ids is not None else wire.properties[_UNIQ_KEY]
         return self.instance.api.send_message(addr, mq, wire, fields, mode, timeout, msg_id, batch, self.send_smart_msg)
+
+    def _request_then(
+        self, addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, then: Callable[..., Any],
+        args: tuple[Any, ...],
+    ) -> None:
+        """:meth:`_request` of a message sent as it is (the batcher's lone sends), without a Deferred:
+        ``then(result_or_failure, *args)`` gets the outcome."""
+        fields = send_header(self.group, msg, mq.queue_id, 0, int(self._clock.seconds() * 1000),
+                             self.default_topic_queue_nums, None, None, False, self.send_smart_msg)
+        self.instance.api.send_message_then(addr, mq, msg, fields, mode, timeout, msg.properties[_UNIQ_KEY],
+                                            self.send_smart_msg, then, args)
 
     def _hooks_after_sent(self, result: SendResult | None, context: SendMessageContext) -> SendResult | None:
         context.send_result = result

@@ -21,7 +21,7 @@ from rocketpy.remoting.codes import LanguageCode, SerializeType
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectError, RemotingTimeoutError, RemotingTooMuchRequestError
 from rocketpy.remoting.node import RemotingNode
-from rocketpy.remoting.pending import Release
+from rocketpy.remoting.pending import Release, Then, call_then
 from rocketpy.remoting.protocol import RemotingProtocol
 from rocketpy.remoting.tls import ClientTLS
 
@@ -113,6 +113,11 @@ class RemotingClient(RemotingNode):
         channel is closed (unless ``close_channel_on_timeout`` is false): its other
         pending requests fail with :class:`RemotingConnectionLost`.
         """
+        channel = self._by_address.get(address)
+        if channel is not None and not channel.closing:  # the hot path, as _invoke's
+            request.serialize_type = self._serialize_type
+            request.language = self._language
+            return channel.invoke_sync(request, timeout, None, self._close_on_timeout)
         return self._invoke(address, request, timeout, None, self._close_on_timeout)
 
     def invoke_async(
@@ -134,6 +139,31 @@ class RemotingClient(RemotingNode):
         if callback is not None:
             d.addBoth(callback)
         return d
+
+    def invoke_then(
+        self, address: str, request: RemotingCommand, timeout: float, then: Then, args: tuple[Any, ...] = (),
+        bounded: bool = False,
+    ) -> None:
+        """:meth:`invoke_sync` (or with *bounded*, :meth:`invoke_async`) without a Deferred:
+        ``then(response_or_failure, *args)`` is called exactly once, at once when the request fails
+        before it is sent; an exception it raises is logged. For callers that would only add a
+        callback to the Deferred (the producer's sends)."""
+        release: Release | None
+        if bounded:
+            permits = self._async_permits
+            if not permits.try_acquire():
+                call_then(Failure(RemotingTooMuchRequestError(f"{permits.available} async permits left")), then, args)
+                return
+            release, close = permits.release, False
+        else:
+            release, close = None, self._close_on_timeout
+        channel = self._by_address.get(address)
+        if channel is not None and not channel.closing:  # the hot path, as _invoke's
+            request.serialize_type = self._serialize_type
+            request.language = self._language
+            channel.invoke_then(request, timeout, then, args, release, close)
+        else:
+            self._invoke(address, request, timeout, release, close).addBoth(call_then, then, args)
 
     def invoke_oneway(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[None]:
         """Send *request* with the oneway flag; fires once written, bounded by the oneway permits."""

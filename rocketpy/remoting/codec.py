@@ -28,7 +28,8 @@ from rocketpy.remoting.codes import ROCKETPY_VERSION, LanguageCode, SerializeTyp
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import MalformedRequestError, ProtocolError
 
-__all__ = ["MAX_FRAME_LENGTH", "MalformedRequestError", "ProtocolError", "decode", "decode_frame", "encode", "read_frames"]
+__all__ = ["MAX_FRAME_LENGTH", "MalformedRequestError", "ProtocolError", "decode", "decode_frame", "encode", "plain_frame",
+           "read_frames"]
 
 #: Largest value of the length field (16 MiB), as Java's ``frameMaxLength``.
 MAX_FRAME_LENGTH = 16 * 1024 * 1024
@@ -68,6 +69,9 @@ _orjson_loads, _orjson_dumps = orjson.loads, orjson.dumps
 #: None when not built). It answers None for anything else, which the Python code below encodes.
 _json_frame: Callable[[RemotingCommand], bytes | None] | None = (
     speedups.compiled.json_frame if speedups.compiled is not None else None)
+#: For callers that skip :func:`encode`'s call when they can: the whole frame of a JSON command in
+#: C, or None (then, or when it answers None, :func:`encode` does the rest).
+plain_frame = _json_frame
 #: :func:`_from_map` of a header whose fields have their usual types, in C (``command_from_map``;
 #: None when not built). It answers None for anything else, which :func:`_from_map` checks.
 _command_from_map: Callable[[Any, bytes, int], RemotingCommand | None] | None = None

@@ -2,14 +2,23 @@
 
 Shared by the client and the server side (both can send requests on a
 channel). Deadlines are enforced by :meth:`ResponseTable.expire`, which the
-owner's 1 s scan calls: no ``DelayedCall`` per request.
+owner's 1 s scan calls: no ``DelayedCall`` per request (a timeout is noticed
+up to one scan interval late).
+
+An entry's outcome goes to a callable, ``then(result, *args)``, with the response or a
+:class:`~twisted.python.failure.Failure`: a request's Deferred (``add``: ``then`` is its
+``callback``, which takes a Failure as ``errback`` does) or a caller's own function
+(``add_then``: no Deferred per request for callers that need none, such as the producer's
+sends).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
+from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingTimeoutError
@@ -18,15 +27,40 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 #: Called exactly once when a pending request completes in any way (frees a permit).
 Release = Callable[[], object]
-#: A pending request: its Deferred, deadline, release, and whether its timeout should close the channel.
-_Entry = tuple[Deferred[RemotingCommand], float, Release | None, bool]
+#: Gets a request's outcome: ``then(response_or_failure, *args)``; what it returns is ignored.
+Then = Callable[..., object]
+#: A pending request: its ``then`` and ``args``, deadline, release, and whether its timeout should close the channel.
+_Entry = tuple[Then, tuple[Any, ...], float, Release | None, bool]
+
+_log = Logger(namespace=__name__)
+
+
+def call_then(result: Any, then: Then, args: tuple[Any, ...]) -> None:
+    """``then(result, *args)``; an exception it raises is logged (it has no caller to go to)."""
+    try:
+        then(result, *args)
+    except Exception:
+        _log.failure("a request's outcome handler {then!r} failed", then=then)
+
+
+class _Pending(Deferred[RemotingCommand]):
+    """A request's Deferred from :meth:`ResponseTable.add`; cancelling it removes its entry."""
+
+    __slots__ = ("table", "opaque")
+    table: ResponseTable
+    opaque: int
+
+
+def _cancel(d: Deferred[RemotingCommand]) -> None:
+    assert isinstance(d, _Pending)
+    d.table.discard(d.opaque)
 
 
 class ResponseTable:
     """Pending requests of one connection, keyed by their 32-bit signed opaque.
 
     Every entry leaves the table exactly once (response, timeout, cancel or
-    :meth:`fail_all`), and its ``release`` is called exactly then.
+    :meth:`fail_all`), and its ``release`` is called exactly then, before its ``then``.
     """
 
     def __init__(self, first_opaque: int = 0) -> None:
@@ -59,19 +93,47 @@ class ResponseTable:
         :param deadline: the clock time after which :meth:`expire` fails it.
         :param close_on_timeout: :meth:`expire` reports its timeout as a reason to close the channel.
         """
-        d: Deferred[RemotingCommand] = Deferred(lambda _: self._discard(opaque))
-        self._pending[opaque] = (d, deadline, release, close_on_timeout)
+        d = _Pending(_cancel)
+        d.table, d.opaque = self, opaque
+        self._pending[opaque] = (d.callback, (), deadline, release, close_on_timeout)
         return d
 
+    def add_request(
+        self, request: RemotingCommand, deadline: float, release: Release | None = None, close_on_timeout: bool = False
+    ) -> Deferred[RemotingCommand]:
+        """:meth:`add` of *request* under the next free opaque (set on it)."""
+        d = _Pending(_cancel)
+        d.table = self
+        d.opaque = self.add_then(request, deadline, d.callback, (), release, close_on_timeout)
+        return d
+
+    def add_then(
+        self, request: RemotingCommand, deadline: float, then: Then, args: tuple[Any, ...],
+        release: Release | None = None, close_on_timeout: bool = False,
+    ) -> int:
+        """Register *request* under the next free opaque (set on it, and returned); its outcome
+        goes to ``then(response_or_failure, *args)``, exactly once (an exception there is logged)."""
+        pending = self._pending
+        opaque = self._next
+        while opaque in pending:  # next_opaque, inlined: one call per request
+            opaque = opaque + 1 if opaque < _INT32_MAX else _INT32_MIN
+        self._next = opaque + 1 if opaque < _INT32_MAX else _INT32_MIN
+        request.opaque = opaque
+        pending[opaque] = (then, args, deadline, release, close_on_timeout)
+        return opaque
+
     def resolve(self, response: RemotingCommand) -> bool:
-        """Fire the request *response* answers; False when none is pending (a late reply)."""
+        """Complete the request *response* answers; False when none is pending (a late reply)."""
         entry = self._pending.pop(response.opaque, None)
         if entry is None:
             return False
-        d, _, release, _ = entry
+        then, args, _, release, _ = entry
         if release is not None:
             release()
-        d.callback(response)
+        try:
+            then(response, *args)
+        except Exception:
+            _log.failure("a request's outcome handler {then!r} failed", then=then)
         return True
 
     def fail(self, opaque: int, error: Exception) -> None:
@@ -80,12 +142,18 @@ class ResponseTable:
         if entry is not None:
             self._complete_with_error(entry, error)
 
+    def discard(self, opaque: int) -> None:
+        """Forget one pending request without completing it (its Deferred was cancelled); releases."""
+        entry = self._pending.pop(opaque, None)
+        if entry is not None and entry[3] is not None:
+            entry[3]()
+
     def expire(self, now: float) -> tuple[int, bool]:
         """Fail every request whose deadline is at or before *now*.
 
         :return: how many, and whether one of them was added with ``close_on_timeout``.
         """
-        expired = [(opaque, entry[3]) for opaque, entry in self._pending.items() if entry[1] <= now]
+        expired = [(opaque, entry[4]) for opaque, entry in self._pending.items() if entry[2] <= now]
         for opaque, _ in expired:
             self.fail(opaque, RemotingTimeoutError(f"no response to request {opaque} in time"))
         return len(expired), any(close for _, close in expired)
@@ -96,14 +164,9 @@ class ResponseTable:
         for entry in pending.values():
             self._complete_with_error(entry, error)
 
-    def _discard(self, opaque: int) -> None:
-        entry = self._pending.pop(opaque, None)
-        if entry is not None and entry[2] is not None:
-            entry[2]()
-
     @staticmethod
     def _complete_with_error(entry: _Entry, error: Exception) -> None:
-        d, _, release, _ = entry
+        then, args, _, release, _ = entry
         if release is not None:
             release()
-        d.errback(error)
+        call_then(Failure(error), then, args)

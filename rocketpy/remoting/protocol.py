@@ -21,7 +21,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from rocketpy.interfaces import IChannel
-from rocketpy.remoting.codec import MAX_FRAME_LENGTH, decode, decode_frame, encode, read_frames
+from rocketpy.remoting.codec import MAX_FRAME_LENGTH, decode, decode_frame, encode, plain_frame, read_frames
 from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import (
@@ -30,7 +30,7 @@ from rocketpy.remoting.errors import (
     RemotingConnectionLost,
     RemotingSendRequestError,
 )
-from rocketpy.remoting.pending import Release, ResponseTable
+from rocketpy.remoting.pending import Release, ResponseTable, Then, call_then
 from rocketpy.remoting.writenow import can_write_now, write_now
 from rocketpy.remoting.writenow import send_now  # write_now's usual case in C (None when not built)
 
@@ -260,17 +260,56 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         :param release: called exactly once when the request completes in any way.
         :param close_on_timeout: if it times out, close this channel (after failing it).
         """
-        try:
-            data = self._prepare(request)
-        except Exception:
-            if release is not None:
-                release()
-            return fail()
-        d = self._table.add(request.opaque, self._seconds() + timeout, release, close_on_timeout)
-        self._write(data)
-        if self._owner.rpc_hooks and self._owner.hooks_on_send:
-            d.addCallback(self._owner.run_after_hooks, self.remote_address, request)
+        table = self._table
+        hooks = self._owner.hooks_on_send and self._owner.rpc_hooks
+        if self._lost is not None or self._broken or hooks:
+            try:
+                data = self._prepare(request)
+            except Exception:
+                if release is not None:
+                    release()
+                return fail()
+            d = table.add(request.opaque, self._seconds() + timeout, release, close_on_timeout)
+            self._write(data)
+            if hooks:
+                d.addCallback(self._owner.run_after_hooks, self.remote_address, request)
+            return d
+        d = table.add_request(request, self._seconds() + timeout, release, close_on_timeout)
+        self._send_request(request)
         return d
+
+    def invoke_then(
+        self, request: RemotingCommand, timeout: float, then: Then, args: tuple[Any, ...] = (),
+        release: Release | None = None, close_on_timeout: bool = False,
+    ) -> None:
+        """:meth:`invoke_sync` without a Deferred: ``then(response_or_failure, *args)`` is called
+        exactly once (at once when the request cannot be sent; an exception it raises is logged)."""
+        if self._lost is not None or self._broken or self._owner.hooks_on_send and self._owner.rpc_hooks:
+            self.invoke_sync(request, timeout, release, close_on_timeout).addBoth(call_then, then, args)
+            return
+        self._table.add_then(request, self._seconds() + timeout, then, args, release, close_on_timeout)
+        self._send_request(request)
+
+    def _send_request(self, request: RemotingCommand) -> None:
+        """Encode and write a request just registered; its entry fails if it cannot be encoded."""
+        try:
+            data = plain_frame(request) if plain_frame is not None and request.serialize_type == 0 else None
+            if data is None:
+                data = encode(request)
+        except ProtocolError as e:
+            self._table.fail(request.opaque, RemotingSendRequestError(f"cannot send to {self.remote_address}: {e}"))
+            return
+        except Exception as e:
+            self._table.fail(request.opaque, e)
+            return
+        if self._reading:  # _write, inlined: one call per request
+            self._out.append(data)
+        else:
+            if self._write_now:
+                write_now(self.transport, data)
+            else:
+                self.transport.write(data)
+            self._last_activity = self._seconds()
 
     def invoke_oneway(self, request: RemotingCommand) -> Deferred[None]:
         """Send *request* with the oneway flag set; fires once written."""

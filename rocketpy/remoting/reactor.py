@@ -13,7 +13,8 @@ that turn is mostly bookkeeping around its three system calls: ``runUntilCurrent
   subclassed) is received and handed to the connection's protocol inline, as ``doRead`` does,
   inside the same log context (``system`` is the connection's log prefix) that
   ``log.callWithLogger`` would push; an exception is logged there and disconnects it, as
-  ``_doReadOrWrite`` does (after ``startTLS`` the protocol is Twisted's TLS one, as for ``doRead``);
+  ``_doReadOrWrite`` does (after ``startTLS`` the protocol is Twisted's TLS one, as for ``doRead``;
+  a client endpoint's ``_WrappingProtocol``, whose ``dataReceived`` only forwards, is skipped);
 - every other event (writes, hang-ups, listening ports, wakers, other transports) goes through
   Twisted's own path.
 
@@ -29,6 +30,7 @@ import sys
 from typing import Any
 
 from twisted.internet import epollreactor, main, tcp
+from twisted.internet.endpoints import _WrappingProtocol
 from twisted.internet.posixbase import _NO_FILEDESC
 from twisted.logger import Logger
 from twisted.python import context, log
@@ -145,7 +147,10 @@ class LeanEPollReactor(epollreactor.EPollReactor):
                     why = None if e.args[0] == _EWOULDBLOCK else _CONNECTION_LOST
                 else:
                     if data:
-                        connection.protocol.dataReceived(data)
+                        protocol = connection.protocol
+                        if type(protocol) is _WrappingProtocol:  # a client endpoint's: it only forwards
+                            protocol = protocol._wrappedProtocol
+                        protocol.dataReceived(data)
                         return
                     why = _CONNECTION_DONE
         except BaseException:

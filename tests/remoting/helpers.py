@@ -138,14 +138,31 @@ class IOSimEndpoint:
         return client
 
 
+class ThenClient(RemotingClient):
+    """``invoke_sync`` and ``invoke_async`` made of ``invoke_then`` (``then`` a Deferred's ``callback``,
+    which takes a Failure as ``errback`` does): the tests of the Deferred calls check it too."""
+
+    def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
+        d: Deferred[RemotingCommand] = Deferred()
+        self.invoke_then(address, request, timeout, d.callback)
+        return d
+
+    def invoke_async(self, address: str, request: RemotingCommand, timeout: float,
+                     callback: Callable[[Any], Any] | None = None) -> Deferred[Any]:
+        d: Deferred[Any] = Deferred()
+        self.invoke_then(address, request, timeout, d.callback, (), bounded=True)
+        return d if callback is None else d.addBoth(callback)
+
+
 class Pair:
     """A RemotingServer and a RemotingClient joined by an :class:`IOSimEndpoint`, on one Clock."""
 
-    def __init__(self, server_kwargs: dict[str, Any] | None = None, **client_kwargs: Any) -> None:
+    def __init__(self, server_kwargs: dict[str, Any] | None = None, client_class: type[RemotingClient] = RemotingClient,
+                 **client_kwargs: Any) -> None:
         self.clock = Clock()
         self.server = RemotingServer(self.clock, **(server_kwargs or {}))
         self.endpoint = IOSimEndpoint(self.server.factory(), self.clock)
-        self.client = RemotingClient(self.clock, endpoint_factory=lambda address: self.endpoint, **client_kwargs)
+        self.client = client_class(self.clock, endpoint_factory=lambda address: self.endpoint, **client_kwargs)
 
     def call(self, code: int, timeout: float = 3.0, **kwargs: Any) -> Deferred[RemotingCommand]:
         """``invoke_sync`` a new request of *code*, then move the bytes."""

@@ -16,6 +16,7 @@ from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import (
     RemotingConnectError,
     RemotingConnectionLost,
+    RemotingSendRequestError,
     RemotingTimeoutError,
     RemotingTooMuchRequestError,
 )
@@ -26,18 +27,21 @@ from tests.remoting.helpers import (
     RecordingHook,
     RecordingListener,
     RecordingProcessor,
+    ThenClient,
 )
 
 
 class ClientTestCase(SynchronousTestCase):
+    #: the client under test (ThenClient: the same tests through invoke_then)
+    client_class: type[RemotingClient] = RemotingClient
+
     def setUp(self) -> None:
-        self.pair = Pair()
         self.processor = RecordingProcessor()
-        self.pair.server.register_processor(10, self.processor)
+        self.pair = self.new_pair()
 
     def new_pair(self, **client_kwargs: Any) -> Pair:
         """A Pair whose server routes code 10 to this test's processor."""
-        pair = Pair(**client_kwargs)
+        pair = Pair(client_class=self.client_class, **client_kwargs)
         pair.server.register_processor(10, self.processor)
         return pair
 
@@ -279,7 +283,7 @@ class PermitTests(ClientTestCase):
 
     def test_permit_released_on_connect_failure(self) -> None:
         """An async request whose connect fails gives its permit back."""
-        pair = Pair(async_permits=1)
+        pair = self.new_pair(async_permits=1)
         pair.endpoint.connect = lambda factory: fail(ConnectionRefusedError())  # type: ignore[method-assign]
         for _ in range(2):
             self.failureResultOf(pair.client.invoke_async(ADDRESS, RemotingCommand.request(10), 1.0),
@@ -322,7 +326,7 @@ class HookTests(ClientTestCase):
     def test_hooks_on_both_sides(self) -> None:
         """Client hooks run before sending and after the response; server hooks around processing."""
         client_hook, server_hook = RecordingHook(), RecordingHook()
-        pair = Pair(server_kwargs={"rpc_hooks": [server_hook]}, rpc_hooks=[client_hook])
+        pair = Pair(server_kwargs={"rpc_hooks": [server_hook]}, client_class=self.client_class, rpc_hooks=[client_hook])
         pair.server.register_processor(10, self.processor)
         self.successResultOf(pair.call(10))
         server_peer = pair.server_channel().remote_address
@@ -345,3 +349,79 @@ class HookTests(ClientTestCase):
         (_, request), = self.processor.requests
         self.assertEqual((request.serialize_type, request.language), (SerializeType.MSGPACK, "GO"))
         self.assertEqual(response.serialize_type, SerializeType.MSGPACK)
+
+
+class InvokeThenTests(ClientTestCase):
+    """invoke_then: the outcome goes to a callable, exactly once, with no Deferred per request."""
+
+    def test_outcome_once_with_its_arguments(self) -> None:
+        """``then`` gets the response and its arguments once; a late duplicate answer reaches nothing."""
+        outcomes: list[tuple[Any, ...]] = []
+        self.successResultOf(self.pair.call(10))  # connected: the request takes the direct path
+        self.pair.client.invoke_then(ADDRESS, RemotingCommand.request(10, {"k": "v"}), 3.0,
+                                     lambda result, *args: outcomes.append((result, *args)), ("a", 1))
+        self.pair.endpoint.flush()
+        ((response, *args),) = outcomes
+        self.assertEqual((response.code, response.ext_fields, args), (0, {"k": "v"}, ["a", 1]))
+        self.assertEqual(self.pair.client_channel().pending_count, 0)
+
+    def test_failure_before_sending_is_reported_at_once(self) -> None:
+        """No free async permit, or a channel whose connection failed: ``then`` gets the Failure
+        during the call, and the permit taken is given back."""
+        pair = self.new_pair(async_permits=1)
+        stalled = self.stall()
+        outcomes: list[Any] = []
+        pair.client.invoke_then(ADDRESS, RemotingCommand.request(10), 3.0, outcomes.append, (), bounded=True)
+        pair.client.invoke_then(ADDRESS, RemotingCommand.request(10), 3.0, outcomes.append, (), bounded=True)
+        self.assertEqual(len(outcomes), 1)
+        self.assertIsInstance(outcomes[0].value, RemotingTooMuchRequestError)
+        pair.endpoint.flush()
+        stalled[0].callback(None)
+        pair.endpoint.flush()
+        self.assertEqual(outcomes[1].code, 0)
+        pair.client_channel().transport.loseConnection()
+        pair.endpoint.flush()
+        pair.endpoint.connect = lambda factory: fail(ConnectionRefusedError())  # type: ignore[method-assign]
+        pair.client.invoke_then(ADDRESS, RemotingCommand.request(10), 3.0, outcomes.append, (), bounded=True)
+        self.assertIsInstance(outcomes[2].value, RemotingConnectError)
+        self.assertEqual(pair.client._async_permits.available, 1)
+
+    def test_raising_outcome_handler_is_logged_and_harmless(self) -> None:
+        """An exception from ``then`` is logged once; the channel and its other requests go on."""
+        def broken(result: Any) -> None:
+            raise ZeroDivisionError("in then")
+
+        self.successResultOf(self.pair.call(10))
+        with capturedLogs() as events:
+            self.pair.client.invoke_then(ADDRESS, RemotingCommand.request(10), 3.0, broken)
+            after = self.pair.call(10)
+        self.assertEqual(self.successResultOf(after).code, 0)
+        self.assertFalse(self.pair.client_channel().closing)
+        (error,) = [e for e in events if e["log_level"] == LogLevel.critical]
+        self.assertIsInstance(error["log_failure"].value, ZeroDivisionError)
+        self.flushLoggedErrors(ZeroDivisionError)
+
+    def test_unencodable_request_fails_its_outcome(self) -> None:
+        """A request the codec refuses fails with RemotingSendRequestError; nothing stays pending."""
+        self.successResultOf(self.pair.call(10))
+        outcomes: list[Any] = []
+        self.pair.client.invoke_then(ADDRESS, RemotingCommand.request(10, {"k": object()}), 3.0,  # type: ignore[dict-item]
+                                     outcomes.append)
+        self.assertIsInstance(outcomes[0].value, RemotingSendRequestError)
+        self.assertEqual(self.pair.client_channel().pending_count, 0)
+
+
+class ThenConnectionTests(ConnectionTests):
+    client_class = ThenClient
+
+
+class ThenTimeoutTests(TimeoutTests):
+    client_class = ThenClient
+
+
+class ThenPermitTests(PermitTests):
+    client_class = ThenClient
+
+
+class ThenHookTests(HookTests):
+    client_class = ThenClient

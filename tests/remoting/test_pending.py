@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from twisted.internet.defer import CancelledError
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -99,3 +101,28 @@ class ResponseTableTests(SynchronousTestCase):
         table.fail(1, ValueError("y"))
         self.failureResultOf(d, ValueError)
         self.assertEqual(release.count, 1)
+
+    def test_then_entries(self) -> None:
+        """add_then takes the next opaque (set on the request); the outcome goes to ``then`` with its
+        arguments exactly once, after the release: a response, a timeout, or a lost connection."""
+        table = ResponseTable(first_opaque=7)
+        seen: list[tuple[Any, ...]] = []
+        releases = Releases()
+
+        def then(result: Any, tag: str) -> None:
+            seen.append((tag, releases.count, result if isinstance(result, RemotingCommand) else result.value))
+
+        answered, timed_out, lost = (RemotingCommand.request(10) for _ in range(3))
+        opaques = [table.add_then(request, deadline, then, (tag,), releases)
+                   for request, deadline, tag in ((answered, 9.0, "a"), (timed_out, 5.0, "t"), (lost, 9.0, "l"))]
+        self.assertEqual((opaques, [r.opaque for r in (answered, timed_out, lost)]), ([7, 8, 9], [7, 8, 9]))
+        self.assertTrue(table.resolve(response(7)))
+        self.assertEqual(table.expire(5.0), (1, False))
+        error = RemotingConnectionLost("127.0.0.1:1", "gone")
+        table.fail_all(error)
+        self.assertFalse(table.resolve(response(8)))
+        self.assertEqual([(tag, count) for tag, count, _ in seen], [("a", 1), ("t", 2), ("l", 3)])
+        self.assertEqual(seen[0][2].opaque, 7)
+        self.assertIsInstance(seen[1][2], RemotingTimeoutError)
+        self.assertIs(seen[2][2], error)
+        self.assertEqual(len(table), 0)

@@ -1,0 +1,83 @@
+"""The answer to a producer's lone send (``api.send_result_then``) and its C version
+(rocketpy/_speedups_client_lone.h ``send_result_then``) against the Python reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from twisted.python.failure import Failure
+from twisted.trial.unittest import SynchronousTestCase
+
+from rocketpy.client import api
+from rocketpy.client.errors import MQBrokerError
+from rocketpy.client.results import SendResult, SendStatus
+from rocketpy.common import speedups
+from rocketpy.common.route import MessageQueue
+from rocketpy.remoting.command import RemotingCommand
+from rocketpy.remoting.errors import RemotingTimeoutError
+
+MQ = MessageQueue("T", "b", 3)
+C_THEN = getattr(speedups.compiled, "send_result_then", None)
+NUMBERS = st.sampled_from(["3", "0", "-1", "17", " 3", "+3", "3_0", "٣", "x", "", "99999999999999999999"]) | st.integers(
+    -(2**63), 2**63).map(str)
+TEXT = st.sampled_from(["7F0000010000", "", "id,id"]) | st.text(max_size=6)
+
+
+def outcome(then_function: Any, response: Any) -> Any:
+    """What ``then`` got: the SendResult, or the failure's type and text."""
+    seen: list[Any] = []
+    then_function(response, "127.0.0.1:10911", MQ, "UNIQ", lambda result, *args: seen.append((result, args)),
+                  ("queue", "member"))
+    ((result, args),) = seen
+    assert args == ("queue", "member")
+    return (type(result.value), str(result.value)) if isinstance(result, Failure) else result
+
+
+def send_response(code: int = 0, **fields: str) -> RemotingCommand:
+    return RemotingCommand(code=code, flag=1, ext_fields=fields)
+
+
+class SendResultThenTests(SynchronousTestCase):
+    def test_result_and_failures(self) -> None:
+        """The reference: a SendResult with the send's own id and queue; another queue id makes its own
+        MessageQueue; an unknown code or a missing field is an MQBrokerError; a Failure passes through."""
+        ok = outcome(api.send_result_then, send_response(0, msgId="S", queueId="3", queueOffset="41"))
+        self.assertEqual(ok, SendResult(SendStatus.SEND_OK, "UNIQ", "S", MQ, 41))
+        moved = outcome(api.send_result_then, send_response(10, msgId="S", queueId="1", queueOffset="2",
+                                                            transactionId="t", MSG_REGION="r"))
+        self.assertEqual(moved, SendResult(SendStatus.FLUSH_DISK_TIMEOUT, "UNIQ", "S", MessageQueue("T", "b", 1), 2,
+                                           "t", "r"))
+        self.assertEqual(outcome(api.send_result_then, send_response(1)), (MQBrokerError, "broker 127.0.0.1:10911 answered SYSTEM_ERROR (1): no remark"))
+        self.assertEqual(outcome(api.send_result_then, send_response(0, msgId="S"))[0], MQBrokerError)
+        timed_out = Failure(RemotingTimeoutError("late"))
+        self.assertEqual(outcome(api.send_result_then, timed_out), (RemotingTimeoutError, "late"))
+
+
+class CompiledSendResultThenTests(SynchronousTestCase):
+    skip = None if C_THEN is not None else speedups.why_not()
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.sampled_from([0, 10, 11, 12, 1, 17]), st.fixed_dictionaries({}, optional={
+        "msgId": TEXT, "queueId": NUMBERS, "queueOffset": NUMBERS, "transactionId": TEXT, "MSG_REGION": TEXT}))
+    def test_same_outcome(self, code: int, fields: dict[str, str]) -> None:
+        """Any code and fields, odd numbers included: the C function gives what the reference gives."""
+        response = send_response(code, **fields)
+        self.assertEqual(outcome(C_THEN, response), outcome(api.send_result_then, response))
+
+    def test_usual_answer_in_c(self) -> None:
+        """The usual answer is built in C (the reference is not called); a Failure goes to the reference."""
+        assert C_THEN is not None and speedups.compiled is not None
+        calls: list[Any] = []
+        reference = api.send_result_then
+        self.patch(api, "send_result_then", lambda *args: calls.append(args))
+        try:
+            speedups.compiled.set_send_result(SendResult, api._SEND_STATUS, api.send_result_then)
+            result = outcome(C_THEN, send_response(0, msgId="S", queueId="3", queueOffset="41"))
+            self.assertEqual((result, calls), (SendResult(SendStatus.SEND_OK, "UNIQ", "S", MQ, 41), []))
+            timed_out = Failure(RemotingTimeoutError("late"))
+            C_THEN(timed_out, "a", MQ, "UNIQ", print, ())
+            self.assertEqual([args[0] for args in calls], [timed_out])
+        finally:
+            speedups.compiled.set_send_result(SendResult, api._SEND_STATUS, reference)
