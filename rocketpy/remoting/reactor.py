@@ -37,6 +37,7 @@ from twisted.python import context, log
 
 _EPOLLIN = epollreactor.EPOLLIN
 _ILogContext = log.ILogContext
+_THREADED_TRACKER = context.ThreadedContextTracker
 _EWOULDBLOCK = errno.EWOULDBLOCK
 _CONNECTION_DONE = main.CONNECTION_DONE
 _CONNECTION_LOST = main.CONNECTION_LOST
@@ -98,7 +99,15 @@ class LeanEPollReactor(epollreactor.EPollReactor):
         if not events:
             return
         selectables, plain = self._selectables, self._plain
-        contexts = self._log_contexts()
+        # this thread's stack of twisted.python.context dicts (None: a tracker of another kind,
+        # then every event goes through log.callWithLogger)
+        tracker = context.theContextTracker
+        contexts: list[dict[Any, Any]] | None = None
+        if type(tracker) is _THREADED_TRACKER:
+            try:
+                contexts = tracker.storage.ct.contexts
+            except AttributeError:  # the thread's first use
+                contexts = tracker.currentContext().contexts
         outer: dict[str, Any] = {}
         if contexts is not None:  # context.get(ILogContext) without its three calls
             for pushed in reversed(contexts):
@@ -122,17 +131,6 @@ class LeanEPollReactor(epollreactor.EPollReactor):
                 log.callWithLogger(selectable, self._doReadOrWrite, selectable, fd, event)
 
     doIteration = doPoll
-
-    def _log_contexts(self) -> list[dict[Any, Any]] | None:
-        """This thread's stack of ``twisted.python.context`` dicts (None: a tracker of another kind,
-        then every event goes through ``log.callWithLogger``)."""
-        tracker = context.theContextTracker
-        if type(tracker) is not context.ThreadedContextTracker:
-            return None
-        try:
-            return tracker.storage.ct.contexts
-        except AttributeError:  # the thread's first use
-            return tracker.currentContext().contexts
 
     def _read(self, connection: Any) -> None:
         """``_doReadOrWrite`` for a read event on a TCP connection, ``doRead`` inlined."""
