@@ -18,6 +18,7 @@ from rocketpy.namesrv.bodies import encode_topic_route
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectError
+from rocketpy.remoting.pending import Then, call_then
 
 #: ``(address, request, timeout) -> response`` (or a Deferred of one, or raise).
 Handler = Callable[[str, RemotingCommand, float], Any]
@@ -57,6 +58,11 @@ class FakeRemotingClient:
 
     def invoke_async(self, address: str, request: RemotingCommand, timeout: float, callback: Any = None) -> Deferred[Any]:
         return self._dispatch("async", address, request, timeout)
+
+    def invoke_then(self, address: str, request: RemotingCommand, timeout: float, then: Then,
+                    args: tuple[Any, ...] = (), bounded: bool = False) -> None:
+        """The same dispatch, its outcome to ``then(outcome, *args)`` (the producer's lone sends)."""
+        self._dispatch("async" if bounded else "sync", address, request, timeout).addBoth(call_then, then, args)
 
     def invoke_oneway(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[None]:
         request.mark_oneway()

@@ -7,13 +7,18 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.client import api
+from rocketpy.client.api import Mode, send_header
+from rocketpy.client.autobatch import AutoBatcher
 from rocketpy.client.errors import MQBrokerError
 from rocketpy.client.results import SendResult, SendStatus
 from rocketpy.common import speedups
+from rocketpy.common.message import Message
 from rocketpy.common.route import MessageQueue
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingTimeoutError
@@ -81,3 +86,82 @@ class CompiledSendResultThenTests(SynchronousTestCase):
             self.assertEqual([args[0] for args in calls], [timed_out])
         finally:
             speedups.compiled.set_send_result(SendResult, api._SEND_STATUS, reference)
+
+
+class DeferredOnlyRemoting:
+    """A remoting client with the Deferred calls only (a test double or an older client)."""
+
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
+        self.calls: list[str] = []
+
+    def answer(self, kind: str) -> Deferred[RemotingCommand]:
+        self.calls.append(kind)
+        return fail(self.outcome) if isinstance(self.outcome, Exception) else succeed(self.outcome)
+
+    def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
+        return self.answer("sync")
+
+    def invoke_async(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
+        return self.answer("async")
+
+
+class SendMessageThenTests(SynchronousTestCase):
+    def send(self, remoting: Any, mode: Mode) -> Any:
+        seen: list[Any] = []
+        msg = Message("T", b"body", 0, {"UNIQ_KEY": "UNIQ"})
+        fields = send_header("PG", msg, 3, 0, 1_700_000_000_000, 4)
+        api.MQClientAPI(remoting).send_message_then("127.0.0.1:10911", MQ, msg, fields, mode, 3.0, "UNIQ", True,
+                                                    lambda outcome, tag: seen.append((outcome, tag)), ("tag",))
+        ((outcome, tag),) = seen
+        self.assertEqual(tag, "tag")
+        return outcome
+
+    def test_without_invoke_then(self) -> None:
+        """A remoting client without invoke_then gets the Deferred calls (SYNC or ASYNC as asked);
+        the outcome is the same."""
+        remoting = DeferredOnlyRemoting(send_response(0, msgId="S", queueId="3", queueOffset="41"))
+        self.assertEqual(self.send(remoting, Mode.SYNC), SendResult(SendStatus.SEND_OK, "UNIQ", "S", MQ, 41))
+        self.assertEqual(self.send(remoting, Mode.ASYNC).queue_offset, 41)
+        self.assertEqual(remoting.calls, ["sync", "async"])
+        failed = self.send(DeferredOnlyRemoting(RemotingTimeoutError("late")), Mode.SYNC)
+        self.assertIsInstance(failed.value, RemotingTimeoutError)
+
+
+class LoneBatcherSendTests(SynchronousTestCase):
+    """AutoBatcher's sends that go alone take ``send_then`` (no Deferred per request); the others
+    ``send_request``."""
+
+    def test_alone_then_batched(self) -> None:
+        """An idle queue's send goes through send_then; the sends that waited for it go as a batch
+        request; a send_then that raises fails its member, and the queue is idle again."""
+        lone: list[tuple[Any, ...]] = []
+        batches: list[tuple[Any, ...]] = []
+
+        def send_then(addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, then: Any,
+                      args: tuple[Any, ...]) -> None:
+            if msg.properties["UNIQ_KEY"] == "broken":
+                raise ValueError("cannot send")
+            lone.append((msg, then, args))
+
+        def send_request(addr: str, msg: Message, mq: MessageQueue, mode: Mode, timeout: float,
+                         ids: str | None) -> Deferred[Any]:
+            d: Deferred[Any] = Deferred()
+            batches.append((ids, d))
+            return d
+
+        batcher = AutoBatcher(Clock(), send_request, 1 << 20, 1000, 0.0, None, send_then)
+        first = batcher.send("a", Message("T", b"1", 0, {"UNIQ_KEY": "U1"}), MQ, Mode.SYNC, 3.0)
+        waiting = [batcher.send("a", Message("T", b"x", 0, {"UNIQ_KEY": f"U{n}"}), MQ, Mode.SYNC, 3.0)
+                   for n in (2, 3)]
+        ((msg, then, args),) = lone
+        then(SendResult(SendStatus.SEND_OK, "U1", "S1", MQ, 7), *args)
+        self.assertEqual(self.successResultOf(first).queue_offset, 7)
+        ((ids, d),) = batches
+        self.assertEqual(ids, "U2,U3")
+        d.callback(SendResult(SendStatus.SEND_OK, ids, "S2,S3", MQ, 8))
+        self.assertEqual([self.successResultOf(w).queue_offset for w in waiting], [8, 9])
+        broken = batcher.send("a", Message("T", b"x", 0, {"UNIQ_KEY": "broken"}), MQ, Mode.SYNC, 3.0)
+        self.failureResultOf(broken, ValueError)
+        batcher.send("a", Message("T", b"x", 0, {"UNIQ_KEY": "U4"}), MQ, Mode.SYNC, 3.0)
+        self.assertEqual(len(lone), 2)  # alone again: nothing was left in flight
