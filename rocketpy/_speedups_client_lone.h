@@ -1,7 +1,7 @@
 /* rocketpy._speedups, the client's lone request (doc/benchmarks.md, "Pass: the client's lone request"):
  * included once from _speedups.c, after _speedups_remoting.h (RemotingCommand's slots: rc_get).
  *
- * send_result_then  rocketpy.client.api.MQClientAPI._send_result_then for the usual answer to a send:
+ * send_result_then  rocketpy.client.api.send_result_then for the usual answer to a send:
  *                   the SendResult built with its slots filled (no dataclass __init__ frame, no
  *                   _send_result frame), then ``then(result, *args)``. Anything else (a Failure, a
  *                   code that is not a send status, missing or unusual fields, another queue id)
@@ -19,7 +19,7 @@ static Py_ssize_t sr_offsets[SR_FIELDS];
 static int sr_slots;  /* 1 when SendResult is the slotted dataclass expected */
 
 /* set_send_result(SendResult, statuses, reference): statuses maps int codes to SendStatus members;
- * reference is the Python _send_result_then. rocketpy/client/api.py calls it at import. */
+ * reference is the Python send_result_then. rocketpy/client/api.py calls it at import. */
 static PyObject *set_send_result(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     int i;
     if (nargs != 3 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1]) || !PyCallable_Check(args[2])) {
@@ -155,4 +155,4 @@ python:
     {"set_send_result", (PyCFunction)(void (*)(void))set_send_result, METH_FASTCALL,                   \
      "Register SendResult, the send statuses by code and send_result_then's Python reference."},       \
     {"send_result_then", (PyCFunction)(void (*)(void))send_result_then, METH_FASTCALL,                 \
-     "C rocketpy.client.api.MQClientAPI._send_result_then for the usual answer to a send."},
+     "C rocketpy.client.api.send_result_then for the usual answer to a send."},

@@ -303,10 +303,11 @@ def send_result_then(
         then(response, *args)
 
 
-if speedups.compiled is not None:
-    speedups.compiled.set_send_result(SendResult, _SEND_STATUS, send_result_then)
 #: what :meth:`MQClientAPI.send_message_then` answers with: C when built, else :func:`send_result_then`
-_send_result_then: Callable[..., None] = getattr(speedups.compiled, "send_result_then", send_result_then)
+_send_result_then: Callable[..., None] = send_result_then
+if hasattr(speedups.compiled, "set_send_result"):  # a module built before it had it: Python
+    speedups.compiled.set_send_result(SendResult, _SEND_STATUS, send_result_then)  # type: ignore[union-attr]
+    _send_result_then = speedups.compiled.send_result_then  # type: ignore[union-attr]
 
 
 def send_request(msg: Message, fields: dict[str, str], batch: bool, v2: bool) -> RemotingCommand:

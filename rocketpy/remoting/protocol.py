@@ -302,14 +302,7 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         except Exception as e:
             self._table.fail(request.opaque, e)
             return
-        if self._reading:  # _write, inlined: one call per request
-            self._out.append(data)
-        else:
-            if self._write_now:
-                write_now(self.transport, data)
-            else:
-                self.transport.write(data)
-            self._last_activity = self._seconds()
+        self._write(data)
 
     def invoke_oneway(self, request: RemotingCommand) -> Deferred[None]:
         """Send *request* with the oneway flag set; fires once written."""
