@@ -302,7 +302,10 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         except Exception as e:
             self._table.fail(request.opaque, e)
             return
-        self._write(data)
+        if self._reading:  # the usual case (a request sent from a response's callback): no call
+            self._out.append(data)
+        else:
+            self._write(data)
 
     def invoke_oneway(self, request: RemotingCommand) -> Deferred[None]:
         """Send *request* with the oneway flag set; fires once written."""
