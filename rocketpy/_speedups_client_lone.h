@@ -7,6 +7,9 @@
  *                   code that is not a send status, missing or unusual fields, another queue id)
  *                   goes to the Python reference, registered by set_send_result.
  *
+ * TableBase         the state of rocketpy.remoting.pending.ResponseTable and its two per-request
+ *                   methods, add_then and resolve (the Python _TableBase is the reference).
+ *
  * The Python code is the reference; the C code takes only the well-formed common case.
  */
 
@@ -151,8 +154,210 @@ python:
     return PyObject_Vectorcall(send_result_reference, args, nargs, NULL);
 }
 
+/* ---- the response table's per-request methods (rocketpy.remoting.pending) -------------------- */
+
+/* TableBase: the state of rocketpy.remoting.pending.ResponseTable (_pending, _next) with its two
+ * per-request methods, add_then and resolve, in C; the Python subclass has the others. The Python
+ * _TableBase in pending.py is the reference. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *pending;  /* dict: opaque -> (then, args, deadline, release, close_on_timeout) */
+    long long next;     /* the next opaque to try */
+} TableBase;
+
+static PyObject *outcome_reporter;  /* pending._outcome_failed(then, error): logs a raising ``then`` */
+static PyObject *str_opaque_attr;
+
+#define OPAQUE_MAX 2147483647LL
+#define OPAQUE_MIN (-2147483647LL - 1)
+
+static int table_traverse(TableBase *self, visitproc visit, void *arg) {
+    Py_VISIT(self->pending);  /* a Python subclass's traverse visits its type */
+    return 0;
+}
+
+static int table_clear(TableBase *self) {
+    Py_CLEAR(self->pending);
+    return 0;
+}
+
+static void table_dealloc(TableBase *self) {  /* a Python subclass's dealloc releases its type */
+    PyObject_GC_UnTrack(self);
+    table_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* add_then(request, deadline, then, args, release=None, close_on_timeout=False) -> opaque (positional). */
+static PyObject *table_add_then(TableBase *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *key, *entry, *request;
+    long long opaque;
+    int taken;
+    if (nargs < 4 || nargs > 6) {
+        PyErr_SetString(PyExc_TypeError, "add_then(request, deadline, then, args, release=None, close_on_timeout=False)");
+        return NULL;
+    }
+    if (self->pending == NULL || !PyDict_CheckExact(self->pending)) {
+        PyErr_SetString(PyExc_TypeError, "ResponseTable._pending must be a dict");
+        return NULL;
+    }
+    request = args[0];
+    opaque = self->next;
+    for (;;) {  /* the next free opaque: counts up, wraps to -2**31, skips opaques still pending */
+        if ((key = PyLong_FromLongLong(opaque)) == NULL)
+            return NULL;
+        taken = PyDict_Contains(self->pending, key);
+        if (taken <= 0)
+            break;
+        Py_DECREF(key);
+        opaque = opaque < OPAQUE_MAX ? opaque + 1 : OPAQUE_MIN;
+    }
+    if (taken < 0)
+        goto error;
+    self->next = opaque < OPAQUE_MAX ? opaque + 1 : OPAQUE_MIN;
+    if (rc_slots && RemotingCommand != NULL && Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand))
+        rc_set(request, RC_OPAQUE, Py_NewRef(key));
+    else if (PyObject_SetAttr(request, str_opaque_attr, key) < 0)
+        goto error;
+    entry = PyTuple_Pack(5, args[2], args[3], args[1], nargs > 4 ? args[4] : Py_None,
+                         nargs > 5 ? args[5] : Py_False);
+    if (entry == NULL || PyDict_SetItem(self->pending, key, entry) < 0) {
+        Py_XDECREF(entry);
+        goto error;
+    }
+    Py_DECREF(entry);
+    return key;
+error:
+    Py_DECREF(key);
+    return NULL;
+}
+
+/* resolve(response) -> bool: the Python reference's, a raising ``then`` reported to outcome_reporter. */
+static PyObject *table_resolve(TableBase *self, PyObject *response) {
+    PyObject *key, *entry, *then, *then_args, *release, *call[16], *returned;
+    Py_ssize_t n, i;
+    if (self->pending == NULL || !PyDict_CheckExact(self->pending)) {
+        PyErr_SetString(PyExc_TypeError, "ResponseTable._pending must be a dict");
+        return NULL;
+    }
+    if (rc_slots && RemotingCommand != NULL && Py_IS_TYPE(response, (PyTypeObject *)RemotingCommand)) {
+        key = Py_XNewRef(rc_get(response, RC_OPAQUE));
+        if (key == NULL) {
+            PyErr_SetString(PyExc_AttributeError, "opaque");
+            return NULL;
+        }
+    } else if ((key = PyObject_GetAttr(response, str_opaque_attr)) == NULL) {
+        return NULL;
+    }
+    entry = PyDict_GetItemWithError(self->pending, key);
+    if (entry == NULL) {
+        Py_DECREF(key);
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_FALSE;
+    }
+    Py_INCREF(entry);
+    if (PyDict_DelItem(self->pending, key) < 0) {
+        Py_DECREF(key);
+        Py_DECREF(entry);
+        return NULL;
+    }
+    Py_DECREF(key);
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 || !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 1))) {
+        Py_DECREF(entry);
+        PyErr_SetString(PyExc_TypeError, "a ResponseTable entry is (then, args, deadline, release, close_on_timeout)");
+        return NULL;
+    }
+    then = PyTuple_GET_ITEM(entry, 0);
+    then_args = PyTuple_GET_ITEM(entry, 1);
+    release = PyTuple_GET_ITEM(entry, 3);
+    if (release != Py_None) {
+        if ((returned = PyObject_CallNoArgs(release)) == NULL) {
+            Py_DECREF(entry);
+            return NULL;
+        }
+        Py_DECREF(returned);
+    }
+    n = PyTuple_GET_SIZE(then_args);
+    if (n < 16) {
+        call[0] = response;
+        for (i = 0; i < n; i++)
+            call[i + 1] = PyTuple_GET_ITEM(then_args, i);
+        returned = PyObject_Vectorcall(then, call, n + 1, NULL);
+    } else {
+        PyObject *all = PySequence_Concat(PyTuple_Pack(1, response), then_args);  /* rare: many arguments */
+        returned = all == NULL ? NULL : PyObject_Call(then, all, NULL);
+        Py_XDECREF(all);
+    }
+    if (returned == NULL) {  /* an exception from ``then``: logged, never the caller's */
+        PyObject *type, *value, *tb, *reported;
+        if (!PyErr_ExceptionMatches(PyExc_Exception) || outcome_reporter == NULL) {
+            Py_DECREF(entry);
+            return NULL;  /* KeyboardInterrupt and the like go on, as in the reference */
+        }
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (tb != NULL)
+            PyException_SetTraceback(value, tb);
+        reported = PyObject_CallFunctionObjArgs(outcome_reporter, then, value, NULL);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        if (reported == NULL) {
+            Py_DECREF(entry);
+            return NULL;
+        }
+        Py_DECREF(reported);
+    } else {
+        Py_DECREF(returned);
+    }
+    Py_DECREF(entry);
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef table_methods[] = {
+    {"add_then", (PyCFunction)(void (*)(void))table_add_then, METH_FASTCALL,
+     "Register a request under the next free opaque (set on it, and returned); its outcome goes to then."},
+    {"resolve", (PyCFunction)table_resolve, METH_O,
+     "Complete the request a response answers; False when none is pending (a late reply)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyMemberDef table_members[] = {
+    {"_pending", T_OBJECT_EX, offsetof(TableBase, pending), 0, "opaque -> pending entry"},
+    {"_next", T_LONGLONG, offsetof(TableBase, next), 0, "the next opaque to try"},
+    {NULL, 0, 0, 0, NULL}};
+
+static PyTypeObject TableBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rocketpy._speedups.TableBase",
+    .tp_basicsize = sizeof(TableBase),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The response table's state and per-request methods (rocketpy.remoting.pending).",
+    .tp_traverse = (traverseproc)table_traverse,
+    .tp_clear = (inquiry)table_clear,
+    .tp_dealloc = (destructor)table_dealloc,
+    .tp_methods = table_methods,
+    .tp_members = table_members,
+    .tp_new = PyType_GenericNew,
+};
+
+/* table_base(reporter) -> TableBase, made ready on first use; reporter(then, error) logs a raising then. */
+static PyObject *table_base(PyObject *self, PyObject *reporter) {
+    if (!PyCallable_Check(reporter)) {
+        PyErr_SetString(PyExc_TypeError, "table_base(reporter)");
+        return NULL;
+    }
+    if (str_opaque_attr == NULL && (str_opaque_attr = PyUnicode_InternFromString("opaque")) == NULL)
+        return NULL;
+    if (!(TableBaseType.tp_flags & Py_TPFLAGS_READY) && PyType_Ready(&TableBaseType) < 0)
+        return NULL;
+    Py_XSETREF(outcome_reporter, Py_NewRef(reporter));
+    return Py_NewRef((PyObject *)&TableBaseType);
+}
+
 #define CLIENT_LONE_METHODS                                                                                   \
     {"set_send_result", (PyCFunction)(void (*)(void))set_send_result, METH_FASTCALL,                   \
      "Register SendResult, the send statuses by code and send_result_then's Python reference."},       \
     {"send_result_then", (PyCFunction)(void (*)(void))send_result_then, METH_FASTCALL,                 \
-     "C rocketpy.client.api.send_result_then for the usual answer to a send."},
+     "C rocketpy.client.api.send_result_then for the usual answer to a send."},                      \
+    {"table_base", table_base, METH_O,                                                                  \
+     "The response table's C base (add_then, resolve), given the reporter of a raising then."},

@@ -14,12 +14,13 @@ sends).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.internet.defer import Deferred
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from rocketpy.common import speedups
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingTimeoutError
 
@@ -47,7 +48,7 @@ class _Pending(Deferred[RemotingCommand]):
     """A request's Deferred from :meth:`ResponseTable.add`; cancelling it removes its entry."""
 
     __slots__ = ("table", "opaque")
-    table: ResponseTable
+    table: _Table
     opaque: int
 
 
@@ -56,8 +57,56 @@ def _cancel(d: Deferred[RemotingCommand]) -> None:
     d.table.discard(d.opaque)
 
 
-class ResponseTable:
-    """Pending requests of one connection, keyed by their 32-bit signed opaque.
+class _TableBase:
+    """The state of a :class:`ResponseTable` and its two per-request methods. ``rocketpy._speedups``
+    has them in C (``TableBase``, rocketpy/_speedups_client_lone.h); this is the reference."""
+
+    _next: int
+    _pending: dict[int, _Entry]
+
+    def add_then(
+        self, request: RemotingCommand, deadline: float, then: Then, args: tuple[Any, ...],
+        release: Release | None = None, close_on_timeout: bool = False,
+    ) -> int:
+        """Register *request* under the next free opaque (set on it, and returned); its outcome
+        goes to ``then(response_or_failure, *args)``, exactly once (an exception there is logged)."""
+        pending = self._pending
+        opaque = self._next
+        while opaque in pending:  # ResponseTable.next_opaque, inlined: one call per request
+            opaque = opaque + 1 if opaque < _INT32_MAX else _INT32_MIN
+        self._next = opaque + 1 if opaque < _INT32_MAX else _INT32_MIN
+        request.opaque = opaque
+        pending[opaque] = (then, args, deadline, release, close_on_timeout)
+        return opaque
+
+    def resolve(self, response: RemotingCommand) -> bool:
+        """Complete the request *response* answers; False when none is pending (a late reply)."""
+        entry = self._pending.pop(response.opaque, None)
+        if entry is None:
+            return False
+        then, args, _, release, _ = entry
+        if release is not None:
+            release()
+        try:
+            then(response, *args)
+        except Exception as e:
+            _outcome_failed(then, e)
+        return True
+
+
+def _outcome_failed(then: Then, error: BaseException) -> None:
+    _log.failure("a request's outcome handler {then!r} failed", Failure(error), then=then)
+
+
+if TYPE_CHECKING:  # for the checker, a _Table is a _TableBase; at run time its base comes last
+    _Mixin = _TableBase
+else:
+    _Mixin = object
+
+
+class _Table(_Mixin):
+    """Pending requests of one connection, keyed by their 32-bit signed opaque: :class:`ResponseTable`
+    on its base (C, or :class:`_TableBase`).
 
     Every entry leaves the table exactly once (response, timeout, cancel or
     :meth:`fail_all`), and its ``release`` is called exactly then, before its ``then``.
@@ -107,35 +156,6 @@ class ResponseTable:
         d.opaque = self.add_then(request, deadline, d.callback, (), release, close_on_timeout)
         return d
 
-    def add_then(
-        self, request: RemotingCommand, deadline: float, then: Then, args: tuple[Any, ...],
-        release: Release | None = None, close_on_timeout: bool = False,
-    ) -> int:
-        """Register *request* under the next free opaque (set on it, and returned); its outcome
-        goes to ``then(response_or_failure, *args)``, exactly once (an exception there is logged)."""
-        pending = self._pending
-        opaque = self._next
-        while opaque in pending:  # next_opaque, inlined: one call per request
-            opaque = opaque + 1 if opaque < _INT32_MAX else _INT32_MIN
-        self._next = opaque + 1 if opaque < _INT32_MAX else _INT32_MIN
-        request.opaque = opaque
-        pending[opaque] = (then, args, deadline, release, close_on_timeout)
-        return opaque
-
-    def resolve(self, response: RemotingCommand) -> bool:
-        """Complete the request *response* answers; False when none is pending (a late reply)."""
-        entry = self._pending.pop(response.opaque, None)
-        if entry is None:
-            return False
-        then, args, _, release, _ = entry
-        if release is not None:
-            release()
-        try:
-            then(response, *args)
-        except Exception:
-            _log.failure("a request's outcome handler {then!r} failed", then=then)
-        return True
-
     def fail(self, opaque: int, error: Exception) -> None:
         """Fail one pending request (e.g. its request could not be written)."""
         entry = self._pending.pop(opaque, None)
@@ -170,3 +190,19 @@ class ResponseTable:
         if release is not None:
             release()
         call_then(Failure(error), then, args)
+
+
+class PythonResponseTable(_Table, _TableBase):
+    """:class:`ResponseTable` on the Python :class:`_TableBase` (the reference; tests check both)."""
+
+
+#: ``rocketpy._speedups``' C base, or None (not built, or built before it had one)
+_compiled_base: Any = (speedups.compiled.table_base(_outcome_failed)  # type: ignore[union-attr]
+                       if hasattr(speedups.compiled, "table_base") else None)
+
+
+if TYPE_CHECKING or _compiled_base is None:
+    ResponseTable = PythonResponseTable
+else:
+    class ResponseTable(_Table, _compiled_base):
+        """:class:`_Table` on the C base (``add_then`` and ``resolve`` in C)."""

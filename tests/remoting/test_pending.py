@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from twisted.internet.defer import CancelledError
+from twisted.logger import capturedLogs
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RemotingConnectionLost, RemotingTimeoutError
-from rocketpy.remoting.pending import ResponseTable
+from rocketpy.remoting import pending
+from rocketpy.remoting.pending import PythonResponseTable, ResponseTable
 
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
 
@@ -29,24 +31,27 @@ def response(opaque: int) -> RemotingCommand:
 
 
 class ResponseTableTests(SynchronousTestCase):
+    #: the table under test: with the C module built, its add_then and resolve are C
+    table_class: type[ResponseTable] = ResponseTable
+
     def test_opaques_count_up(self) -> None:
         """Opaques start at the first one and increase by one."""
-        table = ResponseTable()
+        table = self.table_class()
         self.assertEqual([table.next_opaque() for _ in range(3)], [0, 1, 2])
 
     def test_wrap_around_skips_pending(self) -> None:
         """After 2**31-1 comes -2**31, and opaques still pending are skipped."""
-        table = ResponseTable(first_opaque=INT32_MAX)
+        table = self.table_class(first_opaque=INT32_MAX)
         table.add(INT32_MAX, 10.0)
         table.add(INT32_MIN, 10.0)
         self.assertEqual(table.next_opaque(), INT32_MIN + 1)
         self.assertEqual(table.next_opaque(), INT32_MIN + 2)
-        fresh = ResponseTable(first_opaque=INT32_MAX)
+        fresh = self.table_class(first_opaque=INT32_MAX)
         self.assertEqual([fresh.next_opaque(), fresh.next_opaque()], [INT32_MAX, INT32_MIN])
 
     def test_resolve_fires_once_and_releases_once(self) -> None:
         """A response fires its Deferred and releases; a second one is reported as late."""
-        table, release = ResponseTable(), Releases()
+        table, release = self.table_class(), Releases()
         d = table.add(4, 10.0, release)
         self.assertTrue(table.resolve(response(4)))
         self.assertEqual(self.successResultOf(d).opaque, 4)
@@ -55,7 +60,7 @@ class ResponseTableTests(SynchronousTestCase):
 
     def test_expire_fails_only_overdue(self) -> None:
         """Entries at or past their deadline fail with RemotingTimeoutError; the rest stay."""
-        table, release = ResponseTable(), Releases()
+        table, release = self.table_class(), Releases()
         overdue = table.add(1, 5.0, release)
         fresh = table.add(2, 9.0, release)
         self.assertEqual(table.expire(5.0), (1, False))
@@ -66,7 +71,7 @@ class ResponseTableTests(SynchronousTestCase):
 
     def test_expire_reports_close_on_timeout(self) -> None:
         """expire says whether an entry added with close_on_timeout was among the expired."""
-        table = ResponseTable()
+        table = self.table_class()
         keep, close = table.add(1, 5.0), table.add(2, 7.0, close_on_timeout=True)
         self.assertEqual(table.expire(6.0), (1, False))
         self.assertEqual(table.expire(7.0), (1, True))
@@ -76,7 +81,7 @@ class ResponseTableTests(SynchronousTestCase):
 
     def test_fail_all_at_once(self) -> None:
         """fail_all fails every entry with the one error; an errback may register a new request."""
-        table, release = ResponseTable(), Releases()
+        table, release = self.table_class(), Releases()
         error = RemotingConnectionLost("127.0.0.1:1", "gone")
         first, second = table.add(1, 9.0, release), table.add(2, 9.0, release)
         first.addErrback(lambda _: table.add(3, 9.0))
@@ -86,7 +91,7 @@ class ResponseTableTests(SynchronousTestCase):
 
     def test_cancel_removes_and_releases(self) -> None:
         """Cancelling a pending Deferred frees its slot and permit exactly once."""
-        table, release = ResponseTable(), Releases()
+        table, release = self.table_class(), Releases()
         d = table.add(1, 9.0, release)
         d.cancel()
         self.failureResultOf(d, CancelledError)
@@ -95,7 +100,7 @@ class ResponseTableTests(SynchronousTestCase):
 
     def test_fail_one(self) -> None:
         """fail() fails one entry and ignores unknown opaques."""
-        table, release = ResponseTable(), Releases()
+        table, release = self.table_class(), Releases()
         d = table.add(1, 9.0, release)
         table.fail(2, ValueError("x"))
         table.fail(1, ValueError("y"))
@@ -105,7 +110,7 @@ class ResponseTableTests(SynchronousTestCase):
     def test_then_entries(self) -> None:
         """add_then takes the next opaque (set on the request); the outcome goes to ``then`` with its
         arguments exactly once, after the release: a response, a timeout, or a lost connection."""
-        table = ResponseTable(first_opaque=7)
+        table = self.table_class(first_opaque=7)
         seen: list[tuple[Any, ...]] = []
         releases = Releases()
 
@@ -126,3 +131,29 @@ class ResponseTableTests(SynchronousTestCase):
         self.assertIsInstance(seen[1][2], RemotingTimeoutError)
         self.assertIs(seen[2][2], error)
         self.assertEqual(len(table), 0)
+
+    def test_raising_then_is_logged(self) -> None:
+        """A ``then`` that raises is logged with its error; the entry is gone and released once."""
+        table, release = self.table_class(), Releases()
+
+        def broken(result: Any) -> None:
+            raise ZeroDivisionError("in then")
+
+        opaque = table.add_then(RemotingCommand.request(10), 9.0, broken, (), release)
+        with capturedLogs() as events:
+            self.assertTrue(table.resolve(response(opaque)))
+        (event,) = events
+        self.assertIsInstance(event["log_failure"].value, ZeroDivisionError)
+        self.assertIs(event["then"], broken)
+        self.assertEqual((release.count, len(table)), (1, 0))
+        self.flushLoggedErrors(ZeroDivisionError)
+
+
+class PythonResponseTableTests(ResponseTableTests):
+    """The same on the Python base (the reference of the C one)."""
+
+    table_class = PythonResponseTable
+
+    def test_active_implementation(self) -> None:
+        """With the C module built the channels' table has the C base; without it, the Python one."""
+        self.assertEqual(pending._compiled_base is None, ResponseTable is PythonResponseTable)
