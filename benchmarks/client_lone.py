@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/client_lone.py [--rounds 3] [--seconds 2] [--flush async] [--profile]
-                                     [--namesrv HOST:PORT]
+                                     [--namesrv HOST:PORT] [--stub]
 
 Starts ``python -m twisted rocketpy`` (as ``benchmarks/broker.py`` does; or uses the name server
 given with ``--namesrv``, so that two source trees can be measured in turn against one broker),
@@ -12,6 +12,13 @@ then awaits ``Producer.send`` of 1 KiB bodies one at a time, as ``benchmarks/pee
 (user + system, all threads). With ``--profile``, one more round under cProfile counts the
 Python function calls per send (Python-level, and with builtins) and lists the most frequent,
 so a change to the client's per-request path can be checked call by call.
+
+With ``--stub`` no broker and no socket: the producer's own RemotingClient sends over a channel
+on an in-memory transport, and each request is answered at once with a prepared response frame
+(read by the channel as a socket's bytes would be). It prints the client's CPU µs per send (the
+median of 5 runs of 20,000 sends): the Python of the producer, the remoting layer and the
+Deferred the caller gets, without the reactor, the kernel and the wake-ups, and steady on a busy
+machine.
 """
 
 from __future__ import annotations
@@ -36,7 +43,14 @@ from twisted.internet.defer import Deferred  # noqa: E402
 
 import broker as broker_bench  # noqa: E402  (benchmarks/broker.py: the rocketpy process)
 import client as client_bench  # noqa: E402  (benchmarks/client.py: its name server port)
-from rocketpy.client import Message, Producer  # noqa: E402
+from twisted.internet.testing import StringTransport  # noqa: E402
+
+from rocketpy.client import Message, Producer, SendResult  # noqa: E402
+from rocketpy.client.route import TopicPublishInfo  # noqa: E402
+from rocketpy.common.route import BrokerData, QueueData, TopicRouteData  # noqa: E402
+from rocketpy.remoting.client import RemotingClient  # noqa: E402
+from rocketpy.remoting.codec import encode  # noqa: E402
+from rocketpy.remoting.command import RemotingCommand  # noqa: E402
 
 PROPERTIES = {"KEYS": "k", "TAGS": "TagA"}
 
@@ -63,6 +77,42 @@ def report_calls(profile: cProfile.Profile, sends: int, lines: int) -> None:
     for (path, line, name), row in sorted(stats.items(), key=lambda item: -item[1][1])[:lines]:
         where = "builtin" if path == "~" else f"{os.path.basename(path)}:{line}"
         print(f"  {row[1] / sends:6.2f}  {where} {name}")
+
+
+def cpu_per_send_on_stub(sends: int = 20_000, runs: int = 5) -> float:
+    """See the module docstring (``--stub``): the median CPU µs per send of ``runs`` runs."""
+    address, topic = "127.0.0.1:10911", broker_bench.TOPIC
+    clock = task.Clock()
+    remoting = RemotingClient(clock)
+    channel = remoting.build_channel()
+    transport = StringTransport()
+    channel.makeConnection(transport)
+    remoting._by_address[address] = channel  # connected: what _connect_done records
+    remoting._address_of[channel] = address
+    producer = Producer("PID_CLIENT_LONE", "ns:9876", clock, remoting)
+    producer.start()
+    producer._publish[topic] = TopicPublishInfo(topic, TopicRouteData([QueueData("b", 1, 1, 6)], [BrokerData(
+        "c", "b", {0: address})]))  # one queue: every answer names the queue the send went to
+    producer.instance.broker_addrs["b"] = {0: address}
+    fields = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "5",
+              "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    answers = iter([encode(RemotingCommand(0, "JAVA", 1, opaque, 1, None, fields)) for opaque in
+                    range(sends * (runs + 1))])  # opaques count up from 0 on a new channel
+    results: list[Any] = []
+
+    def run() -> float:
+        start = time.process_time()
+        for _ in range(sends):
+            d = producer.send(Message(topic, broker_bench.BODY, 0, dict(PROPERTIES)))
+            transport.clear()
+            channel.dataReceived(next(answers))
+            d.addBoth(results.append)
+        return (time.process_time() - start) / sends * 1e6
+
+    run()
+    if type(results[-1]) is not SendResult:
+        raise SystemExit(f"the stub's sends failed: {results[-1]}")
+    return statistics.median(run() for _ in range(runs))
 
 
 async def bench(reactor: Any, options: argparse.Namespace) -> None:
@@ -102,8 +152,12 @@ def main() -> None:
     parser.add_argument("--namesrv", help="use this name server (and its broker) instead of starting one")
     parser.add_argument("--profile", action="store_true", help="count the Python calls per send")
     parser.add_argument("--lines", type=int, default=40, help="functions listed with --profile")
+    parser.add_argument("--stub", action="store_true", help="no broker, no socket: see above")
     broker_bench.add_reactor_option(parser)
     options = parser.parse_args()
+    if options.stub:
+        print(f"client CPU {cpu_per_send_on_stub():.2f} µs per send on the stub")
+        return
     broker_bench.use_reactor(options.reactor)
     task.react(lambda reactor: Deferred.fromCoroutine(bench(reactor, options)))
 
