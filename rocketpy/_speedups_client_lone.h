@@ -262,16 +262,20 @@ static PyObject *table_resolve(TableBase *self, PyObject *response) {
         return NULL;
     }
     Py_DECREF(key);
-    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5 || !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 1))) {
+    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 5) {
         Py_DECREF(entry);
         PyErr_SetString(PyExc_TypeError, "a ResponseTable entry is (then, args, deadline, release, close_on_timeout)");
         return NULL;
     }
     then = PyTuple_GET_ITEM(entry, 0);
-    then_args = PyTuple_GET_ITEM(entry, 1);
     release = PyTuple_GET_ITEM(entry, 3);
+    if ((then_args = PySequence_Tuple(PyTuple_GET_ITEM(entry, 1))) == NULL) {  /* a tuple: itself */
+        Py_DECREF(entry);
+        return NULL;
+    }
     if (release != Py_None) {
         if ((returned = PyObject_CallNoArgs(release)) == NULL) {
+            Py_DECREF(then_args);
             Py_DECREF(entry);
             return NULL;
         }
@@ -283,11 +287,15 @@ static PyObject *table_resolve(TableBase *self, PyObject *response) {
         for (i = 0; i < n; i++)
             call[i + 1] = PyTuple_GET_ITEM(then_args, i);
         returned = PyObject_Vectorcall(then, call, n + 1, NULL);
-    } else {
-        PyObject *all = PySequence_Concat(PyTuple_Pack(1, response), then_args);  /* rare: many arguments */
+    } else {  /* rare: many arguments */
+        PyObject *first = PyTuple_Pack(1, response), *all = NULL;
+        if (first != NULL)
+            all = PySequence_Concat(first, then_args);
+        Py_XDECREF(first);
         returned = all == NULL ? NULL : PyObject_Call(then, all, NULL);
         Py_XDECREF(all);
     }
+    Py_DECREF(then_args);
     if (returned == NULL) {  /* an exception from ``then``: logged, never the caller's */
         PyObject *type, *value, *tb, *reported;
         if (!PyErr_ExceptionMatches(PyExc_Exception) || outcome_reporter == NULL) {

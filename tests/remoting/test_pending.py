@@ -132,6 +132,15 @@ class ResponseTableTests(SynchronousTestCase):
         self.assertIs(seen[2][2], error)
         self.assertEqual(len(table), 0)
 
+    def test_then_arguments(self) -> None:
+        """``then`` gets its arguments after the outcome, however many."""
+        table = self.table_class()
+        seen: list[tuple[Any, ...]] = []
+        for args in ((), (1, 2), tuple(range(20))):
+            opaque = table.add_then(RemotingCommand.request(10), 9.0, lambda result, *rest: seen.append(rest), args)
+            table.resolve(response(opaque))
+        self.assertEqual(seen, [(), (1, 2), tuple(range(20))])
+
     def test_raising_then_is_logged(self) -> None:
         """A ``then`` that raises is logged with its error; the entry is gone and released once."""
         table, release = self.table_class(), Releases()
