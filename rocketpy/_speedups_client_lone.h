@@ -113,13 +113,17 @@ static PyObject *send_result_then(PyObject *self, PyObject *const *args, Py_ssiz
         goto python;
     if ((mq_id = PyObject_GetAttr(args[2], str_queue_id_field)) == NULL)
         return NULL;
-    ok = PyLong_CheckExact(mq_id) && PyLong_AsLongLong(mq_id) == id;
-    Py_DECREF(mq_id);
-    if (!ok) {  /* the broker picked another queue: the reference makes its MessageQueue */
-        if (PyErr_Occurred())
-            PyErr_Clear();
-        goto python;
+    ok = 0;
+    if (PyLong_CheckExact(mq_id)) {
+        long long mine = PyLong_AsLongLong(mq_id);
+        if (mine == -1 && PyErr_Occurred())
+            PyErr_Clear();  /* beyond 64 bits: the reference compares */
+        else
+            ok = mine == id;
     }
+    Py_DECREF(mq_id);
+    if (!ok)  /* the broker picked another queue (or an odd one): the reference makes its MessageQueue */
+        goto python;
     transaction = PyDict_GetItemWithError(ext, str_transaction_id);
     if (transaction == NULL && PyErr_Occurred())
         return NULL;

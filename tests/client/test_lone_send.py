@@ -30,10 +30,10 @@ NUMBERS = st.sampled_from(["3", "0", "-1", "17", " 3", "+3", "3_0", "٣", "x", "
 TEXT = st.sampled_from(["7F0000010000", "", "id,id"]) | st.text(max_size=6)
 
 
-def outcome(then_function: Any, response: Any) -> Any:
+def outcome(then_function: Any, response: Any, mq: MessageQueue = MQ) -> Any:
     """What ``then`` got: the SendResult, or the failure's type and text."""
     seen: list[Any] = []
-    then_function(response, "127.0.0.1:10911", MQ, "UNIQ", lambda result, *args: seen.append((result, args)),
+    then_function(response, "127.0.0.1:10911", mq, "UNIQ", lambda result, *args: seen.append((result, args)),
                   ("queue", "member"))
     ((result, args),) = seen
     assert args == ("queue", "member")
@@ -65,11 +65,13 @@ class CompiledSendResultThenTests(SynchronousTestCase):
 
     @settings(max_examples=400, deadline=None)
     @given(st.sampled_from([0, 10, 11, 12, 1, 17]), st.fixed_dictionaries({}, optional={
-        "msgId": TEXT, "queueId": NUMBERS, "queueOffset": NUMBERS, "transactionId": TEXT, "MSG_REGION": TEXT}))
-    def test_same_outcome(self, code: int, fields: dict[str, str]) -> None:
-        """Any code and fields, odd numbers included: the C function gives what the reference gives."""
-        response = send_response(code, **fields)
-        self.assertEqual(outcome(C_THEN, response), outcome(api.send_result_then, response))
+        "msgId": TEXT, "queueId": NUMBERS, "queueOffset": NUMBERS, "transactionId": TEXT, "MSG_REGION": TEXT}),
+        st.sampled_from([3, -1, 0, 2**70]))
+    def test_same_outcome(self, code: int, fields: dict[str, str], queue_id: int) -> None:
+        """Any code and fields, odd numbers and queue ids included: the C function gives what the
+        reference gives."""
+        response, mq = send_response(code, **fields), MessageQueue("T", "b", queue_id)
+        self.assertEqual(outcome(C_THEN, response, mq), outcome(api.send_result_then, response, mq))
 
     def test_usual_answer_in_c(self) -> None:
         """The usual answer is built in C (the reference is not called); a Failure goes to the reference."""
