@@ -1,4 +1,4 @@
-/* rocketpy._speedups, the client's lone request (doc/benchmarks.md, "Pass: the client's lone request"):
+/* rocketpy._speedups, the client's lone request (doc/benchmarks.md, "Twenty-fifth pass: the client's lone request"):
  * included once from _speedups.c, after _speedups_remoting.h (RemotingCommand's slots: rc_get).
  *
  * send_result_then  rocketpy.client.api.send_result_then for the usual answer to a send:

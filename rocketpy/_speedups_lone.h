@@ -1,5 +1,5 @@
 /* The store's lone put in one call, included once by rocketpy/_speedups.c after _speedups_store.h
- * (doc/store.md, "Compiled accelerator"; doc/benchmarks.md, "Pass: the lone put in one call").
+ * (doc/store.md, "Compiled accelerator"; doc/benchmarks.md, "Twenty-second pass: the lone put in one call").
  *
  * lone_put(commit_log, msg) does for one usual message what the store service's inline append
  * does below the service: MessageStore.can_append_inline's checks, then CommitLog.put_many for a

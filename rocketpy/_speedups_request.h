@@ -1,5 +1,5 @@
 /* rocketpy._speedups, a lone send request from its decoded command to its answer's frame
- * (doc/benchmarks.md, "Pass: the broker's lone request above the store"): included once, after
+ * (doc/benchmarks.md, "Twenty-third pass: the broker's lone request above the store"): included once, after
  * _speedups_remoting.h, whose helpers (sh_field, message_of, stored_response, json_frame) it uses.
  *
  * lone_send  SendMessageProcessor.process_request (rocketpy/broker/send.py) for the usual single

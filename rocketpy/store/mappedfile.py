@@ -193,7 +193,7 @@ class MappedFile:
         pages; the copies that follow hit mapped pages. Faulting in a page of a preallocated
         (*unwritten*) extent reads it in as zeros, which cost 6–10 µs of kernel time per page
         on the development VM; zeros written first put the pages into the cache as a write does
-        (≈ 1.3 µs), and the madvise then maps them (doc/benchmarks.md, "Pass: the broker per
+        (≈ 1.3 µs), and the madvise then maps them (doc/benchmarks.md, "Twenty-first pass: the broker per
         batched message"). The zeros go only above the faulted-in end and the write position,
         where nothing valid lies and no append writes until this returns (``_populate_lock``
         keeps a pool thread's populate and the writer's apart); the contents do not change.
