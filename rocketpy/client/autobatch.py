@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Set as AbstractSet
 from typing import Any
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, fail
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
@@ -284,7 +284,11 @@ class AutoBatcher:
             self._fail_all(Failure(), chunk)
             return
         batch = Message(msgs[0].topic, body, 0, {})
-        self._request(queue, batch, earliest - now, ids).addCallbacks(
+        try:
+            d = self._request(queue, batch, earliest - now, ids)
+        except Exception:  # counted in flight already: the members fail and the queue goes on
+            d = fail()
+        d.addCallbacks(
             _deliver, self._fail_all, callbackArgs=(chunk,), errbackArgs=(chunk,)
         ).addBoth(self._answered_batch, queue)
 

@@ -91,6 +91,23 @@ class AutoBatcherTests(SynchronousTestCase):
         self.assertEqual([(r.msg_id, r.offset_msg_id, r.queue_offset) for r in results],
                          [("U1", "S11", 11), ("U2", "S12", 12), ("U3", "S13", 13)])
 
+    def test_batch_request_raising_fails_its_members_and_frees_the_queue(self) -> None:
+        """A batch whose request raises at once fails each member; the queue is idle again."""
+        b = self.batcher()
+        first = b.send("a", message(0), MQ, Mode.ASYNC, 3.0)
+        rest = [b.send("a", message(n), MQ, Mode.ASYNC, 3.0) for n in (1, 2)]
+        made = self.requests.made
+
+        def refuse(*args: Any) -> Deferred[Any]:
+            raise ValueError("no route")
+
+        b._send_request = refuse
+        made[0][3].callback(SendResult(SendStatus.SEND_OK, "U0", "S0", MQ, 0))
+        self.successResultOf(first)
+        for d in rest:
+            self.failureResultOf(d, ValueError)
+        self.assertEqual([(q.in_flight, q.waiting) for q in b._queues.values()], [(0, [])])
+
     def test_member_chains_as_a_deferred(self) -> None:
         """The Deferred a send returns (the batch member itself) chains like any Deferred when a
         callback returns it."""
