@@ -16,6 +16,7 @@ import struct
 import subprocess
 import sys
 import time
+import weakref
 from typing import Any
 
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
@@ -73,28 +74,47 @@ def child_events(returncode: int, out: str, err: str) -> list[dict[str, Any]] | 
     return events
 
 
+def _listening() -> socket.socket:
+    """A listening, non-blocking socket on a port the kernel picks: handed to rocketpy as ``fd:N``,
+    so no port is guessed free and raced for by parallel tests."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
 class Rocketpy:
-    """A ``rocketpy`` name server + broker process on fixed free ports and one store directory."""
+    """A ``rocketpy`` name server + broker process on listening sockets of ours and one store directory.
+
+    The sockets live as long as this object, so a restart (:meth:`stop`, :meth:`start`) keeps the ports
+    (connections made meanwhile wait in the backlog); the HA port is the kernel's pick (no test needs it).
+    """
 
     def __init__(self, workdir: str, flush: str = "ASYNC_FLUSH", extra: tuple[str, ...] = (),
                  grpc: bool = False) -> None:
-        """:param grpc: serve the 5.x endpoint too (only the 5.x tests need it: one port fewer to race for)."""
+        """:param grpc: serve the 5.x endpoint too (only the 5.x tests need it), on a port guessed free:
+        the gRPC server takes no open socket."""
         self.workdir = workdir
         self.flush = flush
         self.extra = extra  # more ``twist rocketpy`` options
-        self.namesrv_port, self.broker_port = free_port(), free_port()
-        self.ha_port = free_port()  # not listen port + 1, which another test may hold
+        self._namesrv_socket, self._broker_socket = _listening(), _listening()
+        for sock in (self._namesrv_socket, self._broker_socket):
+            weakref.finalize(self, sock.close)
+        self.namesrv_port = self._namesrv_socket.getsockname()[1]
+        self.broker_port = self._broker_socket.getsockname()[1]
         self.grpc_port = free_port() if grpc else 0  # not its default 8081: tests run in parallel
         self.namesrv = f"127.0.0.1:{self.namesrv_port}"
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = os.path.join(workdir, "rocketpy.log")
 
     def start(self) -> None:
+        fds = (self._namesrv_socket.fileno(), self._broker_socket.fileno())
         args = [
             sys.executable, "-m", "twisted", "rocketpy",
-            "--namesrv-listen", f"tcp:{self.namesrv_port}:interface=127.0.0.1",
-            "--listen", f"tcp:{self.broker_port}:interface=127.0.0.1",
-            "--ha-listen", f"tcp:{self.ha_port}:interface=127.0.0.1",
+            "--namesrv-listen", f"fd:{fds[0]}", "--namesrv-addr", self.namesrv,
+            "--listen", f"fd:{fds[1]}", "--advertised-address", f"127.0.0.1:{self.broker_port}",
+            "--ha-listen", "tcp:0:interface=127.0.0.1",
             # the 5.x endpoint on a free port (its default 8081 is one per machine), or none
             "--grpc-listen", f"tcp:{self.grpc_port}:interface=127.0.0.1" if self.grpc_port else "none",
             "--store-dir", os.path.join(self.workdir, "store"),
@@ -106,7 +126,8 @@ class Rocketpy:
         ]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                            pass_fds=fds)
         self._wait_registered()
 
     def _wait_registered(self) -> None:
