@@ -53,7 +53,8 @@ setup(
                                     "rocketpy/_speedups_aio.h", "rocketpy/_speedups_uring.h",
                                     "rocketpy/_speedups_lone.h",
                                     "rocketpy/_speedups_crc.h", "rocketpy/_speedups_batch.h",
-                                    "rocketpy/_speedups_producer.h", "rocketpy/_speedups_client_lone.h"],
+                                    "rocketpy/_speedups_producer.h", "rocketpy/_speedups_client_lone.h",
+                                    "rocketpy/_speedups_syncanswer.h"],
                            optional=True)],
     zip_safe=False,
 )

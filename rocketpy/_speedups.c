@@ -1576,6 +1576,7 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 #include "_speedups_producer.h"  /* fire, deliver: an automatic batch's members given their results */
 
 #include "_speedups_request.h"  /* lone_send, send_now: a lone send request from its command to its answer */
+#include "_speedups_syncanswer.h"  /* sync_answer_*: a lone SYNC_FLUSH send answered as its sync ends */
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
@@ -1658,6 +1659,7 @@ static PyMethodDef methods[] = {
     CLIENT_LONE_METHODS
     PULL_METHODS
     AIO_METHODS
+    SYNC_ANSWER_METHODS
     URING_METHODS
     PRODUCER_METHODS
     {NULL, NULL, 0, NULL}};

@@ -102,6 +102,10 @@ python:
     return msg;
 }
 
+/* rocketpy/_speedups_syncanswer.h: a put waiting for the native sync answered as the sync ends */
+static PyObject *sync_answer_later(PyObject *put, PyObject *channel, PyObject *request, PyObject *queue_id,
+                                   PyObject *d, PyObject *codes, PyObject *trace, PyObject *later);
+
 /* The answer of a put that completed inline (process_request's check), else NULL (no exception). */
 static PyObject *done_result(PyObject *d, PyObject *result_type) {
     PyObject *called = PyObject_GetAttr(d, str_called), *paused = NULL, *result = NULL;
@@ -154,7 +158,10 @@ static PyObject *lone_send(PyObject *self, PyObject *const *args, Py_ssize_t nar
         result = done_result(d, state[LS_RESULT_TYPE]);
         if (result == NULL) {  /* stored later: d.addCallback(self._lone_put_response, request, queue_id) */
             PyObject *call[4] = {d, state[LS_LATER], request, queue_obj};
-            response = PyObject_VectorcallMethod(str_add_callback, call, 4, NULL);
+            response = sync_answer_later(state[LS_PUT], args[1], request, queue_obj, d, state[LS_CODES],
+                                         state[LS_TRACE], state[LS_LATER]);  /* or its answer written at the sync's end */
+            if (response == NULL)
+                response = PyObject_VectorcallMethod(str_add_callback, call, 4, NULL);
         } else {
             response = stored_response(result, request, queue_obj, state[LS_CODES], state[LS_TRACE]);
             if (response == NULL) {  /* a refusal, or not the plain case: _put_response */

@@ -46,6 +46,14 @@ class AioFdSync:
         self._reactor = reactor
         self._eventfd = eventfd
         self._waiting: deque[Deferred[None]] = deque()
+        self._covers: list[int] = []  # the log offset each sync in flight covers, in order
+        #: answers written as soon as a sync covering them ends, before its Deferred fires: entries
+        #: ``[next_offset, transport, frame]`` in offset order (the broker's lone SYNC_FLUSH send, rocketpy/
+        #: _speedups_syncanswer.h; doc/store.md, "Group commit on the reactor"); None where not compiled (uring)
+        self.answers: list[list[Any]] | None = None
+        self._reap_answers = getattr(compiled, "sync_answer_reap", None) if kind == "native" else None
+        if self._reap_answers is not None:
+            self.answers = []
         reactor.addReader(self)
 
     @classmethod
@@ -73,14 +81,16 @@ class AioFdSync:
             os.close(eventfd)
             return None
 
-    def fdsync(self, fd: int) -> Deferred[None]:
-        """Start an ``fdatasync(fd)``; the Deferred fires when it has ended."""
+    def fdsync(self, fd: int, covers: int = 0) -> Deferred[None]:
+        """Start an ``fdatasync(fd)``; the Deferred fires when it has ended. ``covers``: the log offset
+        durable once it succeeded (the :attr:`answers` up to it are written first)."""
         try:
             self._submit(self._handle, fd)
         except OSError:
             return fail()
         d: Deferred[None] = Deferred()
         self._waiting.append(d)
+        self._covers.append(covers)
         return d
 
     def close(self) -> None:
@@ -92,6 +102,9 @@ class AioFdSync:
         os.close(self._eventfd)
         self._eventfd = -1
         waiting, self._waiting = self._waiting, deque()
+        self._covers = []
+        if self.answers is not None:
+            self.answers.clear()  # their puts are answered by their Deferreds (a timeout, a later flush)
         for d in waiting:
             d.errback(Failure(OSError(f"the {self.kind} fdatasync was closed")))
 
@@ -101,12 +114,17 @@ class AioFdSync:
         return self._eventfd
 
     def doRead(self) -> None:
-        try:
-            os.eventfd_read(self._eventfd)
-        except BlockingIOError:
-            return
-        for res in self._reap(self._handle):
+        if self._reap_answers is not None:  # the covered answers written first, in the same C call
+            results = self._reap_answers(self._handle, self._eventfd, self._covers, self.answers)
+        else:
+            try:
+                os.eventfd_read(self._eventfd)
+            except BlockingIOError:
+                return
+            results = self._reap(self._handle)
+        for res in results:
             d = self._waiting.popleft()  # one sync in flight at a time: completion order is submission order
+            del self._covers[0]
             if res < 0:
                 d.errback(Failure(OSError(-res, os.strerror(-res))))
             else:

@@ -86,6 +86,11 @@ class StoreService(StoreReads, Service):
         self._aio_kind = completion
         self._aio_wanted = completion != "thread" and self._sync_flush and hasattr(message_store, "flush_begin")
         self._aio: AioFdSync | None = None
+        #: ``(d, result, answers, next_offset)`` when the last :meth:`put_message` (its Deferred ``d``) was
+        #: appended and waits only for a native sync: the caller may add ``[next_offset, transport, frame]``
+        #: to ``answers`` (the sync's end writes it first, then ``d`` fires) and set this back to None
+        #: (the broker's lone send, rocketpy/_speedups_syncanswer.h; doc/store.md, "Group commit on the reactor")
+        self.lone_waiting: tuple[Deferred[PutMessageResult], PutMessageResult, list[list[Any]], int] | None = None
         # pwrite path: the zeros ahead must not race an append, so they go to the writer itself
         self._in_populate_pool = self._in_pool if self._config.write_path == "pwrite" else self._in_flush_pool
         self._populating = False
@@ -223,12 +228,16 @@ class StoreService(StoreReads, Service):
     def _stored_now(self, msg: MessageExt, result: PutMessageResult, max_offset: int | None,
                     populate_due: bool) -> Deferred[PutMessageResult]:
         """:meth:`_append_inline` and :meth:`_lone_done` after the store's ``put_lone``."""
-        if self._aio is not None:  # SYNC_FLUSH: start the sync first, the put's bookkeeping meanwhile
+        aio = self._aio
+        if aio is not None:  # SYNC_FLUSH: start the sync first, the put's bookkeeping meanwhile
             self._flush.kick(self._store.max_physical_offset)
         if populate_due and not self._populating:
             self._populate()
         d: Deferred[PutMessageResult] = Deferred()
         self._lone_done(d, (msg,), result, max_offset)
+        if aio is not None and not d.called and aio is self._aio and aio.answers is not None \
+                and not self._completion.hooks:  # waits for the native sync alone: its answer may go first
+            self.lone_waiting = (d, result, aio.answers, result.append.next_offset)  # type: ignore[union-attr]
         return d
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> Deferred[PutMessageResult]:
@@ -430,7 +439,7 @@ class StoreService(StoreReads, Service):
             begun = self._store.flush_begin()  # type: ignore[attr-defined]  # _aio_wanted checked it
             if begun is not None:
                 fd, token = begun
-                return aio.fdsync(fd).addCallbacks(self._aio_flushed, self._aio_failed, (token, time.perf_counter()),
+                return aio.fdsync(fd, target).addCallbacks(self._aio_flushed, self._aio_failed, (token, time.perf_counter()),
                                                    errbackArgs=(least_pages, target))
         return self._in_flush_pool(flush_commit_log, self._store, least_pages, target)
 

@@ -28,9 +28,9 @@ def record_syncs(test: TestCase) -> list[int]:
     syncs: list[int] = []
     real = AioFdSync.fdsync
 
-    def recording(aio: AioFdSync, fd: int) -> Deferred[None]:
+    def recording(aio: AioFdSync, fd: int, covers: int = 0) -> Deferred[None]:
         syncs.append(fd)
-        return real(aio, fd)
+        return real(aio, fd, covers)
     test.patch(AioFdSync, "fdsync", recording)
     return syncs
 
@@ -195,9 +195,9 @@ class NativeServiceTests(TestCase):
         held: list[tuple[Deferred[None], Deferred[None]]] = []
         real_fdsync = AioFdSync.fdsync
 
-        def slow(aio: AioFdSync, fd: int) -> Deferred[None]:
+        def slow(aio: AioFdSync, fd: int, covers: int = 0) -> Deferred[None]:
             late: Deferred[None] = Deferred()
-            held.append((real_fdsync(aio, fd), late))
+            held.append((real_fdsync(aio, fd, covers), late))
             return late
         self.patch(AioFdSync, "fdsync", slow)
         result = await service.put_message(message())
