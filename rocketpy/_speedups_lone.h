@@ -34,6 +34,10 @@ static const char *const LONE_NAMES[N_LONE_NAMES] = {
     "latency_buckets", "max_put_ms"};
 static PyObject *lone_names[N_LONE_NAMES];
 
+/* Called with the written file right after an append (positions set, not dispatched yet), when set:
+ * sync_lone_put (rocketpy/_speedups_syncanswer.h) submits the group commit's fdatasync there. */
+static void (*lone_appended)(PyObject *mapped_file);
+
 /* What set_lone_put registered; lone_ready once it all checked out. */
 static PyObject *lone_cqs_type, *lone_index_type, *lone_put_type, *lone_append_type, *lone_put_ok, *lone_append_ok,
     *lone_wall_clock, *lone_latency_bounds;
@@ -387,6 +391,8 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (set_int_attr(mf, S_WROTE, after) < 0 || set_int_attr(mf, S_COMMITTED, after) < 0 ||
         PyObject_SetAttr(mf, lone_names[L_STORE_TS], now_obj) < 0)
         goto fail;
+    if (lone_appended != NULL)  /* sync_lone_put's fdatasync, before the dispatch (_speedups_syncanswer.h) */
+        lone_appended(mf);
     /* dispatched (dispatch_chunk); the queue's max offset while its cache still says it */
     dispatched = 1;
     switch (dispatch_record(&c, msg, slow)) {

@@ -11,6 +11,9 @@
  *                    the request answered), else the frame is taken back and the answer is what the
  *                    usual callback (_lone_put_response) gives: FLUSH_DISK_TIMEOUT after a timeout, or
  *                    PUT_OK when another flush (the flush thread, a failed sync's successor) covered it.
+ * sync_lone_put      the store's lone put (lone_put) and, right after the append, the group commit's
+ *                    fdatasync submitted to the native syncer (MessageStore.put_lone's sync argument):
+ *                    the sync starts while the put's Python bookkeeping runs, not after it.
  * sync_answer_reap   AioFdSync.doRead for the native sync: the eventfd read, the finished syncs'
  *                    results, and for each that succeeded the answers it covers written (send_now)
  *                    before any Python runs; what send_now cannot write at once is left to the callback.
@@ -185,7 +188,84 @@ static PyObject *sync_answer_reap(PyObject *self, PyObject *const *args, Py_ssiz
     return results_list(got, n);
 }
 
+/* A non-negative int attribute of o within 64 bits into *out; 0 (cleared) when absent or not one. */
+static int sa_int(PyObject *o, const char *name, int64_t *out) {
+    PyObject *v = PyObject_GetAttrString(o, name);
+    int ok = v != NULL && PyLong_CheckExact(v) && I64_OK(v, out) && *out >= 0;
+    Py_XDECREF(v);
+    if (!ok)
+        PyErr_Clear();
+    return ok;
+}
+
+/* sync_lone_put's call in progress: the syncer, started, the commit log's queue (lone_put runs on the
+ * reactor thread only, and with the GIL held from here to its lone_appended call). */
+static struct {
+    syncer_t *s;
+    PyObject *started, *queue;
+} sa_put;
+
+/* lone_appended: submit an fdatasync of mf, the file just written, when the next flush is flush_begin's
+ * case (every unflushed byte in that file), appending its descriptor to started; else nothing. */
+static void sync_appended(PyObject *mf) {
+    syncer_t *s = sa_put.s;
+    PyObject *fd_obj;
+    int64_t where, from, wrote, flushed, fd;
+    int copy, full;
+    lone_appended = NULL;  /* once per sync_lone_put */
+    if (s == NULL || !sa_int(sa_put.queue, "flushed_where", &where) || !sa_int(mf, "file_from_offset", &from) ||
+        !sa_int(mf, "wrote_position", &wrote) || !sa_int(mf, "flushed_position", &flushed) ||
+        !sa_int(mf, "_fd", &fd) || where < from || wrote <= flushed || fd > INT_MAX)
+        return;
+    if ((copy = dup((int)fd)) < 0)
+        return;
+    pthread_mutex_lock(&s->lock);
+    full = !s->started || s->stop || s->flen + s->rlen >= SYNCER_DEPTH;
+    if (!full) {
+        s->fds[(s->fhead + s->flen) % SYNCER_DEPTH] = copy;
+        s->flen++;
+        pthread_cond_signal(&s->cond);
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (full) {
+        close(copy);
+        return;
+    }
+    if ((fd_obj = PyLong_FromLongLong(fd)) == NULL || PyList_Append(sa_put.started, fd_obj) < 0)
+        PyErr_WriteUnraisable(sa_put.started);  /* AioFdSync would wait for a sync it does not know of: rare enough */
+    Py_XDECREF(fd_obj);
+}
+
+/* sync_lone_put(lone_put, commit_log, msg, syncer, started) -> what lone_put(commit_log, msg) gives; the
+ * fdatasync the group commit will want is submitted to the native syncer right after the record is
+ * written (before its dispatch, before any Python runs) and its descriptor appended to started
+ * (AioFdSync.started: fdsync then claims it instead of submitting). Nothing submitted when the unflushed
+ * bytes span files (a flush thread's job), or one submitted so is still unclaimed. */
+static PyObject *sync_lone_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *r;
+    syncer_t *s;
+    if (nargs != 5 || !PyList_CheckExact(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "sync_lone_put(lone_put, commit_log, msg, syncer, started: list)");
+        return NULL;
+    }
+    if ((s = syncer_of(args[3])) == NULL)
+        return NULL;
+    if (PyList_GET_SIZE(args[4]) != 0 || (sa_put.queue = PyObject_GetAttrString(args[1], "queue")) == NULL) {
+        PyErr_Clear();
+        return PyObject_Vectorcall(args[0], args + 1, 2, NULL);
+    }
+    sa_put.s = s, sa_put.started = args[4];
+    lone_appended = sync_appended;
+    r = PyObject_Vectorcall(args[0], args + 1, 2, NULL);
+    lone_appended = NULL;
+    sa_put.s = NULL, sa_put.started = NULL;
+    Py_CLEAR(sa_put.queue);
+    return r;
+}
+
 #define SYNC_ANSWER_METHODS \
+    {"sync_lone_put", (PyCFunction)(void (*)(void))sync_lone_put, METH_FASTCALL, \
+     "lone_put, then the group commit's fdatasync submitted to the native syncer at once."}, \
     {"sync_answer_reap", (PyCFunction)(void (*)(void))sync_answer_reap, METH_FASTCALL, \
      "AioFdSync.doRead for the native sync: the results, the answers they cover written first."},
 #else

@@ -52,8 +52,14 @@ class AioFdSync:
         #: _speedups_syncanswer.h; doc/store.md, "Group commit on the reactor"); None where not compiled (uring)
         self.answers: list[list[Any]] | None = None
         self._reap_answers = getattr(compiled, "sync_answer_reap", None) if kind == "native" else None
+        #: the descriptor of a sync already submitted by the lone put's C call, which :meth:`fdsync` claims
+        #: instead of submitting; :meth:`settle` drops one left unclaimed
+        self.started: list[int] = []
+        #: ``MessageStore.put_lone``'s ``sync`` argument, None where not compiled (uring)
+        self.presync: tuple[Any, ...] | None = None
         if self._reap_answers is not None:
             self.answers = []
+            self.presync = (compiled.sync_lone_put, self._handle, self.started)
         reactor.addReader(self)
 
     @classmethod
@@ -84,14 +90,25 @@ class AioFdSync:
     def fdsync(self, fd: int, covers: int = 0) -> Deferred[None]:
         """Start an ``fdatasync(fd)``; the Deferred fires when it has ended. ``covers``: the log offset
         durable once it succeeded (the :attr:`answers` up to it are written first)."""
-        try:
-            self._submit(self._handle, fd)
-        except OSError:
-            return fail()
+        if self.started:  # running already: the lone put's C call submitted it right after the append
+            self.started.clear()
+        else:
+            try:
+                self._submit(self._handle, fd)
+            except OSError:
+                return fail()
         d: Deferred[None] = Deferred()
         self._waiting.append(d)
         self._covers.append(covers)
         return d
+
+    def settle(self) -> None:
+        """A sync submitted by the lone put's C call that no :meth:`fdsync` claimed (the flush went to the
+        flush thread): its end is awaited and ignored."""
+        if self.started:
+            self.started.clear()
+            self._waiting.append(Deferred().addErrback(lambda _: None))
+            self._covers.append(0)
 
     def close(self) -> None:
         """Unregister and stop (waiting for a sync still in flight, if any)."""
@@ -103,6 +120,7 @@ class AioFdSync:
         self._eventfd = -1
         waiting, self._waiting = self._waiting, deque()
         self._covers = []
+        self.started.clear()
         if self.answers is not None:
             self.answers.clear()  # their puts are answered by their Deferreds (a timeout, a later flush)
         for d in waiting:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from twisted.logger import Logger
 from zope.interface import implementer
@@ -281,18 +281,24 @@ class MessageStore(MessageReader):
                 return False
         return not self.config.message_index_enable or self.index.can_append_inline(keys)
 
-    def put_lone(self, msg: MessageExt) -> tuple[PutMessageResult, int | None, bool] | None:
+    def put_lone(self, msg: MessageExt, sync: tuple[Any, ...] | None = None
+                 ) -> tuple[PutMessageResult, int | None, bool] | None:
         """One message appended now, on the calling thread, when :meth:`can_append_inline` would
         vouch for it and the compiled module does it in one call: the
         result :meth:`put_many` would give, the consume queue's new max offset (None: ask
         :meth:`get_max_offset_in_queue`) and whether :meth:`populate_ahead` is due. None, having
         appended nothing, otherwise: then ``can_append_inline`` and ``put_many`` as before.
+        ``sync``: ``(sync_lone_put, syncer, started)`` (``AioFdSync.presync``): once appended, the sync
+        :meth:`flush_begin` would hand out is submitted in the same call (doc/store.md, "Group commit on
+        the reactor").
         """
         lone = self._lone_put
         log = self.commit_log
         if (lone is None or log.speedups is None or not self.running or self.config.broker_role == "SLAVE"
                 or log.dispatch_failed or self.retention.disk_full):  # not is_writable()
             return None
+        if sync is not None:
+            return sync[0](lone, log, msg, sync[1], sync[2])
         return lone(log, msg)
 
     def populate_due(self) -> bool:

@@ -98,7 +98,7 @@ class StoreService(StoreReads, Service):
         self._max_queue_wait = max_queue_wait
         self._queue: list[QueuedPut] = []
         #: the store's one-call inline append of one message (MessageStore.put_lone), if it has one
-        self._put_lone: Callable[[MessageExt], tuple[PutMessageResult, int | None, bool] | None] | None = getattr(
+        self._put_lone: Callable[..., tuple[PutMessageResult, int | None, bool] | None] | None = getattr(
             message_store, "put_lone", None)
         self._queued_messages = 0
         self._queued_since = 0.0
@@ -214,9 +214,13 @@ class StoreService(StoreReads, Service):
                 and not self._delivering and self._ready and self._accepting and not self._in_pool.running):
             # what _enqueue's inline append does, in one store call when the store can (a usual message)
             self._hop_started = self._reactor.seconds()  # the writer's state is ours meanwhile
+            aio = self._aio  # SYNC_FLUSH: the sync submitted in the append's call when none runs
+            presync = aio.presync if aio is not None and not self._flush.group_running else None
             try:
-                stored = lone(msg)
+                stored = lone(msg) if presync is None else lone(msg, presync)
             except Exception as e:  # a store bug: what put_all gives the hop
+                if aio is not None:
+                    aio.settle()  # a sync it started is no group commit's
                 put = QueuedPut(((msg,),), True, 1)
                 self._hop_done(([e], None, None), [put], False)
                 return put.deferred
@@ -229,8 +233,10 @@ class StoreService(StoreReads, Service):
                     populate_due: bool) -> Deferred[PutMessageResult]:
         """:meth:`_append_inline` and :meth:`_lone_done` after the store's ``put_lone``."""
         aio = self._aio
-        if aio is not None:  # SYNC_FLUSH: start the sync first, the put's bookkeeping meanwhile
+        if aio is not None:  # SYNC_FLUSH: start the sync first (put_lone may have), the put's bookkeeping meanwhile
             self._flush.kick(self._store.max_physical_offset)
+            if aio.started:
+                aio.settle()
         if populate_due and not self._populating:
             self._populate()
         d: Deferred[PutMessageResult] = Deferred()

@@ -286,8 +286,8 @@ class ServiceLonePutTests(TestCase):
         assert lone is not None
         calls: list[bool] = []
 
-        def counted(msg: MessageExt) -> Any:
-            stored = lone(msg)
+        def counted(msg: MessageExt, *sync: Any) -> Any:
+            stored = lone(msg, *sync)
             calls.append(stored is not None)
             return stored
 
