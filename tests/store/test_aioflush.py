@@ -177,6 +177,44 @@ class NativeServiceTests(TestCase):
                          "a lone SYNC_FLUSH put went through a pool thread")
         self.assertEqual(len(syncs), 20)
 
+    async def test_lone_put_submits_its_sync_in_the_append_call(self) -> None:
+        """Native: the lone put's C call submits the sync right after the append (no Python submit);
+        the group commit claims it; where the flush goes elsewhere (the bytes span files) the early
+        sync is awaited and ignored."""
+        service, store = await self.started()
+        aio = service._aio
+        assert aio is not None
+        if aio.presync is None:
+            raise SkipTest(f"{self.kind}: the sync is submitted by the group commit")
+        await service.put_message(message())
+        await deferLater(reactor, 0)
+        submits: list[int] = []
+        real = aio._submit
+
+        def submit(handle: Any, fd: int) -> None:
+            submits.append(fd)
+            real(handle, fd)
+        self.patch(aio, "_submit", submit)
+        for i in range(5):
+            result = await service.put_message(message(body=b"%d" % i * 50))
+            assert result.append is not None
+            self.assertGreaterEqual(store.flushed_offset, result.append.next_offset)
+            await deferLater(reactor, 0)
+        self.assertEqual(submits, [])
+        real_begin = store.flush_begin
+        self.patch(store, "flush_begin", lambda: None)  # as when the unflushed bytes span two files
+        result = await service.put_message(message())
+        assert result.append is not None
+        self.assertEqual(result.status, PutMessageStatus.PUT_OK)
+        self.assertGreaterEqual(store.flushed_offset, result.append.next_offset)
+        self.assertEqual(aio.started, [])
+        self.patch(store, "flush_begin", real_begin)
+        while aio._waiting:  # the early sync's end, ignored
+            await deferLater(reactor, 0.002)
+        await deferLater(reactor, 0)  # not from inside the last put's completion
+        self.assertEqual((await service.put_message(message())).status, PutMessageStatus.PUT_OK)
+        self.assertEqual(submits, [])
+
     async def test_puts_waiting_share_one_sync(self) -> None:
         """Puts appended while a sync runs share the next one (group commit)."""
         service, store = await self.started()
