@@ -131,22 +131,12 @@ static PyObject *syncer_start(PyObject *self, PyObject *arg) {
     return capsule;
 }
 
-/* syncer_submit(syncer, fd): queue an fdatasync of fd (of a dup of it: the file may close meanwhile) */
-static PyObject *syncer_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    syncer_t *s;
-    long fd;
-    int copy, full;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "syncer_submit(syncer, fd)");
-        return NULL;
-    }
-    s = syncer_of(args[0]);
-    fd = PyLong_AsLong(args[1]);
-    if (s == NULL || (fd == -1 && PyErr_Occurred()))
-        return NULL;
-    copy = dup((int)fd);
+/* Queue an fdatasync of a dup of fd (the file may close meanwhile): 0, or -1 with errno set (EAGAIN: the
+ * queue is full or the thread stopped). */
+static int syncer_queue(syncer_t *s, int fd) {
+    int copy = dup(fd), full;
     if (copy < 0)
-        return PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
     pthread_mutex_lock(&s->lock);
     full = !s->started || s->stop || s->flen + s->rlen >= SYNCER_DEPTH;
     if (!full) {
@@ -158,18 +148,14 @@ static PyObject *syncer_submit(PyObject *self, PyObject *const *args, Py_ssize_t
     if (full) {
         close(copy);
         errno = EAGAIN;
-        return PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
     }
-    Py_RETURN_NONE;
+    return 0;
 }
 
-/* syncer_reap(syncer) -> [result, ...]: the finished syncs' results (0 or -errno), in order */
-static PyObject *syncer_reap(PyObject *self, PyObject *arg) {
-    syncer_t *s = syncer_of(arg);
-    long long got[SYNCER_DEPTH];
+/* Move the finished syncs' results (0 or -errno, in order) into got; how many. */
+static long syncer_take(syncer_t *s, long long *got) {
     long n = 0;
-    if (s == NULL)
-        return NULL;
     pthread_mutex_lock(&s->lock);
     while (s->rlen) {
         got[n++] = s->results[s->rhead];
@@ -177,7 +163,33 @@ static PyObject *syncer_reap(PyObject *self, PyObject *arg) {
         s->rlen--;
     }
     pthread_mutex_unlock(&s->lock);
-    return results_list(got, n);
+    return n;
+}
+
+/* syncer_submit(syncer, fd): queue an fdatasync of fd (of a dup of it: the file may close meanwhile) */
+static PyObject *syncer_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    syncer_t *s;
+    long fd;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "syncer_submit(syncer, fd)");
+        return NULL;
+    }
+    s = syncer_of(args[0]);
+    fd = PyLong_AsLong(args[1]);
+    if (s == NULL || (fd == -1 && PyErr_Occurred()))
+        return NULL;
+    if (syncer_queue(s, (int)fd) < 0)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
+/* syncer_reap(syncer) -> [result, ...]: the finished syncs' results (0 or -errno), in order */
+static PyObject *syncer_reap(PyObject *self, PyObject *arg) {
+    syncer_t *s = syncer_of(arg);
+    long long got[SYNCER_DEPTH];
+    if (s == NULL)
+        return NULL;
+    return results_list(got, syncer_take(s, got));
 }
 
 /* syncer_stop(syncer): finish the queued syncs, end the thread */

@@ -154,7 +154,7 @@ static void write_answers(PyObject *answers, int64_t covers) {
 static PyObject *sync_answer_reap(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     syncer_t *s;
     long long got[SYNCER_DEPTH];
-    long n = 0, i;
+    long n, i;
     long efd;
     uint64_t value;
     if (nargs != 4 || !PyList_CheckExact(args[2]) || !PyList_CheckExact(args[3])) {
@@ -170,13 +170,7 @@ static PyObject *sync_answer_reap(PyObject *self, PyObject *const *args, Py_ssiz
             return PyList_New(0);
         return PyErr_SetFromErrno(PyExc_OSError);
     }
-    pthread_mutex_lock(&s->lock);
-    while (s->rlen) {
-        got[n++] = s->results[s->rhead];
-        s->rhead = (s->rhead + 1) % SYNCER_DEPTH;
-        s->rlen--;
-    }
-    pthread_mutex_unlock(&s->lock);
+    n = syncer_take(s, got);
     for (i = 0; i < n && i < PyList_GET_SIZE(args[2]); i++) {
         int64_t covers;
         if (got[i] != 0 || !I64_OK(PyList_GET_ITEM(args[2], i), &covers)) {
@@ -211,26 +205,13 @@ static void sync_appended(PyObject *mf) {
     syncer_t *s = sa_put.s;
     PyObject *fd_obj;
     int64_t where, from, wrote, flushed, fd;
-    int copy, full;
     lone_appended = NULL;  /* once per sync_lone_put */
     if (s == NULL || !sa_int(sa_put.queue, "flushed_where", &where) || !sa_int(mf, "file_from_offset", &from) ||
         !sa_int(mf, "wrote_position", &wrote) || !sa_int(mf, "flushed_position", &flushed) ||
         !sa_int(mf, "_fd", &fd) || where < from || wrote <= flushed || fd > INT_MAX)
         return;
-    if ((copy = dup((int)fd)) < 0)
+    if (syncer_queue(s, (int)fd) < 0)
         return;
-    pthread_mutex_lock(&s->lock);
-    full = !s->started || s->stop || s->flen + s->rlen >= SYNCER_DEPTH;
-    if (!full) {
-        s->fds[(s->fhead + s->flen) % SYNCER_DEPTH] = copy;
-        s->flen++;
-        pthread_cond_signal(&s->cond);
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (full) {
-        close(copy);
-        return;
-    }
     if ((fd_obj = PyLong_FromLongLong(fd)) == NULL || PyList_Append(sa_put.started, fd_obj) < 0)
         PyErr_WriteUnraisable(sa_put.started);  /* AioFdSync would wait for a sync it does not know of: rare enough */
     Py_XDECREF(fd_obj);

@@ -23,6 +23,7 @@ from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.aioflush import AioFdSync
 from rocketpy.store.service import StoreService
 from rocketpy.testing import BrokerFixture
+from tests.store.test_aioflush import record_submits
 
 SENDS = (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2)
 
@@ -84,6 +85,14 @@ class SyncAnswerTests(TestCase):
             self.assertEqual((await producer.send(new_message("SyncT", b"warm"))).status, SendStatus.SEND_OK)
         await turns(lambda: not store._populating)
 
+    async def ready(self) -> tuple[StoreService, AioFdSync, Producer, list[Any]]:
+        """A broker with the native sync, a warm producer, and the node's :meth:`replies` from now on."""
+        broker, store, namesrv = await self.broker()
+        aio = self.native(store)
+        producer = await self.producer(namesrv)
+        await self.warm(store, producer)
+        return store, aio, producer, self.replies(broker)
+
     def replies(self, broker: BrokerService) -> list[Any]:
         """What the broker's node is handed to answer each send once its put fired: None when the
         answer was written already (at the sync's end), else the response it writes then."""
@@ -112,11 +121,7 @@ class SyncAnswerTests(TestCase):
     async def test_answer_written_when_the_sync_ends(self) -> None:
         """No answer while the sync is held; its end writes the answer before the put's Deferred fires
         (the node is handed None), and the message is durable by then."""
-        broker, store, namesrv = await self.broker()
-        aio = self.native(store)
-        producer = await self.producer(namesrv)
-        await self.warm(store, producer)
-        seen = self.replies(broker)
+        store, aio, producer, seen = await self.ready()
         held = self.hold(aio)
         sent = producer.send(new_message("SyncT", b"x" * 1024))
         await turns(lambda: len(aio.answers or ()) == 1)
@@ -136,18 +141,8 @@ class SyncAnswerTests(TestCase):
     async def test_unheld_sends(self) -> None:
         """Sends one at a time, the sync submitted in the append's own call: every one SEND_OK, written at
         its sync's end, none through a Python submit."""
-        broker, store, namesrv = await self.broker()
-        aio = self.native(store)
-        producer = await self.producer(namesrv)
-        await self.warm(store, producer)
-        seen = self.replies(broker)
-        submits: list[int] = []
-        real = aio._submit
-
-        def submit(handle: Any, fd: int) -> None:
-            submits.append(fd)
-            real(handle, fd)
-        self.patch(aio, "_submit", submit)
+        store, aio, producer, seen = await self.ready()
+        submits = record_submits(self, aio)
         results = [await producer.send(new_message("SyncT", b"%d" % i * 100)) for i in range(20)]
         self.assertEqual({r.status for r in results}, {SendStatus.SEND_OK})
         self.assertEqual(len({(r.queue, r.queue_offset) for r in results}), 20)
@@ -158,11 +153,7 @@ class SyncAnswerTests(TestCase):
     async def test_timeout(self) -> None:
         """A sync still running at sync_flush_timeout: FLUSH_DISK_TIMEOUT through the usual path, and its
         end later writes nothing more."""
-        broker, store, namesrv = await self.broker()
-        aio = self.native(store)
-        producer = await self.producer(namesrv)
-        await self.warm(store, producer)
-        seen = self.replies(broker)
+        store, aio, producer, seen = await self.ready()
         self.patch(store._completion, "_timeout", 0.05)
         held = self.hold(aio)
         assert aio.answers is not None
@@ -186,11 +177,7 @@ class SyncAnswerTests(TestCase):
     async def test_failed_sync(self) -> None:
         """A sync that fails writes nothing: the put is answered once a later flush (here the flush
         thread, after the kernel refused the native one) made it durable."""
-        broker, store, namesrv = await self.broker()
-        aio = self.native(store)
-        producer = await self.producer(namesrv)
-        await self.warm(store, producer)
-        seen = self.replies(broker)
+        store, aio, producer, seen = await self.ready()
         held = self.hold(aio)
         sent = producer.send(new_message("SyncT", b"fails"))
         await turns(lambda: bool(held.syncs))

@@ -35,6 +35,18 @@ def record_syncs(test: TestCase) -> list[int]:
     return syncs
 
 
+def record_submits(test: TestCase, aio: AioFdSync) -> list[int]:
+    """Patch ``aio``'s Python submission to note each descriptor it submits (the real sync still runs)."""
+    submits: list[int] = []
+    real = aio._submit
+
+    def submit(handle: Any, fd: int) -> None:
+        submits.append(fd)
+        real(handle, fd)
+    test.patch(aio, "_submit", submit)
+    return submits
+
+
 def opened(test: TestCase, kind: str) -> AioFdSync:
     aio = AioFdSync.open(reactor, kind)
     if aio is None:
@@ -188,13 +200,7 @@ class NativeServiceTests(TestCase):
             raise SkipTest(f"{self.kind}: the sync is submitted by the group commit")
         await service.put_message(message())
         await deferLater(reactor, 0)
-        submits: list[int] = []
-        real = aio._submit
-
-        def submit(handle: Any, fd: int) -> None:
-            submits.append(fd)
-            real(handle, fd)
-        self.patch(aio, "_submit", submit)
+        submits = record_submits(self, aio)
         for i in range(5):
             result = await service.put_message(message(body=b"%d" % i * 50))
             assert result.append is not None
