@@ -141,6 +141,8 @@ class AioFdSync:
                 return
             results = self._reap(self._handle)
         for res in results:
+            if self._eventfd < 0:  # a failed sync's errback closed this (the store's fallback): close() failed the rest
+                return
             d = self._waiting.popleft()  # one sync in flight at a time: completion order is submission order
             del self._covers[0]
             if res < 0:

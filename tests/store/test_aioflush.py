@@ -80,6 +80,31 @@ class NativeFdSyncTests(TestCase):
             await aio.fdsync(fd)
         self.assertEqual(caught.exception.errno, errno.EBADF)
 
+    async def test_closed_by_a_failed_sync_with_more_results_in_the_same_read(self) -> None:
+        """Two syncs ended before one read, the first refused (a pipe: EINVAL) and its errback closing this
+        (as the store's fallback to the flush thread does): the second fails as closed, nothing raises."""
+        aio = opened(self, self.kind)
+        reactor.removeReader(aio)  # both results must be in one read: it is made below, by hand
+        read_end, write_end = os.pipe()
+        self.addCleanup(os.close, read_end)
+        self.addCleanup(os.close, write_end)
+        fd = os.open(self.mktemp(), os.O_RDWR | os.O_CREAT, 0o644)
+        self.addCleanup(os.close, fd)
+        refused = aio.fdsync(read_end)
+        refused.addErrback(lambda failure: (aio.close(), failure)[1])
+        second = aio.fdsync(fd)
+        ended = 0
+        while ended < 2:  # the eventfd counts ended syncs: read it, then put the count back
+            await deferLater(reactor, 0.01, lambda: None)
+            try:
+                ended += os.eventfd_read(aio.fileno())
+            except BlockingIOError:
+                pass
+        os.eventfd_write(aio.fileno(), ended)
+        aio.doRead()
+        self.assertEqual(self.failureResultOf(refused, OSError).value.errno, errno.EINVAL)
+        self.assertIn("closed", str(self.failureResultOf(second, OSError).value))
+
     def test_unavailable_without_the_compiled_module(self) -> None:
         self.patch(speedups, "compiled", None)
         self.assertIsNone(AioFdSync.open(reactor, self.kind))
