@@ -11,6 +11,7 @@ from twisted.internet import reactor
 from twisted.internet.defer import Deferred
 from twisted.internet.task import deferLater
 from twisted.logger import capturedLogs
+from twisted.python.failure import Failure
 from twisted.trial.unittest import SkipTest, TestCase
 
 from rocketpy.common import speedups
@@ -91,7 +92,11 @@ class NativeFdSyncTests(TestCase):
         fd = os.open(self.mktemp(), os.O_RDWR | os.O_CREAT, 0o644)
         self.addCleanup(os.close, fd)
         refused = aio.fdsync(read_end)
-        refused.addErrback(lambda failure: (aio.close(), failure)[1])
+
+        def close(failure: Failure) -> Failure:
+            aio.close()
+            return failure
+        refused.addErrback(close)
         second = aio.fdsync(fd)
         ended = 0
         while ended < 2:  # the eventfd counts ended syncs: read it, then put the count back
