@@ -54,7 +54,7 @@ setup(
                                     "rocketpy/_speedups_lone.h",
                                     "rocketpy/_speedups_crc.h", "rocketpy/_speedups_batch.h",
                                     "rocketpy/_speedups_producer.h", "rocketpy/_speedups_client_lone.h",
-                                    "rocketpy/_speedups_syncanswer.h"],
+                                    "rocketpy/_speedups_syncanswer.h", "rocketpy/_speedups_answerfirst.h"],
                            optional=True)],
     zip_safe=False,
 )

@@ -13,7 +13,7 @@
 
 /* The state tuple lone_send reads (SendMessageProcessor builds it once). */
 enum { LS_TABLE, LS_PROBLEMS, LS_PEERS, LS_BUSY, LS_PUT, LS_LATER, LS_REFERENCE, LS_RESULT_TYPE, LS_STORE_HOST,
-       LS_CLUSTER, LS_LIMIT, LS_MAX_BODY, LS_CODES, LS_TRACE, LS_ITEMS };
+       LS_CLUSTER, LS_LIMIT, LS_MAX_BODY, LS_CODES, LS_TRACE, LS_ANSWERED, LS_ITEMS };
 enum { LH_GROUP, LH_TOPIC, LH_DEFAULT_TOPIC, LH_QUEUE_NUMS, LH_QUEUE_ID, LH_SYS_FLAG, LH_BORN, LH_FLAG, LH_PROPERTIES,
        LH_RECONSUME, LH_MAX_RECONSUME, LH_BATCH };  /* SendHeader's fields, in send_header's order */
 #define PERM_WRITE_BIT 2
@@ -82,9 +82,11 @@ static PyObject *lone_message(PyObject *const *state, PyObject *channel, PyObjec
     a[SM_TOPIC] = h[LH_TOPIC], a[SM_FLAG] = h[LH_FLAG], a[SM_PROPERTIES] = h[LH_PROPERTIES];
     a[SM_SYS_FLAG] = h[LH_SYS_FLAG], a[SM_BORN] = h[LH_BORN], a[SM_RECONSUME] = h[LH_RECONSUME];
     *queue_obj = Py_NewRef(h[LH_QUEUE_ID]);
-    busy = PyObject_CallNoArgs(state[LS_BUSY]);  /* reject_request: the full path answers SYSTEM_BUSY */
-    if (busy == NULL || (i = PyObject_IsTrue(busy)) != 0)
-        goto python;
+    if (state[LS_BUSY] != Py_None) {  /* else put_lone_now asks (None: busy) */
+        busy = PyObject_CallNoArgs(state[LS_BUSY]);  /* reject_request: the full path answers SYSTEM_BUSY */
+        if (busy == NULL || (i = PyObject_IsTrue(busy)) != 0)
+            goto python;
+    }
     msg = message_of(a, body, *queue_obj, born_host, state[LS_STORE_HOST], state[LS_CLUSTER], limit, max_body);
     if (msg == Py_None)
         Py_CLEAR(msg);
@@ -120,15 +122,18 @@ static PyObject *done_result(PyObject *d, PyObject *result_type) {
 }
 
 /* lone_send(state, channel, request) -> frame | response | Deferred | None
- * state: (topic table, topic problems, peer hosts, store.is_busy, store.put_message,
- *         _lone_put_response, _put_response, PutMessageResult, store host, cluster, properties
- *         limit, max body, stored codes, trace fields).
+ * state: (topic table, topic problems, peer hosts, store.is_busy (None with put_lone_now, which
+ *         asks it), store.put_lone_now (or put_message), _lone_put_response, _put_response,
+ *         PutMessageResult, store host, cluster, properties limit, max body, stored codes, trace
+ *         fields, store.lone_answered or None).
  * For a JSON request that wants an answer, whose send header send_header parses, not a batch, to
  * a given valid queue of a topic in the table that is writable and was checked before, from a
  * channel whose peer was parsed before, with a message single_message builds, and the store not
- * busy: the message is stored (store.put_message) and the answer is the response's frame when
- * the put completed inline and stored, else what process_request returns (the response, or the
- * Deferred of it). None, having done nothing, for anything else. */
+ * busy: the message is stored (store.put_lone_now) and, when the put completed at once (its
+ * result itself), the answer written (answer_first: True) before the store's lone_answered;
+ * else (store.put_message's Deferred) the answer is the response's frame when the put completed
+ * inline and stored, else what process_request returns (the response, or the Deferred of it).
+ * None, having done nothing, for anything else. */
 static PyObject *lone_send(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *const *state, *request, *msg, *queue_obj = NULL, *d, *result, *response, *frame;
     if (nargs != 3 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != LS_ITEMS) {
@@ -151,10 +156,17 @@ static PyObject *lone_send(PyObject *self, PyObject *const *args, Py_ssize_t nar
             return NULL;
         Py_RETURN_NONE;
     }
-    d = PyObject_CallOneArg(state[LS_PUT], msg);  /* from here on the request is answered here */
+    d = PyObject_CallOneArg(state[LS_PUT], msg);  /* from here on the request is answered here (but None) */
     Py_DECREF(msg);
     response = NULL;
-    if (d != NULL) {
+    if (d == Py_None) {  /* put_lone_now: the store is busy, nothing done: the full path refuses */
+        response = d;
+        d = NULL;
+    } else if (d != NULL && state[LS_ANSWERED] != Py_None && (PyObject *)Py_TYPE(d) == state[LS_RESULT_TYPE]) {
+        response = answer_first(args[1], request, queue_obj, d, state[LS_CODES], state[LS_TRACE],
+                                state[LS_REFERENCE], state[LS_ANSWERED]);
+        Py_DECREF(d);
+    } else if (d != NULL) {
         result = done_result(d, state[LS_RESULT_TYPE]);
         if (result == NULL) {  /* stored later: d.addCallback(self._lone_put_response, request, queue_id) */
             PyObject *call[4] = {d, state[LS_LATER], request, queue_obj};
@@ -288,4 +300,5 @@ python:
     {"send_now", (PyCFunction)(void (*)(void))send_now, METH_FASTCALL, \
      "write_now's direct send for a plain TCP transport: True, or None having done nothing (remoting/writenow.py)."}, \
     {"lone_send", (PyCFunction)(void (*)(void))lone_send, METH_FASTCALL, \
-     "A lone usual send request stored and answered: frame, response, Deferred, or None (rocketpy.broker.send)."},
+     "A lone usual send request stored and answered: True (written), frame, response, Deferred, or None " \
+     "(rocketpy.broker.send)."},

@@ -145,17 +145,21 @@ class SendMessageProcessor:
         # added (≤ 4 UTF-8 bytes per character), so its size check needs no re-serialisation.
         self._short_properties = (MAX_PROPERTIES_LENGTH - len(cluster_name.encode()) - 16) // 4
         #: :meth:`process_request` for a lone usual send in one C call (``lone_send``), None when not
-        #: built: ``lone_request(channel, request)`` gives the answer's frame when the put completed
-        #: inline, else what ``process_request`` gives; None, having done nothing, for any other
-        #: request (then ``process_request`` answers it). The remoting node calls it for a request
-        #: that came alone, when no RPC hook runs. Not for subclasses (their process_request differs).
-        self.lone_request: Callable[[Any, RemotingCommand], bytes | RemotingCommand | Deferred[RemotingCommand] | None] \
-            | None = None
+        #: built: ``lone_request(channel, request)`` gives True once it wrote the answer (the store's
+        #: ``put_lone_now`` stored it at once: ``channel.answer_now``, then the store's
+        #: ``lone_answered``), the answer's frame when the put completed inline, else what
+        #: ``process_request`` gives; None, having done nothing, for any other request (then
+        #: ``process_request`` answers it). The remoting node calls it for a request that came alone,
+        #: when no RPC hook runs. Not for subclasses (their process_request differs).
+        self.lone_request: Callable[
+            [Any, RemotingCommand], bool | bytes | RemotingCommand | Deferred[RemotingCommand] | None] | None = None
         if _lone_send is not None and type(self) is SendMessageProcessor and isinstance(topics, TopicConfigManager):
+            answered = getattr(store, "lone_answered", None)  # with put_lone_now: answer first (StoreService)
             self.lone_request = partial(_lone_send, (
-                topics.live_table(), self._topic_problems, self._peer_hosts, store.is_busy, store.put_message,
-                self._lone_put_response, self._put_response, PutMessageResult, store_host, cluster_name,
-                self._short_properties, max_message_size, _STORED_CODES, self._trace_fields))
+                topics.live_table(), self._topic_problems, self._peer_hosts, store.is_busy if answered is None else None,
+                store.put_message if answered is None else store.put_lone_now, self._lone_put_response,
+                self._put_response, PutMessageResult, store_host, cluster_name, self._short_properties,
+                max_message_size, _STORED_CODES, self._trace_fields, answered))
 
     def reject_request(self) -> bool:
         """True while the store is busy (puts queue up or its writer is stuck): SYSTEM_BUSY."""

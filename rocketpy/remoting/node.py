@@ -58,7 +58,8 @@ class _Registration:
         #: runs of its requests go to ``process_requests`` together (reactor-thread processors only)
         self.batch = executor is None and IBatchRequestProcessor.providedBy(processor)
         #: the processor's ``lone_request`` (reactor-thread processors only), for a request that came
-        #: alone: its answer's frame, or what ``process_request`` returns, or None for "not mine"
+        #: alone: True once it wrote the answer, its answer's frame, or what ``process_request`` returns,
+        #: or None for "not mine"
         self.lone: Callable[[Any, RemotingCommand], Any] | None = (
             getattr(processor, "lone_request", None) if executor is None else None)
 
@@ -197,6 +198,8 @@ class RemotingNode:
                     result = lone(channel, request)
                 except Exception:
                     self._reply_failure(Failure(), channel, request)
+                    return
+                if result is True:  # answered (RemotingProtocol.answer_now)
                     return
                 if type(result) is bytes:
                     channel.reply_frame(result)

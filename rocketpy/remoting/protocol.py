@@ -372,6 +372,17 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         finally:
             self.answered()
 
+    def answer_now(self, frame: bytes) -> None:
+        """:meth:`reply_frame` for the answer of a request that came alone in its read, written at
+        once when nothing was collected before it (the read's end would write it alone): the work
+        that may follow an answer (the store's arrival notices) then runs after it is sent."""
+        if self._reading and self._write_now and not self._out and self._lost is None:
+            self._unanswered -= 1
+            if send_now is None or send_now(self.transport, frame) is None:
+                write_now(self.transport, frame)
+            return
+        self.reply_frame(frame)
+
     @contextmanager
     def writes_together(self) -> Iterator[None]:
         """Within this block what the channel writes leaves in one ``writeSequence`` at its end

@@ -109,6 +109,7 @@ class StoreService(StoreReads, Service):
         self._started: Deferred[None] | None = None
         self._accepting = False  # running, and the store not known to have failed loading
         self._arrival_listeners: list[ArrivalListener] = []
+        self._answering: tuple[MessageExt, PutMessageStatus, int | None] | None = None  # put_lone_now's put
         #: puts refused here before reaching the store, by status (the store counts its own)
         self.refused: Counter[str] = Counter()
         self._flush_waiters = OffsetWaiters(reactor, keep_timer=True)
@@ -221,13 +222,61 @@ class StoreService(StoreReads, Service):
             except Exception as e:  # a store bug: what put_all gives the hop
                 if aio is not None:
                     aio.settle()  # a sync it started is no group commit's
-                put = QueuedPut(((msg,),), True, 1)
-                self._hop_done(([e], None, None), [put], False)
-                return put.deferred
+                return self._lone_raised(msg, e)
             if stored is not None:
                 return self._stored_now(msg, *stored)
             self._hop_started = None
         return self._enqueue(QueuedPut(((msg,),), True, 1))
+
+    def _lone_raised(self, msg: MessageExt, error: Exception) -> Deferred[PutMessageResult]:
+        """A store bug in its one-call append: what ``put_all`` gives the hop (UNKNOWN_ERROR, logged)."""
+        put = QueuedPut(((msg,),), True, 1)
+        self._hop_done(([error], None, None), [put], False)
+        return put.deferred
+
+    def put_lone_now(self, msg: MessageExt) -> PutMessageResult | Deferred[PutMessageResult] | None:
+        """:meth:`put_message` for a caller that answers first (the broker's lone send in C,
+        ``rocketpy/_speedups_request.h``), :meth:`is_busy` included: when the put completes at
+        once (ASYNC_FLUSH, no put hook, the writer idle, the store's one-call append), its result
+        itself, no Deferred; the caller then writes its answer and calls :meth:`lone_answered`,
+        once and at once (the put's arrival notices and the next hop run there, right after the
+        answer; the record is readable already). None, having done nothing, when :meth:`is_busy`
+        (the caller refuses). Otherwise :meth:`put_message`'s Deferred, and nothing more to call.
+        """
+        lone = self._put_lone
+        if (lone is None or self._sync_flush or self._completion.hooks or not self._inline
+                or self._hop_started is not None or self._queue or self._delivering or not self._ready
+                or not self._accepting or self._in_pool.running or self._queued_messages >= self._max_queued):
+            return None if self.is_busy() else self.put_message(msg)
+        self._hop_started = self._reactor.seconds()  # the writer's state is ours until lone_answered
+        try:
+            stored = lone(msg)
+        except Exception as e:
+            return self._lone_raised(msg, e)
+        if stored is None:
+            self._hop_started = None
+            return self._enqueue(QueuedPut(((msg,),), True, 1))
+        result, max_offset, populate_due = stored
+        if populate_due and not self._populating:
+            self._populate()
+        self._answering = (msg, result.status, max_offset)
+        return result
+
+    def lone_answered(self) -> None:
+        """After :meth:`put_lone_now`'s result was answered: what :meth:`_lone_done` does after its
+        completion, the arrival notices (long polls, HA slaves, the timer) then the next hop."""
+        answering, self._answering = self._answering, None
+        if answering is None:
+            return
+        msg, status, max_offset = answering
+        if status is PutMessageStatus.PUT_OK:
+            topic, queue_id = msg.topic, msg.queue_id
+            self._notify_arrival(topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id)
+                                 if max_offset is None else max_offset)
+        if self._queue or self._drained:  # the notices' puts, or a stop waiting: else only the state
+            self._hop_finished()
+        else:
+            self._hop_started = None
 
     def _stored_now(self, msg: MessageExt, result: PutMessageResult, max_offset: int | None,
                     populate_due: bool) -> Deferred[PutMessageResult]:
