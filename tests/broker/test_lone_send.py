@@ -7,7 +7,7 @@ same messages."""
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Callable
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -62,6 +62,30 @@ class LaterStore(FakeStoreService):
             d.callback(result)
 
 
+class AnsweringStore(LaterStore):
+    """``put_lone_now`` / ``lone_answered`` as StoreService's: the result itself when the put completes
+    at once (``lone_answered`` then due, once), None when busy, else the put's Deferred."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.due = self.answered = 0
+        self.watch: Callable[[], object] = lambda: None  # called from lone_answered
+
+    def put_lone_now(self, msg: MessageExt) -> PutMessageResult | Deferred[PutMessageResult] | None:
+        if self.busy:
+            return None
+        d = self.put_message(msg)
+        if not d.called:
+            return d
+        self.due += 1
+        result: PutMessageResult = d.result
+        return result
+
+    def lone_answered(self) -> None:
+        self.answered += 1
+        self.watch()
+
+
 @st.composite
 def usual_requests(draw: Any) -> RemotingCommand:
     """Sends of the kind lone_request takes (and a few it leaves): known topics, given queues, short
@@ -91,10 +115,10 @@ CHANGES = st.sampled_from(["store"] * 8 + [
 class Broker:
     """A send processor on a server channel, fed one request per read."""
 
-    def __init__(self, c: bool, test: SynchronousTestCase) -> None:
+    def __init__(self, c: bool, test: SynchronousTestCase, answering: bool = False) -> None:
         test.patch(send, "_lone_send", C_LONE if c else None)
         clock = Clock()
-        self.store = LaterStore()
+        self.store = AnsweringStore() if answering else LaterStore()
         self.topics = TopicConfigManager(clock)
         groups = SubscriptionGroupManager(clock)
         groups.update_subscription_group_config(SubscriptionGroupConfig(group_name="G", retry_max_times=2))
@@ -144,8 +168,11 @@ class Broker:
 class LoneSendTests(SynchronousTestCase):
     skip = C_SKIP
 
-    def run_steps(self, steps: list[Any], c: bool) -> Any:
-        broker = Broker(c, self)
+    last_store: LaterStore | None = None
+
+    def run_steps(self, steps: list[Any], c: bool, answering: bool = False) -> Any:
+        broker = Broker(c, self, answering)
+        self.last_store = broker.store
         for step in steps:
             if isinstance(step, str):
                 broker.change(step)
@@ -162,6 +189,48 @@ class LoneSendTests(SynchronousTestCase):
         the same busy refusals, every request answered, with lone_request and without."""
         self.assertEqual(self.run_steps(steps, True), self.run_steps(steps, False))
         self.flushLoggedErrors()
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.one_of(usual_requests(), usual_requests(), usual_requests(), requests(), CHANGES), min_size=3,
+                    max_size=16))
+    def test_same_answering_first(self, steps: list[Any]) -> None:
+        """The same with a store that answers first (put_lone_now): the same bytes, messages and
+        refusals as the full path, and lone_answered called once per put stored at once."""
+        answering = self.run_steps(steps, True, answering=True)
+        store = self.last_store
+        self.assertEqual(answering, self.run_steps(steps, False))
+        assert isinstance(store, AnsweringStore)
+        self.assertEqual(store.answered, store.due)
+        self.flushLoggedErrors()
+
+    def test_answering_first_writes_and_calls_back(self) -> None:
+        """A put stored at once: lone_request answers itself (True), the frame written (collected in
+        the read on a test transport), then lone_answered."""
+        broker = Broker(True, self, answering=True)
+        store = broker.store
+        assert isinstance(store, AnsweringStore)
+        broker.receive(test_send.send_request(RequestCode.SEND_MESSAGE_V2, test_send.ALI_V2))  # the full path first
+        lone = broker.processor.lone_request
+        assert lone is not None
+        seen: list[tuple[int, int]] = []
+        store.watch = lambda: seen.append((len(broker.channel._out), broker.channel._unanswered))
+        broker.channel._reading = True  # inside a read, as requests_received calls it
+        broker.channel._unanswered += 1
+        self.assertIs(lone(broker.channel, test_send.send_request(RequestCode.SEND_MESSAGE_V2, test_send.ALI_V2)),
+                      True)
+        self.assertEqual(seen, [(1, 0)], "the answer taken, then lone_answered")
+        answer = codec.decode(broker.channel._out[0][4:])
+        self.assertEqual((answer.code, answer.opaque, answer.ext_fields["queueOffset"]), (0, 42, "1"))
+        broker.channel._out.clear()
+        broker.channel._reading = False
+        store.put_status = PutMessageStatus.SERVICE_NOT_AVAILABLE  # a refusal: the response, then lone_answered
+        response = lone(broker.channel, test_send.send_request(RequestCode.SEND_MESSAGE_V2, test_send.ALI_V2))
+        assert isinstance(response, RemotingCommand)
+        self.assertNotEqual(response.code, 0)
+        self.assertEqual(len(seen), 2)
+        store.busy = True  # nothing done: the full path refuses
+        self.assertIsNone(lone(broker.channel, test_send.send_request(RequestCode.SEND_MESSAGE_V2, test_send.ALI_V2)))
+        self.assertEqual((len(seen), len(store.puts)), (2, 3))
 
     def test_usual_send_in_one_call(self) -> None:
         """A topic's first send takes the full path (it checks the topic and parses the peer); the
