@@ -154,10 +154,13 @@ class SendMessageProcessor:
         self.lone_request: Callable[
             [Any, RemotingCommand], bool | bytes | RemotingCommand | Deferred[RemotingCommand] | None] | None = None
         if _lone_send is not None and type(self) is SendMessageProcessor and isinstance(topics, TopicConfigManager):
-            answered = getattr(store, "lone_answered", None)  # with put_lone_now: answer first (StoreService)
+            # with put_lone_now and lone_answered (StoreService): the answer first, put_lone_now asks is_busy
+            put_now, answered = getattr(store, "put_lone_now", None), getattr(store, "lone_answered", None)
+            if put_now is None or answered is None:
+                put_now, answered = None, None
             self.lone_request = partial(_lone_send, (
-                topics.live_table(), self._topic_problems, self._peer_hosts, store.is_busy if answered is None else None,
-                store.put_message if answered is None else store.put_lone_now, self._lone_put_response,
+                topics.live_table(), self._topic_problems, self._peer_hosts, store.is_busy if put_now is None else None,
+                store.put_message if put_now is None else put_now, self._lone_put_response,
                 self._put_response, PutMessageResult, store_host, cluster_name, self._short_properties,
                 max_message_size, _STORED_CODES, self._trace_fields, answered))
 

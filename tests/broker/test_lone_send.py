@@ -7,7 +7,7 @@ same messages."""
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -78,8 +78,7 @@ class AnsweringStore(LaterStore):
         if not d.called:
             return d
         self.due += 1
-        result: PutMessageResult = d.result
-        return result
+        return cast(PutMessageResult, d.result)
 
     def lone_answered(self) -> None:
         self.answered += 1

@@ -127,7 +127,7 @@ class PutLoneNowTests(TestCase):
         service._put_lone = broken
         d = service.put_lone_now(msg("T", 3))
         self.assertIsInstance(d, Deferred)
-        self.assertEqual((await d).status, PutMessageStatus.UNKNOWN_ERROR)  # type: ignore[misc,union-attr]
+        self.assertEqual((await d).status, PutMessageStatus.UNKNOWN_ERROR)  # type: ignore[misc]
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
         self.assertFalse(service.is_busy())
         await service.stopService()
