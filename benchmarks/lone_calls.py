@@ -11,6 +11,11 @@ shape of ``benchmarks/peers.py``) inside that window, and prints the calls per s
 functions and C builtins, grouped by where they live (the store, the broker, remoting, Twisted,
 the rest), then the ``--top`` functions by calls. Counts are deterministic (no sampling): compare
 two trees by running this from each tree's root.
+
+``--service-time`` instead leaves the broker unprofiled and records, with ``perf record`` (root), the
+broker's ``recvfrom`` returns and ``sendto`` calls during the sends: the time from a request's read to
+its answer's ``sendto`` (the broker's critical path of a lone send, kernel wake-ups excluded), as
+percentiles. Timestamps are the kernel's (µs resolution); alternate two trees in the same minutes.
 """
 
 from __future__ import annotations
@@ -80,6 +85,30 @@ def report(path: str, sends: int, top: int) -> None:
         print(f"  {calls / sends:6.2f}  {name}")
 
 
+def report_service_time(traced: str) -> None:
+    """Percentiles of a thread's ``recvfrom`` return to its next ``sendto`` in a ``perf record`` file."""
+    script = subprocess.run(["perf", "script", "-i", traced, "-F", "tid,time,event"], capture_output=True,
+                            text=True, check=True).stdout
+    read_at: dict[str, float] = {}
+    spans: list[float] = []
+    for line in script.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        tid, when, event = fields[0], float(fields[1].rstrip(":")), fields[2]
+        if "exit_recvfrom" in event:
+            read_at[tid] = when
+        elif "enter_sendto" in event and tid in read_at:
+            spans.append((when - read_at.pop(tid)) * 1e6)
+    if not spans:
+        print("no recvfrom -> sendto pair recorded (perf needs root and syscall tracepoints)")
+        return
+    spans.sort()
+    at = [spans[int(len(spans) * q)] for q in (0.25, 0.5, 0.75, 0.9)]
+    print(f"{len(spans)} requests, read -> answer sendto on the broker: p25 {at[0]:.0f} µs, p50 {at[1]:.0f} µs, "
+          f"p75 {at[2]:.0f} µs, p90 {at[3]:.0f} µs")
+
+
 async def drive(reactor: Any, options: argparse.Namespace) -> None:
     import broker as broker_bench  # benchmarks/broker.py
     from twisted.internet.defer import Deferred
@@ -112,8 +141,22 @@ async def drive(reactor: Any, options: argparse.Namespace) -> None:
         await producer.start()
         for _ in range(200):  # the topic, the route, warm caches
             await producer.send(message())
+        if options.service_time:
+            traced = os.path.join(workdir, "syscalls.perf")
+            perf = real_popen(["perf", "record", "-q", "-o", traced, "-e", "syscalls:sys_exit_recvfrom",
+                               "-e", "syscalls:sys_enter_sendto", "-p", str(process.pid)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            pause: Deferred[None] = Deferred()
+            reactor.callLater(1.0, pause.callback, None)  # perf attached
+            await pause
+            for _ in range(options.messages):
+                await producer.send(message())
+            perf.send_signal(signal.SIGINT)
+            perf.wait()
+            report_service_time(traced)
+            return
         process.send_signal(signal.SIGUSR1)
-        pause: Deferred[None] = Deferred()
+        pause = Deferred()
         reactor.callLater(0.5, pause.callback, None)  # the broker handles the signal while idle
         await pause
         for _ in range(options.messages):
@@ -138,6 +181,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--flush", default="ASYNC_FLUSH")
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--service-time", action="store_true",
+                        help="the broker's read -> answer sendto time per request (perf), not its calls")
     sys.path.insert(0, HERE)
     sys.path.insert(0, os.path.dirname(HERE))
     import broker as broker_bench
