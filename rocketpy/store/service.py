@@ -263,8 +263,8 @@ class StoreService(StoreReads, Service):
         return result
 
     def lone_answered(self) -> None:
-        """After :meth:`put_lone_now`'s result was answered: what :meth:`_lone_done` does after its
-        completion, the arrival notices (long polls, HA slaves, the timer) then the next hop."""
+        """After :meth:`put_lone_now`'s result was answered: the rest of :meth:`_lone_done`, the arrival
+        notices (long polls, HA slaves, the timer) then the hop's end (its puts queued meanwhile go next)."""
         answering, self._answering = self._answering, None
         if answering is None:
             return
