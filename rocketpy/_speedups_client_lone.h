@@ -71,47 +71,34 @@ static int64_t plain_decimal(PyObject *s, int *ok) {
     return p[0] == '-' ? -value : value;
 }
 
-/* send_result_then(response, addr, mq, msg_id, then, args): see the top of this file. */
-static PyObject *send_result_then(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *response, *status, *ext, *msg_id, *queue_id, *offset_text, *transaction, *region, *mq_id;
-    PyObject *result = NULL, *offset = NULL, *call[16], *returned;
-    Py_ssize_t n, i;
+/* The SendResult of a send's usual answer (a new reference): response a RemotingCommand with a send
+ * status code and plain msgId, queueId (mq's own) and queueOffset fields; NULL without an exception
+ * for anything else (the Python reference decides), NULL with one on failure. */
+static PyObject *usual_send_result(PyObject *response, PyObject *mq, PyObject *msg_id) {
+    PyObject *status, *ext, *store_id, *queue_id, *offset_text, *transaction, *region, *mq_id;
+    PyObject *result, *offset;
+    Py_ssize_t i;
     int64_t id, queue_offset;
     int ok;
-    if (nargs != 6 || !PyTuple_CheckExact(args[5])) {
-        PyErr_SetString(PyExc_TypeError, "send_result_then(response, addr, mq, msg_id, then, args)");
+    if (!sr_slots || !rc_slots || RemotingCommand == NULL || !Py_IS_TYPE(response, (PyTypeObject *)RemotingCommand))
         return NULL;
-    }
-    if (send_result_reference == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "rocketpy._speedups.set_send_result() was not called");
+    if (rc_get(response, RC_CODE) == NULL)
         return NULL;
-    }
-    response = args[0];
-    n = PyTuple_GET_SIZE(args[5]);
-    if (!sr_slots || !rc_slots || RemotingCommand == NULL || !Py_IS_TYPE(response, (PyTypeObject *)RemotingCommand) ||
-        n > 15)
-        goto python;
     status = PyDict_GetItemWithError(send_statuses, rc_get(response, RC_CODE));
     ext = rc_get(response, RC_EXT);
-    if (status == NULL || ext == NULL || !PyDict_CheckExact(ext)) {
-        if (PyErr_Occurred())
-            return NULL;
-        goto python;
-    }
-    if ((msg_id = PyDict_GetItemWithError(ext, str_msg_id)) == NULL ||
+    if (status == NULL || ext == NULL || !PyDict_CheckExact(ext))
+        return NULL;
+    if ((store_id = PyDict_GetItemWithError(ext, str_msg_id)) == NULL ||
         (queue_id = PyDict_GetItemWithError(ext, str_queue_id)) == NULL ||
-        (offset_text = PyDict_GetItemWithError(ext, str_queue_offset)) == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
-        goto python;
-    }
+        (offset_text = PyDict_GetItemWithError(ext, str_queue_offset)) == NULL)
+        return NULL;
     id = plain_decimal(queue_id, &ok);
     if (!ok)
-        goto python;
+        return NULL;
     queue_offset = plain_decimal(offset_text, &ok);
     if (!ok)
-        goto python;
-    if ((mq_id = PyObject_GetAttr(args[2], str_queue_id_field)) == NULL)
+        return NULL;
+    if ((mq_id = PyObject_GetAttr(mq, str_queue_id_field)) == NULL)
         return NULL;
     ok = 0;
     if (PyLong_CheckExact(mq_id)) {
@@ -123,7 +110,7 @@ static PyObject *send_result_then(PyObject *self, PyObject *const *args, Py_ssiz
     }
     Py_DECREF(mq_id);
     if (!ok)  /* the broker picked another queue (or an odd one): the reference makes its MessageQueue */
-        goto python;
+        return NULL;
     transaction = PyDict_GetItemWithError(ext, str_transaction_id);
     if (transaction == NULL && PyErr_Occurred())
         return NULL;
@@ -133,18 +120,35 @@ static PyObject *send_result_then(PyObject *self, PyObject *const *args, Py_ssiz
     if ((offset = PyLong_FromLongLong(queue_offset)) == NULL)
         return NULL;
     result = ((PyTypeObject *)send_result_type)->tp_alloc((PyTypeObject *)send_result_type, 0);
-    if (result == NULL) {
-        Py_DECREF(offset);
-        return NULL;
-    }
-    {
-        PyObject *fields[SR_FIELDS] = {status, args[3], msg_id, args[2], offset,
+    if (result != NULL) {
+        PyObject *fields[SR_FIELDS] = {status, msg_id, store_id, mq, offset,
                                        transaction != NULL ? transaction : Py_None,
                                        region != NULL ? region : str_default_region};
         for (i = 0; i < SR_FIELDS; i++)
             *(PyObject **)((char *)result + sr_offsets[i]) = Py_NewRef(fields[i]);
     }
     Py_DECREF(offset);
+    return result;
+}
+
+/* send_result_then(response, addr, mq, msg_id, then, args): see the top of this file. */
+static PyObject *send_result_then(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *result, *call[16], *returned;
+    Py_ssize_t n, i;
+    if (nargs != 6 || !PyTuple_CheckExact(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "send_result_then(response, addr, mq, msg_id, then, args)");
+        return NULL;
+    }
+    if (send_result_reference == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rocketpy._speedups.set_send_result() was not called");
+        return NULL;
+    }
+    n = PyTuple_GET_SIZE(args[5]);
+    if (n > 15 || (result = usual_send_result(args[0], args[2], args[3])) == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_Vectorcall(send_result_reference, args, nargs, NULL);
+    }
     call[0] = result;
     for (i = 0; i < n; i++)
         call[i + 1] = PyTuple_GET_ITEM(args[5], i);
@@ -154,8 +158,6 @@ static PyObject *send_result_then(PyObject *self, PyObject *const *args, Py_ssiz
         return NULL;
     Py_DECREF(returned);
     Py_RETURN_NONE;
-python:
-    return PyObject_Vectorcall(send_result_reference, args, nargs, NULL);
 }
 
 /* ---- the response table's per-request methods (rocketpy.remoting.pending) -------------------- */

@@ -649,6 +649,11 @@ static PyObject *ps_message_cls, *ps_mq_cls, *ps_queue_cls;
 static Py_ssize_t ps_message_at[3], ps_mq_at[3], ps_queue_at[3];
 #define PS_SLOT(obj, at) (*(PyObject **)((char *)(obj) + (at)))  /* borrowed; NULL when unset */
 
+/* _speedups_clientsend.h: a usual send to an idle queue, alone in C */
+static PyObject *client_lone_send(PyObject *producer, PyObject *batcher, PyObject *queue, PyObject *addr, PyObject *msg,
+                           PyObject *mq, PyObject *mode, PyObject *timeout, PyObject *begin, PyObject *first,
+                           PyObject *size_obj);
+
 /* plain_send(producer, msg, mode, timeout): producer._send_plain(msg, mode, timeout). In C when the
  * usual send joins the waiting sends of a queue with a request in flight (the pipelined steady state):
  * every check of _send_plain and AutoBatcher.join is made before anything changes. A usual send to a
@@ -779,10 +784,12 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
     if ((first = PyTuple_Pack(6, msg, mq, mode, timeout, Py_None, begin)) == NULL ||
         (size_obj = PyLong_FromSsize_t(size)) == NULL)
         goto error;
-    if (!joins) {
+    if (!joins) {  /* alone in C (client_lone_send, _speedups_clientsend.h), else as _send_plain ends */
         PyObject *call[10] = {producer, batcher, addr, msg, mq, mode, timeout, first, size_obj, begin};
-        member = PyObject_VectorcallMethod(ps_names[PS_JOIN_OR_REQUEST], call, 10 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                           NULL);
+        member = client_lone_send(producer, batcher, queue, addr, msg, mq, mode, timeout, begin, first, size_obj);
+        if (member == NULL && !PyErr_Occurred())
+            member = PyObject_VectorcallMethod(ps_names[PS_JOIN_OR_REQUEST], call,
+                                               10 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         goto done;
     }
     if ((deadline = PyNumber_Add(begin, timeout)) == NULL || (member = new_member()) == NULL || set_member_slot(member, 0, msg) < 0 ||

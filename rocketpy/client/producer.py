@@ -18,7 +18,7 @@ from twisted.internet.interfaces import IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from rocketpy.client.api import Mode, send_header
+from rocketpy.client.api import MQClientAPI, Mode, send_header
 from rocketpy.client.autobatch import DEFAULT_BATCH_MAX_BYTES, DEFAULT_BATCH_MAX_COUNT, AutoBatcher, plain_entry_size
 from rocketpy.client.errors import (
     BrokerNotFoundError,
@@ -45,7 +45,10 @@ from rocketpy.common.message import Message, MessageConst, MessageExt, MessageSy
 from rocketpy.common.route import MASTER_ID, MessageQueue, TopicRouteData
 from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.interfaces import IRPCHook
-from rocketpy.remoting.codes import ResponseCode, SerializeType
+from rocketpy.common.topic import TBW102
+from rocketpy.remoting.client import Permits, RemotingClient
+from rocketpy.remoting.codes import ROCKETPY_VERSION, RequestCode, ResponseCode, SerializeType
+from rocketpy.remoting.protocol import RemotingProtocol
 from rocketpy.remoting.tls import ClientTLS
 
 #: Broker codes after which a sync send tries another queue (``DefaultMQProducer.retryResponseCodes``).
@@ -633,6 +636,10 @@ def _compiled_plain_send() -> Callable[[Producer, Message, Mode, float], Deferre
     if not module.plain_setup(Mode.SYNC, Mode.ONEWAY, valid_topics, autobatch._Waiting, RoundRobinIndex, _UNIQ_KEY,
                               MASTER_ID, Message, MessageQueue, autobatch._Queue):
         return None
+    if hasattr(module, "lone_setup"):  # a usual send to an idle queue alone in C, to the socket and back
+        module.lone_setup(Producer._request_then, AutoBatcher, MQClientAPI, RemotingClient.invoke_then, Permits,
+                          RemotingProtocol.invoke_then, RemotingProtocol._send_request, TBW102,
+                          int(RequestCode.SEND_MESSAGE_V2), ROCKETPY_VERSION, Mode.ASYNC, module.lone_answered)
     send: Callable[[Producer, Message, Mode, float], Deferred[Any] | None] = module.plain_send
     return send
 
