@@ -20,9 +20,10 @@ temporary store) in another process, then measures with 1 KiB bodies:
 - ``push consume``: a PushConsumer's messages/s from a full topic to the listener;
 - ``raw+uniq send/1000``: the raw loop with a ``UNIQ_KEY`` property, which the broker indexes
   (the client always sets one, so this is the fair baseline for ``client async/1000``);
-- finally the CPU per send and per pulled message of the client layer alone, on a stub
-  remoting client (independent of scheduling on a busy machine): one send at a time, and
-  ``send_async`` with 1000 in flight, auto-batched and not.
+- finally the CPU per send and per pulled message of the client layer alone (independent of
+  scheduling on a busy machine): one send at a time on a RemotingClient whose channel is an
+  in-memory transport (``ChannelStub``: the real request path, answered at once), and, on a stub
+  remoting client, ``send_async`` with 1000 in flight, auto-batched and not.
 
 Prints per-round figures, medians with the CPU µs per message of the client process and of the
 broker process, and the client/raw ratios.
@@ -58,6 +59,7 @@ from rocketpy.client import (  # noqa: E402
     Producer,
     PullConsumer,
     PushConsumer,
+    SendResult,
 )
 from rocketpy.client.route import TopicPublishInfo  # noqa: E402
 from rocketpy.common.message import decode_records, encode_record  # noqa: E402
@@ -66,6 +68,8 @@ from rocketpy.remoting.client import RemotingClient  # noqa: E402
 from rocketpy.remoting.codec import decode, encode  # noqa: E402
 from rocketpy.remoting.codes import RequestCode  # noqa: E402
 from rocketpy.remoting.command import RemotingCommand  # noqa: E402
+from rocketpy.remoting.pending import Then, call_then  # noqa: E402
+from twisted.internet.testing import StringTransport  # noqa: E402
 
 BODY = broker_bench.BODY
 TOPIC = broker_bench.TOPIC
@@ -116,6 +120,11 @@ class _StubRemoting:
 
     invoke_async = invoke_sync
 
+    def invoke_then(self, address: str, request: RemotingCommand, timeout: float, then: Then,
+                    args: tuple[Any, ...] = (), bounded: bool = False) -> None:
+        """RemotingClient.invoke_then's: the outcome to ``then``, no Deferred (the producer's lone sends)."""
+        call_then(self.response, then, args)
+
     def register_processor(self, code: int, processor: Any) -> None:
         pass
 
@@ -126,29 +135,58 @@ class _HoldingStub(_StubRemoting):
 
     def __init__(self) -> None:
         super().__init__()
-        self.held: list[Deferred[RemotingCommand]] = []
+        self.held: list[tuple[Then, tuple[Any, ...]]] = []
         self.frame = encode(self.response)[4:]
 
     def invoke_sync(self, address: str, request: RemotingCommand, timeout: float) -> Deferred[RemotingCommand]:
-        encode(request)  # as the channel would
         d: Deferred[RemotingCommand] = Deferred()
-        self.held.append(d)
+        self.invoke_then(address, request, timeout, d.callback, ())
         return d
 
     invoke_async = invoke_sync
 
+    def invoke_then(self, address: str, request: RemotingCommand, timeout: float, then: Then,
+                    args: tuple[Any, ...] = (), bounded: bool = False) -> None:
+        encode(request)  # as the channel would
+        self.held.append((then, args))
+
     def answer_all(self) -> None:
         held, self.held = self.held, []
-        for d in held:
-            d.callback(decode(self.frame))
+        for then, args in held:
+            call_then(decode(self.frame), then, args)
 
 
-def stub_producer(stub: Any, clock: task.Clock, **kwargs: Any) -> Producer:
-    """A started producer on ``stub`` with a cached route of 4 queues (no name server)."""
+class ChannelStub:
+    """A :class:`RemotingClient` with one channel connected over an in-memory transport: a request
+    takes the real path to its frame (the producer's lone send in C included), and :meth:`answer`
+    feeds the channel the next prepared response frame, as a socket's bytes would be read."""
+
+    FIELDS = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "5",
+              "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
+    def __init__(self, clock: task.Clock, answers: int, address: str = "127.0.0.1:1") -> None:
+        self.remoting = RemotingClient(clock)
+        self.channel = self.remoting.build_channel()
+        self.transport = StringTransport()
+        self.channel.makeConnection(self.transport)
+        self.remoting._by_address[address] = self.channel  # connected: what _connect_done records
+        self.remoting._address_of[self.channel] = address
+        # opaques count up from 0 on a new channel
+        self.frames = iter([encode(RemotingCommand(0, "JAVA", 1, opaque, 1, None, self.FIELDS))
+                            for opaque in range(answers)])
+
+    def answer(self) -> None:
+        """Answer the oldest request not answered yet (one request in flight at a time)."""
+        self.transport.clear()
+        self.channel.dataReceived(next(self.frames))
+
+
+def stub_producer(stub: Any, clock: task.Clock, queues: int = 4, **kwargs: Any) -> Producer:
+    """A started producer on ``stub`` with a cached route of ``queues`` queues (no name server)."""
     producer = Producer("PG", "ns:9876", clock, stub, **kwargs)
     producer.start()
     producer._publish[TOPIC] = TopicPublishInfo(TOPIC, TopicRouteData(
-        [QueueData("b", 4, 4, 6)], [BrokerData("c", "b", {0: "127.0.0.1:1"})]))
+        [QueueData("b", queues, queues, 6)], [BrokerData("c", "b", {0: "127.0.0.1:1"})]))
     producer.instance.broker_addrs["b"] = {0: "127.0.0.1:1"}
     return producer
 
@@ -177,17 +215,27 @@ def cpu_per_send_in_flight(auto_batch: bool, in_flight: int = 1000, n: int = 100
 
 
 def cpu_per_send(n: int = 20000) -> tuple[float, float]:
-    """CPU µs per send: through ``Producer.send`` and building the raw request, both on a stub."""
-    stub = _StubRemoting()
-    producer = stub_producer(stub, task.Clock())
+    """CPU µs per send, answered at once on a :class:`ChannelStub`: through ``Producer.send`` (one queue:
+    every answer names the queue the send went to), and through the raw ``invoke_sync`` of a request
+    built by hand."""
+    clock = task.Clock()
+    stub = ChannelStub(clock, 2 * n)
+    producer = stub_producer(stub.remoting, clock, queues=1)
+    results: list[Any] = []
     start = time.process_time()
     for _ in range(n):
-        producer.send(Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"}))
+        d = producer.send(Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"}))
+        stub.answer()
+        d.addBoth(results.append)
     client = (time.process_time() - start) / n * 1e6
+    if type(results[-1]) is not SendResult:
+        raise SystemExit(f"the stub's sends failed: {results[-1]}")
     start = time.process_time()
     for i in range(n):
-        request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, broker_bench.send_header(i % 8, False), BODY)
-        stub.invoke_sync("127.0.0.1:1", request, 3.0)
+        request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, broker_bench.send_header(0, False), BODY)
+        d = stub.remoting.invoke_sync("127.0.0.1:1", request, 3.0)
+        stub.answer()
+        d.addBoth(results.append)
     return client, (time.process_time() - start) / n * 1e6
 
 
@@ -363,7 +411,7 @@ def report(results: dict[str, list[float]], cpu: dict[str, list[tuple[float, flo
         broker = statistics.median(b for _, b in cpu[name])
         print(f"{name:<24}{median:>10,.0f} /s  cpu {own:6.1f} / {broker:6.1f} us{ratio}")
     client_cpu, raw_cpu = cpu_per_send()
-    print(f"CPU per send on a stub remoting client: Producer.send {client_cpu:.1f} us, raw request {raw_cpu:.1f} us")
+    print(f"CPU per send on an in-memory channel: Producer.send {client_cpu:.1f} us, raw request {raw_cpu:.1f} us")
     print(f"CPU per send_async on a stub, 1000 in flight: auto-batched {cpu_per_send_in_flight(True):.1f} us, "
           f"not batched {cpu_per_send_in_flight(False):.1f} us")
     client_cpu, raw_cpu = cpu_per_pulled_message()

@@ -43,14 +43,8 @@ from twisted.internet.defer import Deferred  # noqa: E402
 
 import broker as broker_bench  # noqa: E402  (benchmarks/broker.py: the rocketpy process)
 import client as client_bench  # noqa: E402  (benchmarks/client.py: its name server port)
-from twisted.internet.testing import StringTransport  # noqa: E402
 
 from rocketpy.client import Message, Producer, SendResult  # noqa: E402
-from rocketpy.client.route import TopicPublishInfo  # noqa: E402
-from rocketpy.common.route import BrokerData, QueueData, TopicRouteData  # noqa: E402
-from rocketpy.remoting.client import RemotingClient  # noqa: E402
-from rocketpy.remoting.codec import encode  # noqa: E402
-from rocketpy.remoting.command import RemotingCommand  # noqa: E402
 
 PROPERTIES = {"KEYS": "k", "TAGS": "TagA"}
 
@@ -81,31 +75,16 @@ def report_calls(profile: cProfile.Profile, sends: int, lines: int) -> None:
 
 def cpu_per_send_on_stub(sends: int = 20_000, runs: int = 5) -> float:
     """See the module docstring (``--stub``): the median CPU µs per send of ``runs`` runs."""
-    address, topic = "127.0.0.1:10911", broker_bench.TOPIC
     clock = task.Clock()
-    remoting = RemotingClient(clock)
-    channel = remoting.build_channel()
-    transport = StringTransport()
-    channel.makeConnection(transport)
-    remoting._by_address[address] = channel  # connected: what _connect_done records
-    remoting._address_of[channel] = address
-    producer = Producer("PID_CLIENT_LONE", "ns:9876", clock, remoting)
-    producer.start()
-    producer._publish[topic] = TopicPublishInfo(topic, TopicRouteData([QueueData("b", 1, 1, 6)], [BrokerData(
-        "c", "b", {0: address})]))  # one queue: every answer names the queue the send went to
-    producer.instance.broker_addrs["b"] = {0: address}
-    fields = {"msgId": "7F00000100002A9F0000000000000000", "queueId": "0", "queueOffset": "5",
-              "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-    answers = iter([encode(RemotingCommand(0, "JAVA", 1, opaque, 1, None, fields)) for opaque in
-                    range(sends * (runs + 1))])  # opaques count up from 0 on a new channel
+    stub = client_bench.ChannelStub(clock, sends * (runs + 1))
+    producer = client_bench.stub_producer(stub.remoting, clock, queues=1)  # every answer names its queue
     results: list[Any] = []
 
     def run() -> float:
         start = time.process_time()
         for _ in range(sends):
-            d = producer.send(Message(topic, broker_bench.BODY, 0, dict(PROPERTIES)))
-            transport.clear()
-            channel.dataReceived(next(answers))
+            d = producer.send(Message(client_bench.TOPIC, broker_bench.BODY, 0, dict(PROPERTIES)))
+            stub.answer()
             d.addBoth(results.append)
         return (time.process_time() - start) / sends * 1e6
 
