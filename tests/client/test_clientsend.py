@@ -30,6 +30,7 @@ from rocketpy.client.route import TopicPublishInfo
 from rocketpy.common import speedups
 from rocketpy.common.message import Message
 from rocketpy.common.route import BrokerData, QueueData, TopicRouteData
+from rocketpy.interfaces import IRPCHook
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.codec import decode, encode
 from rocketpy.remoting.codes import RequestCode
@@ -46,6 +47,9 @@ SENDS = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE, RequestCode.SEND
 
 KINDS = st.sampled_from(["plain", "plain", "plain", "uniq", "tags", "accented", "delayed", "short", "chain"])
 ANSWERS = st.sampled_from(["ok", "ok", "ok", "flush-timeout", "other-queue", "system-error", "no-offset"])
+#: the remoting client's and the producer's options: the usual ones, and those the C path leaves to Python
+OPTIONS = st.sampled_from([{}, {}, {"async_permits": 1}, {"serialize_type": 1}, {"rpc_hooks": True},
+                           {"send_smart_msg": False}, {"close_channel_on_timeout": False}])
 STEPS = st.lists(
     st.one_of(
         st.tuples(st.sampled_from(["send", "send", "send_async"]), KINDS),
@@ -118,24 +122,43 @@ class Wire:
                 protocol.connectionLost(Failure(ConnectionDone()))
 
 
+@implementer(IRPCHook)
+class StampHook:
+    """Adds a field to every request it sees (as the ACL hook signs them)."""
+
+    def before_request(self, remote_address: str, request: RemotingCommand) -> None:
+        request.ext_fields["stamped"] = "yes"
+
+    def after_response(self, remote_address: str, request: RemotingCommand, response: RemotingCommand) -> None:
+        pass
+
+
 class Run:
     """One producer on a :class:`RemotingClient` over the wire, its route cached (4 queues)."""
 
-    def __init__(self, test: SynchronousTestCase) -> None:
+    def __init__(self, test: SynchronousTestCase, options: dict[str, Any] | None = None) -> None:
         test.patch(route, "random", random.Random(0))  # RoundRobinIndex's start
+        options = dict(options or {})
+        smart = options.pop("send_smart_msg", True)
+        if options.pop("rpc_hooks", False):
+            options["rpc_hooks"] = [StampHook()]
         self.clock = Clock()
         self.clock.advance(1_700_000_000)
         self.wire = Wire()
-        self.remoting = remoting = RemotingClient(self.clock, endpoint_factory=lambda address: MemoryEndpoint(self.wire))
+        self.remoting = remoting = RemotingClient(
+            self.clock, endpoint_factory=lambda address: MemoryEndpoint(self.wire), **options)
         instance = ClientInstance(self.clock, NAMESRV, remoting, client_id="10.0.0.9@1", poll_interval=1e6,
                                   heartbeat_interval=1e6)
-        self.producer = Producer("PG", instance=instance, rng=random.Random(7))
+        self.producer = Producer("PG", instance=instance, rng=random.Random(7), send_smart_msg=smart)
         self.producer.start()
         self.producer._publish["T"] = TopicPublishInfo("T", TopicRouteData([QueueData("b", 4, 4, 6)], [BrokerData(
             "c", "b", {0: BROKER})]))
         instance.broker_addrs["b"] = {0: BROKER}
         self.outcomes: list[Any] = []
         self.sent = 0
+        for _ in range(4):  # connected, each queue known and idle: the next sends may take the C path
+            self.send("send", "plain")
+            self.wire.answer(0, "ok")
 
     def send(self, method: str, kind: str) -> None:
         n = self.sent
@@ -179,7 +202,8 @@ class Run:
         self.wire.collect()
         batcher = self.producer._batcher
         queues = batcher._queues.values() if batcher is not None else []
-        return (self.wire.frames, self.outcomes, self.producer._publish["T"].index._value,
+        return (self.wire.frames, [protocol.closing for protocol, _ in self.wire.connections], self.outcomes,
+                self.producer._publish["T"].index._value,
                 sorted((q.mq.queue_id, q.mode.name, q.in_flight, len(q.waiting)) for q in queues),
                 self.remoting._async_permits.available)
 
@@ -187,11 +211,11 @@ class Run:
 class LoneSendTests(SynchronousTestCase):
     skip = NO_C
 
-    def both(self, steps: list[tuple[str, Any]]) -> tuple[Any, Any]:
+    def both(self, steps: list[tuple[str, Any]], options: dict[str, Any]) -> tuple[Any, Any]:
         runs = []
         for plain in (C_SEND, Producer._send_plain):
             self.patch(producer_module, "_plain_send", plain)
-            run = Run(self)
+            run = Run(self, options)
             for action, arg in steps:
                 run.step(action, arg)
             for _ in range(4):  # everything answered or timed out
@@ -201,21 +225,20 @@ class LoneSendTests(SynchronousTestCase):
         return runs[0], runs[1]
 
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-    @given(STEPS)
-    def test_same_as_python(self, steps: list[tuple[str, Any]]) -> None:
-        """Any run of sends, answers (odd ones included), clock steps and lost connections: the C path
-        writes the same frames and gives the same outcomes, queue states and permits as the Python one."""
-        c, python = self.both(steps)
+    @given(STEPS, OPTIONS)
+    def test_same_as_python(self, steps: list[tuple[str, Any]], options: dict[str, Any]) -> None:
+        """Any run of sends, answers (odd ones included), clock steps and lost connections, with the
+        usual options or unusual ones (one async permit, MessagePack headers, RPC hooks, SEND_MESSAGE
+        (10), channels kept on timeouts): the C path writes the same frames and gives the same outcomes,
+        queue states and permits as the Python one."""
+        c, python = self.both(steps, options)
         self.maxDiff = None
-        self.assertEqual(c, python, steps)
+        self.assertEqual(c, python, (steps, options))
 
     def test_lone_send_in_c(self) -> None:
         """A usual send to an idle queue neither calls the Python steps nor reads the clock more than once;
         its answer fires the caller's Deferred with its SendResult, and the queue is idle again."""
         run = Run(self)
-        for _ in range(4):  # connects, and makes each queue's state: the Python path
-            run.step("send", "plain")
-            run.step("answer", (0, "ok"))
         python_steps = {"_join_or_request": 0, "_answered_alone": 0, "_answered": 0}
         for owner, name in ((Producer, "_join_or_request"), (producer_module.AutoBatcher, "_answered_alone"),
                             (producer_module.AutoBatcher, "_answered")):
@@ -244,16 +267,14 @@ class LoneSendTests(SynchronousTestCase):
         second retried on another queue, as a SYNC send is)."""
         run = Run(self)
         run.step("send", "plain")
-        run.step("answer", (0, "ok"))
-        run.step("send", "plain")
         run.step("answer", (0, "other-queue"))
         run.step("send", "plain")
         run.step("answer", (0, "system-error"))
         run.step("answer", (0, "ok"))
-        self.assertEqual([o[0] for o in run.outcomes], ["SEND_OK"] * 3)
-        first, moved, retried = run.outcomes
-        self.assertEqual(moved[3], (int(decode(run.wire.frames[1]).ext_fields["e"]) + 1) % 4)
-        self.assertNotEqual(retried[3], int(decode(run.wire.frames[2]).ext_fields["e"]))
+        self.assertEqual([o[0] for o in run.outcomes], ["SEND_OK"] * 6)
+        moved, retried = run.outcomes[4:]
+        self.assertEqual(moved[3], (int(decode(run.wire.frames[4]).ext_fields["e"]) + 1) % 4)
+        self.assertNotEqual(retried[3], int(decode(run.wire.frames[5]).ext_fields["e"]))
 
 
 def counting(python: Any, calls: dict[str, int], name: str) -> Any:
