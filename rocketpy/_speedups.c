@@ -1574,11 +1574,11 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 #include "_speedups_uring.h"  /* uring_*: the same through io_uring */
 #include "_speedups_batch.h"  /* write_buffers: a chunk of records into the mapped file */
 #include "_speedups_producer.h"  /* fire, deliver: an automatic batch's members given their results */
-#include "_speedups_clientsend.h"  /* client_lone_send: a lone send from Producer.send to the socket in C */
 
 #include "_speedups_answerfirst.h"  /* answer_first: a lone send's answer written before the store's notices */
 #include "_speedups_request.h"  /* lone_send, send_now: a lone send request from its command to its answer */
 #include "_speedups_syncanswer.h"  /* sync_answer_*: a lone SYNC_FLUSH send answered as its sync ends */
+#include "_speedups_clientsend.h"  /* client_lone_send: a lone send from Producer.send to the socket in C */
 
 /* ---- setup ------------------------------------------------------------------------------ */
 

@@ -1,14 +1,15 @@
 /* rocketpy._speedups, the producer's lone send from Producer.send to the socket and back (doc/benchmarks.md,
  * "Pass: the client's lone send in C"): included once from _speedups.c, after _speedups_producer.h
- * (plain_send, new_member, fire_one, PS_SLOT), _speedups_client_lone.h (usual_send_result, send_result_reference)
- * and _speedups_remoting.h (new_command, json_frame).
+ * (plain_send, new_member, fire_one, PS_SLOT), _speedups_client_lone.h (usual_send_result, send_result_reference),
+ * _speedups_remoting.h (new_command, json_frame) and _speedups_request.h (send_now).
  *
  * client_lone_send  plain_send's end for a usual send to a queue with nothing in flight: what
  *                   Producer._join_or_request -> AutoBatcher.join/_alone -> Producer._request_then ->
  *                   MQClientAPI.send_message_then (send_header, send_request) -> RemotingClient.invoke_then ->
  *                   RemotingProtocol.invoke_then/_send_request do, in one C call: the member Deferred, the
  *                   queue counted in flight, the request registered in the channel's response table and its
- *                   frame written (collected while the channel reads). The send's one clock reading (plain_send's)
+ *                   frame written (collected while the channel reads, unless it can leave at once: cs_write_now).
+ *                   The send's one clock reading (plain_send's)
  *                   is its born timestamp and the start of its deadlines. Anything unusual (a subclass overriding
  *                   a step, RPC hooks, no connected channel, lingering, a producer not sending V2, ...) leaves it
  *                   to _join_or_request, before anything here changed.
@@ -22,12 +23,14 @@
 enum { CS_LINGER, CS_SEND_THEN, CS_SMART, CS_GROUP, CS_QUEUE_NUMS, CS_INSTANCE, CS_API, CS_INVOKE_THEN, CS_PERMITS,
        CS_AVAILABLE, CS_RELEASE, CS_CLOSE_ON_TIMEOUT, CS_BY_ADDRESS, CS_CLOSING, CS_LOST, CS_BROKEN, CS_OWNER,
        CS_HOOKS_ON_SEND, CS_RPC_HOOKS, CS_INVOKE_THEN_NAME, CS_SEND_REQUEST, CS_TABLE, CS_ADD_THEN, CS_READING, CS_OUT,
-       CS_WRITE, CS_SERIALIZE, CS_LANGUAGE, CS_FLAG, CS_ANSWERED_ALONE, CS_ANSWERED, CS_NAMES };
+       CS_WRITE, CS_SERIALIZE, CS_LANGUAGE, CS_FLAG, CS_ANSWERED_ALONE, CS_ANSWERED, CS_WRITE_NOW, CS_TRANSPORT,
+       CS_PENDING, CS_NAMES };
 static const char *const CS_TEXT[CS_NAMES] = {
     "linger", "_send_then", "send_smart_msg", "group", "default_topic_queue_nums", "instance", "api", "_invoke_then",
     "_async_permits", "available", "release", "_close_on_timeout", "_by_address", "closing", "_lost", "_broken",
     "_owner", "hooks_on_send", "rpc_hooks", "invoke_then", "_send_request", "_table", "add_then", "_reading", "_out",
-    "_write", "_serialize_type", "_language", "flag", "_answered_alone", "_answered"};
+    "_write", "_serialize_type", "_language", "flag", "_answered_alone", "_answered", "_write_now", "transport",
+    "_pending"};
 static PyObject *cs_names[CS_NAMES];
 #define CS_KEYS 12  /* send_header's one-letter keys of a plain V2 send, in its order */
 static const char *const CS_KEY_TEXT[CS_KEYS] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m"};
@@ -35,7 +38,8 @@ static PyObject *cs_keys[CS_KEYS], *cs_zero_text, *cs_false_text;
 
 /* Registered by lone_setup (rocketpy/client/producer.py); cs_ready is 0 until then. */
 static PyObject *cs_request_then, *cs_batcher_cls, *cs_api_cls, *cs_client_invoke_then, *cs_permits_cls,
-    *cs_channel_invoke_then, *cs_channel_send_request, *cs_tbw102, *cs_code, *cs_version, *cs_async, *cs_answered;
+    *cs_channel_invoke_then, *cs_channel_send_request, *cs_tbw102, *cs_code, *cs_version, *cs_async, *cs_answered,
+    *cs_plain_tcp;
 static int cs_ready;
 
 /* obj.name (a new reference), NULL with an exception when absent. */
@@ -183,6 +187,35 @@ static int cs_permit(PyObject *remoting, PyObject *mode, PyObject **release, PyO
     return n < 0 ? -1 : 1;
 }
 
+/* A frame made while the channel reads (an answer's callback sent it) leaves at once, when nothing was
+ * collected before it and no other request is pending on the channel (no other answer can be in this read
+ * to leave with): send_now on a plain TCP transport with nothing queued (rocketpy/remoting/writenow.py).
+ * 1 when written, 0 when it is to be collected as RemotingProtocol._send_request collects it, -1 on error. */
+static int cs_write_now(PyObject *channel, PyObject *table, PyObject *out, PyObject *frame) {
+    PyObject *pending, *transport, *r;
+    int ok = 0;
+    if (PyList_GET_SIZE(out) != 0 || (ok = cs_true(channel, CS_WRITE_NOW)) != 1)
+        return ok < 0 ? -1 : 0;
+    if ((pending = cs_get(table, CS_PENDING)) == NULL)
+        return -1;
+    ok = PyDict_CheckExact(pending) && PyDict_GET_SIZE(pending) == 1;
+    Py_DECREF(pending);
+    if (!ok)
+        return 0;
+    if ((transport = cs_get(channel, CS_TRANSPORT)) == NULL)
+        return -1;
+    {
+        PyObject *call[3] = {cs_plain_tcp, transport, frame};
+        r = send_now(NULL, call, 3);  /* _speedups_request.h */
+    }
+    Py_DECREF(transport);
+    if (r == NULL)
+        return -1;
+    ok = r == Py_True;
+    Py_DECREF(r);
+    return ok;
+}
+
 /* plain_send's end for a send to `queue` (NULL: none yet), after it set the queue index, the UNIQ_KEY and
  * made `first` (see the top of this file): the member Deferred; NULL without an exception when the send
  * takes Producer._join_or_request (nothing here changed), NULL with one on failure. */
@@ -284,7 +317,8 @@ static PyObject *client_lone_send(PyObject *producer, PyObject *batcher, PyObjec
         Py_CLEAR(o);
         o = PyObject_CallMethodOneArg(channel, cs_names[CS_SEND_REQUEST], request);  /* the encoder's answer */
     } else if (reading) {
-        o = PyList_Append(o, frame) < 0 ? (Py_DECREF(o), NULL) : o;
+        if ((ok = cs_write_now(channel, table, o, frame)) < 0 || (ok == 0 && PyList_Append(o, frame) < 0))
+            Py_CLEAR(o);
     } else {
         o = PyObject_CallMethodOneArg(channel, cs_names[CS_WRITE], frame);
     }
@@ -383,16 +417,19 @@ static PyObject *lone_answered(PyObject *self, PyObject *const *args, Py_ssize_t
 }
 
 /* lone_setup(request_then, batcher_cls, api_cls, client_invoke_then, permits_cls, channel_invoke_then,
- * channel_send_request, tbw102, code, version, async_mode, answered): after plain_setup and set_send_result. */
+ * channel_send_request, tbw102, code, version, async_mode, answered, plain_tcp): after plain_setup and
+ * set_send_result; plain_tcp is writenow._PLAIN_SEND (send_now's transport types). */
 static PyObject *lone_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject **targets[12] = {&cs_request_then, &cs_batcher_cls, &cs_api_cls, &cs_client_invoke_then, &cs_permits_cls,
+    PyObject **targets[13] = {&cs_request_then, &cs_batcher_cls, &cs_api_cls, &cs_client_invoke_then, &cs_permits_cls,
                               &cs_channel_invoke_then, &cs_channel_send_request, &cs_tbw102, &cs_code, &cs_version,
-                              &cs_async, &cs_answered};
+                              &cs_async, &cs_answered, &cs_plain_tcp};
     int i;
-    if (nargs != 12 || !PyType_Check(args[1]) || !PyType_Check(args[2]) || !PyType_Check(args[4]) ||
-        !PyUnicode_CheckExact(args[7]) || !PyLong_CheckExact(args[8]) || !PyLong_CheckExact(args[9])) {
+    if (nargs != 13 || !PyType_Check(args[1]) || !PyType_Check(args[2]) || !PyType_Check(args[4]) ||
+        !PyUnicode_CheckExact(args[7]) || !PyLong_CheckExact(args[8]) || !PyLong_CheckExact(args[9]) ||
+        !PyAnySet_Check(args[12])) {
         PyErr_SetString(PyExc_TypeError, "lone_setup(request_then, batcher_cls, api_cls, client_invoke_then, "
-                        "permits_cls, channel_invoke_then, channel_send_request, tbw102, code, version, async, answered)");
+                        "permits_cls, channel_invoke_then, channel_send_request, tbw102, code, version, async, answered, "
+                        "plain_tcp)");
         return NULL;
     }
     for (i = 0; i < CS_NAMES; i++)
@@ -404,7 +441,7 @@ static PyObject *lone_setup(PyObject *self, PyObject *const *args, Py_ssize_t na
     if ((cs_zero_text == NULL && (cs_zero_text = PyUnicode_InternFromString("0")) == NULL) ||
         (cs_false_text == NULL && (cs_false_text = PyUnicode_InternFromString("false")) == NULL))
         return NULL;
-    for (i = 0; i < 12; i++)
+    for (i = 0; i < 13; i++)
         Py_XSETREF(*targets[i], Py_NewRef(args[i]));
     /* the pieces it reads: plain_send's, the SendResult's (set_send_result), the command's, json_frame's */
     cs_ready = ps_ready && fire_ready && sr_slots && rc_slots && RemotingCommand != NULL && zero != NULL && one != NULL;

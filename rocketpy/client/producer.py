@@ -48,6 +48,7 @@ from rocketpy.interfaces import IRPCHook
 from rocketpy.common.topic import TBW102
 from rocketpy.remoting.client import Permits, RemotingClient
 from rocketpy.remoting.codes import ROCKETPY_VERSION, RequestCode, ResponseCode, SerializeType
+from rocketpy.remoting import writenow
 from rocketpy.remoting.protocol import RemotingProtocol
 from rocketpy.remoting.tls import ClientTLS
 
@@ -639,7 +640,8 @@ def _compiled_plain_send() -> Callable[[Producer, Message, Mode, float], Deferre
     if hasattr(module, "lone_setup"):  # a usual send to an idle queue alone in C, to the socket and back
         module.lone_setup(Producer._request_then, AutoBatcher, MQClientAPI, RemotingClient.invoke_then, Permits,
                           RemotingProtocol.invoke_then, RemotingProtocol._send_request, TBW102,
-                          int(RequestCode.SEND_MESSAGE_V2), ROCKETPY_VERSION, Mode.ASYNC, module.lone_answered)
+                          int(RequestCode.SEND_MESSAGE_V2), ROCKETPY_VERSION, Mode.ASYNC, module.lone_answered,
+                          writenow._PLAIN_SEND)
     send: Callable[[Producer, Message, Mode, float], Deferred[Any] | None] = module.plain_send
     return send
 

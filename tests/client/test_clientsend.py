@@ -19,13 +19,15 @@ from twisted.internet.interfaces import IProtocolFactory, IStreamClientEndpoint
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.python.failure import Failure
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.internet.endpoints import TCP4ServerEndpoint
+from twisted.trial.unittest import SynchronousTestCase, TestCase
 from zope.interface import implementer
 
 from rocketpy.client import producer as producer_module
 from rocketpy.client import route
 from rocketpy.client.instance import ClientInstance
 from rocketpy.client.producer import Producer
+from rocketpy.client.results import SendStatus
 from rocketpy.client.route import TopicPublishInfo
 from rocketpy.common import speedups
 from rocketpy.common.message import Message
@@ -36,6 +38,8 @@ from rocketpy.remoting.codec import decode, encode
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.protocol import RemotingProtocol
+from rocketpy.remoting.server import RemotingServer
+from tests.remoting.helpers import RecordingProcessor
 
 from .fakes import NAMESRV
 
@@ -282,3 +286,96 @@ def counting(python: Any, calls: dict[str, int], name: str) -> Any:
         calls[name] += 1
         return python(*args)
     return count
+
+
+class LoopbackLoneSendTests(TestCase):
+    """The lone send in C over a real TCP connection (the global reactor): a send made in an answer's
+    callback leaves from that read at once when nothing else is pending on its channel, and is collected
+    with the read's other writes otherwise."""
+
+    skip = NO_C
+
+    def setUp(self) -> None:
+        from twisted.internet import reactor  # real I/O: this TestCase runs the global reactor
+
+        self.reactor: Any = reactor
+        self.server = RemotingServer(reactor)
+        self.server.register_processor(RequestCode.SEND_MESSAGE_V2, RecordingProcessor(Stored()))
+        self.held: list[Deferred[RemotingCommand]] = []
+        self.server.register_processor(HELD, RecordingProcessor(lambda channel, request: self.hold()))
+        self.client = RemotingClient(reactor)
+        self.collected: list[RemotingProtocol] = []  # the client channels' reads that wrote what they collected
+        collect = RemotingProtocol._write_collected
+
+        def counting(channel: RemotingProtocol) -> bool:
+            if channel._owner is self.client and channel._out:
+                self.collected.append(channel)
+            return collect(channel)
+
+        self.patch(RemotingProtocol, "_write_collected", counting)
+
+    def hold(self) -> Deferred[RemotingCommand]:
+        d: Deferred[RemotingCommand] = Deferred()
+        self.held.append(d)
+        return d
+
+    async def producer(self) -> tuple[Producer, str]:
+        port = await TCP4ServerEndpoint(self.reactor, 0, interface="127.0.0.1").listen(self.server.factory())
+        self.addCleanup(port.stopListening)
+        self.addCleanup(self.server.close)
+        self.addCleanup(self.client.close)
+        address = f"127.0.0.1:{port.getHost().port}"
+        instance = ClientInstance(self.reactor, NAMESRV, self.client, poll_interval=1e6, heartbeat_interval=1e6)
+        producer = Producer("PG", instance=instance)
+        producer._publish["T"] = TopicPublishInfo("T", TopicRouteData([QueueData("b", 4, 4, 6)], [BrokerData(
+            "c", "b", {0: address})]))
+        instance.broker_addrs["b"] = {0: address}
+        producer.running = True  # no start(): no timers, nothing sent but the sends
+        for _ in range(4):  # connected, every queue known
+            await producer.send(Message("T", b"warm"))
+        return producer, address
+
+    def test_sent_at_once_when_alone(self) -> None:
+        """Sends awaited one at a time each leave from the read of the previous one's answer, at once."""
+
+        async def run() -> None:
+            producer, _ = await self.producer()
+            self.collected.clear()
+            results = [await producer.send(Message("T", b"one at a time")) for _ in range(20)]
+            self.assertEqual({r.status for r in results}, {SendStatus.SEND_OK})
+            self.assertEqual(len({r.queue_offset for r in results}), 20)
+            self.assertEqual(self.collected, [])
+
+        return Deferred.fromCoroutine(run())  # type: ignore[return-value]
+
+    def test_collected_when_another_is_pending(self) -> None:
+        """With another request of the channel pending (its answer could come in the same read), the
+        send is collected and written at the read's end, as RemotingProtocol._send_request does."""
+
+        async def run() -> None:
+            producer, address = await self.producer()
+            other = self.client.invoke_sync(address, RemotingCommand.request(HELD), 10.0)
+            self.collected.clear()
+            results = [await producer.send(Message("T", b"one at a time")) for _ in range(5)]
+            self.assertEqual({r.status for r in results}, {SendStatus.SEND_OK})
+            self.assertEqual(len(self.collected), 5)
+            (held,) = self.held
+            held.callback(RemotingCommand(0, flag=1))
+            self.assertEqual((await other).code, 0)
+
+        return Deferred.fromCoroutine(run())  # type: ignore[return-value]
+
+
+HELD = 9999  # a request code the test server answers only when told
+
+
+class Stored:
+    """A broker's answers to sends: each stored in the queue it names, at the next offset."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+
+    def __call__(self, channel: Any, request: RemotingCommand) -> RemotingCommand:
+        self.offset += 1
+        fields = {"msgId": f"S{self.offset}", "queueId": request.ext_fields["e"], "queueOffset": str(self.offset)}
+        return request.make_response(0, ext_fields=fields)
