@@ -14,6 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.client import api
 from rocketpy.client.api import Mode, send_header
+from rocketpy.client import autobatch
 from rocketpy.client.autobatch import AutoBatcher
 from rocketpy.client.errors import MQBrokerError
 from rocketpy.client.results import SendResult, SendStatus
@@ -25,6 +26,7 @@ from rocketpy.remoting.errors import RemotingTimeoutError
 
 MQ = MessageQueue("T", "b", 3)
 C_THEN = getattr(speedups.compiled, "send_result_then", None)
+C_ANSWERED = getattr(speedups.compiled, "lone_answered", None)
 NUMBERS = st.sampled_from(["3", "0", "-1", "17", " 3", "+3", "3_0", "٣", "x", "", "99999999999999999999"]) | st.integers(
     -(2**63), 2**63).map(str)
 TEXT = st.sampled_from(["7F0000010000", "", "id,id"]) | st.text(max_size=6)
@@ -88,6 +90,54 @@ class CompiledSendResultThenTests(SynchronousTestCase):
             self.assertEqual([args[0] for args in calls], [timed_out])
         finally:
             speedups.compiled.set_send_result(SendResult, api._SEND_STATUS, reference)
+
+
+class CompiledLoneAnsweredTests(SynchronousTestCase):
+    """``lone_answered`` (rocketpy/_speedups_clientsend.h), the answer to a lone send made in C, against what
+    the Python path does with it: ``send_result_then`` into ``AutoBatcher._answered_alone``."""
+
+    skip = None if C_ANSWERED is not None else speedups.why_not()
+
+    def answer(self, answered: Any, response: Any, mq: MessageQueue, waiting: int) -> Any:
+        """What the caller's Deferred got, and the queue's state after it."""
+        requests: list[Any] = []
+
+        def send_request(*args: Any) -> Deferred[Any]:
+            requests.append(args)
+            return Deferred()
+
+        batcher = AutoBatcher(Clock(), send_request, 1 << 20, 1000, 0.0)
+        queue = autobatch._Queue("a", mq, Mode.SYNC)
+        queue.in_flight = 1
+        member = autobatch._Waiting()
+        member.msg, member.size, member.deadline, member.retry = Message("T", b"m", 0, {"UNIQ_KEY": "UNIQ"}), 1, 9.0, None
+        for n in range(waiting):  # sends that joined while it was in flight
+            joined = autobatch._Waiting()
+            joined.msg, joined.size, joined.deadline, joined.retry = Message("T", b"w", 0, {"UNIQ_KEY": f"W{n}"}), 1, 9.0, None
+            queue.waiting.append(joined)
+        seen: list[Any] = []
+        member.addBoth(seen.append)
+        answered(response, "127.0.0.1:10911", mq, "UNIQ", queue, member, batcher)
+        (result,) = seen
+        outcome = (type(result.value), str(result.value)) if isinstance(result, Failure) else result
+        return outcome, queue.in_flight, len(queue.waiting), [args[5] for args in requests]
+
+    @staticmethod
+    def python(response: Any, addr: str, mq: MessageQueue, msg_id: str, queue: Any, member: Any, batcher: Any) -> None:
+        api.send_result_then(response, addr, mq, msg_id, batcher._answered_alone, (queue, member))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.sampled_from([0, 10, 11, 12, 1, 17]), st.fixed_dictionaries({}, optional={
+        "msgId": TEXT, "queueId": NUMBERS, "queueOffset": NUMBERS, "transactionId": TEXT, "MSG_REGION": TEXT}),
+        st.sampled_from([3, -1, 2**70]), st.integers(0, 2), st.sampled_from(["usual", "usual", "any", "failed"]))
+    def test_same_outcome(self, code: int, fields: dict[str, str], queue_id: int, waiting: int, kind: str) -> None:
+        """Any answer (the usual one, odd fields) or a failure, with or without sends waiting: the caller
+        gets what the Python path gives it, the queue is left as it leaves it and the same batch leaves."""
+        if kind == "usual":  # the broker's usual answer, with the optional fields drawn
+            fields.update(msgId="S", queueId=str(queue_id), queueOffset="41")
+        response = Failure(RemotingTimeoutError("late")) if kind == "failed" else send_response(code, **fields)
+        mq = MessageQueue("T", "b", queue_id)
+        self.assertEqual(self.answer(C_ANSWERED, response, mq, waiting), self.answer(self.python, response, mq, waiting))
 
 
 class DeferredOnlyRemoting:
