@@ -24,13 +24,13 @@ enum { CS_LINGER, CS_SEND_THEN, CS_SMART, CS_GROUP, CS_QUEUE_NUMS, CS_INSTANCE, 
        CS_AVAILABLE, CS_RELEASE, CS_CLOSE_ON_TIMEOUT, CS_BY_ADDRESS, CS_CLOSING, CS_LOST, CS_BROKEN, CS_OWNER,
        CS_HOOKS_ON_SEND, CS_RPC_HOOKS, CS_INVOKE_THEN_NAME, CS_SEND_REQUEST, CS_TABLE, CS_ADD_THEN, CS_READING, CS_OUT,
        CS_WRITE, CS_SERIALIZE, CS_LANGUAGE, CS_FLAG, CS_ANSWERED_ALONE, CS_ANSWERED, CS_WRITE_NOW, CS_TRANSPORT,
-       CS_PENDING, CS_NAMES };
+       CS_PENDING, CS_ADDR, CS_MQ, CS_MODE, CS_CLOCK, CS_FLUSH, CS_NAMES };
 static const char *const CS_TEXT[CS_NAMES] = {
     "linger", "_send_then", "send_smart_msg", "group", "default_topic_queue_nums", "instance", "api", "_invoke_then",
     "_async_permits", "available", "release", "_close_on_timeout", "_by_address", "closing", "_lost", "_broken",
     "_owner", "hooks_on_send", "rpc_hooks", "invoke_then", "_send_request", "_table", "add_then", "_reading", "_out",
     "_write", "_serialize_type", "_language", "flag", "_answered_alone", "_answered", "_write_now", "transport",
-    "_pending"};
+    "_pending", "addr", "mq", "mode", "_clock", "_flush"};
 static PyObject *cs_names[CS_NAMES];
 #define CS_KEYS 12  /* send_header's one-letter keys of a plain V2 send, in its order */
 static const char *const CS_KEY_TEXT[CS_KEYS] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m"};
@@ -216,42 +216,31 @@ static int cs_write_now(PyObject *channel, PyObject *table, PyObject *out, PyObj
     return ok;
 }
 
-/* plain_send's end for a send to `queue` (NULL: none yet), after it set the queue index, the UNIQ_KEY and
- * made `first` (see the top of this file): the member Deferred; NULL without an exception when the send
- * takes Producer._join_or_request (nothing here changed), NULL with one on failure. */
-static PyObject *client_lone_send(PyObject *producer, PyObject *batcher, PyObject *queue, PyObject *addr, PyObject *msg,
-                           PyObject *mq, PyObject *mode, PyObject *timeout, PyObject *begin, PyObject *first,
-                           PyObject *size_obj) {
-    PyObject *o = NULL, *remoting = NULL, *channel = NULL, *release = NULL, *close = NULL, *member = NULL;
-    PyObject *deadline = NULL, *fields = NULL, *request = NULL, *then_args = NULL, *frame = NULL, *table = NULL;
-    PyObject *topic, *props, *msg_id, *in_flight, *serialize = NULL, *language = NULL;
-    double linger;
+/* AutoBatcher._alone(queue, member, timeout) for a single message sent as it is, through the producer's
+ * _request_then and the client to the channel (see the top of this file): `now` is the send's one clock
+ * reading (born timestamp; the table's deadline is now + timeout). `member` is the waiting send (a flush of
+ * one), or NULL: then it is made here from made[] = {size, deadline, retry} (AutoBatcher.join). With
+ * `flushing`, the queue's waiting list is emptied when the send is taken (AutoBatcher._flush). Returns the
+ * member (a new reference); NULL without an exception when the Python steps must take it (nothing here
+ * changed), NULL with one on failure. */
+static PyObject *cs_alone(PyObject *producer, PyObject *batcher, PyObject *queue, PyObject *msg, PyObject *now,
+                          PyObject *timeout, PyObject *member, PyObject *const *made, int flushing) {
+    PyObject *o = NULL, *remoting = NULL, *channel = NULL, *release = NULL, *close = NULL, *addr = NULL, *mq = NULL;
+    PyObject *mode = NULL, *deadline = NULL, *fields = NULL, *request = NULL, *then_args = NULL, *frame = NULL;
+    PyObject *table = NULL, *topic, *props, *msg_id, *serialize = NULL, *language = NULL;
     int ok, reading = 0;
-    if (!cs_ready || queue == NULL || !Py_IS_TYPE(queue, (PyTypeObject *)ps_queue_cls) ||
-        !Py_IS_TYPE(batcher, (PyTypeObject *)cs_batcher_cls))
-        return NULL;
-    /* AutoBatcher.join sends it alone: nothing in flight or waiting, no linger */
-    in_flight = PS_SLOT(queue, ps_queue_at[0]);
-    o = PS_SLOT(queue, ps_queue_at[1]);
-    if (in_flight == NULL || !PyLong_CheckExact(in_flight) || PyLong_AsLong(in_flight) != 0 || o == NULL ||
-        !PyList_CheckExact(o) || PyList_GET_SIZE(o) != 0)
-        goto python;
-    o = NULL;
-    if ((o = cs_get(batcher, CS_LINGER)) == NULL || (linger = PyFloat_AsDouble(o)) > 0 || (linger == -1.0 && PyErr_Occurred()))
+    Py_XINCREF(member);
+    /* _alone's send_then is the producer's _request_then, which sends V2 through the client API */
+    if ((o = cs_get(batcher, CS_SEND_THEN)) == NULL || !PyMethod_Check(o) || PyMethod_GET_FUNCTION(o) != cs_request_then ||
+        PyMethod_GET_SELF(o) != producer)
         goto python;
     Py_CLEAR(o);
-    /* _alone's send_then is the producer's _request_then, which sends V2 through the client API */
-    if (cs_method_is(batcher, CS_SEND_THEN, cs_request_then) != 1) {
-        o = cs_get(batcher, CS_SEND_THEN);  /* a bound method of another object (the producer's) */
-        ok = o != NULL && PyMethod_Check(o) && PyMethod_GET_FUNCTION(o) == cs_request_then &&
-             PyMethod_GET_SELF(o) == producer;
-        Py_CLEAR(o);
-        if (!ok)
-            goto python;
-    }
     if ((o = cs_get(producer, CS_SMART)) == NULL || o != Py_True)
         goto python;
     Py_CLEAR(o);
+    /* the queue's own address, MessageQueue and mode (what _alone passes) */
+    if ((addr = cs_get(queue, CS_ADDR)) == NULL || (mq = cs_get(queue, CS_MQ)) == NULL || (mode = cs_get(queue, CS_MODE)) == NULL)
+        goto python;
     if ((ok = cs_channel(producer, addr, &remoting, &channel)) != 1)
         goto python;
     if ((serialize = cs_get(remoting, CS_SERIALIZE)) == NULL || (language = cs_get(remoting, CS_LANGUAGE)) == NULL ||
@@ -259,13 +248,14 @@ static PyObject *client_lone_send(PyObject *producer, PyObject *batcher, PyObjec
         goto python;
     topic = PS_SLOT(msg, ps_message_at[0]);
     props = PS_SLOT(msg, ps_message_at[2]);
-    if (topic == NULL || props == NULL || !PyDict_CheckExact(props) || PS_SLOT(msg, ps_message_at[1]) == NULL)
+    if (!Py_IS_TYPE(msg, (PyTypeObject *)ps_message_cls) || topic == NULL || props == NULL || !PyDict_CheckExact(props) ||
+        PS_SLOT(msg, ps_message_at[1]) == NULL)
         goto python;
     msg_id = Py_XNewRef(PyDict_GetItemWithError(props, ps_uniq));
     if (msg_id == NULL)
         goto python;
     /* the request (send_message_then's, stamped by RemotingClient.invoke_then) */
-    fields = cs_header(producer, msg, topic, props, mq, begin);
+    fields = cs_header(producer, msg, topic, props, mq, now);
     if (fields == NULL) {
         Py_DECREF(msg_id);
         goto python;
@@ -275,7 +265,7 @@ static PyObject *client_lone_send(PyObject *producer, PyObject *batcher, PyObjec
                                   PS_SLOT(msg, ps_message_at[1]), serialize};
         request = new_command(f);
     }
-    if (request == NULL || (deadline = PyNumber_Add(begin, timeout)) == NULL || (then_args = PyTuple_New(6)) == NULL) {
+    if (request == NULL || (deadline = PyNumber_Add(now, timeout)) == NULL || (then_args = PyTuple_New(6)) == NULL) {
         Py_DECREF(msg_id);
         goto python;
     }
@@ -284,16 +274,23 @@ static PyObject *client_lone_send(PyObject *producer, PyObject *batcher, PyObjec
     PyTuple_SET_ITEM(then_args, 2, msg_id);  /* the reference taken */
     PyTuple_SET_ITEM(then_args, 3, Py_NewRef(queue));
     PyTuple_SET_ITEM(then_args, 5, Py_NewRef(batcher));
-    /* from here on, what AutoBatcher.join and _alone change: the member, the queue in flight, the permit */
+    /* from here on, what AutoBatcher.join/_flush and _alone change: the member, the queue, the permit */
     if ((ok = cs_permit(remoting, mode, &release, &close)) != 1)
         goto python;
-    if ((member = new_member()) == NULL || set_member_slot(member, 0, msg) < 0 || set_member_slot(member, 1, size_obj) < 0 ||
-        set_member_slot(member, 2, deadline) < 0 || set_member_slot(member, 3, first) < 0) {
+    if (member == NULL && ((member = new_member()) == NULL || set_member_slot(member, 0, msg) < 0 ||
+                           set_member_slot(member, 1, made[0]) < 0 || set_member_slot(member, 2, made[1]) < 0 ||
+                           set_member_slot(member, 3, made[2]) < 0)) {
         PyObject *r;
         Py_CLEAR(member);
         if (release != Py_None && (r = PyObject_CallNoArgs(release)) != NULL)  /* the permit back */
             Py_DECREF(r);
         goto done;
+    }
+    if (flushing) {  /* _flush: waiting, queue.waiting = queue.waiting, [] */
+        if ((o = PyList_New(0)) == NULL)
+            goto failed;
+        Py_XSETREF(PS_SLOT(queue, ps_queue_at[1]), o);
+        o = NULL;
     }
     PyTuple_SET_ITEM(then_args, 4, Py_NewRef(member));
     Py_XSETREF(PS_SLOT(queue, ps_queue_at[0]), Py_NewRef(one));  /* queue.in_flight += 1 (it was 0) */
@@ -355,6 +352,9 @@ done:
     Py_XDECREF(channel);
     Py_XDECREF(release);
     Py_XDECREF(close);
+    Py_XDECREF(addr);
+    Py_XDECREF(mq);
+    Py_XDECREF(mode);
     Py_XDECREF(deadline);
     Py_XDECREF(fields);
     Py_XDECREF(request);
@@ -366,9 +366,79 @@ done:
     return member;
 }
 
+/* plain_send's end for a send to `queue` (NULL: none yet), after it set the queue index, the UNIQ_KEY and
+ * made `first` (see the top of this file): AutoBatcher.join sends it alone when nothing is in flight or
+ * waiting and nothing lingers. The member Deferred; NULL without an exception when the send takes
+ * Producer._join_or_request (nothing here changed), NULL with one on failure. */
+static PyObject *client_lone_send(PyObject *producer, PyObject *batcher, PyObject *queue, PyObject *addr, PyObject *msg,
+                                  PyObject *mq, PyObject *mode, PyObject *timeout, PyObject *begin, PyObject *first,
+                                  PyObject *size_obj) {
+    PyObject *in_flight, *waiting, *linger, *deadline, *member;
+    double seconds;
+    if (!cs_ready || queue == NULL || !Py_IS_TYPE(queue, (PyTypeObject *)ps_queue_cls) ||
+        !Py_IS_TYPE(batcher, (PyTypeObject *)cs_batcher_cls))
+        return NULL;
+    in_flight = PS_SLOT(queue, ps_queue_at[0]);
+    waiting = PS_SLOT(queue, ps_queue_at[1]);
+    if (in_flight == NULL || !PyLong_CheckExact(in_flight) || PyLong_AsLong(in_flight) != 0 || waiting == NULL ||
+        !PyList_CheckExact(waiting) || PyList_GET_SIZE(waiting) != 0)
+        goto python;
+    if ((linger = cs_get(batcher, CS_LINGER)) == NULL)
+        goto python;
+    seconds = PyFloat_AsDouble(linger);
+    Py_DECREF(linger);
+    if (seconds > 0 || (seconds == -1.0 && PyErr_Occurred()) || (deadline = PyNumber_Add(begin, timeout)) == NULL)
+        goto python;
+    {
+        PyObject *made[3] = {size_obj, deadline, first};
+        member = cs_alone(producer, batcher, queue, msg, begin, timeout, NULL, made, 0);
+    }
+    Py_DECREF(deadline);
+    return member;
+python:
+    if (PyErr_Occurred() && PyErr_ExceptionMatches(PyExc_Exception))
+        PyErr_Clear();
+    return NULL;
+}
+
+/* AutoBatcher._flush(queue) when the one send waiting is still in time (its send alone): 1 when taken,
+ * 0 when the Python _flush must run (nothing changed), -1 on error. The queue has nothing in flight. */
+static int cs_flush_one(PyObject *batcher, PyObject *queue) {
+    PyObject *member = PyList_GET_ITEM(PS_SLOT(queue, ps_queue_at[1]), 0), *send_then, *clock = NULL, *now = NULL;
+    PyObject *timeout = NULL, *msg, *deadline, *taken = NULL;
+    if (!Py_IS_TYPE(member, (PyTypeObject *)ps_member_cls) || ws_at[0] < 0 || (msg = PS_SLOT(member, ws_at[0])) == NULL ||
+        (deadline = PS_SLOT(member, ws_at[2])) == NULL || !PyFloat_CheckExact(deadline))
+        return 0;
+    Py_INCREF(member);
+    if ((send_then = cs_get(batcher, CS_SEND_THEN)) == NULL || !PyMethod_Check(send_then) ||
+        (clock = cs_get(batcher, CS_CLOCK)) == NULL || (now = PyObject_CallMethodNoArgs(clock, ps_names[PS_SECONDS])) == NULL ||
+        !PyFloat_CheckExact(now) || PyFloat_AS_DOUBLE(deadline) <= PyFloat_AS_DOUBLE(now))  /* timed out: _flush fails it */
+        goto done;
+    if ((timeout = PyFloat_FromDouble(PyFloat_AS_DOUBLE(deadline) - PyFloat_AS_DOUBLE(now))) == NULL)
+        goto done;
+    taken = cs_alone(PyMethod_GET_SELF(send_then), batcher, queue, msg, now, timeout, member, NULL, 1);
+done:
+    Py_DECREF(member);
+    Py_XDECREF(send_then);
+    Py_XDECREF(clock);
+    Py_XDECREF(now);
+    Py_XDECREF(timeout);
+    if (taken != NULL) {
+        Py_DECREF(taken);
+        return 1;
+    }
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Clear();  /* the Python _flush finds the same answer, or the error */
+    }
+    return 0;
+}
+
 /* lone_answered(response, addr, mq, msg_id, queue, member, batcher): see the top of this file. */
 static PyObject *lone_answered(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *result, *queue, *in_flight, *waiting, *linger_call, *r;
+    long count;
     if (nargs != 7) {
         PyErr_SetString(PyExc_TypeError, "lone_answered(response, addr, mq, msg_id, queue, member, batcher)");
         return NULL;
@@ -398,18 +468,32 @@ static PyObject *lone_answered(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     Py_DECREF(result);
-    /* AutoBatcher._answered(queue): in C when nothing waits for a flush it would make */
+    /* AutoBatcher._answered(queue): in C when nothing waits for a flush it would make, or the one send
+     * that joined meanwhile (the caller's next, to a queue of its own) leaves alone */
     in_flight = PS_SLOT(queue, ps_queue_at[0]);
     waiting = PS_SLOT(queue, ps_queue_at[1]);
     linger_call = PS_SLOT(queue, ps_queue_at[2]);
     if (in_flight != NULL && PyLong_CheckExact(in_flight) && waiting != NULL && PyList_CheckExact(waiting) &&
-        (PyList_GET_SIZE(waiting) == 0 || (linger_call != NULL && linger_call != Py_None))) {
-        PyObject *less = PyNumber_Subtract(in_flight, one);
-        if (less == NULL)
-            return NULL;
-        Py_XSETREF(PS_SLOT(queue, ps_queue_at[0]), less);
-        Py_RETURN_NONE;
+        ((count = PyLong_AsLong(in_flight)) > 0 || !PyErr_Occurred())) {
+        int lingers = linger_call != NULL && linger_call != Py_None, flushes = !lingers &&
+            PyList_GET_SIZE(waiting) == 1 && count == 1;
+        if (PyList_GET_SIZE(waiting) == 0 || lingers || flushes) {
+            PyObject *less = PyNumber_Subtract(in_flight, one);
+            int taken = 1;
+            if (less == NULL)
+                return NULL;
+            Py_XSETREF(PS_SLOT(queue, ps_queue_at[0]), less);
+            if (flushes && (taken = cs_flush_one(args[6], queue)) < 0)
+                return NULL;
+            if (taken)
+                Py_RETURN_NONE;
+            {
+                PyObject *call[2] = {args[6], queue};  /* what _answered does next */
+                return PyObject_VectorcallMethod(cs_names[CS_FLUSH], call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            }
+        }
     }
+    PyErr_Clear();
     {
         PyObject *call[2] = {args[6], queue};
         return PyObject_VectorcallMethod(cs_names[CS_ANSWERED], call, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);

@@ -10,7 +10,7 @@ import random
 import struct
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred, succeed
@@ -52,8 +52,9 @@ SENDS = (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE, RequestCode.SEND
 KINDS = st.sampled_from(["plain", "plain", "plain", "uniq", "tags", "accented", "delayed", "short", "chain"])
 ANSWERS = st.sampled_from(["ok", "ok", "ok", "flush-timeout", "other-queue", "system-error", "no-offset"])
 #: the remoting client's and the producer's options: the usual ones, and those the C path leaves to Python
-OPTIONS = st.sampled_from([{}, {}, {"async_permits": 1}, {"serialize_type": 1}, {"rpc_hooks": True},
-                           {"send_smart_msg": False}, {"close_channel_on_timeout": False}])
+OPTIONS = st.sampled_from([{}, {}, {"queues": 1}, {"queues": 1}, {"async_permits": 1}, {"serialize_type": 1},
+                           {"rpc_hooks": True}, {"send_smart_msg": False}, {"close_channel_on_timeout": False},
+                           {"queues": 1, "linger": 0.5}])
 STEPS = st.lists(
     st.one_of(
         st.tuples(st.sampled_from(["send", "send", "send_async"]), KINDS),
@@ -144,6 +145,8 @@ class Run:
         test.patch(route, "random", random.Random(0))  # RoundRobinIndex's start
         options = dict(options or {})
         smart = options.pop("send_smart_msg", True)
+        queues = options.pop("queues", 4)
+        linger = options.pop("linger", 0.0)
         if options.pop("rpc_hooks", False):
             options["rpc_hooks"] = [StampHook()]
         self.clock = Clock()
@@ -153,15 +156,16 @@ class Run:
             self.clock, endpoint_factory=lambda address: MemoryEndpoint(self.wire), **options)
         instance = ClientInstance(self.clock, NAMESRV, remoting, client_id="10.0.0.9@1", poll_interval=1e6,
                                   heartbeat_interval=1e6)
-        self.producer = Producer("PG", instance=instance, rng=random.Random(7), send_smart_msg=smart)
+        self.producer = Producer("PG", instance=instance, rng=random.Random(7), send_smart_msg=smart, linger=linger)
         self.producer.start()
-        self.producer._publish["T"] = TopicPublishInfo("T", TopicRouteData([QueueData("b", 4, 4, 6)], [BrokerData(
-            "c", "b", {0: BROKER})]))
+        self.producer._publish["T"] = TopicPublishInfo("T", TopicRouteData([QueueData("b", queues, queues, 6)], [
+            BrokerData("c", "b", {0: BROKER})]))
         instance.broker_addrs["b"] = {0: BROKER}
         self.outcomes: list[Any] = []
         self.sent = 0
         for _ in range(4):  # connected, each queue known and idle: the next sends may take the C path
             self.send("send", "plain")
+            self.clock.advance(linger)
             self.wire.answer(0, "ok")
 
     def send(self, method: str, kind: str) -> None:
@@ -230,6 +234,12 @@ class LoneSendTests(SynchronousTestCase):
 
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(STEPS, OPTIONS)
+    # a send that joined a one-queue topic's request in flight: its deadline passed before that answer
+    # (it fails unsent), or not (it leaves with what is left of its timeout, and times out by then)
+    @example([("send", "plain"), ("send", "short"), ("advance", 1.0), ("advance", 1.0), ("answer", (0, "ok"))],
+             {"queues": 1})
+    @example([("send", "plain"), ("send", "plain"), ("advance", 1.0), ("answer", (0, "ok")), ("advance", 1.0),
+              ("advance", 1.0)], {"queues": 1})
     def test_same_as_python(self, steps: list[tuple[str, Any]], options: dict[str, Any]) -> None:
         """Any run of sends, answers (odd ones included), clock steps and lost connections, with the
         usual options or unusual ones (one async permit, MessagePack headers, RPC hooks, SEND_MESSAGE
@@ -265,6 +275,24 @@ class LoneSendTests(SynchronousTestCase):
         assert run.producer._batcher is not None
         self.assertEqual({q.in_flight for q in run.producer._batcher._queues.values()}, {0})
         self.assertEqual(len({o[1] for o in run.outcomes}), 6)
+
+    def test_next_send_to_the_same_queue_in_c(self) -> None:
+        """On a one-queue topic the caller's next send, made from the answer's callback, joins the queue's
+        waiting sends (the answer is still being delivered) and leaves alone once it is, all in C."""
+        run = Run(self, {"queues": 1})
+        python_steps = {"_join_or_request": 0, "_answered_alone": 0, "_answered": 0, "_flush": 0}
+        for owner, name in ((Producer, "_join_or_request"), (producer_module.AutoBatcher, "_answered_alone"),
+                            (producer_module.AutoBatcher, "_answered"), (producer_module.AutoBatcher, "_flush")):
+            self.patch(owner, name, counting(getattr(owner, name), python_steps, name))
+        run.step("send", "chain")
+        run.step("answer", (0, "ok"))
+        self.assertEqual(len(run.wire.pending), 1)  # the chained send, alone
+        run.step("answer", (0, "ok"))
+        self.assertEqual(python_steps, {"_join_or_request": 0, "_answered_alone": 0, "_answered": 0, "_flush": 0})
+        self.assertEqual([o[0] for o in run.outcomes], ["SEND_OK"] * 6)
+        assert run.producer._batcher is not None
+        ((queue),) = run.producer._batcher._queues.values()
+        self.assertEqual((queue.in_flight, queue.waiting), (0, []))
 
     def test_unusual_answer_takes_python(self) -> None:
         """An answer naming another queue, and a refused send, go through the Python reference (the
