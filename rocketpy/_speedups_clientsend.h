@@ -15,7 +15,9 @@
  *                   to _join_or_request, before anything here changed.
  * lone_answered     what the table calls with the answer (the entry's then): send_result_then and
  *                   AutoBatcher._answered_alone in one C call for the usual answer (the caller's Deferred fired
- *                   with its SendResult, the queue idle again); the Python ones for anything else.
+ *                   with its SendResult, the queue idle again, or the one send that joined it meanwhile -- the
+ *                   caller's next on a one-queue topic -- flushed alone: cs_flush_one); the Python ones for
+ *                   anything else.
  *
  * The Python path is the reference (tests/client/test_clientsend.py compares them).
  */
