@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/client_lone.py [--rounds 3] [--seconds 2] [--flush async] [--profile]
+    python benchmarks/client_lone.py [--rounds 3] [--seconds 2] [--flush async] [--profile] [--path]
                                      [--namesrv HOST:PORT] [--stub]
 
 Starts ``python -m twisted rocketpy`` (as ``benchmarks/broker.py`` does; or uses the name server
@@ -11,7 +11,10 @@ then awaits ``Producer.send`` of 1 KiB bodies one at a time, as ``benchmarks/pee
 ``send/1`` shape does. Per round: sends/s, the p50 latency, and this process's CPU µs per send
 (user + system, all threads). With ``--profile``, one more round under cProfile counts the
 Python function calls per send (Python-level, and with builtins) and lists the most frequent,
-so a change to the client's per-request path can be checked call by call.
+so a change to the client's per-request path can be checked call by call. With ``--path``, one more
+round times the client's share of the round trip: from the channel's ``dataReceived`` getting an
+answer's bytes to the ``socket.send`` of the next request (the caller resumed, its next send made
+and written), median and p90 (both wrapped in Python for that round: ~1 µs more than unwrapped).
 
 With ``--stub`` no broker and no socket: the producer's own RemotingClient sends over a channel
 on an in-memory transport, and each request is answered at once with a prepared response frame
@@ -28,6 +31,7 @@ import cProfile
 import os
 import pstats
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -45,6 +49,7 @@ import broker as broker_bench  # noqa: E402  (benchmarks/broker.py: the rocketpy
 import client as client_bench  # noqa: E402  (benchmarks/client.py: its name server port)
 
 from rocketpy.client import Message, Producer, SendResult  # noqa: E402
+from rocketpy.remoting.protocol import RemotingProtocol  # noqa: E402
 
 PROPERTIES = {"KEYS": "k", "TAGS": "TagA"}
 
@@ -61,6 +66,33 @@ async def one_round(producer: Producer, seconds: float, profile: cProfile.Profil
     if profile is not None:
         profile.disable()
     return len(latencies), statistics.median(latencies) * 1e3
+
+
+async def timed_path(producer: Producer, seconds: float) -> list[float]:
+    """One round with ``RemotingProtocol.dataReceived`` and ``socket.socket.send`` wrapped: the µs from a
+    read's start to the next send of a request (see ``--path``)."""
+    entered: list[float] = []
+    gaps: list[float] = []
+    read, send = RemotingProtocol.dataReceived, socket.socket.send
+
+    def timed_read(channel: RemotingProtocol, data: bytes) -> None:
+        entered.append(time.perf_counter())
+        read(channel, data)
+
+    def timed_send(sock: socket.socket, data: Any, *flags: int) -> int:
+        if entered:
+            gaps.append((time.perf_counter() - entered.pop()) * 1e6)
+            entered.clear()
+        return send(sock, data, *flags)
+
+    RemotingProtocol.dataReceived = timed_read  # type: ignore[method-assign,assignment]
+    socket.socket.send = timed_send  # type: ignore[method-assign,assignment]
+    try:
+        await one_round(producer, seconds)
+    finally:
+        RemotingProtocol.dataReceived = read  # type: ignore[method-assign]
+        socket.socket.send = send  # type: ignore[method-assign]
+    return sorted(gaps)
 
 
 def report_calls(profile: cProfile.Profile, sends: int, lines: int) -> None:
@@ -110,6 +142,10 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
             sends, p50 = await one_round(producer, options.seconds)
             print(f"round {number + 1}: {sends / options.seconds:,.0f} sends/s, p50 {p50:.3f} ms, "
                   f"client CPU {(time.process_time() - cpu) / sends * 1e6:.1f} µs per send", flush=True)
+        if options.path:
+            gaps = await timed_path(producer, options.seconds)
+            print(f"answer read -> next request sent: median {statistics.median(gaps):.1f} µs, "
+                  f"p90 {gaps[int(len(gaps) * 0.9)]:.1f} µs ({len(gaps)} sends)", flush=True)
         if options.profile:
             profile = cProfile.Profile()
             sends, _ = await one_round(producer, options.seconds, profile)
@@ -130,6 +166,7 @@ def main() -> None:
     parser.add_argument("--flush", default="async", help="async or sync (the broker started)")
     parser.add_argument("--namesrv", help="use this name server (and its broker) instead of starting one")
     parser.add_argument("--profile", action="store_true", help="count the Python calls per send")
+    parser.add_argument("--path", action="store_true", help="time an answer's read to the next request's send")
     parser.add_argument("--lines", type=int, default=40, help="functions listed with --profile")
     parser.add_argument("--stub", action="store_true", help="no broker, no socket: see above")
     broker_bench.add_reactor_option(parser)
