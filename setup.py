@@ -55,7 +55,7 @@ setup(
                                     "rocketpy/_speedups_crc.h", "rocketpy/_speedups_batch.h",
                                     "rocketpy/_speedups_producer.h", "rocketpy/_speedups_client_lone.h",
                                     "rocketpy/_speedups_syncanswer.h", "rocketpy/_speedups_answerfirst.h",
-                                    "rocketpy/_speedups_clientsend.h"],
+                                    "rocketpy/_speedups_clientsend.h", "rocketpy/_speedups_reactor.h"],
                            optional=True)],
     zip_safe=False,
 )

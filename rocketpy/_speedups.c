@@ -1579,6 +1579,7 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 #include "_speedups_request.h"  /* lone_send, send_now: a lone send request from its command to its answer */
 #include "_speedups_syncanswer.h"  /* sync_answer_*: a lone SYNC_FLUSH send answered as its sync ends */
 #include "_speedups_clientsend.h"  /* client_lone_send: a lone send from Producer.send to the socket in C */
+#include "_speedups_reactor.h"  /* reactor_turn: LeanEPollReactor's turn (rocketpy/remoting/reactor.py) */
 
 /* ---- setup ------------------------------------------------------------------------------ */
 
@@ -1665,6 +1666,7 @@ static PyMethodDef methods[] = {
     URING_METHODS
     PRODUCER_METHODS
     CLIENTSEND_METHODS
+    REACTOR_METHODS
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",

@@ -18,6 +18,10 @@ that turn is mostly bookkeeping around its three system calls: ``runUntilCurrent
 - every other event (writes, hang-ups, listening ports, wakers, other transports) goes through
   Twisted's own path.
 
+With the C module built, the turn (``doPoll``: ``epoll_wait`` without the GIL, then the events as
+above) is ``ReactorTurn.poll`` of ``rocketpy/_speedups_reactor.h``; the Python methods here are the
+reference and the fallback.
+
 rocketpy runs on any reactor; this one only makes it cheaper. ``twistd rocketpy`` installs it
 unless ``--reactor`` names another (the ``rocketpy`` reactor plugin:
 ``python -m twisted --reactor rocketpy ...``).
@@ -26,7 +30,6 @@ unless ``--reactor`` names another (the ``rocketpy`` reactor plugin:
 from __future__ import annotations
 
 import errno
-import sys
 from typing import Any
 
 from twisted.internet import epollreactor, main, tcp
@@ -34,6 +37,9 @@ from twisted.internet.endpoints import _WrappingProtocol
 from twisted.internet.posixbase import _NO_FILEDESC
 from twisted.logger import Logger
 from twisted.python import context, log
+from twisted.python.failure import Failure
+
+from rocketpy.common import speedups
 
 _EPOLLIN = epollreactor.EPOLLIN
 _ILogContext = log.ILogContext
@@ -61,12 +67,25 @@ class LeanEPollReactor(epollreactor.EPollReactor):
 
     _plain = _plain_read_types()
     _log = Logger()
+    _turn: Any = None  # the C turn (rocketpy/_speedups_reactor.h), when built
+
+    def __init__(self) -> None:
+        super().__init__()
+        if speedups.compiled is not None and hasattr(speedups.compiled, "reactor_turn"):
+            turn = speedups.compiled.reactor_turn(
+                self._poller, self._selectables, self._plain, _WrappingProtocol, log.callWithLogger,
+                self._doReadOrWrite, self._read_ended, context, _THREADED_TRACKER, _ILogContext, _CONNECTION_DONE,
+                _CONNECTION_LOST, _NO_FILEDESC)
+            self._turn, self._poll = turn, turn.poll
+            self.doPoll = self.doIteration = self._poll  # type: ignore[method-assign]  # the same, in C
 
     def mainLoop(self) -> None:
         # ReactorBase.mainLoop with runUntilCurrent and timeout skipped when nothing is due
         seconds, run_due, timeout = self.seconds, self.runUntilCurrent, self.timeout
         while self._started:
             try:
+                if self._turn is not None:  # the loop below in C
+                    self._turn.run(self, self._poll, seconds, run_due, timeout)
                 while self._started:
                     pending = self._pendingTimedCalls
                     delay: float | None
@@ -135,6 +154,7 @@ class LeanEPollReactor(epollreactor.EPollReactor):
     def _read(self, connection: Any) -> None:
         """``_doReadOrWrite`` for a read event on a TCP connection, ``doRead`` inlined."""
         why: BaseException | None
+        raised = False
         try:
             if connection.fileno() == -1:
                 why = _NO_FILEDESC
@@ -151,11 +171,23 @@ class LeanEPollReactor(epollreactor.EPollReactor):
                         protocol.dataReceived(data)
                         return
                     why = _CONNECTION_DONE
-        except BaseException:
-            why = sys.exc_info()[1]
-            log.err()
-        if why:
+        except BaseException as e:
+            why, raised = e, True
+        if why is not None:
+            self._read_ended(connection, why, raised)
+
+    def _read_ended(self, connection: Any, why: BaseException, raised: bool) -> None:
+        """A read that disconnects ``connection``, as ``_doReadOrWrite`` inside ``log.callWithLogger`` does it:
+        ``why`` was ``raised`` by the read (then logged here), or is why the connection ended; an exception
+        from the disconnection is logged (KeyboardInterrupt goes on)."""
+        if raised:
+            log.err(Failure(why))
+        try:
             self._disconnectSelectable(connection, why, True)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            log.err(system=connection.logstr)
 
 
 def install() -> LeanEPollReactor:
