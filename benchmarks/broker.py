@@ -9,9 +9,11 @@ loopback ports, a temporary store) in another process, and measures with 1 KiB b
 SEND_MESSAGE_V2 with 1 and with 1000 requests in flight, SEND_BATCH_MESSAGE of 32
 messages (100 batches in flight), and PULL_MESSAGE of 32 (one pull in flight per queue)
 over what was sent. The bare ``Int32StringReceiver`` echo of ``benchmarks/remoting.py``
-(1 and 1000 in flight) is measured in the same run. Prints per-round figures and medians, and
-for each run the server process's CPU per message (all threads, from ``/proc``): the broker's,
-and the echo server's for the echo runs.
+(1 and 1000 in flight; Twisted's own reactor and ``write``) and the raw echo of
+``benchmarks/reactor_turn.py`` (``turn/1``: one reactor turn per request on each side, on the
+``--reactor`` of the broker, ``write_now`` as rocketpy's channels write) are measured in the same
+run. Prints per-round figures and medians, and for each run the server process's CPU per message
+(all threads, from ``/proc``): the broker's, and the echo server's for the echo runs.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from twisted.internet import task  # noqa: E402
 from twisted.internet.defer import Deferred  # noqa: E402
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol  # noqa: E402
 
+import reactor_turn  # noqa: E402  (benchmarks/reactor_turn.py: the raw echo on --reactor)
 import remoting as echo_bench  # noqa: E402  (benchmarks/remoting.py: the bare echo)
 from rocketpy.common.message import Message, encode_batch  # noqa: E402
 from rocketpy.remoting.client import RemotingClient  # noqa: E402
@@ -214,7 +217,7 @@ def measure_pulls(client: RemotingClient, address: str, seconds: float, errors: 
 
 
 async def bench_mode(reactor: Any, flush: str, options: argparse.Namespace, bare: Any, echo_pid: int,
-                     results: dict[str, list[float]]) -> None:
+                     results: dict[str, list[float]], turn: Any, turn_pid: int) -> None:
     workdir = tempfile.mkdtemp(prefix="rocketpy-bench-")
     process, port = start_rocketpy(workdir, flush)
     client = RemotingClient(reactor)
@@ -223,6 +226,7 @@ async def bench_mode(reactor: Any, flush: str, options: argparse.Namespace, bare
     tag = flush.split("_")[0].lower()
     runs: dict[str, Callable[[float], Deferred[float]]] = {
         "echo/1": lambda s: bare.measure(1, s),
+        "turn/1": lambda s: turn.run(s).addCallback(lambda count: count / s),
         f"{tag} send/1": lambda s: measure_sends(client, address, 1, s, errors),
         "echo/1000": lambda s: bare.measure(1000, s),
         f"{tag} send/1000": lambda s: measure_sends(client, address, 1000, s, errors),
@@ -235,7 +239,7 @@ async def bench_mode(reactor: Any, flush: str, options: argparse.Namespace, bare
         for round_number in range(options.rounds):
             figures = []
             for name, run in runs.items():
-                server = echo_pid if name.startswith("echo") else process.pid
+                server = echo_pid if name.startswith("echo") else turn_pid if name == "turn/1" else process.pid
                 cpu, began = process_cpu(server), time.perf_counter()
                 rate = await run(options.seconds)
                 results.setdefault(name, []).append(rate)
@@ -260,19 +264,25 @@ async def bench_mode(reactor: Any, flush: str, options: argparse.Namespace, bare
 async def bench(reactor: Any, options: argparse.Namespace) -> None:
     echo = subprocess.Popen([sys.executable, os.path.join(HERE, "remoting.py"), "--serve"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    turn_echo = subprocess.Popen([sys.executable, os.path.join(HERE, "reactor_turn.py"), "--serve", "--reactor", REACTOR],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
-        assert echo.stdout is not None
+        assert echo.stdout is not None and turn_echo.stdout is not None
         port = int(json.loads(echo.stdout.readline())["bare"])
         bare = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), echo_bench.BareClient())
+        port = int(json.loads(turn_echo.stdout.readline())["port"])
+        turn = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port), reactor_turn.Pinger())
         results: dict[str, list[float]] = {}
         for flush in options.flush.split(","):
-            await bench_mode(reactor, f"{flush.upper()}_FLUSH", options, bare, echo.pid, results)
+            await bench_mode(reactor, f"{flush.upper()}_FLUSH", options, bare, echo.pid, results, turn, turn_echo.pid)
         bare.transport.loseConnection()
+        turn.transport.loseConnection()
         report(results, options)
     finally:
-        assert echo.stdin is not None
-        echo.stdin.close()
-        echo.wait(10)
+        for server in (echo, turn_echo):
+            assert server.stdin is not None
+            server.stdin.close()
+            server.wait(10)
 
 
 def report(results: dict[str, list[float]], options: argparse.Namespace) -> None:

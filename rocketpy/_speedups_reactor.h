@@ -14,6 +14,69 @@
 #include <math.h>
 #include <sys/epoll.h>
 
+/* Plain instance attributes read fast: from the instance's dict (checked once per version of its type: no
+ * __getattribute__ or __getattr__, and no data descriptor of the names read) or, when absent there, from its
+ * type; anything else through PyObject_GetAttr. The same objects PyObject_GetAttr would give. */
+typedef struct {
+    PyTypeObject *type;
+    unsigned int tag;  /* the type's version when checked; 0: not checked, or not plain */
+    PyObject *const *const *names;
+    size_t count;
+    PyObject *dict;  /* the instance dict during one use (a new reference), or NULL */
+} turn_attrs;
+
+static void attrs_check(turn_attrs *attrs, PyTypeObject *type) {
+    size_t i;
+    attrs->type = type;
+    attrs->tag = 0;
+    if (type->tp_getattro != PyObject_GenericGetAttr)
+        return;
+    for (i = 0; i < attrs->count; i++) {
+        PyObject *found = _PyType_Lookup(type, *attrs->names[i]);  /* borrowed; gives the type a version */
+        if (found != NULL && Py_TYPE(found)->tp_descr_set != NULL)
+            return;
+    }
+    if (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
+        attrs->tag = type->tp_version_tag;
+}
+
+/* Start reading obj's attributes; 0, or -1 with an exception. attrs_end ends it. */
+static int attrs_begin(turn_attrs *attrs, PyObject *obj) {
+    PyTypeObject *type = Py_TYPE(obj);
+    attrs->dict = NULL;
+    if (type != attrs->type || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || type->tp_version_tag != attrs->tag)
+        attrs_check(attrs, type);
+    if (attrs->tag != 0) {
+        PyObject *dict = PyObject_GenericGetDict(obj, NULL);
+        if (dict == NULL)
+            return -1;
+        if (PyDict_CheckExact(dict))
+            attrs->dict = dict;
+        else
+            Py_DECREF(dict);
+    }
+    return 0;
+}
+
+static void attrs_end(turn_attrs *attrs) {
+    Py_CLEAR(attrs->dict);
+}
+
+/* obj.name (one of attrs' names) as a new reference, NULL with an exception */
+static PyObject *attrs_get(turn_attrs *attrs, PyObject *obj, PyObject *name) {
+    if (attrs->dict != NULL) {
+        PyObject *value = PyDict_GetItemWithError(attrs->dict, name), *found;
+        if (value != NULL)
+            return Py_NewRef(value);
+        if (PyErr_Occurred())
+            return NULL;
+        found = _PyType_Lookup(attrs->type, name);  /* a class attribute that is no descriptor */
+        if (found != NULL && Py_TYPE(found)->tp_descr_get == NULL)
+            return Py_NewRef(found);
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
 typedef struct {
     PyObject_HEAD
     int epfd, capacity;
@@ -27,6 +90,7 @@ typedef struct {
     /* inside run: the context tracker and this thread's stack of it, found at the first read */
     PyObject *run_tracker, *run_stack;
     int in_run;
+    turn_attrs conn[2];  /* reading the attributes of the (at most two) plain connection types */
 } ReactorTurn;
 
 #define RT_OBJECTS 15
@@ -155,11 +219,11 @@ static int turn_contexts(ReactorTurn *self, PyObject **contexts, PyObject **oute
 
 /* The dict callWithLogger would push for this connection ({ILogContext: outer + system}), kept on the connection
  * as (outer, logstr, pushed) while both are the same objects; a new reference, NULL with an exception. */
-static PyObject *turn_pushed(ReactorTurn *self, PyObject *connection, PyObject *outer) {
+static PyObject *turn_pushed(ReactorTurn *self, turn_attrs *attrs, PyObject *connection, PyObject *outer) {
     PyObject *logstr, *cached, *log_context = NULL, *pushed = NULL, *kept;
-    if ((logstr = PyObject_GetAttr(connection, str_logstr)) == NULL)
+    if ((logstr = attrs_get(attrs, connection, str_logstr)) == NULL)
         return NULL;
-    cached = PyObject_GetAttr(connection, str_cached_context);
+    cached = attrs_get(attrs, connection, str_cached_context);
     if (cached != NULL && PyTuple_CheckExact(cached) && PyTuple_GET_SIZE(cached) == 3 &&
         PyTuple_GET_ITEM(cached, 0) == outer && PyTuple_GET_ITEM(cached, 1) == logstr) {
         pushed = Py_NewRef(PyTuple_GET_ITEM(cached, 2));
@@ -219,11 +283,14 @@ static int turn_raised(ReactorTurn *self, PyObject *connection) {
 
 /* _doReadOrWrite for a read event on a plain TCP connection, doRead inlined (LeanEPollReactor._read):
  * 0, or -1 with an exception from _read_ended (everything else is its business). */
-static int turn_read(ReactorTurn *self, PyObject *connection) {
+static int turn_read(ReactorTurn *self, turn_attrs *attrs, PyObject *connection) {
     PyObject *fileno, *sock, *size, *data, *protocol, *r;
     long fd;
     int truth;
-    if ((fileno = PyObject_CallMethodNoArgs(connection, str_fileno)) == NULL)
+    if ((fileno = attrs_get(attrs, connection, str_fileno)) == NULL)
+        return turn_raised(self, connection);
+    Py_SETREF(fileno, PyObject_CallNoArgs(fileno));
+    if (fileno == NULL)
         return turn_raised(self, connection);
     fd = PyLong_AsLong(fileno);
     Py_DECREF(fileno);
@@ -232,9 +299,9 @@ static int turn_read(ReactorTurn *self, PyObject *connection) {
             return turn_raised(self, connection);
         return turn_ended(self, connection, self->no_fd, Py_False);
     }
-    if ((sock = PyObject_GetAttr(connection, str_socket)) == NULL)
+    if ((sock = attrs_get(attrs, connection, str_socket)) == NULL)
         return turn_raised(self, connection);
-    if ((size = PyObject_GetAttr(connection, str_buffer_size)) == NULL) {
+    if ((size = attrs_get(attrs, connection, str_buffer_size)) == NULL) {
         Py_DECREF(sock);
         return turn_raised(self, connection);
     }
@@ -267,7 +334,7 @@ static int turn_read(ReactorTurn *self, PyObject *connection) {
         Py_DECREF(data);
         return truth < 0 ? turn_raised(self, connection) : turn_ended(self, connection, self->done, Py_False);
     }
-    if ((protocol = PyObject_GetAttr(connection, str_protocol)) == NULL) {
+    if ((protocol = attrs_get(attrs, connection, str_protocol)) == NULL) {
         Py_DECREF(data);
         return turn_raised(self, connection);
     }
@@ -362,24 +429,28 @@ static int turn_once(ReactorTurn *self, int ms) {
         }
         if (result == 0 && event == EPOLLIN && contexts != NULL &&
             (result = PySet_Contains(self->plain, (PyObject *)Py_TYPE(selectable))) == 1) {
-            PyObject *pushed = turn_pushed(self, selectable, outer);
+            /* the connection's attributes, read through its type's slot (a copy: a read may run a turn) */
+            turn_attrs *slot = self->conn[0].type == Py_TYPE(selectable) || self->conn[0].type == NULL
+                                   ? &self->conn[0] : &self->conn[1];
+            turn_attrs attrs = *slot;
+            PyObject *pushed = NULL;
+            if (attrs_begin(&attrs, selectable) == 0) {
+                slot->type = attrs.type;
+                slot->tag = attrs.tag;
+                pushed = turn_pushed(self, &attrs, selectable, outer);
+            }
             result = pushed == NULL ? -1 : PyList_Append(contexts, pushed);
             Py_XDECREF(pushed);
             if (result == 0) {
-                result = turn_read(self, selectable);
-                /* callWithContext's pop, keeping what the read raised */
+                result = turn_read(self, &attrs, selectable);
+                /* callWithContext's pop (list.pop without shrinking the list's storage) */
                 if (PyList_GET_SIZE(contexts) > 0) {
-                    PyObject *type, *value, *tb;
-                    PyErr_Fetch(&type, &value, &tb);
-                    if (PyList_SetSlice(contexts, PyList_GET_SIZE(contexts) - 1, PyList_GET_SIZE(contexts), NULL) < 0)
-                        result = -1;
-                    if (type != NULL) {
-                        if (result == -1 && PyErr_Occurred())
-                            PyErr_Clear();
-                        PyErr_Restore(type, value, tb);
-                    }
+                    PyObject *last = PyList_GET_ITEM(contexts, PyList_GET_SIZE(contexts) - 1);
+                    Py_SET_SIZE(contexts, PyList_GET_SIZE(contexts) - 1);
+                    Py_DECREF(last);
                 }
             }
+            attrs_end(&attrs);
         } else if (result == 0) {
             PyObject *event_obj = PyLong_FromUnsignedLong(event);
             if (event_obj == NULL) {
@@ -408,67 +479,9 @@ static PyObject *turn_poll(ReactorTurn *self, PyObject *timeout) {
     Py_RETURN_NONE;
 }
 
-/* The reactor's attributes the loop reads each turn: from its instance dict (a borrowed reference) while its
- * type, unchanged since checked, has no __getattribute__ and no data descriptor of these names, as
- * PyObject_GetAttr would find them; else (or when absent from the dict) through PyObject_GetAttr. */
-typedef struct {
-    PyTypeObject *type;
-    unsigned int tag;  /* the type's version when checked; 0: not checked, or not plain */
-    PyObject *dict;    /* this turn's instance dict (a new reference) or NULL */
-} turn_attrs;
-
-static PyObject **const loop_names[] = {&str_started, &str_thread_calls, &str_new_calls, &str_just_stopped,
-                                        &str_pending_calls, &str_running, &str_do_iteration};
-
-static void turn_attrs_check(turn_attrs *attrs, PyObject *reactor) {
-    PyTypeObject *type = Py_TYPE(reactor);
-    size_t i;
-    attrs->type = type;
-    attrs->tag = 0;
-    if (type->tp_getattro != PyObject_GenericGetAttr)
-        return;
-    for (i = 0; i < sizeof(loop_names) / sizeof(loop_names[0]); i++) {
-        PyObject *found = _PyType_Lookup(type, *loop_names[i]);  /* borrowed; sets the type's version */
-        if (found != NULL && Py_TYPE(found)->tp_descr_set != NULL)
-            return;
-    }
-    if (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
-        attrs->tag = type->tp_version_tag;
-}
-
-/* Called once per turn before turn_attr: the reactor's dict for this turn; -1 with an exception. */
-static int turn_attrs_begin(turn_attrs *attrs, PyObject *reactor) {
-    PyTypeObject *type = Py_TYPE(reactor);
-    attrs->dict = NULL;
-    if (type != attrs->type || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || type->tp_version_tag != attrs->tag)
-        turn_attrs_check(attrs, reactor);
-    if (attrs->tag != 0) {
-        PyObject *dict = PyObject_GenericGetDict(reactor, NULL);
-        if (dict == NULL)
-            return -1;
-        if (PyDict_CheckExact(dict))
-            attrs->dict = dict;
-        else
-            Py_DECREF(dict);
-    }
-    return 0;
-}
-
-/* reactor.name as a new reference, NULL with an exception */
-static PyObject *turn_attr(turn_attrs *attrs, PyObject *reactor, PyObject *name) {
-    if (attrs->dict != NULL) {
-        PyObject *value = PyDict_GetItemWithError(attrs->dict, name);
-        if (value != NULL)
-            return Py_NewRef(value);
-        if (PyErr_Occurred())
-            return NULL;
-    }
-    return PyObject_GetAttr(reactor, name);
-}
-
 /* A truth test of reactor.name: 1, 0, or -1 with an exception (lists without a call). */
 static int turn_attr_true(turn_attrs *attrs, PyObject *reactor, PyObject *name) {
-    PyObject *value = turn_attr(attrs, reactor, name);
+    PyObject *value = attrs_get(attrs, reactor, name);
     int truth;
     if (value == NULL)
         return -1;
@@ -525,13 +538,15 @@ static PyObject *turn_run(ReactorTurn *self, PyObject *const *args, Py_ssize_t n
 
 static PyObject *turn_loop(ReactorTurn *self, PyObject *reactor, PyObject *poll, PyObject *seconds, PyObject *run_due,
                            PyObject *timeout) {
-    turn_attrs attrs = {NULL, 0, NULL};
+    static PyObject *const *const names[] = {&str_started, &str_thread_calls, &str_new_calls, &str_just_stopped,
+                                             &str_pending_calls, &str_running, &str_do_iteration};
+    turn_attrs attrs = {NULL, 0, names, sizeof(names) / sizeof(names[0]), NULL};
     PyObject *result;
     for (;;) {
-        if (turn_attrs_begin(&attrs, reactor) < 0)
+        if (attrs_begin(&attrs, reactor) < 0)
             return NULL;
         result = turn_loop_once(self, &attrs, reactor, poll, seconds, run_due, timeout);
-        Py_CLEAR(attrs.dict);
+        attrs_end(&attrs);
         if (result != Py_True)
             return result;  /* None once stopped, NULL when raising */
         Py_DECREF(result);
@@ -555,7 +570,7 @@ static PyObject *turn_loop_once(ReactorTurn *self, turn_attrs *attrs, PyObject *
         if (truth) {
             due = 1;
         } else {
-            if ((pending = turn_attr(attrs, reactor, str_pending_calls)) == NULL)
+            if ((pending = attrs_get(attrs, reactor, str_pending_calls)) == NULL)
                 return NULL;
             if (!PyList_CheckExact(pending)) {  /* not the heap list the reactor keeps: ask it */
                 Py_DECREF(pending);
@@ -594,14 +609,14 @@ static PyObject *turn_loop_once(ReactorTurn *self, turn_attrs *attrs, PyObject *
         }
         if ((running = turn_attr_true(attrs, reactor, str_running)) < 0)
             return NULL;
-        if ((iteration = turn_attr(attrs, reactor, str_do_iteration)) == NULL)
+        if ((iteration = attrs_get(attrs, reactor, str_do_iteration)) == NULL)
             return NULL;
         if (iteration == poll) {
             Py_DECREF(iteration);
             if (turn_once(self, !running ? 0 : forever ? -1 : turn_ms_of(delay)) < 0)
                 return NULL;
         } else {  /* doIteration(self.running and delay) */
-            PyObject *given = !running ? turn_attr(attrs, reactor, str_running)
+            PyObject *given = !running ? attrs_get(attrs, reactor, str_running)
                               : forever ? Py_NewRef(Py_None) : PyFloat_FromDouble(delay);
             r = given == NULL ? NULL : PyObject_CallOneArg(iteration, given);
             Py_XDECREF(given);
@@ -659,6 +674,12 @@ static PyObject *reactor_turn(PyObject *module, PyObject *const *args, Py_ssize_
         RT_OBJECT(self, i) = Py_NewRef(args[i]);
     self->run_tracker = self->run_stack = NULL;
     self->in_run = 0;
+    for (i = 0; i < 2; i++) {
+        static PyObject *const *const names[] = {&str_logstr, &str_cached_context, &str_fileno, &str_socket,
+                                                 &str_buffer_size, &str_protocol};
+        turn_attrs none = {NULL, 0, names, sizeof(names) / sizeof(names[0]), NULL};
+        self->conn[i] = none;
+    }
     PyObject_GC_Track(self);
     return (PyObject *)self;
 }
