@@ -67,12 +67,14 @@ class LeanEPollReactor(epollreactor.EPollReactor):
 
     _plain = _plain_read_types()
     _log = Logger()
-    _turn: Any = None  # the C turn (rocketpy/_speedups_reactor.h), when built
+    #: the C module whose ``reactor_turn`` runs the turn (rocketpy/_speedups_reactor.h); None: the Python here
+    _compiled: Any = speedups.compiled if hasattr(speedups.compiled, "reactor_turn") else None
+    _turn: Any = None
 
     def __init__(self) -> None:
         super().__init__()
-        if speedups.compiled is not None and hasattr(speedups.compiled, "reactor_turn"):
-            turn = speedups.compiled.reactor_turn(
+        if self._compiled is not None:
+            turn = self._compiled.reactor_turn(
                 self._poller, self._selectables, self._plain, _WrappingProtocol, log.callWithLogger,
                 self._doReadOrWrite, self._read_ended, context, _THREADED_TRACKER, _ILogContext, _CONNECTION_DONE,
                 _CONNECTION_LOST, _NO_FILEDESC)

@@ -16,6 +16,7 @@ from rocketpy.interfaces import IChannelEventListener, IRequestProcessor, IRPCHo
 from rocketpy.remoting.client import RemotingClient
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.protocol import RemotingProtocol
+from rocketpy.remoting.reactor import LeanEPollReactor
 from rocketpy.remoting.server import RemotingServer
 
 ADDRESS = "127.0.0.1:10911"
@@ -179,3 +180,10 @@ class Pair:
         """The server's only channel."""
         (channel,) = self.server.channels
         return channel
+
+
+class PythonLeanEPollReactor(LeanEPollReactor):
+    """The lean reactor on its Python turn, even where the C one (rocketpy/_speedups_reactor.h) is built
+    (tests/remoting/test_reactor.py runs Twisted's reactor tests on both)."""
+
+    _compiled = None

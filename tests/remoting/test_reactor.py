@@ -5,28 +5,37 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+import threading
+from typing import Any, Callable
 
 from twisted.internet import reactor as global_reactor
 from twisted.internet.epollreactor import EPollReactor
+from twisted.internet.error import ConnectionDone, ConnectionFdescWentAway
+from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import ClientFactory, Factory, Protocol
 from twisted.internet.test.reactormixins import ReactorBuilder
 from twisted.python import context, log
+from twisted.logger import capturedLogs
 from twisted.python.failure import Failure
 from twisted.trial.unittest import SkipTest, SynchronousTestCase, TestCase
 
+from zope.interface import implementer
+
 from rocketpy.client import Producer, PullConsumer, PullStatus, SendStatus, new_message
+from rocketpy.common import speedups
 from rocketpy.remoting.reactor import LeanEPollReactor
+from tests.remoting.helpers import PythonLeanEPollReactor
 from tests.ports import free_port
 from tests.processes import LogWatcher
 from tests.store.test_crash import ROOT
 
 LEAN = "rocketpy.remoting.reactor.LeanEPollReactor"
+LEAN_PYTHON = "tests.remoting.helpers.PythonLeanEPollReactor"
 
 
 def for_lean_reactor(builder: type[ReactorBuilder]) -> dict[str, Any]:
-    """Twisted's test cases of ``builder`` for the lean reactor only."""
-    ours: Any = type(builder.__name__, (builder,), {"_reactors": [LEAN], "__module__": __name__})
+    """Twisted's test cases of ``builder`` for the lean reactor only (its C turn where built, and its Python)."""
+    ours: Any = type(builder.__name__, (builder,), {"_reactors": [LEAN, LEAN_PYTHON], "__module__": __name__})
     return dict(ours.makeTestCaseClasses())
 
 
@@ -58,7 +67,7 @@ class _Recorder(Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         log_context = context.get(log.ILogContext)
-        self.seen.append((data, f"{log_context['system']} {log_context.get('outer')}"))
+        self.seen.append((data, f"{log_context['system']} {log_context.get('outer')} {context.get('request')}"))
         if b"boom" in data:
             raise ValueError("boom")
 
@@ -66,60 +75,235 @@ class _Recorder(Protocol):
         self.lost.append(reason)
 
 
-class InlineReadTests(SynchronousTestCase):
-    """The inline read path: the same log context and error handling as Twisted's ``_doReadOrWrite``
-    (:class:`StockReadTests` runs the same test on Twisted's ``EPollReactor``)."""
+@implementer(IHalfCloseableProtocol)
+class _HalfClosing(_Recorder):
+    """Answers ``b"bye"`` when the peer shuts its writing side, and closes then."""
+
+    def readConnectionLost(self) -> None:
+        self.seen.append((b"", "read side closed"))
+        assert self.transport is not None
+        self.transport.write(b"bye")
+        self.transport.loseConnection()
+
+    def writeConnectionLost(self) -> None:
+        pass
+
+
+class _Peer(Protocol):
+    """The client end: calls ``on_connect(self)`` once connected, keeps what it receives and its loss."""
+
+    def __init__(self, on_connect: Callable[[_Peer], None]) -> None:
+        self.on_connect = on_connect
+        self.received = b""
+        self.lost: list[Failure] = []
+
+    def connectionMade(self) -> None:
+        self.on_connect(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received += data
+
+    def connectionLost(self, reason: Failure = Failure(Exception())) -> None:
+        self.lost.append(reason)
+
+
+class _ReadPathMixin:
+    """Reads on the lean reactor (its C turn where built, and its Python one) against Twisted's EPollReactor
+    (StockReadTests): the same protocol calls, log context, errors and disconnections."""
 
     reactor_class: type[EPollReactor] = LeanEPollReactor
 
-    def test_read_carries_the_connection_log_prefix(self) -> None:
-        """Data read inline reaches the protocol under ``system`` = the connection's log prefix, in a
-        copy of the log context the reactor runs in, as ``log.callWithLogger`` gives it; a
-        ``dataReceived`` that raises is logged there and its connection is closed (connectionLost),
-        as on the stock reactor."""
+    def connected(self, make_server: Any, on_connect: Any, done: Any,
+                  outer: Any = None) -> tuple[EPollReactor, list[dict[str, Any]]]:
+        """Run a reactor of ``reactor_class`` with a loopback connection to a ``make_server()`` protocol:
+        ``on_connect(reactor, client transport, peer)`` once connected, until ``done()`` (checked every 10 ms,
+        10 s at most); returns the reactor and the log events (legacy log) seen meanwhile."""
+        case: Any = self
         reactor = self.reactor_class()
-        seen: list[tuple[bytes, str]] = []
-        lost: list[Failure] = []
-        errors: list[dict[str, Any]] = []
-        log.addObserver(errors.append)
-        self.addCleanup(log.removeObserver, errors.append)
-        port = reactor.listenTCP(0, Factory.forProtocol(lambda: _Recorder(seen, lost)), interface="127.0.0.1")
-        sender: list[Any] = []
-
-        class Sender(Protocol):
-            def connectionMade(self) -> None:
-                sender.append(self.transport)
-                sender[0].write(b"hello")
+        events: list[dict[str, Any]] = []
+        log.addObserver(events.append)
+        case.addCleanup(log.removeObserver, events.append)
+        port = reactor.listenTCP(0, Factory.forProtocol(make_server), interface="127.0.0.1")
+        peer = _Peer(lambda peer: on_connect(reactor, peer.transport, peer))
+        connector: list[Any] = []
 
         def step() -> None:
-            if len(seen) == 1 and len(sender) == 1:
-                sender[0].write(b"boom")
-            if lost or reactor.seconds() > deadline:
+            if done() or reactor.seconds() > deadline:
+                if connector:
+                    connector[0].disconnect()
                 port.stopListening()
                 reactor.stop()
             else:
                 reactor.callLater(0.01, step)
 
         deadline = reactor.seconds() + 10
-        client = ClientFactory()
-        client.protocol = Sender
-        reactor.connectTCP("127.0.0.1", port.getHost().port, client)
+        client: Any = ClientFactory.forProtocol(lambda: peer)
+        connector.append(reactor.connectTCP("127.0.0.1", port.getHost().port, client))
         reactor.callLater(0.01, step)
-        log.callWithContext({"outer": "kept"}, reactor.run, installSignalHandlers=False)
-        self.assertEqual(seen[0][0], b"hello")
-        self.assertTrue(seen[0][1].startswith("_Recorder,") and seen[0][1].endswith(" kept"), seen)
-        self.assertEqual(seen[1][0], b"boom")
-        self.assertEqual(len(lost), 1)
-        boom = [e for e in errors if e.get("isError") and e.get("failure") and e["failure"].check(ValueError)]
-        self.assertEqual(len(boom), 1)
-        self.assertEqual(f"{boom[0]['system']} {boom[0]['outer']}", seen[0][1])
-        self.flushLoggedErrors(ValueError)
+        context.call({"request": "r1"}, log.callWithContext, {"outer": "kept"}, reactor.run,
+                     installSignalHandlers=False)
+        return reactor, events
+
+    def test_read_carries_the_connection_log_context(self) -> None:
+        """Data reaches the protocol under ``system`` = the connection's log prefix, on the log context the
+        reactor runs in and with the other context keys set around it visible, as ``log.callWithLogger``
+        gives it; a ``dataReceived`` that raises is logged there and its connection is lost with that
+        exception, as on the stock reactor."""
+        seen: list[tuple[bytes, str]] = []
+        lost: list[Failure] = []
+
+        def on_connect(reactor: Any, transport: Any, peer: _Peer) -> None:
+            transport.write(b"hello")
+            reactor.callLater(0.05, transport.write, b"again")
+            reactor.callLater(0.1, rename, reactor)
+            reactor.callLater(0.15, transport.write, b"boom")
+
+        def rename(reactor: Any) -> None:  # the connection's log prefix is read at every read
+            for reader in reactor.getReaders():
+                if isinstance(getattr(reader, "protocol", None), _Recorder):
+                    reader.logstr = "renamed"
+
+        _, events = self.connected(lambda: _Recorder(seen, lost), on_connect, lambda: bool(lost))
+        case: Any = self
+        case.assertEqual([data for data, _ in seen], [b"hello", b"again", b"boom"])
+        case.assertTrue(seen[0][1].startswith("_Recorder,") and seen[0][1].endswith(" kept r1"), seen)
+        case.assertEqual(seen[1][1], seen[0][1])
+        case.assertEqual(seen[2][1], "renamed kept r1")
+        case.assertEqual(len(lost), 1)
+        case.assertTrue(lost[0].check(ValueError), lost[0])
+        boom = [e for e in events if e.get("isError") and e.get("failure") and e["failure"].check(ValueError)]
+        case.assertEqual(len(boom), 1)
+        case.assertEqual(f"{boom[0]['system']} {boom[0]['outer']} r1", "renamed kept r1")
+        case.flushLoggedErrors(ValueError)
+
+    def test_half_close(self) -> None:
+        """The peer shutting its writing side reaches a half-closeable protocol as ``readConnectionLost``
+        (the connection stays writable); a plain protocol's connection ends with ConnectionDone."""
+        seen: list[tuple[bytes, str]] = []
+        lost: list[Failure] = []
+        peers: list[_Peer] = []
+
+        def on_connect(reactor: Any, transport: Any, peer: _Peer) -> None:
+            peers.append(peer)
+            transport.write(b"last words")
+            reactor.callLater(0.05, transport.loseWriteConnection)
+
+        self.connected(lambda: _HalfClosing(seen, lost), on_connect, lambda: bool(lost and peers[0].lost))
+        case: Any = self
+        case.assertEqual([data for data, _ in seen], [b"last words", b""])
+        case.assertEqual(seen[1][1], "read side closed")
+        case.assertEqual(peers[0].received, b"bye")
+        case.assertTrue(lost[0].check(ConnectionDone), lost[0])
+
+        seen.clear()
+        lost.clear()
+        self.connected(lambda: _Recorder(seen, lost),
+                       lambda reactor, transport, peer: transport.loseWriteConnection(), lambda: bool(lost))
+        case.assertEqual(seen, [])
+        case.assertTrue(lost[0].check(ConnectionDone), lost[0])
+
+    def test_read_failing(self) -> None:
+        """A read that raises before the protocol (here ``socket.recv`` refusing a negative size) is logged
+        and loses the connection with that exception; a descriptor gone (``fileno()`` is -1) loses it with
+        ConnectionFdescWentAway; a connection whose loss raises is logged under its log prefix and the
+        reactor runs on."""
+        lost: list[Failure] = []
+        case: Any = self
+
+        def breaking(attribute: str, value: Any) -> Any:
+            def on_connect(reactor: Any, transport: Any, peer: _Peer) -> None:
+                server = [c for c in reactor.getReaders() if getattr(c, "protocol", None) not in (None, peer)
+                          and not hasattr(c, "factory")]
+                setattr(server[0], attribute, value)
+                transport.write(b"data")
+            return on_connect
+
+        _, events = self.connected(lambda: _Recorder([], lost), breaking("bufferSize", -1), lambda: bool(lost))
+        case.assertTrue(lost[0].check(ValueError), lost[0])
+        case.assertEqual(len(case.flushLoggedErrors(ValueError)), 1)
+
+        lost.clear()
+        self.connected(lambda: _Recorder([], lost), breaking("fileno", lambda: -1), lambda: bool(lost))
+        case.assertTrue(lost[0].check(ConnectionFdescWentAway), lost[0])
+
+        class Raising(_Recorder):
+            def connectionLost(self, reason: Failure = Failure(Exception())) -> None:
+                super().connectionLost(reason)
+                raise ZeroDivisionError("in connectionLost")
+
+        lost.clear()
+        reactor, events = self.connected(
+            lambda: Raising([], lost), lambda reactor, transport, peer: transport.loseConnection(), lambda: bool(lost))
+        case.assertTrue(lost[0].check(ConnectionDone), lost[0])
+        logged = [e for e in events if e.get("failure") and e["failure"].check(ZeroDivisionError)]
+        case.assertEqual(len(logged), 1)
+        case.assertTrue(logged[0]["system"].startswith("Raising,"), logged[0])
+        case.assertEqual(len(case.flushLoggedErrors(ZeroDivisionError)), 1)
+
+    def test_main_loop(self) -> None:
+        """``doIteration`` replaced on the reactor is what the loop calls, with ``running and delay`` (None
+        with nothing timed, else the seconds to the next timed call); an exception from it is logged as an
+        unexpected error in the main loop, and the loop goes on; a thread's ``callFromThread`` wakes a
+        reactor waiting with nothing timed."""
+        reactor = self.reactor_class()
+        polled: list[float | None] = []
+        real = reactor.doIteration
+
+        def iteration(delay: float | None) -> None:
+            polled.append(delay)
+            if len(polled) == 2:
+                raise RuntimeError("a broken poll")
+            if len(polled) == 4:
+                reactor.doIteration = real  # type: ignore[method-assign]
+                threading.Thread(target=reactor.callFromThread, args=(reactor.stop,)).start()
+            real(delay)
+
+        reactor.doIteration = iteration  # type: ignore[method-assign]
+        guard = threading.Timer(10, reactor.callFromThread, (reactor.stop,))  # a failing loop ends too
+        guard.start()
+        self.addCleanup(guard.cancel)  # type: ignore[attr-defined]
+        reactor.callLater(0.02, lambda: None)
+        reactor.callLater(0.04, lambda: None)
+        with capturedLogs() as events:
+            reactor.run(installSignalHandlers=False)
+        case: Any = self
+        case.assertTrue(all(isinstance(delay, float) and 0 < delay <= 0.04 for delay in polled[:2]), polled)
+        case.assertIn(None, polled)
+        case.assertFalse(reactor.running)
+        unexpected = [e for e in events if e.get("log_format") == "Unexpected error in main loop"]
+        case.assertEqual(len(unexpected), 1)
+        case.assertTrue(unexpected[0]["log_failure"].check(RuntimeError))
+        case.assertEqual(len(case.flushLoggedErrors(RuntimeError)), 1)
 
 
+class InlineReadTests(_ReadPathMixin, SynchronousTestCase):
+    """:class:`_ReadPathMixin` on LeanEPollReactor: its C turn where built."""
 
 
-class StockReadTests(InlineReadTests):
+class PythonReadTests(_ReadPathMixin, SynchronousTestCase):
+    """:class:`_ReadPathMixin` on LeanEPollReactor's Python turn."""
+
+    reactor_class = PythonLeanEPollReactor
+
+
+class StockReadTests(_ReadPathMixin, SynchronousTestCase):
+    """:class:`_ReadPathMixin` on Twisted's EPollReactor: the reference."""
+
     reactor_class = EPollReactor
+
+
+class CompiledTurnTests(SynchronousTestCase):
+    """Which turn runs."""
+
+    def test_compiled_turn(self) -> None:
+        """With the C module built, LeanEPollReactor's doIteration is the C turn; without it, its Python."""
+        reactor = LeanEPollReactor()
+        if speedups.compiled is None:
+            self.assertEqual(reactor.doIteration.__func__, LeanEPollReactor.doPoll)  # type: ignore[attr-defined]
+        else:
+            self.assertEqual(type(reactor.doIteration.__self__).__name__, "ReactorTurn")  # type: ignore[attr-defined]
+        self.assertEqual(PythonLeanEPollReactor().doIteration.__func__,  # type: ignore[attr-defined]
+                         LeanEPollReactor.doPoll)
 
 
 class TwistdOnLeanReactorTests(TestCase):
