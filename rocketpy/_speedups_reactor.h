@@ -613,7 +613,8 @@ static PyObject *turn_loop_once(ReactorTurn *self, turn_attrs *attrs, PyObject *
             return NULL;
         if (iteration == poll) {
             Py_DECREF(iteration);
-            if (turn_once(self, !running ? 0 : forever ? -1 : turn_ms_of(delay)) < 0)
+            /* a signal's Python handler runs now, as the eval loop between Python turns would run it */
+            if (PyErr_CheckSignals() < 0 || turn_once(self, !running ? 0 : forever ? -1 : turn_ms_of(delay)) < 0)
                 return NULL;
         } else {  /* doIteration(self.running and delay) */
             PyObject *given = !running ? attrs_get(attrs, reactor, str_running)
