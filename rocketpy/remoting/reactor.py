@@ -18,9 +18,12 @@ that turn is mostly bookkeeping around its three system calls: ``runUntilCurrent
 - every other event (writes, hang-ups, listening ports, wakers, other transports) goes through
   Twisted's own path.
 
-With the C module built, the turn (``doPoll``: ``epoll_wait`` without the GIL, then the events as
-above) is ``ReactorTurn.poll`` of ``rocketpy/_speedups_reactor.h``; the Python methods here are the
-reference and the fallback.
+With the C module built, ``doPoll`` (``epoll_wait`` without the GIL, then the events as above) is
+``ReactorTurn.poll`` of ``rocketpy/_speedups_reactor.h``, and ``mainLoop``'s loop is its ``run``: the
+log context pushed for a read is prepared once per connection (kept on it while the reactor's outer
+context and the connection's log prefix stay the same objects), and the reactor's and the
+connection's plain attributes are read from their instance dicts. The Python methods here are the
+reference and the fallback (``ROCKETPY_NO_SPEEDUPS=1``).
 
 rocketpy runs on any reactor; this one only makes it cheaper. ``twistd rocketpy`` installs it
 unless ``--reactor`` names another (the ``rocketpy`` reactor plugin:
