@@ -15,7 +15,11 @@ Python function calls per round trip (Python-level, and with builtins).
 
 With ``--local`` both ends run in this process on one reactor: the process never sleeps, so the CPU
 per round trip (two turns, two ``recv``, two ``send``) has no wake-ups in it and hardly moves with
-the machine's load; it prints the best of the rounds.
+the machine's load; it prints the best of the rounds. ``--local --count N`` makes exactly N round
+trips and nothing else, for an instruction count (two counts' difference, divided by theirs)::
+
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        python3.11 benchmarks/reactor_turn.py --local --count 2000     # and 7000
 """
 
 from __future__ import annotations
@@ -80,12 +84,12 @@ async def serve(reactor: Any) -> None:
 
 
 class Pinger(protocol.Protocol):
-    """Sends BODY, waits for all of it to come back, sends again until the deadline."""
+    """Sends BODY, waits for all of it to come back, sends again until the deadline (or ``count`` round trips)."""
 
     done: Deferred[int]
 
-    def run(self, seconds: float) -> Deferred[int]:
-        self.done, self.count, self.pending = Deferred(), 0, 0
+    def run(self, seconds: float, count: int = 0) -> Deferred[int]:
+        self.done, self.count, self.pending, self.limit = Deferred(), 0, 0, count
         self.deadline = time.perf_counter() + seconds
         self._send()
         return self.done
@@ -99,7 +103,7 @@ class Pinger(protocol.Protocol):
         if self.pending:
             return
         self.count += 1
-        if time.perf_counter() < self.deadline:
+        if self.count != self.limit and (self.limit or time.perf_counter() < self.deadline):
             self._send()
         else:
             self.done.callback(self.count)
@@ -108,6 +112,11 @@ class Pinger(protocol.Protocol):
 async def bench_local(reactor: Any, options: argparse.Namespace) -> None:
     port = await TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1").listen(protocol.Factory.forProtocol(Echo))
     pinger = await connectProtocol(TCP4ClientEndpoint(reactor, "127.0.0.1", port.getHost().port), Pinger())
+    if options.count:
+        await pinger.run(0, options.count)
+        pinger.transport.loseConnection()  # type: ignore[union-attr]
+        await port.stopListening()
+        return
     await pinger.run(0.3)  # warm up
     cpu = []
     for _ in range(options.rounds):
@@ -170,6 +179,7 @@ def main() -> None:
     parser.add_argument("--serve", action="store_true", help="run the echo server (used by the benchmark)")
     parser.add_argument("--profile", action="store_true", help="count the server's Python calls per round trip")
     parser.add_argument("--local", action="store_true", help="both ends in this process (no wake-ups)")
+    parser.add_argument("--count", type=int, default=0, help="with --local: exactly this many round trips, no report")
     broker_bench.add_reactor_option(parser)
     options = parser.parse_args()
     broker_bench.use_reactor(options.reactor)
