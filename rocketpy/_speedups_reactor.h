@@ -7,7 +7,8 @@
  * context per connection, kept on it and rebuilt when the reactor's outer context or the connection's log
  * prefix changes); its end (no data, a lost socket, an exception) handed to the reactor's _read_ended; every
  * other event to log.callWithLogger(selectable, _doReadOrWrite, selectable, fd, event).
- * ReactorTurn.run(reactor) is LeanEPollReactor.mainLoop's inner loop with that poll. Not Linux: no functions.
+ * ReactorTurn.run(reactor, poll, seconds, run_due, timeout) is LeanEPollReactor.mainLoop's inner loop with that
+ * poll. Not Linux: no functions.
  */
 
 #ifdef __linux__
@@ -81,10 +82,10 @@ typedef struct {
     PyObject_HEAD
     int epfd, capacity;
     struct epoll_event *events;
-    /* the reactor's epoll object (kept open by this reference), its selectables (fd -> selectable), the plain TCP connection types (a frozenset), the client
-     * endpoint's forwarding protocol type, log.callWithLogger, the reactor's _doReadOrWrite and _read_ended,
-     * twisted.python.context, its ThreadedContextTracker, log.ILogContext, main.CONNECTION_DONE and _LOST,
-     * posixbase._NO_FILEDESC */
+    /* the reactor's epoll object (kept open by this reference), its selectables (fd -> selectable), the plain
+     * TCP connection types (a frozenset), the client endpoint's forwarding protocol type, log.callWithLogger,
+     * the reactor's _doReadOrWrite and _read_ended, twisted.python.context, its ThreadedContextTracker,
+     * log.ILogContext, main.CONNECTION_DONE and _LOST, posixbase._NO_FILEDESC */
     PyObject *poller, *selectables, *plain, *wrapping, *with_logger, *read_or_write, *read_ended, *context_module,
         *threaded, *log_key, *done, *lost, *no_fd;
     /* inside run: the context tracker and this thread's stack of it, found at the first read */
@@ -100,19 +101,18 @@ typedef struct {
 static PyObject *str_the_tracker, *str_storage, *str_ct, *str_current_context, *str_contexts, *str_fileno,
     *str_socket, *str_recv, *str_buffer_size, *str_protocol, *str_wrapped, *str_data_received, *str_logstr,
     *str_system, *str_cached_context, *str_started, *str_thread_calls, *str_new_calls, *str_just_stopped,
-    *str_pending_calls, *str_running, *str_time, *str_seconds, *str_run_due, *str_timeout, *str_do_iteration;
+    *str_pending_calls, *str_running, *str_time, *str_do_iteration;
 
 static int reactor_names(void) {
     static const char *const names[] = {
         "theContextTracker", "storage", "ct", "currentContext", "contexts", "fileno", "socket", "recv", "bufferSize",
         "protocol", "_wrappedProtocol", "dataReceived", "logstr", "system", "_rocketpy_log_context", "_started",
-        "threadCallQueue", "_newTimedCalls", "_justStopped", "_pendingTimedCalls", "running", "time", "seconds",
-        "runUntilCurrent", "timeout", "doIteration"};
+        "threadCallQueue", "_newTimedCalls", "_justStopped", "_pendingTimedCalls", "running", "time", "doIteration"};
     static PyObject **const out[] = {
         &str_the_tracker, &str_storage, &str_ct, &str_current_context, &str_contexts, &str_fileno, &str_socket,
         &str_recv, &str_buffer_size, &str_protocol, &str_wrapped, &str_data_received, &str_logstr, &str_system,
         &str_cached_context, &str_started, &str_thread_calls, &str_new_calls, &str_just_stopped,
-        &str_pending_calls, &str_running, &str_time, &str_seconds, &str_run_due, &str_timeout, &str_do_iteration};
+        &str_pending_calls, &str_running, &str_time, &str_do_iteration};
     return intern_names(names, out, (int)(sizeof(names) / sizeof(names[0])));
 }
 
@@ -413,8 +413,10 @@ static int turn_once(ReactorTurn *self, int ms) {
         int fd = self->events[i].data.fd;
         uint32_t event = self->events[i].events;
         PyObject *key = PyLong_FromLong(fd), *selectable;
-        if (key == NULL)
-            return -1;
+        if (key == NULL) {
+            result = -1;
+            break;
+        }
         selectable = Py_XNewRef(PyDict_GetItemWithError(self->selectables, key));
         if (selectable == NULL) {
             Py_DECREF(key);
