@@ -84,35 +84,36 @@ typedef struct {
     struct epoll_event *events;
     /* the reactor's epoll object (kept open by this reference), its selectables (fd -> selectable), the plain
      * TCP connection types (a frozenset), the client endpoint's forwarding protocol type, log.callWithLogger,
-     * the reactor's _doReadOrWrite and _read_ended, twisted.python.context, its ThreadedContextTracker,
+     * the reactor's _doReadOrWrite, _read_ended and _logged, twisted.python.context, its ThreadedContextTracker,
      * log.ILogContext, main.CONNECTION_DONE and _LOST, posixbase._NO_FILEDESC */
-    PyObject *poller, *selectables, *plain, *wrapping, *with_logger, *read_or_write, *read_ended, *context_module,
-        *threaded, *log_key, *done, *lost, *no_fd;
+    PyObject *poller, *selectables, *plain, *wrapping, *with_logger, *read_or_write, *read_ended, *logged,
+        *context_module, *threaded, *log_key, *done, *lost, *no_fd;
     /* inside run: the context tracker and this thread's stack of it, found at the first read */
     PyObject *run_tracker, *run_stack;
     int in_run;
     turn_attrs conn[2];  /* reading the attributes of the (at most two) plain connection types */
 } ReactorTurn;
 
-#define RT_OBJECTS 15
-#define RT_GIVEN 13
+#define RT_OBJECTS 16
+#define RT_GIVEN 14
 #define RT_OBJECT(self, i) ((&(self)->poller)[i])
 
 static PyObject *str_the_tracker, *str_storage, *str_ct, *str_current_context, *str_contexts, *str_fileno,
     *str_socket, *str_recv, *str_buffer_size, *str_protocol, *str_wrapped, *str_data_received, *str_logstr,
     *str_system, *str_cached_context, *str_started, *str_thread_calls, *str_new_calls, *str_just_stopped,
-    *str_pending_calls, *str_running, *str_time, *str_do_iteration;
+    *str_pending_calls, *str_running, *str_time, *str_do_iteration, *str_log_prefix, *str_buggy;
 
 static int reactor_names(void) {
     static const char *const names[] = {
         "theContextTracker", "storage", "ct", "currentContext", "contexts", "fileno", "socket", "recv", "bufferSize",
         "protocol", "_wrappedProtocol", "dataReceived", "logstr", "system", "_rocketpy_log_context", "_started",
-        "threadCallQueue", "_newTimedCalls", "_justStopped", "_pendingTimedCalls", "running", "time", "doIteration"};
+        "threadCallQueue", "_newTimedCalls", "_justStopped", "_pendingTimedCalls", "running", "time", "doIteration", "logPrefix",
+        "(buggy logPrefix method)"};
     static PyObject **const out[] = {
         &str_the_tracker, &str_storage, &str_ct, &str_current_context, &str_contexts, &str_fileno, &str_socket,
         &str_recv, &str_buffer_size, &str_protocol, &str_wrapped, &str_data_received, &str_logstr, &str_system,
         &str_cached_context, &str_started, &str_thread_calls, &str_new_calls, &str_just_stopped,
-        &str_pending_calls, &str_running, &str_time, &str_do_iteration};
+        &str_pending_calls, &str_running, &str_time, &str_do_iteration, &str_log_prefix, &str_buggy};
     return intern_names(names, out, (int)(sizeof(names) / sizeof(names[0])));
 }
 
@@ -217,34 +218,41 @@ static int turn_contexts(ReactorTurn *self, PyObject **contexts, PyObject **oute
     return 0;
 }
 
-/* The dict callWithLogger would push for this connection ({ILogContext: outer + system}), kept on the connection
- * as (outer, logstr, pushed) while both are the same objects; a new reference, NULL with an exception. */
-static PyObject *turn_pushed(ReactorTurn *self, turn_attrs *attrs, PyObject *connection, PyObject *outer) {
-    PyObject *logstr, *cached, *log_context = NULL, *pushed = NULL, *kept;
-    if ((logstr = attrs_get(attrs, connection, str_logstr)) == NULL)
-        return NULL;
-    cached = attrs_get(attrs, connection, str_cached_context);
+/* The dict callWithLogger would push for a selectable whose logPrefix() is ``prefix`` ({ILogContext: outer +
+ * system}), kept on it as (outer, prefix, pushed) while the outer context is the same object and the prefix the
+ * same string (not kept where it takes no attribute); a new reference, NULL with an exception. ``attrs``: how
+ * to read a plain connection's attributes, or NULL. */
+static PyObject *turn_pushed(ReactorTurn *self, turn_attrs *attrs, PyObject *selectable, PyObject *outer,
+                             PyObject *prefix) {
+    PyObject *cached, *log_context = NULL, *pushed = NULL, *kept;
+    cached = attrs != NULL ? attrs_get(attrs, selectable, str_cached_context)
+                           : PyObject_GetAttr(selectable, str_cached_context);
     if (cached != NULL && PyTuple_CheckExact(cached) && PyTuple_GET_SIZE(cached) == 3 &&
-        PyTuple_GET_ITEM(cached, 0) == outer && PyTuple_GET_ITEM(cached, 1) == logstr) {
+        PyTuple_GET_ITEM(cached, 0) == outer &&
+        (PyTuple_GET_ITEM(cached, 1) == prefix ||
+         (PyUnicode_CheckExact(prefix) && PyUnicode_CheckExact(PyTuple_GET_ITEM(cached, 1)) &&
+          PyUnicode_Compare(prefix, PyTuple_GET_ITEM(cached, 1)) == 0))) {
         pushed = Py_NewRef(PyTuple_GET_ITEM(cached, 2));
         Py_DECREF(cached);
-        Py_DECREF(logstr);
         return pushed;
     }
     Py_XDECREF(cached);
     if (cached == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            goto done;
+            return NULL;
         PyErr_Clear();
     }
-    if ((log_context = PyDict_Copy(outer)) == NULL || PyDict_SetItem(log_context, str_system, logstr) < 0 ||
+    if ((log_context = PyDict_Copy(outer)) == NULL || PyDict_SetItem(log_context, str_system, prefix) < 0 ||
         (pushed = PyDict_New()) == NULL || PyDict_SetItem(pushed, self->log_key, log_context) < 0)
         goto failed;
-    if ((kept = PyTuple_Pack(3, outer, logstr, pushed)) == NULL)
+    if ((kept = PyTuple_Pack(3, outer, prefix, pushed)) == NULL)
         goto failed;
-    if (PyObject_SetAttr(connection, str_cached_context, kept) < 0) {
-        Py_DECREF(kept);
-        goto failed;
+    if (PyObject_SetAttr(selectable, str_cached_context, kept) < 0) {
+        if (attrs != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            Py_DECREF(kept);
+            goto failed;
+        }
+        PyErr_Clear();  /* no attributes of its own (__slots__): a new context each time */
     }
     Py_DECREF(kept);
     goto done;
@@ -252,8 +260,16 @@ failed:
     Py_CLEAR(pushed);
 done:
     Py_XDECREF(log_context);
-    Py_DECREF(logstr);
     return pushed;
+}
+
+/* callWithContext's pop of the context pushed for an event */
+static void turn_pop(PyObject *contexts) {
+    if (PyList_GET_SIZE(contexts) > 0) {  /* list.pop without shrinking the list's storage */
+        PyObject *last = PyList_GET_ITEM(contexts, PyList_GET_SIZE(contexts) - 1);
+        Py_SET_SIZE(contexts, PyList_GET_SIZE(contexts) - 1);
+        Py_DECREF(last);
+    }
 }
 
 /* reactor._read_ended(connection, why, raised): 0, or -1 with its exception */
@@ -378,6 +394,71 @@ static int turn_ms(PyObject *timeout) {
     return turn_ms_of(seconds);
 }
 
+/* The exception being raised, logged by the reactor's _logged under ``system`` as callWithLogger logs it:
+ * None, or NULL with an exception from the logging. */
+static PyObject *turn_logged(ReactorTurn *self, PyObject *system) {
+    PyObject *type, *value, *tb, *r = Py_NewRef(Py_None);
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    if (value != NULL) {
+        PyObject *args[2] = {value, system};
+        Py_SETREF(r, PyObject_Vectorcall(self->logged, args, 2, NULL));
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return r;
+}
+
+/* log.callWithLogger(selectable, _doReadOrWrite, selectable, fd, event): with the log context stack at hand,
+ * logPrefix() called and the context pushed here, then _doReadOrWrite called; an exception from it logged under
+ * the prefix by the reactor's _logged (KeyboardInterrupt goes on), as a logPrefix() that raises is (then the
+ * prefix is "(buggy logPrefix method)"). No usual context stack: callWithLogger itself. 0, or -1 with an
+ * exception. */
+static int turn_other(ReactorTurn *self, PyObject *selectable, PyObject *key, uint32_t event, PyObject *contexts,
+                      PyObject *outer) {
+    PyObject *event_obj = PyLong_FromUnsignedLong(event), *prefix = NULL, *pushed = NULL, *r;
+    int result = 0;
+    if (event_obj == NULL)
+        return -1;
+    if (contexts != NULL) {
+        prefix = PyObject_CallMethodNoArgs(selectable, str_log_prefix);
+        if (prefix == NULL) {  /* callWithLogger: logged, and the event handled under a prefix saying so */
+            if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt) || (prefix = turn_logged(self, str_buggy)) == NULL) {
+                Py_DECREF(event_obj);
+                return -1;
+            }
+            Py_SETREF(prefix, Py_NewRef(str_buggy));
+        }
+    }
+    if (prefix == NULL) {
+        PyObject *args[5] = {selectable, self->read_or_write, selectable, key, event_obj};
+        r = PyObject_Vectorcall(self->with_logger, args, 5, NULL);
+        Py_DECREF(event_obj);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    pushed = turn_pushed(self, NULL, selectable, outer, prefix);
+    if (pushed == NULL || PyList_Append(contexts, pushed) < 0) {
+        result = -1;
+    } else {
+        PyObject *args[3] = {selectable, key, event_obj};
+        r = PyObject_Vectorcall(self->read_or_write, args, 3, NULL);
+        turn_pop(contexts);
+        if (r == NULL && !PyErr_ExceptionMatches(PyExc_KeyboardInterrupt))
+            r = turn_logged(self, prefix);
+        if (r == NULL)
+            result = -1;
+        Py_XDECREF(r);
+    }
+    Py_XDECREF(pushed);
+    Py_DECREF(prefix);
+    Py_DECREF(event_obj);
+    return result;
+}
+
 /* One poll and its events; 0, or -1 with an exception (the caller's, as doPoll raises it). */
 static int turn_once(ReactorTurn *self, int ms) {
     PyObject *contexts = NULL, *outer = NULL;
@@ -424,7 +505,7 @@ static int turn_once(ReactorTurn *self, int ms) {
                 result = -1;
             continue;
         }
-        if (event == EPOLLIN && !looked) {  /* the log context stack, once per poll with a read in it */
+        if (!looked) {  /* the log context stack, once per poll */
             looked = 1;
             if (turn_contexts(self, &contexts, &outer) < 0)
                 result = -1;
@@ -437,34 +518,22 @@ static int turn_once(ReactorTurn *self, int ms) {
             turn_attrs attrs = *slot;
             PyObject *pushed = NULL;
             if (attrs_begin(&attrs, selectable) == 0) {
+                PyObject *prefix = attrs_get(&attrs, selectable, str_logstr);  /* Connection.logPrefix() */
                 slot->type = attrs.type;
                 slot->tag = attrs.tag;
-                pushed = turn_pushed(self, &attrs, selectable, outer);
+                if (prefix != NULL)
+                    pushed = turn_pushed(self, &attrs, selectable, outer, prefix);
+                Py_XDECREF(prefix);
             }
             result = pushed == NULL ? -1 : PyList_Append(contexts, pushed);
             Py_XDECREF(pushed);
             if (result == 0) {
                 result = turn_read(self, &attrs, selectable);
-                /* callWithContext's pop (list.pop without shrinking the list's storage) */
-                if (PyList_GET_SIZE(contexts) > 0) {
-                    PyObject *last = PyList_GET_ITEM(contexts, PyList_GET_SIZE(contexts) - 1);
-                    Py_SET_SIZE(contexts, PyList_GET_SIZE(contexts) - 1);
-                    Py_DECREF(last);
-                }
+                turn_pop(contexts);
             }
             attrs_end(&attrs);
         } else if (result == 0) {
-            PyObject *event_obj = PyLong_FromUnsignedLong(event);
-            if (event_obj == NULL) {
-                result = -1;
-            } else {
-                PyObject *args[5] = {selectable, self->read_or_write, selectable, key, event_obj};
-                PyObject *r = PyObject_Vectorcall(self->with_logger, args, 5, NULL);
-                Py_DECREF(event_obj);
-                if (r == NULL)
-                    result = -1;
-                Py_XDECREF(r);
-            }
+            result = turn_other(self, selectable, key, event, contexts, outer);
         }
         Py_DECREF(selectable);
         Py_DECREF(key);
@@ -650,15 +719,15 @@ static PyTypeObject ReactorTurnType = {
     .tp_methods = turn_methods,
 };
 
-/* reactor_turn(poller, selectables, plain, wrapping, with_logger, read_or_write, read_ended, context_module,
+/* reactor_turn(poller, selectables, plain, wrapping, with_logger, read_or_write, read_ended, logged, context_module,
  * threaded_tracker, log_key, connection_done, connection_lost, no_filedesc) -> ReactorTurn */
 static PyObject *reactor_turn(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     ReactorTurn *self;
     int i, epfd;
     if (nargs != RT_GIVEN || !PyDict_CheckExact(args[1]) || !PyFrozenSet_CheckExact(args[2]) ||
-        !PyType_Check(args[3]) || !PyType_Check(args[8])) {
+        !PyType_Check(args[3]) || !PyType_Check(args[9])) {
         PyErr_SetString(PyExc_TypeError, "reactor_turn(poller, selectables, plain, wrapping, with_logger, "
-                                         "read_or_write, read_ended, context_module, threaded_tracker, log_key, "
+                                         "read_or_write, read_ended, logged, context_module, threaded_tracker, log_key, "
                                          "connection_done, connection_lost, no_filedesc)");
         return NULL;
     }

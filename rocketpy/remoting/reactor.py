@@ -79,8 +79,8 @@ class LeanEPollReactor(epollreactor.EPollReactor):
         if self._compiled is not None:
             turn = self._compiled.reactor_turn(
                 self._poller, self._selectables, self._plain, _WrappingProtocol, log.callWithLogger,
-                self._doReadOrWrite, self._read_ended, context, _THREADED_TRACKER, _ILogContext, _CONNECTION_DONE,
-                _CONNECTION_LOST, _NO_FILEDESC)
+                self._doReadOrWrite, self._read_ended, self._logged, context, _THREADED_TRACKER, _ILogContext,
+                _CONNECTION_DONE, _CONNECTION_LOST, _NO_FILEDESC)
             self._turn, self._poll = turn, turn.poll
             self.doPoll = self.doIteration = self._poll  # type: ignore[method-assign]  # the same, in C
 
@@ -193,6 +193,11 @@ class LeanEPollReactor(epollreactor.EPollReactor):
             raise
         except BaseException:
             log.err(system=connection.logstr)
+
+    def _logged(self, raised: BaseException, system: Any) -> None:
+        """An exception from an event's ``_doReadOrWrite``, logged as ``log.callWithLogger`` logs it (the C turn's
+        own ``callWithLogger``)."""
+        log.err(Failure(raised), system=system)
 
 
 def install() -> LeanEPollReactor:

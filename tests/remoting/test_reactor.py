@@ -9,6 +9,7 @@ import threading
 from typing import Any, Callable
 
 from twisted.internet import reactor as global_reactor
+from twisted.internet.abstract import FileDescriptor
 from twisted.internet.epollreactor import EPollReactor
 from twisted.internet.error import ConnectionDone, ConnectionFdescWentAway
 from twisted.internet.interfaces import IHalfCloseableProtocol
@@ -239,6 +240,73 @@ class _ReadPathMixin:
         case.assertEqual(len(logged), 1)
         case.assertTrue(logged[0]["system"].startswith("Raising,"), logged[0])
         case.assertEqual(len(case.flushLoggedErrors(ZeroDivisionError)), 1)
+
+    def test_other_events(self) -> None:
+        """A read event on another descriptor (a pipe's reader) runs its ``doRead`` under ``system`` = its
+        ``logPrefix()`` (called at each event) in the reactor's outer context; an exception from ``doRead`` is
+        logged there and loses it with that exception; one from its loss is logged under that prefix; a
+        ``logPrefix`` that raises is logged as Twisted logs it and the read still runs."""
+        reactor = self.reactor_class()
+        read_fd, write_fd = os.pipe()
+        self.addCleanup(os.close, write_fd)  # type: ignore[attr-defined]
+        os.set_blocking(read_fd, False)
+        seen: list[str] = []
+        lost: list[Failure] = []
+
+        class PipeReader(FileDescriptor):
+            calls = 0
+
+            def fileno(self) -> int:
+                return read_fd if not self.disconnected else -1
+
+            def logPrefix(self) -> str:
+                self.calls += 1
+                if self.calls == 3:
+                    raise KeyError("a buggy prefix")
+                return f"pipe-{self.calls // 2}"  # a new string each time
+
+            def doRead(self) -> None:
+                data = os.read(read_fd, 10)
+                log_context = context.get(log.ILogContext)
+                seen.append(f"{data!r} {log_context['system']} {log_context.get('outer')} {context.get('request')}")
+                if data == b"boom":
+                    raise ValueError("boom")
+
+            def connectionLost(self, reason: Failure) -> None:
+                super().connectionLost(reason)
+                os.close(read_fd)
+                lost.append(reason)
+                raise ZeroDivisionError("in connectionLost")
+
+        reader = PipeReader(reactor)
+        steps = [b"one", b"two", b"three", b"boom"]
+
+        def step() -> None:
+            if steps:
+                os.write(write_fd, steps.pop(0))
+                reactor.callLater(0.02, step)
+            elif lost or reactor.seconds() > deadline:
+                reactor.stop()
+            else:
+                reactor.callLater(0.02, step)
+
+        deadline = reactor.seconds() + 10
+        reactor.callWhenRunning(reader.startReading)
+        reactor.callLater(0.02, step)
+        events: list[dict[str, Any]] = []
+        log.addObserver(events.append)
+        self.addCleanup(log.removeObserver, events.append)  # type: ignore[attr-defined]
+        context.call({"request": "r1"}, log.callWithContext, {"outer": "kept"}, reactor.run,
+                     installSignalHandlers=False)
+        case: Any = self
+        case.assertEqual(seen, ["b'one' pipe-0 kept r1", "b'two' pipe-1 kept r1",
+                                "b'three' (buggy logPrefix method) kept r1", "b'boom' pipe-2 kept r1"])
+        case.assertEqual(len(lost), 1)
+        case.assertTrue(lost[0].check(ValueError), lost[0])
+        failed = {e["failure"].type: e.get("system") for e in events if e.get("failure")}
+        case.assertEqual(failed, {KeyError: "(buggy logPrefix method)", ValueError: "pipe-2",
+                                  ZeroDivisionError: "pipe-2"})
+        case.flushLoggedErrors(KeyError, ValueError, ZeroDivisionError)
 
     def test_main_loop(self) -> None:
         """``doIteration`` replaced on the reactor is what the loop calls, with ``running and delay`` (None
