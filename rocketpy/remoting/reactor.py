@@ -20,9 +20,11 @@ that turn is mostly bookkeeping around its three system calls: ``runUntilCurrent
 
 With the C module built, ``doPoll`` (``epoll_wait`` without the GIL, then the events as above) is
 ``ReactorTurn.poll`` of ``rocketpy/_speedups_reactor.h``, and ``mainLoop``'s loop is its ``run``: the
-log context pushed for a read is prepared once per connection (kept on it while the reactor's outer
-context and the connection's log prefix stay the same objects), and the reactor's and the
-connection's plain attributes are read from their instance dicts. The Python methods here are the
+log context pushed for an event is prepared once per selectable (kept on it as
+``_rocketpy_log_context`` while the reactor's outer context is the same object and its log prefix the
+same string), every other event is ``log.callWithLogger``'s work done in C around a direct
+``_doReadOrWrite`` call (its exceptions logged by ``_logged`` as ``callWithLogger`` logs them), and
+the reactor's and the connection's plain attributes are read from their instance dicts. The Python methods here are the
 reference and the fallback (``ROCKETPY_NO_SPEEDUPS=1``).
 
 rocketpy runs on any reactor; this one only makes it cheaper. ``twistd rocketpy`` installs it
