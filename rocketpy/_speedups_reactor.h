@@ -6,7 +6,8 @@
  * socket.recv and given to the protocol's dataReceived inside the connection's log context (one prepared
  * context per connection, kept on it and rebuilt when the reactor's outer context or the connection's log
  * prefix changes); its end (no data, a lost socket, an exception) handed to the reactor's _read_ended; every
- * other event to log.callWithLogger(selectable, _doReadOrWrite, selectable, fd, event).
+ * other event is log.callWithLogger(selectable, _doReadOrWrite, selectable, fd, event) with callWithLogger's part
+ * done here (turn_other).
  * ReactorTurn.run(reactor, poll, seconds, run_due, timeout) is LeanEPollReactor.mainLoop's inner loop with that
  * poll. Not Linux: no functions.
  */
