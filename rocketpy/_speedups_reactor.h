@@ -283,18 +283,23 @@ static int turn_ended(ReactorTurn *self, PyObject *connection, PyObject *why, Py
     return 0;
 }
 
-/* The exception being raised, handed to _read_ended as raised (logged there, and the connection dropped). */
-static int turn_raised(ReactorTurn *self, PyObject *connection) {
+/* The exception being raised, taken (a new reference, its traceback on it; NULL when none was) */
+static PyObject *turn_caught(void) {
     PyObject *type, *value, *tb;
-    int r;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);
     if (tb != NULL && value != NULL)
         PyException_SetTraceback(value, tb);
-    r = value == NULL ? 0 : turn_ended(self, connection, value, Py_True);
     Py_XDECREF(type);
-    Py_XDECREF(value);
     Py_XDECREF(tb);
+    return value;
+}
+
+/* The exception being raised, handed to _read_ended as raised (logged there, and the connection dropped). */
+static int turn_raised(ReactorTurn *self, PyObject *connection) {
+    PyObject *value = turn_caught();
+    int r = value == NULL ? 0 : turn_ended(self, connection, value, Py_True);
+    Py_XDECREF(value);
     return r;
 }
 
@@ -398,18 +403,12 @@ static int turn_ms(PyObject *timeout) {
 /* The exception being raised, logged by the reactor's _logged under ``system`` as callWithLogger logs it:
  * None, or NULL with an exception from the logging. */
 static PyObject *turn_logged(ReactorTurn *self, PyObject *system) {
-    PyObject *type, *value, *tb, *r = Py_NewRef(Py_None);
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (tb != NULL && value != NULL)
-        PyException_SetTraceback(value, tb);
-    if (value != NULL) {
-        PyObject *args[2] = {value, system};
-        Py_SETREF(r, PyObject_Vectorcall(self->logged, args, 2, NULL));
-    }
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
+    PyObject *value = turn_caught(), *r;
+    PyObject *args[2] = {value, system};
+    if (value == NULL)
+        return Py_NewRef(Py_None);
+    r = PyObject_Vectorcall(self->logged, args, 2, NULL);
+    Py_DECREF(value);
     return r;
 }
 
