@@ -1,5 +1,5 @@
 /* rocketpy._speedups, the answer of a lone send written before the store's bookkeeping
- * (doc/benchmarks.md, "Pass: the broker's lone send, answer first"): included once, after
+ * (doc/benchmarks.md, "Twenty-seventh pass: the broker's lone send, answer first"): included once, after
  * _speedups_remoting.h (stored_response) and json_frame, before _speedups_request.h (lone_send uses it).
  *
  * answer_first  when StoreService.put_lone_now stored a lone send's message at once (its result
