@@ -8,7 +8,7 @@ Usage::
 Each round puts batches and single messages through a ``MessageStore`` (common records, a new
 queue, a delay level, the schedule topic, a PREPARED record, a ``MessageExt`` subclass) and
 calls ``place_chunk`` and ``dispatch_chunk`` on their refused inputs and error paths, and puts
-messages through ``MessageStore.put_lone`` (``rocketpy/_speedups_lone.h``: common ones, one the
+messages through ``MessageStore.put_lone`` (``rocketpy/_speedups_storeput.h``: common ones, one the
 Python dispatch takes, refused ones). The files
 are large enough that no file is created after the warm-up (a new file adds blocks of its own).
 Prints ``sys.getallocatedblocks()`` after each of six runs of ``--rounds`` rounds; ``--python``

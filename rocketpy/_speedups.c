@@ -1568,8 +1568,8 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
 
 #include "_speedups_store.h"
 #include "_speedups_remoting.h"
-#include "_speedups_lone.h"  /* lone_put: the store service's inline append of one message */
-#include "_speedups_client_lone.h"  /* send_result_then: the answer to a lone send, to its SendResult */
+#include "_speedups_storeput.h"  /* lone_put: the store service's inline append of one message */
+#include "_speedups_table.h"  /* send_result_then: the answer to a lone send, to its SendResult */
 #include "_speedups_aio.h"  /* syncer_*: the commit log's fdatasync ended on the reactor's epoll */
 #include "_speedups_uring.h"  /* uring_*: the same through io_uring */
 #include "_speedups_batch.h"  /* write_buffers: a chunk of records into the mapped file */

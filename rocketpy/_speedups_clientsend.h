@@ -1,6 +1,6 @@
 /* rocketpy._speedups, the producer's lone send from Producer.send to the socket and back (doc/benchmarks.md,
  * "Twenty-eighth pass: the client's lone send in C"): included once from _speedups.c, after _speedups_producer.h
- * (plain_send, new_member, fire_one, PS_SLOT), _speedups_client_lone.h (usual_send_result, send_result_reference),
+ * (plain_send, new_member, fire_one, PS_SLOT), _speedups_table.h (usual_send_result, send_result_reference),
  * _speedups_remoting.h (new_command, json_frame) and _speedups_request.h (send_now).
  *
  * client_lone_send  plain_send's end for a usual send to a queue with nothing in flight: what

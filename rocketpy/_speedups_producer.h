@@ -1,5 +1,5 @@
 /* rocketpy._speedups, the producer's part: included once from _speedups.c (after _speedups_remoting.h and
- * _speedups_lone.h: member_offsets, named_offsets).
+ * _speedups_storeput.h: member_offsets, named_offsets).
  *
  * An automatic batch's answer gives each member (a Deferred its caller holds) its own SendResult
  * (rocketpy.client.autobatch._deliver). Per member, Twisted's Deferred.callback (callback,

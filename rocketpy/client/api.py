@@ -292,7 +292,7 @@ def send_result_then(
 ) -> None:
     """``then(outcome, *args)``: the :class:`SendResult` of a send's ``response`` (as :meth:`send_message`
     fires with), or the failure (the request's, or an :class:`MQBrokerError`). ``rocketpy._speedups``
-    has it for the usual answer (``send_result_then``, rocketpy/_speedups_client_lone.h); this is the reference."""
+    has it for the usual answer (``send_result_then``, rocketpy/_speedups_table.h); this is the reference."""
     if not isinstance(response, Failure):
         try:
             result: SendResult | Failure = MQClientAPI._send_result(response, addr, mq, msg_id)

@@ -59,7 +59,7 @@ def _cancel(d: Deferred[RemotingCommand]) -> None:
 
 class _TableBase:
     """The state of a :class:`ResponseTable` and its two per-request methods. ``rocketpy._speedups``
-    has them in C (``TableBase``, rocketpy/_speedups_client_lone.h); this is the reference."""
+    has them in C (``TableBase``, rocketpy/_speedups_table.h); this is the reference."""
 
     _next: int
     _pending: dict[int, _Entry]

@@ -84,7 +84,7 @@ if speedups.compiled is not None:
     COMPILED_INLINE_BOUND = inline_bound = speedups.compiled.inline_bound
 
 
-#: The compiled lone put (rocketpy/_speedups_lone.h: :meth:`MessageStore.put_lone`), None when not built.
+#: The compiled lone put (rocketpy/_speedups_storeput.h: :meth:`MessageStore.put_lone`), None when not built.
 LonePut = Callable[[CommitLog, MessageExt], "tuple[PutMessageResult, int | None, bool] | None"]
 COMPILED_LONE_PUT: LonePut | None = None
 if speedups.compiled is not None and speedups.compiled.set_lone_put(

@@ -1,5 +1,5 @@
 """The answer to a producer's lone send (``api.send_result_then``) and its C version
-(rocketpy/_speedups_client_lone.h ``send_result_then``) against the Python reference."""
+(rocketpy/_speedups_table.h ``send_result_then``) against the Python reference."""
 
 from __future__ import annotations
 

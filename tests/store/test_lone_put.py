@@ -1,4 +1,4 @@
-"""The compiled lone put (``MessageStore.put_lone``, ``rocketpy/_speedups_lone.h``): one message
+"""The compiled lone put (``MessageStore.put_lone``, ``rocketpy/_speedups_storeput.h``): one message
 appended in one call leaves the same files, results, message fields, queue offsets and stats as
 ``put_many`` (the Python path, the reference); anything unusual is left to that path untouched;
 ``StoreService.put_message`` uses it for a lone send with the same notices and completion
