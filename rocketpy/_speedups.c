@@ -1566,6 +1566,15 @@ static PyObject *command_from_map(PyObject *self, PyObject *const *args, Py_ssiz
     return result;
 }
 
+/* Intern texts[i] into out[i], those not done yet; -1 with an exception on failure. */
+static int intern_array(PyObject **out, const char *const *texts, int n) {
+    int i;
+    for (i = 0; i < n; i++)
+        if (out[i] == NULL && (out[i] = PyUnicode_InternFromString(texts[i])) == NULL)
+            return -1;
+    return 0;
+}
+
 #include "_speedups_store.h"
 #include "_speedups_remoting.h"
 #include "_speedups_storeput.h"  /* lone_put: the store service's inline append of one message */

@@ -518,12 +518,8 @@ static PyObject *lone_setup(PyObject *self, PyObject *const *args, Py_ssize_t na
                         "plain_tcp)");
         return NULL;
     }
-    for (i = 0; i < CS_NAMES; i++)
-        if (cs_names[i] == NULL && (cs_names[i] = PyUnicode_InternFromString(CS_TEXT[i])) == NULL)
-            return NULL;
-    for (i = 0; i < CS_KEYS; i++)
-        if (cs_keys[i] == NULL && (cs_keys[i] = PyUnicode_InternFromString(CS_KEY_TEXT[i])) == NULL)
-            return NULL;
+    if (intern_array(cs_names, CS_TEXT, CS_NAMES) < 0 || intern_array(cs_keys, CS_KEY_TEXT, CS_KEYS) < 0)
+        return NULL;
     if ((cs_zero_text == NULL && (cs_zero_text = PyUnicode_InternFromString("0")) == NULL) ||
         (cs_false_text == NULL && (cs_false_text = PyUnicode_InternFromString("false")) == NULL))
         return NULL;

@@ -25,10 +25,6 @@ static PyObject *fire_names[FN_COUNT];
 static PyObject *fd_failure, *fd_continue, *fd_no_result, *fd_subclasses, *fd_debug_info, *fd_warn_self,
     *fd_errback_pass, *fd_callback_pass, *fd_send_result, *fd_empty_kwargs, *fd_none_kwargs, *fd_empty_args;
 static int fire_ready;
-#define SR_FIELDS 7
-static PyObject *sr_names[SR_FIELDS];
-static Py_ssize_t sr_offsets[SR_FIELDS];
-static int sr_slots;
 
 /* 1 when the attribute is true, 0 when false, -1 on error. */
 static int attr_true(PyObject *obj, PyObject *name) {
@@ -492,10 +488,7 @@ static PyObject *fire_methods(PyObject *self, PyObject *cls) {
 static PyObject *fire_setup(PyObject *self, PyObject *args, PyObject *kwargs) {
     static char *kw[] = {"failure", "continue_", "no_result", "subclasses", "debug_info", "warn_self",
                          "send_result", "failthru", "passthru", "none_kwargs", NULL};
-    static const char *const SR_NAMES[SR_FIELDS] = {"status", "msg_id", "offset_msg_id", "queue", "queue_offset",
-                                                    "transaction_id", "region_id"};
     PyObject *v[10], *empty_args;
-    int i;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OOOOOOOOOO", kw, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
                                      &v[6], &v[7], &v[8], &v[9]))
         return NULL;
@@ -503,12 +496,8 @@ static PyObject *fire_setup(PyObject *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_TypeError, "subclasses must be Twisted's list _DEFERRED_SUBCLASSES");
         return NULL;
     }
-    for (i = 0; i < FN_COUNT; i++)
-        if (fire_names[i] == NULL && (fire_names[i] = PyUnicode_InternFromString(FIRE_NAMES[i])) == NULL)
-            return NULL;
-    for (i = 0; i < SR_FIELDS; i++)
-        if (sr_names[i] == NULL && (sr_names[i] = PyUnicode_InternFromString(SR_NAMES[i])) == NULL)
-            return NULL;
+    if (intern_array(fire_names, FIRE_NAMES, FN_COUNT) < 0 || intern_array(sr_names, SR_NAMES, SR_FIELDS) < 0)
+        return NULL;  /* SR_NAMES, sr_names: _speedups_table.h's */
     if (fd_empty_kwargs == NULL && (fd_empty_kwargs = PyDict_New()) == NULL)
         return NULL;
     empty_args = PyTuple_New(0);

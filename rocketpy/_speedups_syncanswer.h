@@ -30,10 +30,8 @@ static PyObject *str_lone_waiting, *str_transport, *str_write_now_flag, *sa_plai
 static int sync_answer_names(void) {
     static const char *const names[] = {"lone_waiting", "transport", "_write_now"};
     static PyObject **const out[] = {&str_lone_waiting, &str_transport, &str_write_now_flag};
-    int i;
-    for (i = 0; i < 3; i++)
-        if (*out[i] == NULL && (*out[i] = PyUnicode_InternFromString(names[i])) == NULL)
-            return -1;
+    if (intern_names(names, out, 3) < 0)  /* _speedups_request.h */
+        return -1;
     if (sa_plain == NULL) {  /* write_now's plain TCP transport types (rocketpy/remoting/writenow.py) */
         PyObject *module = PyImport_ImportModule("rocketpy.remoting.writenow");
         if (module == NULL)

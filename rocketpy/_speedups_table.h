@@ -24,14 +24,12 @@ static int sr_slots;  /* 1 when SendResult is the slotted dataclass expected */
 /* set_send_result(SendResult, statuses, reference): statuses maps int codes to SendStatus members;
  * reference is the Python send_result_then. rocketpy/client/api.py calls it at import. */
 static PyObject *set_send_result(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    int i;
     if (nargs != 3 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1]) || !PyCallable_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError, "set_send_result(SendResult, statuses, reference)");
         return NULL;
     }
-    for (i = 0; i < SR_FIELDS; i++)
-        if (sr_names[i] == NULL && (sr_names[i] = PyUnicode_InternFromString(SR_NAMES[i])) == NULL)
-            return NULL;
+    if (intern_array(sr_names, SR_NAMES, SR_FIELDS) < 0)
+        return NULL;
     if (str_transaction_id == NULL) {
         if ((str_transaction_id = PyUnicode_InternFromString("transactionId")) == NULL ||
             (str_msg_region = PyUnicode_InternFromString("MSG_REGION")) == NULL ||
