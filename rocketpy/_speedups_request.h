@@ -211,9 +211,7 @@ static int send_names(void) {
 
 /* The truth of an attribute: 1, 0, or -1 (absent or an error: cleared). */
 static int truth_attr(PyObject *obj, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    int r = v == NULL ? -1 : PyObject_IsTrue(v);
-    Py_XDECREF(v);
+    int r = attr_true(obj, name);  /* _speedups_producer.h */
     if (r < 0)
         PyErr_Clear();
     return r;
