@@ -560,6 +560,44 @@ class RealStoreTests(TestCase):
         self.assertEqual([r.status for r in mixed], [PutMessageStatus.MESSAGE_ILLEGAL, PutMessageStatus.PUT_OK])
         await service.stopService()
 
+    async def chained_puts(self, flush_disk_type: str, completion: str = "native") -> None:
+        """Puts awaited one after another, then puts made from inside the previous put's callback
+        (re-entrant, no reactor turn between when the first fires at once): all complete, in order."""
+        root = os.path.abspath(self.mktemp())
+        config = MessageStoreConfig(store_path_root_dir=root, flush_disk_type=flush_disk_type,
+                                    mapped_file_size_commit_log=64 * 1024,
+                                    mapped_file_size_consume_queue=1000 * 20,
+                                    max_hash_slot_num=1000, max_index_num=4000)
+        config.sync_flush_completion = completion
+        service = StoreService(MessageStore(config), reactor)
+        await service.startService()
+        self.addCleanup(lambda: service.running and service.stopService())
+        awaited = [await service.put_message(message(body=b"a" * 300)) for _ in range(150)]
+        chained: list[PutMessageResult] = []
+        done: Deferred[None] = Deferred()
+
+        def put_next(result: PutMessageResult) -> None:
+            chained.append(result)
+            if len(chained) < 150:
+                service.put_message(message(body=b"c" * 300)).addCallback(put_next)
+            else:
+                done.callback(None)
+
+        service.put_message(message(body=b"c" * 300)).addCallback(put_next)
+        await done
+        offsets = [r.append.queue_offset for r in awaited + chained if r.ok and r.append]
+        self.assertEqual(offsets, list(range(300)))
+        await service.stopService()
+
+    def test_chained_puts_async_flush(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self.chained_puts("ASYNC_FLUSH"))
+
+    def test_chained_puts_sync_flush(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self.chained_puts("SYNC_FLUSH"))
+
+    def test_chained_puts_sync_flush_on_the_flush_thread(self) -> Deferred[None]:
+        return Deferred.fromCoroutine(self.chained_puts("SYNC_FLUSH", "thread"))
+
     def test_async_flush(self) -> Deferred[None]:
         """ASYNC_FLUSH: puts are appended, readable, announced, and the stop is clean."""
         return Deferred.fromCoroutine(self.put_read_stop("ASYNC_FLUSH"))
