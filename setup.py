@@ -35,7 +35,7 @@ setup(
         "tls": ["twisted[tls]>=24.7"],
         # LZ4 and ZSTD message bodies (RocketMQ 5 clients; doc/features.md).
         "compression": ["lz4>=4", "zstandard>=0.22"],
-        "dev": ["rocketmq==0.4.4", "mypy", "mypy-zope", "grpcio-tools>=1.85.1"],
+        "dev": ["rocketmq==0.4.4", "mypy", "mypy-zope", "types-PyYAML", "grpcio-tools>=1.85.1"],
         # rocketpy-bench: latency percentiles from an HDR histogram; benchmarks/peers.py drives
         # Redis Streams (the Debian redis-server) through redis-py.
         "bench": ["hdrhistogram>=0.10", "redis>=5", "hiredis"],
