@@ -58,6 +58,8 @@ EVENTS = ("syscalls:sys_enter_recvfrom", "syscalls:sys_enter_sendto", "syscalls:
           "syscalls:sys_exit_epoll_wait", "syscalls:sys_enter_fdatasync", "syscalls:sys_exit_fdatasync",
           "io_uring:io_uring_queue_async_work", "io_uring:io_uring_complete")
 PHASES = ("request → sync", "sync", "sync → reactor awake", "reactor awake → response", "response → next request")
+#: the answer written by the sync thread itself (rocketpy/_speedups_syncwrite.h), instead of the two phases after the sync
+THREAD = "sync → response (sync thread)"
 #: the first phase's parts, where the reactor's submission is seen (a futex wake: native; io_uring_enter: uring)
 PARTS = ("request → submitted", "submitted → reactor asleep", "reactor asleep → sync")
 _SUBMIT = ("sys_enter_futex", "sys_enter_io_uring_enter")
@@ -85,7 +87,7 @@ def phases(script: str) -> tuple[dict[str, list[float]], float]:
         if m:
             events.append((float(m[3]) * 1e6, int(m[1]), int(m[2]), m[4]))
     readers = Counter(tid for _, tid, _, name in events if name == "sys_enter_recvfrom")
-    out: dict[str, list[float]] = {name: [] for name in PHASES + PARTS}
+    out: dict[str, list[float]] = {name: [] for name in PHASES + PARTS + (THREAD,)}
     if not readers:
         return out, 0.0
     reactor = readers.most_common(1)[0][0]
@@ -109,10 +111,15 @@ def phases(script: str) -> tuple[dict[str, list[float]], float]:
             put["synced"] = when
         elif name == "sys_exit_epoll_wait" and tid == reactor and "synced" in put and "awake" not in put:
             put["awake"] = when
-        elif name == "sys_enter_sendto" and tid == reactor and "awake" in put:
-            for phase, start, end in zip(PHASES, ("request", "sync", "synced", "awake"),
-                                         ("sync", "synced", "awake", None)):
-                out[phase].append((put[end] if end else when) - put[start])
+        elif name == "sys_enter_sendto" and ((tid == reactor and "awake" in put) or (tid != reactor and "synced" in put)):
+            if tid == reactor:
+                for phase, start, end in zip(PHASES, ("request", "sync", "synced", "awake"),
+                                             ("sync", "synced", "awake", None)):
+                    out[phase].append((put[end] if end else when) - put[start])
+            else:  # the sync thread's own write
+                out[PHASES[0]].append(put["sync"] - put["request"])
+                out[PHASES[1]].append(put["synced"] - put["sync"])
+                out[THREAD].append(when - put["synced"])
             same_cpu += put["sync_cpu"] == put["cpu"]
             if put.get("submitted", when) <= put.get("asleep", 0) <= put["sync"]:
                 for part, start, end in zip(PARTS, ("request", "submitted", "asleep"), ("submitted", "asleep", "sync")):
@@ -146,8 +153,9 @@ async def run(reactor: Any, options: argparse.Namespace) -> None:
         count = len(found["sync"])
         print(f"{options.sync_completion}: {count} puts traced in {options.seconds:g} s; "
               f"sync on the reactor's CPU for {same_cpu:.0%}, started after the reactor went back to epoll_wait "
-              f"for {len(found[PARTS[0]]) / max(count, 1):.0%}; load {os.getloadavg()[0]:.1f}")
-        for phase in PHASES[:1] + PARTS + PHASES[1:]:
+              f"for {len(found[PARTS[0]]) / max(count, 1):.0%}; answered by the sync thread "
+              f"{len(found[THREAD]) / max(count, 1):.0%}; load {os.getloadavg()[0]:.1f}")
+        for phase in PHASES[:1] + PARTS + PHASES[1:2] + (THREAD,) + PHASES[2:]:
             values = found[phase]
             if values:
                 phase = f"  {phase}" if phase in PARTS else phase

@@ -1587,6 +1587,7 @@ static int intern_array(PyObject **out, const char *const *texts, int n) {
 #include "_speedups_answerfirst.h"  /* answer_first: a lone send's answer written before the store's notices */
 #include "_speedups_request.h"  /* lone_send, send_now: a lone send request from its command to its answer */
 #include "_speedups_syncanswer.h"  /* sync_answer_*: a lone SYNC_FLUSH send answered as its sync ends */
+#include "_speedups_syncwrite.h"  /* syncer_direct: that answer written by the sync thread itself */
 #include "_speedups_clientsend.h"  /* client_lone_send: a lone send from Producer.send to the socket in C */
 #include "_speedups_reactor.h"  /* reactor_turn: LeanEPollReactor's turn (rocketpy/remoting/reactor.py) */
 
@@ -1672,6 +1673,7 @@ static PyMethodDef methods[] = {
     PULL_METHODS
     AIO_METHODS
     SYNC_ANSWER_METHODS
+    SYNC_WRITE_METHODS
     URING_METHODS
     PRODUCER_METHODS
     CLIENTSEND_METHODS

@@ -36,6 +36,8 @@ static PyObject *results_list(const long long *results, long n) {
 
 #define SYNCER_DEPTH 8
 
+typedef struct sw_gate sw_gate;  /* _speedups_syncwrite.h: answers this thread may write itself */
+
 typedef struct {
     pthread_t thread;
     pthread_mutex_t lock;
@@ -44,7 +46,16 @@ typedef struct {
     int fds[SYNCER_DEPTH], fhead, flen;
     long long results[SYNCER_DEPTH];
     int rhead, rlen;
+    /* the syncs numbered in order: dequeued by the thread, and whose results were taken */
+    unsigned long long dequeued, taken;
+    sw_gate *gate;  /* the lean reactor's gate (syncer_direct), or NULL */
+    PyObject *gate_owner;  /* the ReactorTurn the gate is of (kept while the thread may use it) */
+    long long direct_written;  /* answers the thread wrote itself */
 } syncer_t;
+
+static void sw_write(sw_gate *gate, syncer_t *s, unsigned long long seq);
+static void sw_reaped(syncer_t *s);
+static void sw_unlink(syncer_t *s);
 
 static void *syncer_main(void *arg) {
     syncer_t *s = (syncer_t *)arg;
@@ -53,6 +64,8 @@ static void *syncer_main(void *arg) {
     for (;;) {
         int fd;
         long long res;
+        unsigned long long seq;
+        sw_gate *gate;
         while (!s->flen && !s->stop)
             pthread_cond_wait(&s->cond, &s->lock);
         if (!s->flen)
@@ -60,9 +73,13 @@ static void *syncer_main(void *arg) {
         fd = s->fds[s->fhead];
         s->fhead = (s->fhead + 1) % SYNCER_DEPTH;
         s->flen--;
+        seq = s->dequeued++;
+        gate = s->gate;
         pthread_mutex_unlock(&s->lock);
         res = fdatasync(fd) == 0 ? 0 : -(long long)errno;
         close(fd);  /* the submitter's dup */
+        if (res == 0 && gate != NULL)  /* the answers this sync made durable, written now if the reactor sleeps */
+            sw_write(gate, s, seq);
         pthread_mutex_lock(&s->lock);
         s->results[(s->rhead + s->rlen) % SYNCER_DEPTH] = res;
         s->rlen++;
@@ -90,7 +107,9 @@ static void syncer_free(PyObject *capsule) {
     syncer_t *s = (syncer_t *)PyCapsule_GetPointer(capsule, "rocketpy.syncer");
     if (s == NULL)
         return;
+    sw_unlink(s);
     syncer_join(s);
+    Py_CLEAR(s->gate_owner);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->cond);
     PyMem_RawFree(s);
@@ -153,7 +172,7 @@ static int syncer_queue(syncer_t *s, int fd) {
     return 0;
 }
 
-/* Move the finished syncs' results (0 or -errno, in order) into got; how many. */
+/* Move the finished syncs' results (0 or -errno, in order) into got; how many. With the GIL. */
 static long syncer_take(syncer_t *s, long long *got) {
     long n = 0;
     pthread_mutex_lock(&s->lock);
@@ -162,7 +181,10 @@ static long syncer_take(syncer_t *s, long long *got) {
         s->rhead = (s->rhead + 1) % SYNCER_DEPTH;
         s->rlen--;
     }
+    s->taken += n;
     pthread_mutex_unlock(&s->lock);
+    if (n)
+        sw_reaped(s);  /* the answers of these syncs the thread did not write: the reactor's now */
     return n;
 }
 
@@ -197,6 +219,7 @@ static PyObject *syncer_stop(PyObject *self, PyObject *arg) {
     syncer_t *s = syncer_of(arg);
     if (s == NULL)
         return NULL;
+    sw_unlink(s);
     Py_BEGIN_ALLOW_THREADS
     syncer_join(s);
     Py_END_ALLOW_THREADS

@@ -93,6 +93,7 @@ typedef struct {
     PyObject *run_tracker, *run_stack;
     int in_run;
     turn_attrs conn[2];  /* reading the attributes of the (at most two) plain connection types */
+    sw_gate *gate;  /* _speedups_syncwrite.h: when this turn sleeps, for native sync threads; NULL: none linked */
 } ReactorTurn;
 
 #define RT_OBJECTS 16
@@ -136,6 +137,8 @@ static void turn_dealloc(ReactorTurn *self) {
     PyObject_GC_UnTrack(self);
     turn_clear(self);
     PyMem_Free(self->events);
+    if (self->gate != NULL)  /* its syncers, which kept this turn, are gone */
+        sw_gate_free(self->gate);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -463,7 +466,7 @@ static int turn_other(ReactorTurn *self, PyObject *selectable, PyObject *key, ui
 static int turn_once(ReactorTurn *self, int ms) {
     PyObject *contexts = NULL, *outer = NULL;
     Py_ssize_t wanted = PyDict_GET_SIZE(self->selectables);
-    int n, i, looked = 0, result = 0;
+    int n, i, looked = 0, result = 0, err;
     if (wanted < 1)
         wanted = 1;
     if (wanted > INT_MAX / (int)sizeof(struct epoll_event))
@@ -479,13 +482,23 @@ static int turn_once(ReactorTurn *self, int ms) {
     }
     if (ms == 0) {
         n = epoll_wait(self->epfd, self->events, (int)wanted, 0);
+        err = errno;
     } else {
+        sw_gate *gate = self->gate;
+        if (gate != NULL)  /* asleep from here: a native sync thread may write an answer meanwhile */
+            sw_before_wait(gate);
         Py_BEGIN_ALLOW_THREADS
         n = epoll_wait(self->epfd, self->events, (int)wanted, ms);
+        err = errno;
+        if (gate != NULL)
+            sw_awake(gate);
         Py_END_ALLOW_THREADS
+        if (gate != NULL)  /* what it wrote, settled before any Python */
+            sw_after_wait(gate);
     }
     if (n < 0) {
-        if (errno == EINTR)  /* doPoll returns; the signal's handlers run first (PEP 475) */
+        errno = err;
+        if (err == EINTR)  /* doPoll returns; the signal's handlers run first (PEP 475) */
             return PyErr_CheckSignals();
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
@@ -746,6 +759,7 @@ static PyObject *reactor_turn(PyObject *module, PyObject *const *args, Py_ssize_
         RT_OBJECT(self, i) = Py_NewRef(args[i]);
     self->run_tracker = self->run_stack = NULL;
     self->in_run = 0;
+    self->gate = NULL;
     for (i = 0; i < 2; i++) {
         static PyObject *const *const names[] = {&str_logstr, &str_cached_context, &str_fileno, &str_socket,
                                                  &str_buffer_size, &str_protocol};
@@ -754,6 +768,17 @@ static PyObject *reactor_turn(PyObject *module, PyObject *const *args, Py_ssize_
     }
     PyObject_GC_Track(self);
     return (PyObject *)self;
+}
+
+/* The gate of a ReactorTurn (made at the first call), NULL when turn is not one or on failure (then with an
+ * exception). */
+static sw_gate *turn_gate(PyObject *turn) {
+    ReactorTurn *self = (ReactorTurn *)turn;
+    if (!Py_IS_TYPE(turn, &ReactorTurnType))
+        return NULL;
+    if (self->gate == NULL)
+        self->gate = sw_gate_new();
+    return self->gate;
 }
 
 #define REACTOR_METHODS                                                                                      \

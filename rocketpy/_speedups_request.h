@@ -217,34 +217,24 @@ static int truth_attr(PyObject *obj, PyObject *name) {
     return r;
 }
 
-/* send_now(plain, transport, data) -> True, or None having done nothing
- * write_now for a transport whose type is in plain (tcp.Server / tcp.Client with Connection's
- * writeSomeData) with nothing queued, connected and not closing, not TLS, and bytes of at most its
- * SEND_LIMIT: socket.send(data) now, what it did not take (all of it after an OSError, as
- * write_now) through transport.write. None for anything else: then write_now decides. */
-static PyObject *send_now(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *plain, *transport, *data, *v, *sock, *sent_obj, *rest, *r;
-    Py_ssize_t size, sent = 0, queued;
+/* 1 when transport's type is in plain (tcp.Server / tcp.Client with Connection's writeSomeData), nothing is
+ * queued on it, it is connected and not closing, not TLS, and size bytes are within its SEND_LIMIT: what
+ * write_now checks before its socket.send; 0 otherwise (any error cleared). */
+static int send_ready(PyObject *plain, PyObject *transport, Py_ssize_t size) {
+    PyObject *v;
+    Py_ssize_t queued;
     int64_t offset, limit;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "send_now(plain, transport, data)");
-        return NULL;
-    }
-    plain = args[0], transport = args[1], data = args[2];
-    if (send_names() < 0)
-        return NULL;
-    if (!PyBytes_CheckExact(data) || !PyAnySet_Check(plain) || PySet_Contains(plain, (PyObject *)Py_TYPE(transport)) != 1)
-        goto python;
-    size = PyBytes_GET_SIZE(data);
+    if (send_names() < 0 || !PyAnySet_Check(plain) || PySet_Contains(plain, (PyObject *)Py_TYPE(transport)) != 1)
+        goto no;
     v = PyObject_GetAttr(transport, str_temp_buffer);
     queued = v != NULL && PyList_CheckExact(v) ? PyList_GET_SIZE(v) : -1;
     Py_XDECREF(v);
     if (queued != 0)
-        goto python;
+        goto no;
     v = PyObject_GetAttr(transport, str_offset);
     if (v == NULL || !PyLong_CheckExact(v) || !I64_OK(v, &offset)) {
         Py_XDECREF(v);
-        goto python;
+        goto no;
     }
     Py_DECREF(v);
     v = PyObject_GetAttr(transport, str_data_buffer);
@@ -253,13 +243,52 @@ static PyObject *send_now(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (queued < 0 || offset != queued || truth_attr(transport, str_connected) != 1 ||
         truth_attr(transport, str_disconnecting) != 0 || truth_attr(transport, str_write_disconnected) != 0 ||
         truth_attr(transport, str_tls) != 0)
-        goto python;
+        goto no;
     v = PyObject_GetAttr(transport, str_send_limit);
     if (v == NULL || !PyLong_CheckExact(v) || !I64_OK(v, &limit) || size > limit) {
         Py_XDECREF(v);
-        goto python;
+        goto no;
     }
     Py_DECREF(v);
+    return 1;
+no:
+    PyErr_Clear();
+    return 0;
+}
+
+/* transport.write(data[sent:]) when bytes data was not all sent: 0, or -1 with an exception */
+static int write_rest(PyObject *transport, PyObject *data, Py_ssize_t sent) {
+    Py_ssize_t size = PyBytes_GET_SIZE(data);
+    PyObject *rest, *r;
+    if (sent >= size)
+        return 0;
+    if (send_names() < 0)
+        return -1;
+    rest = sent == 0 ? Py_NewRef(data) : PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + sent, size - sent);
+    if (rest == NULL)
+        return -1;
+    r = PyObject_CallMethodOneArg(transport, str_write, rest);
+    Py_DECREF(rest);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 0;
+}
+
+/* send_now(plain, transport, data) -> True, or None having done nothing
+ * write_now for a transport send_ready accepts: socket.send(data) now, what it did not take (all of it after
+ * an OSError, as write_now) through transport.write. None for anything else: then write_now decides. */
+static PyObject *send_now(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *transport, *data, *sock, *sent_obj;
+    Py_ssize_t size, sent = 0;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "send_now(plain, transport, data)");
+        return NULL;
+    }
+    transport = args[1], data = args[2];
+    if (!PyBytes_CheckExact(data))
+        goto python;
+    size = PyBytes_GET_SIZE(data);
+    if (!send_ready(args[0], transport, size))
+        goto python;
     sock = PyObject_GetAttr(transport, str_socket);
     if (sock == NULL)
         goto python;
@@ -278,16 +307,8 @@ static PyObject *send_now(PyObject *self, PyObject *const *args, Py_ssize_t narg
             sent = 0;
         }
     }
-    if (sent < size) {
-        rest = sent == 0 ? Py_NewRef(data) : PyBytes_FromStringAndSize(PyBytes_AS_STRING(data) + sent, size - sent);
-        if (rest == NULL)
-            return NULL;
-        r = PyObject_CallMethodOneArg(transport, str_write, rest);
-        Py_DECREF(rest);
-        if (r == NULL)
-            return NULL;
-        Py_DECREF(r);
-    }
+    if (write_rest(transport, data, sent) < 0)
+        return NULL;
     Py_RETURN_TRUE;
 python:
     PyErr_Clear();

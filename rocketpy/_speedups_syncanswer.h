@@ -18,14 +18,18 @@
  *                    results, and for each that succeeded the answers it covers written (send_now)
  *                    before any Python runs; what send_now cannot write at once is left to the callback.
  *
- * The writes happen on the reactor thread, as every other write to the connection does: the sync thread
- * never touches a socket (a write from it would race the reactor's own writes and Twisted's buffers).
+ * The writes happen on the reactor thread, as every other write to the connection does, but where
+ * _speedups_syncwrite.h lets the sync thread write an answer itself while a lean reactor sleeps (an entry it
+ * wrote has its frame None before any Python runs).
  */
 
 #ifdef __linux__
 enum { SA_OFFSET, SA_TRANSPORT, SA_FRAME, SA_ITEMS };  /* an answer entry (a list) */
-enum { LW_DEFERRED, LW_RESULT, LW_ANSWERS, LW_OFFSET, LW_ITEMS };  /* StoreService.lone_waiting */
+enum { LW_DEFERRED, LW_RESULT, LW_ANSWERS, LW_OFFSET, LW_DIRECT, LW_ITEMS };  /* StoreService.lone_waiting */
 static PyObject *str_lone_waiting, *str_transport, *str_write_now_flag, *sa_plain, *sa_answered;
+/* _speedups_syncwrite.h: the sync thread writing an answer itself */
+static void sw_arm(PyObject *direct, PyObject *channel, PyObject *transport, PyObject *entry);
+static void sw_forget(PyObject *entry);
 
 static int sync_answer_names(void) {
     static const char *const names[] = {"lone_waiting", "transport", "_write_now"};
@@ -54,6 +58,7 @@ static PyObject *sync_answered(PyObject *self, PyObject *const *args, Py_ssize_t
     entry = args[1];
     if (PyList_GET_ITEM(entry, SA_FRAME) == Py_None)
         Py_RETURN_NONE;  /* written when the sync ended */
+    sw_forget(entry);
     PyList_SetItem(entry, SA_FRAME, Py_NewRef(Py_None));  /* taken back: never written now */
     {
         PyObject *call[3] = {args[0], args[3], args[4]};
@@ -104,6 +109,8 @@ static PyObject *sync_answer_later(PyObject *put, PyObject *channel, PyObject *r
     }
     if (out == NULL)  /* no callback will take it back: never write it */
         PyList_SetItem(entry, SA_FRAME, Py_NewRef(Py_None));
+    else if (PyTuple_GET_ITEM(waiting, LW_DIRECT) != Py_None)  /* or the sync thread itself, as it ends */
+        sw_arm(PyTuple_GET_ITEM(waiting, LW_DIRECT), channel, transport, entry);
 done:
     Py_DECREF(waiting);
 done_clear:
@@ -135,6 +142,7 @@ static void write_answers(PyObject *answers, int64_t covers) {
         if (PyList_CheckExact(entry) && PyList_GET_SIZE(entry) == SA_ITEMS &&
             (frame = PyList_GET_ITEM(entry, SA_FRAME)) != Py_None) {
             PyObject *call[3] = {sa_plain, PyList_GET_ITEM(entry, SA_TRANSPORT), frame};
+            sw_forget(entry);
             r = send_now(NULL, call, 3);
             if (r == NULL)  /* transport.write raised after a partial send: its callback must not write again */
                 PyErr_WriteUnraisable(entry);

@@ -86,6 +86,12 @@ class LeanEPollReactor(epollreactor.EPollReactor):
             self._turn, self._poll = turn, turn.poll
             self.doPoll = self.doIteration = self._poll  # type: ignore[method-assign]  # the same, in C
 
+    @property
+    def sleeping_turn(self) -> Any:
+        """The C turn, whose ``epoll_wait`` a native sync thread may write an answer during
+        (rocketpy/_speedups_syncwrite.h); None with the Python turn."""
+        return self._turn
+
     def mainLoop(self) -> None:
         # ReactorBase.mainLoop with runUntilCurrent and timeout skipped when nothing is due
         seconds, run_due, timeout = self.seconds, self.runUntilCurrent, self.timeout

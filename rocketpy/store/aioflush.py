@@ -38,6 +38,9 @@ class AioFdSync:
     or fails with the sync's ``OSError``.
     """
 
+    #: False: the sync thread never writes an answer itself (``ROCKETPY_NO_SYNC_WRITE=1`` for a process)
+    direct_answers = os.environ.get("ROCKETPY_NO_SYNC_WRITE", "") in ("", "0")
+
     def __init__(self, reactor: IReactorFDSet, compiled: Any, kind: str, eventfd: int) -> None:
         start, submit, reap, stop = (getattr(compiled, name) for name in KINDS[kind])
         self.kind = kind
@@ -57,9 +60,18 @@ class AioFdSync:
         self.started: list[int] = []
         #: ``MessageStore.put_lone``'s ``sync`` argument, None where not compiled (uring)
         self.presync: tuple[Any, ...] | None = None
+        #: ``(thread, covers)`` when the sync thread writes a lone answer itself as its sync ends, while the
+        #: reactor sleeps (a :class:`~rocketpy.remoting.reactor.LeanEPollReactor` with its C turn;
+        #: rocketpy/_speedups_syncwrite.h): the broker's lone send arms its queued answer with it; else None
+        self.direct: tuple[Any, list[int]] | None = None
+        self._written: Any = None  # compiled.syncer_written with direct
         if self._reap_answers is not None:
             self.answers = []
             self.presync = (compiled.sync_lone_put, self._handle, self.started)
+            turn = getattr(reactor, "sleeping_turn", None)
+            if self.direct_answers and turn is not None and compiled.syncer_direct(self._handle, turn):
+                self.direct = (self._handle, self._covers)
+                self._written = compiled.syncer_written
         reactor.addReader(self)
 
     @classmethod
@@ -102,6 +114,11 @@ class AioFdSync:
         self._covers.append(covers)
         return d
 
+    @property
+    def written_by_thread(self) -> int:
+        """How many answers the sync thread wrote itself (:attr:`direct`)."""
+        return self._written(self._handle) if self.direct is not None else 0
+
     def settle(self) -> None:
         """A sync submitted by the lone put's C call that no :meth:`fdsync` claimed (the flush went to the
         flush thread): its end is awaited and ignored."""
@@ -119,7 +136,7 @@ class AioFdSync:
         os.close(self._eventfd)
         self._eventfd = -1
         waiting, self._waiting = self._waiting, deque()
-        self._covers = []
+        self._covers.clear()  # the list direct holds
         self.started.clear()
         if self.answers is not None:
             self.answers.clear()  # their puts are answered by their Deferreds (a timeout, a later flush)

@@ -86,11 +86,13 @@ class StoreService(StoreReads, Service):
         self._aio_kind = completion
         self._aio_wanted = completion != "thread" and self._sync_flush and hasattr(message_store, "flush_begin")
         self._aio: AioFdSync | None = None
-        #: ``(d, result, answers, next_offset)`` when the last :meth:`put_message` (its Deferred ``d``) was
-        #: appended and waits only for a native sync: the caller may add ``[next_offset, transport, frame]``
-        #: to ``answers`` (the sync's end writes it first, then ``d`` fires) and set this back to None
-        #: (the broker's lone send, rocketpy/_speedups_syncanswer.h; doc/store.md, "Group commit on the reactor")
-        self.lone_waiting: tuple[Deferred[PutMessageResult], PutMessageResult, list[list[Any]], int] | None = None
+        #: ``(d, result, answers, next_offset, direct)`` when the last :meth:`put_message` (its Deferred ``d``)
+        #: was appended and waits only for a native sync: the caller may add ``[next_offset, transport, frame]``
+        #: to ``answers`` (the sync's end writes it first, then ``d`` fires; with ``direct``, ``AioFdSync.direct``,
+        #: the sync thread may write it itself) and set this back to None (the broker's lone send,
+        #: rocketpy/_speedups_syncanswer.h; doc/store.md, "Group commit on the reactor")
+        self.lone_waiting: tuple[Deferred[PutMessageResult], PutMessageResult, list[list[Any]], int,
+                                 tuple[Any, list[int]] | None] | None = None
         # pwrite path: the zeros ahead must not race an append, so they go to the writer itself
         self._in_populate_pool = self._in_pool if self._config.write_path == "pwrite" else self._in_flush_pool
         self._populating = False
@@ -292,7 +294,8 @@ class StoreService(StoreReads, Service):
         self._lone_done(d, (msg,), result, max_offset)
         if aio is not None and not d.called and aio is self._aio and aio.answers is not None \
                 and not self._completion.hooks:  # waits for the native sync alone: its answer may go first
-            self.lone_waiting = (d, result, aio.answers, result.append.next_offset)  # type: ignore[union-attr]
+            self.lone_waiting = (d, result, aio.answers, result.append.next_offset,  # type: ignore[union-attr]
+                                 aio.direct)
         return d
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> Deferred[PutMessageResult]:
