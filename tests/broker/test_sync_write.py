@@ -92,14 +92,18 @@ class RawClient:
         self.sock.close()
 
 
-class SyncWriteTests(SynchronousTestCase):
+class LeanBroker(SynchronousTestCase):
+    """A SYNC_FLUSH broker (with :attr:`options`) on a lean reactor in a thread, its topic warm."""
+
+    options: dict[str, str] = {}
+
     def setUp(self) -> None:
         self.thread = ReactorThread()
         self.addCleanup(self.thread.stop)
         reactor = self.thread.reactor
         if getattr(reactor, "sleeping_turn", None) is None:
             raise SkipTest("no lean reactor with its C turn here")
-        self.fixture = BrokerFixture(reactor, {"flush-disk-type": "SYNC_FLUSH"})
+        self.fixture = BrokerFixture(reactor, {"flush-disk-type": "SYNC_FLUSH", **self.options})
         namesrv = self.call(self.fixture.start)
         self.addCleanup(self.call, self.fixture.stop)
         assert self.fixture._tree is not None
@@ -113,7 +117,7 @@ class SyncWriteTests(SynchronousTestCase):
         producer = Producer("PG_WARM", namesrv, reactor)
         self.call(producer.start)
         for _ in range(8):  # the topic, its queues' files, the commit log's first zeros
-            self.assertEqual(self.call(producer.send, new_message(TOPIC, b"warm")).status, SendStatus.SEND_OK)
+            self.call(producer.send, new_message(TOPIC, b"warm"))
         self.call(producer.shutdown)
         self.until(lambda: not self.store._populating)
         self.errors: list[Any] = []
@@ -138,11 +142,11 @@ class SyncWriteTests(SynchronousTestCase):
                 raise AssertionError("timed out waiting")
             time.sleep(0.002)
 
-    def client(self) -> RawClient:
+    def client(self, code: int = ResponseCode.SUCCESS) -> RawClient:
         client = RawClient(self.fixture.broker_addr)
         self.addCleanup(client.close)
         opaque = client.send()  # the connection's first request: the full path (its peer noted)
-        self.assertEqual(client.answers(1), [(opaque[0], ResponseCode.SUCCESS)])
+        self.assertEqual(client.answers(1), [(opaque[0], code)])
         return client
 
     def written(self) -> int:
@@ -152,6 +156,24 @@ class SyncWriteTests(SynchronousTestCase):
         held: Held = self.call(Held, self.aio)
         self.addCleanup(self.call, held.release)
         return held
+
+
+class SyncMasterTests(LeanBroker):
+    """SYNC_MASTER: a put waits for its slave too (a put hook), so its answer is never the sync thread's."""
+
+    options = {"broker-role": "SYNC_MASTER"}
+
+    def test_sync_master_answers_on_the_reactor(self) -> None:
+        """No slave: every lone send answered SLAVE_NOT_AVAILABLE once, none by the sync thread."""
+        client = self.client(ResponseCode.SLAVE_NOT_AVAILABLE)
+        for _ in range(10):
+            opaque = client.send()
+            self.assertEqual(client.answers(1), [(opaque[0], ResponseCode.SLAVE_NOT_AVAILABLE)])
+        self.assertTrue(client.silent())
+        self.assertEqual(self.written(), 0)
+
+
+class SyncWriteTests(LeanBroker):
 
     def test_lone_sends_answered_once_by_the_sync_thread(self) -> None:
         """Sends one at a time: each answered once, SUCCESS; most of them by the sync thread."""
