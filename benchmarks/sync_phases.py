@@ -21,6 +21,7 @@ Then, per put (request read to response written), the medians of:
 - ``reactor awake → response``: the broker's Python after the sync (the put's completion, the
   response),
 - ``response → next request``: the client's round trip (its Python, two wake-ups),
+- ``request → response − sync``: the broker's own part of the round trip (the sync left out),
 
 with the share of puts whose sync ran on the reactor's CPU (the sync then starts only once the
 reactor has gone back to ``epoll_wait``). Tracing adds a few µs per traced call. Needs ``perf``
@@ -60,6 +61,8 @@ EVENTS = ("syscalls:sys_enter_recvfrom", "syscalls:sys_enter_sendto", "syscalls:
 PHASES = ("request → sync", "sync", "sync → reactor awake", "reactor awake → response", "response → next request")
 #: the answer written by the sync thread itself (rocketpy/_speedups_syncwrite.h), instead of the two phases after the sync
 THREAD = "sync → response (sync thread)"
+#: the broker's own part of a put's round trip, whoever wrote the answer: request → response without the sync
+OWN = "request → response − sync"
 #: the first phase's parts, where the reactor's submission is seen (a futex wake: native; io_uring_enter: uring)
 PARTS = ("request → submitted", "submitted → reactor asleep", "reactor asleep → sync")
 _SUBMIT = ("sys_enter_futex", "sys_enter_io_uring_enter")
@@ -87,7 +90,7 @@ def phases(script: str) -> tuple[dict[str, list[float]], float]:
         if m:
             events.append((float(m[3]) * 1e6, int(m[1]), int(m[2]), m[4]))
     readers = Counter(tid for _, tid, _, name in events if name == "sys_enter_recvfrom")
-    out: dict[str, list[float]] = {name: [] for name in PHASES + PARTS + (THREAD,)}
+    out: dict[str, list[float]] = {name: [] for name in PHASES + PARTS + (THREAD, OWN)}
     if not readers:
         return out, 0.0
     reactor = readers.most_common(1)[0][0]
@@ -120,6 +123,7 @@ def phases(script: str) -> tuple[dict[str, list[float]], float]:
                 out[PHASES[0]].append(put["sync"] - put["request"])
                 out[PHASES[1]].append(put["synced"] - put["sync"])
                 out[THREAD].append(when - put["synced"])
+            out[OWN].append(when - put["request"] - (put["synced"] - put["sync"]))
             same_cpu += put["sync_cpu"] == put["cpu"]
             if put.get("submitted", when) <= put.get("asleep", 0) <= put["sync"]:
                 for part, start, end in zip(PARTS, ("request", "submitted", "asleep"), ("submitted", "asleep", "sync")):
@@ -155,7 +159,7 @@ async def run(reactor: Any, options: argparse.Namespace) -> None:
               f"sync on the reactor's CPU for {same_cpu:.0%}, started after the reactor went back to epoll_wait "
               f"for {len(found[PARTS[0]]) / max(count, 1):.0%}; answered by the sync thread "
               f"{len(found[THREAD]) / max(count, 1):.0%}; load {os.getloadavg()[0]:.1f}")
-        for phase in PHASES[:1] + PARTS + PHASES[1:2] + (THREAD,) + PHASES[2:]:
+        for phase in PHASES[:1] + PARTS + PHASES[1:2] + (THREAD,) + PHASES[2:] + (OWN,):
             values = found[phase]
             if values:
                 phase = f"  {phase}" if phase in PARTS else phase
