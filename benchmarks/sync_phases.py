@@ -17,6 +17,8 @@ Then, per put (request read to response written), the medians of:
   (the reactor's futex wake of the sync thread, or its ``io_uring_enter``), submitted → reactor
   asleep, reactor asleep → sync (native only; how many puts that is is printed),
 - ``sync``: the ``fdatasync`` (``uring``: queued to completed, the worker's wake-up included),
+- ``sync → response (sync thread)``: the answer written by the sync thread itself, right after its
+  ``fdatasync`` (the lean reactor asleep; rocketpy/_speedups_syncwrite.h), for the puts it wrote;
 - ``sync → reactor awake``: the completion's way back (eventfd, the reactor's wake-up),
 - ``reactor awake → response``: the broker's Python after the sync (the put's completion, the
   response),
