@@ -15,8 +15,9 @@ import time
 from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
-from twisted.logger import globalLogPublisher
+from twisted.logger import ILogObserver, LogLevel, globalLogPublisher
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
+from zope.interface import provider
 
 from rocketpy.blocking import ReactorThread
 from rocketpy.broker.controller import BrokerService
@@ -109,7 +110,7 @@ class LeanBroker(SynchronousTestCase):
         assert self.fixture._tree is not None
         broker = self.fixture._tree.getServiceNamed("broker")
         assert isinstance(broker, BrokerService) and isinstance(broker.store, StoreService)
-        self.store = broker.store
+        self.broker, self.store = broker, broker.store
         aio = self.store._aio
         if aio is None or aio.direct is None:
             raise SkipTest("no native sync thread writing answers here (compiled module, Linux)")
@@ -122,8 +123,9 @@ class LeanBroker(SynchronousTestCase):
         self.until(lambda: not self.store._populating)
         self.errors: list[Any] = []
 
+        @provider(ILogObserver)
         def observe(event: dict[str, Any]) -> None:
-            if event.get("isError") or event.get("log_failure") is not None:
+            if "log_failure" in event or event.get("log_level") in (LogLevel.error, LogLevel.critical):
                 self.errors.append(event)
         globalLogPublisher.addObserver(observe)
         self.addCleanup(globalLogPublisher.removeObserver, observe)
@@ -226,9 +228,9 @@ class SyncWriteTests(LeanBroker):
         before = self.written()
         first.send()
         self.until(lambda: len(self.aio.answers or ()) == 1 and len(held.syncs) == 1)
-        channels = self.call(lambda: len(self.fixture._tree.getServiceNamed("broker").server._channels))
+        channels = self.call(lambda: len(self.broker.server._channels))
         first.close()
-        self.until(lambda: len(self.fixture._tree.getServiceNamed("broker").server._channels) < channels)
+        self.until(lambda: len(self.broker.server._channels) < channels)
         second = RawClient(self.fixture.broker_addr)
         self.addCleanup(second.close)
         opaque = second.send()  # its put waits for the held sync's successor
