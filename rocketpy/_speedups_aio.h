@@ -4,6 +4,8 @@
  * syncer_*: a pthread of the process that runs fdatasync without the GIL and adds one to an
  * eventfd the reactor watches when a sync ends (rocketpy/store/aioflush.py, "native"), so that a
  * SYNC_FLUSH group commit crosses no Python thread. The same through io_uring: _speedups_uring.h.
+ * Linked to a lean reactor's turn (syncer_direct, _speedups_syncwrite.h), the thread also writes the lone
+ * answers a successful sync made durable itself, while that reactor sleeps, before the eventfd.
  * Not Linux: no functions.
  */
 

@@ -25,7 +25,9 @@ log context pushed for an event is prepared once per selectable (kept on it as
 same string), every other event is ``log.callWithLogger``'s work done in C around a direct
 ``_doReadOrWrite`` call (its exceptions logged by ``_logged`` as ``callWithLogger`` logs them), and
 the reactor's and the connection's plain attributes are read from their instance dicts. The Python methods here are the
-reference and the fallback (``ROCKETPY_NO_SPEEDUPS=1``).
+reference and the fallback (``ROCKETPY_NO_SPEEDUPS=1``). The C turn also says when it sleeps in ``epoll_wait``
+(:attr:`LeanEPollReactor.sleeping_turn`): the store's native sync thread then writes a lone SYNC_FLUSH answer
+itself (rocketpy/_speedups_syncwrite.h; doc/store.md, "Group commit on the reactor").
 
 rocketpy runs on any reactor; this one only makes it cheaper. ``twistd rocketpy`` installs it
 unless ``--reactor`` names another (the ``rocketpy`` reactor plugin:
