@@ -23,7 +23,8 @@ Then, per put (request read to response written), the medians of:
 - ``reactor awake → response``: the broker's Python after the sync (the put's completion, the
   response),
 - ``response → next request``: the client's round trip (its Python, two wake-ups),
-- ``request → response − sync``: the broker's own part of the round trip (the sync left out),
+- ``request → response − sync``: the broker's own part of the round trip (the sync left out), and
+  ``request → next request − sync`` the whole round trip without the sync,
 
 with the share of puts whose sync ran on the reactor's CPU (the sync then starts only once the
 reactor has gone back to ``epoll_wait``). Tracing adds a few µs per traced call. Needs ``perf``
@@ -63,8 +64,10 @@ EVENTS = ("syscalls:sys_enter_recvfrom", "syscalls:sys_enter_sendto", "syscalls:
 PHASES = ("request → sync", "sync", "sync → reactor awake", "reactor awake → response", "response → next request")
 #: the answer written by the sync thread itself (rocketpy/_speedups_syncwrite.h), instead of the two phases after the sync
 THREAD = "sync → response (sync thread)"
-#: the broker's own part of a put's round trip, whoever wrote the answer: request → response without the sync
+#: the broker's own part of a put's round trip, whoever wrote the answer: request → response without the sync;
+#: and the whole round trip (this request to the next one) without the sync
 OWN = "request → response − sync"
+TRIP = "request → next request − sync"
 #: the first phase's parts, where the reactor's submission is seen (a futex wake: native; io_uring_enter: uring)
 PARTS = ("request → submitted", "submitted → reactor asleep", "reactor asleep → sync")
 _SUBMIT = ("sys_enter_futex", "sys_enter_io_uring_enter")
@@ -92,17 +95,20 @@ def phases(script: str) -> tuple[dict[str, list[float]], float]:
         if m:
             events.append((float(m[3]) * 1e6, int(m[1]), int(m[2]), m[4]))
     readers = Counter(tid for _, tid, _, name in events if name == "sys_enter_recvfrom")
-    out: dict[str, list[float]] = {name: [] for name in PHASES + PARTS + (THREAD, OWN)}
+    out: dict[str, list[float]] = {name: [] for name in PHASES + PARTS + (THREAD, OWN, TRIP)}
     if not readers:
         return out, 0.0
     reactor = readers.most_common(1)[0][0]
     put: dict[str, Any] | None = None
     last_response: float | None = None
+    last: tuple[float, float] | None = None  # the last answered put's request time and sync duration
     same_cpu = 0
     for when, tid, cpu, name in events:
         if name == "sys_enter_recvfrom" and tid == reactor:
             if last_response is not None and put is None:
                 out["response → next request"].append(when - last_response)
+                if last is not None:
+                    out[TRIP].append(when - last[0] - last[1])
             put, last_response = {"request": when, "cpu": cpu}, None
         elif put is None:
             continue
@@ -126,6 +132,7 @@ def phases(script: str) -> tuple[dict[str, list[float]], float]:
                 out[PHASES[1]].append(put["synced"] - put["sync"])
                 out[THREAD].append(when - put["synced"])
             out[OWN].append(when - put["request"] - (put["synced"] - put["sync"]))
+            last = (put["request"], put["synced"] - put["sync"])
             same_cpu += put["sync_cpu"] == put["cpu"]
             if put.get("submitted", when) <= put.get("asleep", 0) <= put["sync"]:
                 for part, start, end in zip(PARTS, ("request", "submitted", "asleep"), ("submitted", "asleep", "sync")):
@@ -161,7 +168,7 @@ async def run(reactor: Any, options: argparse.Namespace) -> None:
               f"sync on the reactor's CPU for {same_cpu:.0%}, started after the reactor went back to epoll_wait "
               f"for {len(found[PARTS[0]]) / max(count, 1):.0%}; answered by the sync thread "
               f"{len(found[THREAD]) / max(count, 1):.0%}; load {os.getloadavg()[0]:.1f}")
-        for phase in PHASES[:1] + PARTS + PHASES[1:2] + (THREAD,) + PHASES[2:] + (OWN,):
+        for phase in PHASES[:1] + PARTS + PHASES[1:2] + (THREAD,) + PHASES[2:] + (OWN, TRIP):
             values = found[phase]
             if values:
                 phase = f"  {phase}" if phase in PARTS else phase
