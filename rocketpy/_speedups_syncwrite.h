@@ -68,48 +68,49 @@ static void sw_gate_free(sw_gate *g) {
     PyMem_RawFree(g);
 }
 
-/* Remove record i (the reactor awake, or the lock held); its references are the caller's, in out[3]. */
-static void sw_take(sw_gate *g, int i, PyObject **out) {
-    sw_record *r = &g->records[i];
-    out[0] = r->entry, out[1] = r->transport, out[2] = r->frame;
-    memmove(r, r + 1, (size_t)(g->count - i - 1) * sizeof(sw_record));
-    g->count--;
-}
-
-static void sw_release(PyObject **objects) {
-    Py_XDECREF(objects[0]);
-    Py_XDECREF(objects[1]);
-    Py_XDECREF(objects[2]);
-}
-
-/* A record the sync thread sent, settled: its entry written (frame None), the rest of a partial send
- * queued on the transport (nothing was written to it since: the connection had nothing queued). */
-static void sw_settle(syncer_t *s, PyObject **objects, Py_ssize_t sent) {
-    PyObject *entry = objects[0];
-    s->direct_written++;
-    if (PyList_CheckExact(entry) && PyList_GET_SIZE(entry) == SA_ITEMS)
-        PyList_SetItem(entry, SA_FRAME, Py_NewRef(Py_None));
-    if (write_rest(objects[1], objects[2], sent) < 0)
-        PyErr_WriteUnraisable(objects[1]);
-}
-
-/* Drop g's records matching (syncer, before: seq < before) or entry; a sent one is settled first. */
-static void sw_drop(sw_gate *g, syncer_t *syncer, unsigned long long before, PyObject *entry) {
-    int i = 0;
+/* Take out of g the records of syncer whose sync is before ``before`` (entry NULL, sent_only 0), the record of
+ * entry, or (sent_only) those the sync thread sent, into taken (room for SW_RECORDS): how many. The reactor
+ * is awake, or the lock is held. */
+static int sw_take(sw_gate *g, syncer_t *syncer, unsigned long long before, PyObject *entry, int sent_only,
+                   sw_record *taken) {
+    int i = 0, n = 0;
     while (i < g->count) {
         sw_record *r = &g->records[i];
-        PyObject *objects[3];
-        syncer_t *s = r->syncer;
-        Py_ssize_t sent = r->sent;
-        if (entry != NULL ? r->entry != entry : s != syncer || r->seq >= before) {
+        if (sent_only ? r->sent < 0 : entry != NULL ? r->entry != entry : r->syncer != syncer || r->seq >= before) {
             i++;
             continue;
         }
-        sw_take(g, i, objects);
-        if (sent >= 0)
-            sw_settle(s, objects, sent);
-        sw_release(objects);
+        taken[n++] = *r;
+        memmove(r, r + 1, (size_t)(g->count - i - 1) * sizeof(sw_record));
+        g->count--;
     }
+    return n;
+}
+
+/* Taken records let go (with the GIL, no lock held): one the sync thread sent is settled first, its entry
+ * written (frame None) and the rest of a partial send queued on the transport (nothing was written to it
+ * since: the connection had nothing queued). */
+static void sw_finish(sw_record *taken, int n) {
+    int i;
+    for (i = 0; i < n; i++) {
+        sw_record *r = &taken[i];
+        if (r->sent >= 0) {
+            r->syncer->direct_written++;
+            if (PyList_CheckExact(r->entry) && PyList_GET_SIZE(r->entry) == SA_ITEMS)
+                PyList_SetItem(r->entry, SA_FRAME, Py_NewRef(Py_None));
+            if (write_rest(r->transport, r->frame, r->sent) < 0)
+                PyErr_WriteUnraisable(r->transport);
+        }
+        Py_DECREF(r->entry);
+        Py_DECREF(r->transport);
+        Py_DECREF(r->frame);
+    }
+}
+
+/* Drop records as sw_take selects them (the reactor awake). */
+static void sw_drop(sw_gate *g, syncer_t *syncer, unsigned long long before, PyObject *entry, int sent_only) {
+    sw_record taken[SW_RECORDS];
+    sw_finish(taken, sw_take(g, syncer, before, entry, sent_only, taken));
 }
 
 /* The reactor goes to sleep in epoll_wait (with the GIL, before releasing it): the armed answers whose
@@ -142,23 +143,10 @@ static void sw_awake(sw_gate *g) {
 
 /* With the GIL again, before any Python: the answers the sync thread sent, settled. */
 static void sw_after_wait(sw_gate *g) {
-    int i = 0;
     if (!g->wrote)
         return;
     g->wrote = 0;
-    while (i < g->count) {
-        sw_record *r = &g->records[i];
-        PyObject *objects[3];
-        syncer_t *s = r->syncer;
-        Py_ssize_t sent = r->sent;
-        if (sent < 0) {
-            i++;
-            continue;
-        }
-        sw_take(g, i, objects);
-        sw_settle(s, objects, sent);
-        sw_release(objects);
-    }
+    sw_drop(g, NULL, 0, NULL, 1);
 }
 
 /* The sync thread, sync seq of s succeeded: while the reactor sleeps, send its ready answers. */
@@ -189,7 +177,7 @@ static void sw_write(sw_gate *g, syncer_t *s, unsigned long long seq) {
 /* The results of s's syncs before s->taken were taken: their records not sent are the reactor's now. */
 static void sw_reaped(syncer_t *s) {
     if (s->gate != NULL)
-        sw_drop(s->gate, s, s->taken, NULL);
+        sw_drop(s->gate, s, s->taken, NULL, 0);
 }
 
 /* An entry the reactor writes or takes back: the sync thread must not send it (the reactor is awake). */
@@ -197,20 +185,24 @@ static void sw_forget(PyObject *entry) {
     sw_gate *g;
     for (g = sw_gates; g != NULL; g = g->next)
         if (g->count)
-            sw_drop(g, NULL, 0, entry);
+            sw_drop(g, NULL, 0, entry, 0);
 }
 
-/* s stops: its records dropped (under the lock: any thread may stop it), the thread left without a gate. */
+/* s stops: its records dropped (taken under the lock: any thread may stop it), the thread left without a
+ * gate. */
 static void sw_unlink(syncer_t *s) {
     sw_gate *g = s->gate;
+    sw_record taken[SW_RECORDS];
+    int n;
     if (g == NULL)
         return;
     pthread_mutex_lock(&s->lock);
     s->gate = NULL;
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&g->lock);
-    sw_drop(g, s, (unsigned long long)-1, NULL);
+    n = sw_take(g, s, (unsigned long long)-1, NULL, 0, taken);
     pthread_mutex_unlock(&g->lock);
+    sw_finish(taken, n);
 }
 
 /* Arm a queued answer (sync_answer_later's entry [offset, transport, frame]) for the sync thread: direct is
