@@ -466,7 +466,7 @@ static int turn_other(ReactorTurn *self, PyObject *selectable, PyObject *key, ui
 static int turn_once(ReactorTurn *self, int ms) {
     PyObject *contexts = NULL, *outer = NULL;
     Py_ssize_t wanted = PyDict_GET_SIZE(self->selectables);
-    int n, i, looked = 0, result = 0, err;
+    int n, i, looked = 0, result = 0, err, first;
     if (wanted < 1)
         wanted = 1;
     if (wanted > INT_MAX / (int)sizeof(struct epoll_event))
@@ -493,8 +493,15 @@ static int turn_once(ReactorTurn *self, int ms) {
         if (gate != NULL)
             sw_awake(gate);
         Py_END_ALLOW_THREADS
-        if (gate != NULL)  /* what it wrote, settled before any Python */
-            sw_after_wait(gate);
+        if (gate != NULL && (first = sw_after_wait(gate)) >= 0) {  /* what it wrote, settled before any Python */
+            for (i = 1; i < n; i++)  /* and its sync's end handled before the other events */
+                if (self->events[i].data.fd == first) {
+                    struct epoll_event swapped = self->events[0];
+                    self->events[0] = self->events[i];
+                    self->events[i] = swapped;
+                    break;
+                }
+        }
     }
     if (n < 0) {
         errno = err;

@@ -141,12 +141,18 @@ static void sw_awake(sw_gate *g) {
     pthread_mutex_unlock(&g->lock);
 }
 
-/* With the GIL again, before any Python: the answers the sync thread sent, settled. */
-static void sw_after_wait(sw_gate *g) {
+/* With the GIL again, before any Python: the answers the sync thread sent, settled. The eventfd of the sync
+ * thread that sent the first of them, or -1: the turn handles that event first (the put's bookkeeping before
+ * a next request read in the same turn, which then finds its connection waiting for it alone). */
+static int sw_after_wait(sw_gate *g) {
+    sw_record taken[SW_RECORDS];
+    int n;
     if (!g->wrote)
-        return;
+        return -1;
     g->wrote = 0;
-    sw_drop(g, NULL, 0, NULL, 1);
+    n = sw_take(g, NULL, 0, NULL, 1, taken);
+    sw_finish(taken, n);
+    return n > 0 ? taken[0].syncer->efd : -1;
 }
 
 /* The sync thread, sync seq of s succeeded: while the reactor sleeps, send its ready answers. */
