@@ -19,15 +19,11 @@ static Py_ssize_t control_json(PyObject *s) {
     p = (const unsigned char *)PyUnicode_DATA(s);
     n = PyUnicode_GET_LENGTH(s);
     length = n + 2;
-    for (i = 0; i < n; i++) {
+    for (i = written_run(p, n); i < n; i += 1 + written_run(p + i + 1, n - i - 1)) {  /* from one escape to the next */
         unsigned char c = p[i];
-        if (c < 0x20) {
-            if (c == '\b' || c == '\t' || c == '\n' || c == '\f' || c == '\r')
-                return -1;
-            length += 5;  /* \u00XX for one character */
-        } else if (c == '"' || c == '\\' || c == 0x7F) {
-            return -1;
-        }
+        if (c >= 0x20 || c == '\b' || c == '\t' || c == '\n' || c == '\f' || c == '\r')
+            return -1;  /* a quote, a backslash, DEL or a short escape */
+        length += 5;  /* \u00XX for one character */
     }
     return length;
 }
@@ -38,16 +34,17 @@ static char *put_control(char *at, PyObject *s) {
     const unsigned char *p = (const unsigned char *)PyUnicode_DATA(s);
     Py_ssize_t i, n = PyUnicode_GET_LENGTH(s);
     *at++ = '"';
-    for (i = 0; i < n; i++) {
-        unsigned char c = p[i];
-        if (c < 0x20) {
-            memcpy(at, "\\u00", 4);
-            at[4] = hex[c >> 4];
-            at[5] = hex[c & 0xF];
-            at += 6;
-        } else {
-            *at++ = (char)c;
-        }
+    for (i = 0; i < n; i++) {  /* a run written as it is, then the control character that ends it */
+        Py_ssize_t run = written_run(p + i, n - i);
+        memcpy(at, p + i, run);
+        at += run;
+        i += run;
+        if (i == n)
+            break;
+        memcpy(at, "\\u00", 4);
+        at[4] = hex[p[i] >> 4];
+        at[5] = hex[p[i] & 0xF];
+        at += 6;
     }
     *at++ = '"';
     return at;

@@ -52,6 +52,17 @@ class JSONFrameTests(SynchronousTestCase):
         command = RemotingCommand(code, language, version, opaque, flag, remark, fields, body)
         self.assertEqual(outcome(command), self.python(command))
 
+    def test_long_texts(self) -> None:
+        """Texts longer than a word (the C scan takes eight characters a step), with each character that
+        needs an escape at every position, in the remark, a name and a value: the same frame."""
+        for length in (7, 8, 9, 16, 23, 40):
+            for position in range(length):
+                for char in ("\x00", "\x01", "\x1f", "\n", '"', "\\", "\x7f", "\u00e9", " ", "~"):
+                    text = "a" * position + char + "b" * (length - position - 1)
+                    command = RemotingCommand(0, "JAVA", 1, 2, 1, text, {text: text, "msgId": ",".join([text] * 3)},
+                                              b"")
+                    self.assertEqual(outcome(command), self.python(command), repr(text))
+
     def test_plain_response_in_c(self) -> None:
         """A send response is encoded by the C function; a non-ASCII remark is left to Python."""
         assert C_FRAME is not None
