@@ -476,44 +476,60 @@ enum { A_TOPIC, A_PROPS, A_BODY, A_QUEUE_ID, A_FLAG, A_QUEUE_OFFSET, A_PHYS, A_S
        A_BORN_HOST, A_STORE_TS, A_STORE_HOST, A_RECONSUME, A_PREPARED, N_ATTRS };
 static const int ATTR_FIELD[N_ATTRS] = {0, 3, 1, 4, 2, 12, 13, 5, 6, 7, 8, 9, 10, 11};
 
-static PyObject *encode_record(PyObject *self, PyObject *msg) {
-    PyObject *a[N_ATTRS] = {NULL}, *out = NULL, *k, *v;
-    const char *topic;
-    Py_ssize_t topic_len, props_len = 0, pos = 0, size, body_len, count;
+/* What a message's record is made of (record_parts), until write_record writes it. */
+typedef struct {
+    PyObject *a[N_ATTRS];  /* new references */
     int64_t n[N_ATTRS];
     unsigned char born_ip[4], store_ip[4];
-    unsigned char *p;
+    const char *topic;
+    Py_ssize_t topic_len, props_len, size;
     int32_t crc;
+} RecordParts;
+
+static void release_parts(RecordParts *r) {
     int i;
+    for (i = 0; i < N_ATTRS; i++)
+        Py_CLEAR(r->a[i]);
+}
+
+/* msg's attributes and sizes for its record: 1; 0 when the Python reference must encode it (unusual
+ * input); -1 with an exception. Nothing is held but on 1. */
+static int record_parts(PyObject *msg, RecordParts *r) {
+    PyObject *k, *v;
+    Py_ssize_t pos = 0, count;
+    int i;
+    memset(r->a, 0, sizeof r->a);
+    r->props_len = 0;
     for (i = 0; i < N_ATTRS; i++) {
         if (use_slots && Py_IS_TYPE(msg, (PyTypeObject *)MessageExt))  /* read the slot itself */
-            a[i] = Py_XNewRef(*(PyObject **)((char *)msg + slot_offsets[ATTR_FIELD[i]]));
-        else if ((a[i] = PyObject_GetAttr(msg, field_names[ATTR_FIELD[i]])) == NULL)
+            r->a[i] = Py_XNewRef(*(PyObject **)((char *)msg + slot_offsets[ATTR_FIELD[i]]));
+        else if ((r->a[i] = PyObject_GetAttr(msg, field_names[ATTR_FIELD[i]])) == NULL)
             PyErr_Clear();
-        if (a[i] == NULL)  /* an unset slot raises AttributeError in Python */
+        if (r->a[i] == NULL)  /* an unset slot raises AttributeError in Python */
             goto slow;
     }
-    if (!PyUnicode_CheckExact(a[A_TOPIC]) || !PyDict_CheckExact(a[A_PROPS]) || !PyBytes_CheckExact(a[A_BODY]))
+    if (!PyUnicode_CheckExact(r->a[A_TOPIC]) || !PyDict_CheckExact(r->a[A_PROPS]) || !PyBytes_CheckExact(r->a[A_BODY]))
         goto slow;
-    topic = PyUnicode_AsUTF8AndSize(a[A_TOPIC], &topic_len);
-    if (topic == NULL) {
+    r->topic = PyUnicode_AsUTF8AndSize(r->a[A_TOPIC], &r->topic_len);
+    if (r->topic == NULL) {
         PyErr_Clear();
         goto slow;
     }
-    if (topic_len > TOPIC_MAX_LENGTH)
+    if (r->topic_len > TOPIC_MAX_LENGTH)
         goto slow;
     for (i = A_QUEUE_ID; i < N_ATTRS; i++) {
         if (i == A_BORN_HOST || i == A_STORE_HOST)
             continue;
-        if (i == A_QUEUE_ID || i == A_FLAG || i == A_SYS_FLAG || i == A_RECONSUME ? !I32_OK(a[i], &n[i])
-                                                                                  : !I64_OK(a[i], &n[i]))
+        if (i == A_QUEUE_ID || i == A_FLAG || i == A_SYS_FLAG || i == A_RECONSUME ? !I32_OK(r->a[i], &r->n[i])
+                                                                                  : !I64_OK(r->a[i], &r->n[i]))
             goto slow;
     }
-    if (!pack_host(a[A_BORN_HOST], born_ip, &n[A_BORN_HOST]) || !pack_host(a[A_STORE_HOST], store_ip, &n[A_STORE_HOST]))
+    if (!pack_host(r->a[A_BORN_HOST], r->born_ip, &r->n[A_BORN_HOST]) ||
+        !pack_host(r->a[A_STORE_HOST], r->store_ip, &r->n[A_STORE_HOST]))
         goto slow;
     /* the properties' UTF-8 length: k\x01v joined by \x02 */
-    count = PyDict_GET_SIZE(a[A_PROPS]);
-    while (PyDict_Next(a[A_PROPS], &pos, &k, &v)) {
+    count = PyDict_GET_SIZE(r->a[A_PROPS]);
+    while (PyDict_Next(r->a[A_PROPS], &pos, &k, &v)) {
         Py_ssize_t kl, vl;
         if (!PyUnicode_CheckExact(k) || !PyUnicode_CheckExact(v))
             goto slow;
@@ -521,70 +537,99 @@ static PyObject *encode_record(PyObject *self, PyObject *msg) {
             PyErr_Clear();  /* a lone surrogate: Python raises UnicodeEncodeError */
             goto slow;
         }
-        props_len += kl + vl + 1;
+        r->props_len += kl + vl + 1;
     }
     if (count > 0)
-        props_len += count - 1;
-    if (props_len > MAX_PROPERTIES_LENGTH)
+        r->props_len += count - 1;
+    if (r->props_len > MAX_PROPERTIES_LENGTH)
         goto slow;
-    body_len = PyBytes_GET_SIZE(a[A_BODY]);
-    size = FIXED_V4 + body_len + 1 + topic_len + 2 + props_len;
-    if (size > INT32_MAX)
+    r->size = FIXED_V4 + PyBytes_GET_SIZE(r->a[A_BODY]) + 1 + r->topic_len + 2 + r->props_len;
+    if (r->size > INT32_MAX)
         goto slow;
-    if (crc_of(PyBytes_AS_STRING(a[A_BODY]), body_len, &crc) < 0)
-        goto error;
-    out = PyByteArray_FromStringAndSize(NULL, size);
-    if (out == NULL)
-        goto error;
-    p = (unsigned char *)PyByteArray_AS_STRING(out);
-    put_i32(p, (int32_t)size);
+    if (crc_of(PyBytes_AS_STRING(r->a[A_BODY]), PyBytes_GET_SIZE(r->a[A_BODY]), &r->crc) < 0) {
+        release_parts(r);
+        return -1;
+    }
+    return 1;
+slow:
+    release_parts(r);
+    return 0;
+}
+
+/* The record of record_parts into p[0:r->size]; r's references released. 0 (what was written is
+ * garbage) when the properties no longer have the length measured: Python code ran in between
+ * (a finalizer, from an allocation) and changed them; they are read again, in the same order. */
+static int write_record(unsigned char *p, RecordParts *r) {
+    PyObject *k, *v;
+    Py_ssize_t pos = 0, body_len = PyBytes_GET_SIZE(r->a[A_BODY]);
+    unsigned char *end = p + r->size;
+    int first = 1;
+    put_i32(p, (int32_t)r->size);
     put_i32(p + 4, MAGIC_CODE);
-    put_i32(p + 8, crc);
-    put_i32(p + 12, (int32_t)n[A_QUEUE_ID]);
-    put_i32(p + 16, (int32_t)n[A_FLAG]);
-    put_i64(p + 20, n[A_QUEUE_OFFSET]);
-    put_i64(p + 28, n[A_PHYS]);
-    put_i32(p + 36, (int32_t)(n[A_SYS_FLAG] & ~HOSTS_V6));
-    put_i64(p + 40, n[A_BORN_TS]);
-    memcpy(p + 48, born_ip, 4);
-    put_i32(p + 52, (int32_t)n[A_BORN_HOST]);
-    put_i64(p + 56, n[A_STORE_TS]);
-    memcpy(p + 64, store_ip, 4);
-    put_i32(p + 68, (int32_t)n[A_STORE_HOST]);
-    put_i32(p + 72, (int32_t)n[A_RECONSUME]);
-    put_i64(p + 76, n[A_PREPARED]);
+    put_i32(p + 8, r->crc);
+    put_i32(p + 12, (int32_t)r->n[A_QUEUE_ID]);
+    put_i32(p + 16, (int32_t)r->n[A_FLAG]);
+    put_i64(p + 20, r->n[A_QUEUE_OFFSET]);
+    put_i64(p + 28, r->n[A_PHYS]);
+    put_i32(p + 36, (int32_t)(r->n[A_SYS_FLAG] & ~HOSTS_V6));
+    put_i64(p + 40, r->n[A_BORN_TS]);
+    memcpy(p + 48, r->born_ip, 4);
+    put_i32(p + 52, (int32_t)r->n[A_BORN_HOST]);
+    put_i64(p + 56, r->n[A_STORE_TS]);
+    memcpy(p + 64, r->store_ip, 4);
+    put_i32(p + 68, (int32_t)r->n[A_STORE_HOST]);
+    put_i32(p + 72, (int32_t)r->n[A_RECONSUME]);
+    put_i64(p + 76, r->n[A_PREPARED]);
     put_i32(p + 84, (int32_t)body_len);
     p += FIXED_V4;
-    memcpy(p, PyBytes_AS_STRING(a[A_BODY]), body_len);
+    memcpy(p, PyBytes_AS_STRING(r->a[A_BODY]), body_len);
     p += body_len;
-    *p++ = (unsigned char)topic_len;
-    memcpy(p, topic, topic_len);
-    p += topic_len;
-    *p++ = (unsigned char)(props_len >> 8);
-    *p++ = (unsigned char)props_len;
-    pos = 0;  /* no Python code ran since the first pass: same dict, same order */
-    while (PyDict_Next(a[A_PROPS], &pos, &k, &v)) {
+    *p++ = (unsigned char)r->topic_len;
+    memcpy(p, r->topic, r->topic_len);
+    p += r->topic_len;
+    *p++ = (unsigned char)(r->props_len >> 8);
+    *p++ = (unsigned char)r->props_len;
+    while (PyDict_Next(r->a[A_PROPS], &pos, &k, &v)) {
         Py_ssize_t kl, vl;
-        const char *ks = utf8_of(k, &kl), *vs = utf8_of(v, &vl);
-        if (p != (unsigned char *)PyByteArray_AS_STRING(out) + size - props_len)
+        const char *ks = PyUnicode_CheckExact(k) ? utf8_of(k, &kl) : NULL;
+        const char *vs = ks != NULL && PyUnicode_CheckExact(v) ? utf8_of(v, &vl) : NULL;
+        if (vs == NULL || kl + vl + 1 + !first > end - p) {
+            PyErr_Clear();
+            release_parts(r);
+            return 0;
+        }
+        if (!first)
             *p++ = 2;
+        first = 0;
         memcpy(p, ks, kl);
         p += kl;
         *p++ = 1;
         memcpy(p, vs, vl);
         p += vl;
     }
-    for (i = 0; i < N_ATTRS; i++)
-        Py_DECREF(a[i]);
+    release_parts(r);
+    return p == end;
+}
+
+static PyObject *encode_record(PyObject *self, PyObject *msg) {
+    RecordParts r;
+    PyObject *out;
+    switch (record_parts(msg, &r)) {
+    case 0:  /* unusual input: the Python reference encodes it or raises */
+        return fallback(py_encode_record, &msg, 1);
+    case -1:
+        return NULL;
+    }
+    out = PyByteArray_FromStringAndSize(NULL, r.size);
+    if (out == NULL) {
+        release_parts(&r);
+        return NULL;
+    }
+    if (!write_record((unsigned char *)PyByteArray_AS_STRING(out), &r)) {
+        Py_DECREF(out);
+        return fallback(py_encode_record, &msg, 1);
+    }
     return out;
-slow:  /* unusual input: the Python reference encodes it or raises */
-    for (i = 0; i < N_ATTRS; i++)
-        Py_XDECREF(a[i]);
-    return fallback(py_encode_record, &msg, 1);
-error:
-    for (i = 0; i < N_ATTRS; i++)
-        Py_XDECREF(a[i]);
-    return NULL;
 }
 
 static PyObject *patch_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {

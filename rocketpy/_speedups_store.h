@@ -47,24 +47,47 @@ static int store_names_ready(void) {
 
 /* ---- place_chunk ------------------------------------------------------------------------ */
 
-/* One record of a chunk: its message and encoded buffer (borrowed). */
+/* One put of a chunk: its messages and records (borrowed): a bytearray per message, or one
+ * holding them all back to back (encode_puts' batches). */
 static int chunk_put(PyObject *item, PyObject **msgs, PyObject **bufs) {
     if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 4)
         return 0;
     *msgs = PyTuple_GET_ITEM(item, 1);
     *bufs = PyTuple_GET_ITEM(item, 2);
     return (PyList_CheckExact(*msgs) || PyTuple_CheckExact(*msgs)) && PyList_CheckExact(*bufs) &&
-           PySequence_Fast_GET_SIZE(*msgs) == PyList_GET_SIZE(*bufs);
+           (PySequence_Fast_GET_SIZE(*msgs) == PyList_GET_SIZE(*bufs) ||
+            (PyList_GET_SIZE(*bufs) == 1 && PySequence_Fast_GET_SIZE(*msgs) > 1));
+}
+
+/* The j-th record of a put of n messages (chunk_put's bufs), from *at on in its buffer: its bytes
+ * and size; the buffer when the record starts one (0 when it is not a bytearray, or the record
+ * does not hold the fixed fields or overruns it). *at moves past the record. */
+static int record_in(PyObject *bufs, Py_ssize_t n, Py_ssize_t j, Py_ssize_t *at, unsigned char **p, int64_t *size,
+                     PyObject **starts) {
+    int shared = n > 1 && PyList_GET_SIZE(bufs) == 1;  /* the put's records back to back: sizes from their fields */
+    PyObject *buf = PyList_GET_ITEM(bufs, shared ? 0 : j);
+    Py_ssize_t len;
+    if (!PyByteArray_CheckExact(buf))
+        return 0;
+    if (!shared || j == 0)
+        *at = 0;
+    len = PyByteArray_GET_SIZE(buf) - *at;
+    *p = (unsigned char *)PyByteArray_AS_STRING(buf) + *at;
+    *size = !shared ? len : (len >= 4 ? get_i32(*p) : 0);
+    *starts = *at == 0 ? buf : NULL;
+    if (*size < FIXED_V4 || *size > len)
+        return 0;
+    *at += (Py_ssize_t)*size;
+    return 1;
 }
 
 /* Is the message one place_chunk can take: a slotted MessageExt with a str topic and 32-bit
- * queue id and system flag, its record a bytearray with the fixed fields? */
-static int placeable(PyObject *msg, PyObject *buf) {
+ * queue id and system flag? */
+static int placeable(PyObject *msg) {
     int64_t v;
     return use_slots && Py_IS_TYPE(msg, (PyTypeObject *)MessageExt) && SLOT(msg, F_TOPIC) != NULL &&
            PyUnicode_CheckExact(SLOT(msg, F_TOPIC)) && SLOT(msg, F_QUEUE_ID) != NULL &&
-           PyLong_CheckExact(SLOT(msg, F_QUEUE_ID)) && I32_OK(SLOT(msg, F_QUEUE_ID), &v) && SLOT(msg, F_SYS_FLAG) != NULL && I32_OK(SLOT(msg, F_SYS_FLAG), &v) &&
-           PyByteArray_CheckExact(buf) && PyByteArray_GET_SIZE(buf) >= FIXED_V4;
+           PyLong_CheckExact(SLOT(msg, F_QUEUE_ID)) && I32_OK(SLOT(msg, F_QUEUE_ID), &v) && SLOT(msg, F_SYS_FLAG) != NULL && I32_OK(SLOT(msg, F_SYS_FLAG), &v);
 }
 
 /* slot = value (a new reference, may be NULL after a failed allocation: then -1). */
@@ -118,26 +141,35 @@ static PyObject *place_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
         phys < 0 || !I64_OK(now_obj, &now) || !PyUnicode_CheckExact(host) || !PyUnicode_IS_ASCII(host) || MessageExt == NULL)
         Py_RETURN_NONE;
     for (c = 0; c < PyList_GET_SIZE(chunk); c++) {  /* check everything before changing anything */
-        PyObject *msgs = NULL, *bufs = NULL;
+        PyObject *msgs = NULL, *bufs = NULL, *starts;
+        Py_ssize_t at = 0;
+        unsigned char *p;
+        int64_t size;
         if (!chunk_put(PyList_GET_ITEM(chunk, c), &msgs, &bufs))
             Py_RETURN_NONE;
-        for (j = 0; j < PyList_GET_SIZE(bufs); j++)
-            if (!placeable(PySequence_Fast_GET_ITEM(msgs, j), PyList_GET_ITEM(bufs, j)))
+        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++)
+            if (!placeable(PySequence_Fast_GET_ITEM(msgs, j)) ||
+                !record_in(bufs, PySequence_Fast_GET_SIZE(msgs), j, &at, &p, &size, &starts))
                 Py_RETURN_NONE;
+        if (PySequence_Fast_GET_SIZE(msgs) > 1 && PyList_GET_SIZE(bufs) == 1 &&
+            at != PyByteArray_GET_SIZE(PyList_GET_ITEM(bufs, 0)))
+            Py_RETURN_NONE;  /* one buffer, not exactly the put's records */
     }
     if ((undo = PyList_New(0)) == NULL || (seen = PyDict_New()) == NULL || (out = PyList_New(0)) == NULL ||
         (ids = PyList_New(PyList_GET_SIZE(chunk))) == NULL)
         goto fail;
     for (c = 0; c < PyList_GET_SIZE(chunk); c++) {
         PyObject *msgs = NULL, *bufs = NULL, *put_ids;
+        Py_ssize_t at = 0;
         chunk_put(PyList_GET_ITEM(chunk, c), &msgs, &bufs);
-        if ((put_ids = PyList_New(PyList_GET_SIZE(bufs))) == NULL)
+        if ((put_ids = PyList_New(PySequence_Fast_GET_SIZE(msgs))) == NULL)
             goto fail;
         PyList_SET_ITEM(ids, c, put_ids);
-        for (j = 0; j < PyList_GET_SIZE(bufs); j++) {
-            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *buf = PyList_GET_ITEM(bufs, j), *topic, *id;
-            int64_t qid, sys_flag, queue_offset = 0, size = PyByteArray_GET_SIZE(buf);
-            unsigned char *p = (unsigned char *)PyByteArray_AS_STRING(buf);
+        for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
+            PyObject *msg = PySequence_Fast_GET_ITEM(msgs, j), *buf, *topic, *id;
+            int64_t qid, sys_flag, queue_offset = 0, size;
+            unsigned char *p;
+            record_in(bufs, PySequence_Fast_GET_SIZE(msgs), j, &at, &p, &size, &buf);  /* checked above */
             topic = SLOT(msg, F_TOPIC);
             I32_OK(SLOT(msg, F_QUEUE_ID), &qid);
             I32_OK(SLOT(msg, F_SYS_FLAG), &sys_flag);
@@ -189,7 +221,7 @@ static PyObject *place_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
             if ((id = offset_id(host, phys)) == NULL)
                 goto fail;
             PyList_SET_ITEM(put_ids, j, id);
-            if (PyList_Append(out, buf) < 0)
+            if (buf != NULL && PyList_Append(out, buf) < 0)
                 goto fail;
             phys += size;
         }
@@ -701,6 +733,60 @@ static PyObject *dispatch_chunk(PyObject *self, PyObject *const *args, Py_ssize_
 
 /* ---- encode_puts ------------------------------------------------------------------------ */
 
+/* A batch's records (each message's store_host set first) back to back in one bytearray, *bufs
+ * = [it], *total its size: 1 (a malloc and a free per put, not per message); 0, having set
+ * nothing, for a lone message or when a message needs the Python encoder (encode_record then
+ * takes them one by one); -1 when a record is over max_record, or with an exception. */
+static int batch_records(PyObject *msgs, PyObject *host, int64_t max_record, PyObject **bufs, int64_t *total) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(msgs), j, done = 0;
+    RecordParts *parts;
+    PyObject *buf;
+    unsigned char *p;
+    int r = -1;
+    if (n < 2)
+        return 0;
+    if ((parts = PyMem_Malloc(n * sizeof *parts)) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (*total = 0; done < n; done++) {
+        PyObject *msg = PySequence_Fast_GET_ITEM(msgs, done);
+        int got;
+        Py_XSETREF(SLOT(msg, F_STORE_HOST), Py_NewRef(host));
+        if ((got = record_parts(msg, &parts[done])) <= 0) {
+            r = got;
+            goto release;
+        }
+        *total += parts[done].size;
+        if (parts[done].size > max_record) {
+            done++;
+            goto release;
+        }
+    }
+    if ((buf = PyByteArray_FromStringAndSize(NULL, *total)) == NULL)
+        goto release;
+    for (j = 0, p = (unsigned char *)PyByteArray_AS_STRING(buf); j < n; p += parts[j].size, j++)
+        if (!write_record(p, &parts[j])) {  /* releases the part */
+            Py_DECREF(buf);
+            for (j++; j < n; j++)
+                release_parts(&parts[j]);
+            PyMem_Free(parts);
+            return -1;
+        }
+    PyMem_Free(parts);
+    if ((*bufs = PyList_New(1)) == NULL) {
+        Py_DECREF(buf);
+        return -1;
+    }
+    PyList_SET_ITEM(*bufs, 0, buf);
+    return 1;
+release:
+    for (j = 0; j < done; j++)
+        release_parts(&parts[j]);
+    PyMem_Free(parts);
+    return r;
+}
+
 /* encode_puts(puts, store_host, max_body, slack, limit) -> [(i, msgs, records, total)] or None
  * The first loop of CommitLog.put_many with CommitLog._encode, when every put is well formed
  * and fits: each message's store_host set and its record encoded (encode_record). None, with
@@ -742,6 +828,11 @@ static PyObject *encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t n
     for (i = 0; i < PySequence_Fast_GET_SIZE(puts); i++) {
         PyObject *msgs = PySequence_Fast_GET_ITEM(puts, i), *bufs, *put;
         int64_t total = 0;
+        int shared = batch_records(msgs, host, max_body + slack, &bufs, &total);
+        if (shared < 0)
+            goto python;
+        if (shared)
+            goto encoded;
         if ((bufs = PyList_New(PySequence_Fast_GET_SIZE(msgs))) == NULL)
             goto python;
         for (j = 0; j < PySequence_Fast_GET_SIZE(msgs); j++) {
@@ -756,6 +847,7 @@ static PyObject *encode_puts(PyObject *self, PyObject *const *args, Py_ssize_t n
             total += PyByteArray_GET_SIZE(buf);
             PyList_SET_ITEM(bufs, j, buf);
         }
+    encoded:
         put = total > limit ? NULL : Py_BuildValue("(nONL)", i, msgs, bufs, (long long)total);
         if (put == NULL) {
             if (total > limit)

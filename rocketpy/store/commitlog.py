@@ -55,10 +55,20 @@ _TRAN_MASK = MessageSysFlag.TRANSACTION_MASK
 
 _log = Logger()
 
-#: One put of an append: its index in the results, its messages, their encoded records, their bytes.
+#: One put of an append: its index in the results, its messages, their encoded records (one per
+#: message, or for a batch from the compiled ``encode_puts`` one holding them back to back), their bytes.
 Put = tuple[int, Sequence[MessageExt], list[bytearray], int]
 #: What placing a chunk gives: the end offset, the queue offsets to restore, the records, each put's ids.
 Placed = tuple[int, list[tuple[str, int]], list[bytearray], list[list[str]]]
+
+
+def _records_of(data: bytearray) -> Iterable[bytearray]:
+    """Each record of ``data``, records back to back (copies: patched and written instead)."""
+    at = 0
+    while at < len(data):
+        size = _HEAD.unpack_from(data, at)[0]
+        yield data[at:at + size]
+        at += size
 
 
 class StoreSpeedups(Protocol):
@@ -331,6 +341,8 @@ class CommitLog:
         ids: list[list[str]] = []
         for _i, msgs, bufs, _total in chunk:
             put_ids = []
+            if len(bufs) != len(msgs):  # the compiled encode_puts' batch: its records, one by one
+                bufs = list(_records_of(bufs[0]))
             for msg, buf in zip(msgs, bufs):
                 if msg.sys_flag & _TRAN_MASK in _NO_QUEUE_OFFSET:
                     queue_offset = 0

@@ -193,6 +193,42 @@ class CompiledPutPathTests(SynchronousTestCase):
         self.assertEqual(pair.stores[0].commit_log.topic_queue_table, {"T-0": 1, "T-1": 1, "T-2": 0})
         pair.assert_same(self)
 
+    def test_batch_records_in_one_buffer(self) -> None:
+        """encode_puts gives a batch one buffer holding its records (a lone message and a batch with a
+        message the Python encoder takes, here an IPv6 born host, one per message); the files are the same."""
+        compiled = commitlog.COMPILED
+        assert compiled is not None
+        host = ("10.0.0.1", 10911)
+        batch = [MessageExt(topic="T", body=b"x" * n, properties={"KEYS": "k"}, born_host=("1.2.3.4", 5))
+                 for n in (1, 100, 7)]
+        lone = [MessageExt(topic="T", body=b"y")]
+        mixed = [MessageExt(topic="T", body=b"z"), MessageExt(topic="T", body=b"z", born_host=("::1", 5))]
+        encoded = compiled.encode_puts([batch, lone, mixed], host, 1000, 0, 1 << 20)
+        self.assertEqual([len(put[2]) for put in encoded], [1, 1, 2])
+        self.assertEqual(bytes(encoded[0][2][0]), b"".join(commitlog.encode_record(m) for m in batch))
+        pair = StorePair(self)
+        pair.put_many(self, [[("T", 0, 0, b"x" * n, {"KEYS": f"k{n}"}) for n in range(5)], [("T", 0, 0, b"x", {})]])
+        pair.assert_same(self)
+
+    def test_batch_buffer_placed_by_python(self) -> None:
+        """When place_chunk leaves a chunk to the Python reference, a batch's one buffer is split into
+        its records there: the same files."""
+        compiled = commitlog.COMPILED
+
+        class NoPlace:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(compiled, name)
+
+            def place_chunk(self, *args: Any) -> None:
+                return None
+
+        pair = StorePair(self)
+        pair.stores[0].commit_log.speedups = NoPlace()  # type: ignore[assignment]
+        for n in range(3):
+            pair.put_many(self, [[("T", n, 0, b"b" * (10 + i), {"UNIQ_KEY": f"U{i}"}) for i in range(4)],
+                                 [("T", 0, 0, b"s", {})]])
+        pair.assert_same(self)
+
     def test_unusual_messages_go_the_python_way(self) -> None:
         """A MessageExt subclass is placed and dispatched by the Python code, with the same files."""
 
