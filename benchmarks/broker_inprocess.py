@@ -3,7 +3,8 @@
 Usage::
 
     python benchmarks/broker_inprocess.py [--messages 20000] [--rounds 3] [--in-flight 1]
-                                          [--chunk 60] [--gc-threshold 10000] [--batch 32] [--profile] [--acl]
+                                          [--chunk 60] [--gc-threshold 10000] [--batch 32] [--bare-header]
+                                          [--profile] [--acl]
 
 Starts a real ``BrokerService`` (real ``StoreService`` and ``MessageStore`` in a temporary
 directory, ASYNC_FLUSH or ``--flush SYNC_FLUSH``, small files) on the reactor, connects one broker protocol to a
@@ -124,10 +125,11 @@ async def feed_pipelined(protocol: Any, transport: Responses, frames: list[bytes
     return time.perf_counter() - began
 
 
-def send_frames(messages: int, batch: int, sign: Any = None, java: bool = False) -> list[bytes]:
+def send_frames(messages: int, batch: int, sign: Any = None, java: bool = False, bare: bool = False) -> list[bytes]:
     """SEND_MESSAGE_V2 frames, or SEND_BATCH_MESSAGE frames of ``batch`` messages with their own UNIQ_KEYs
     (with ``java``, as the Java client sends them: ``WAIT=true`` in each message and alone in the
-    header's properties); each request first goes through ``sign`` (an RPC hook) if given."""
+    header's properties; with ``bare``, as rocketpy's ``send_batch`` does: no properties in the
+    header); each request first goes through ``sign`` (an RPC hook) if given."""
     if batch <= 1:
         requests = [RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send_header(i % 8, False), BODY)
                     for i in range(messages)]
@@ -142,6 +144,8 @@ def send_frames(messages: int, batch: int, sign: Any = None, java: bool = False)
         header = send_header(i % 8, True)
         if java:
             header["i"] = "WAIT\x01true"
+        elif bare:
+            header["i"] = ""
         frames.append(encode(RemotingCommand.request(
             RequestCode.SEND_BATCH_MESSAGE, header, encode_batch(msgs))))
     return frames
@@ -174,7 +178,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
         transport = Responses(reactor)
         protocol.makeConnection(transport)
         n = options.messages
-        frames = send_frames(n, options.batch, sign, options.java_batch)
+        frames = send_frames(n, options.batch, sign, options.java_batch, options.bare_header)
         await feed(reactor, protocol, transport, frames[: min(len(frames), 2000)])  # warm up, auto-create the topic
         def run() -> Any:
             if options.in_flight > 1:
@@ -225,6 +229,8 @@ def main() -> None:
                         help="more than 1: SEND_BATCH_MESSAGE frames of this many messages (figures per message)")
     parser.add_argument("--java-batch", action="store_true",
                         help="batches as the Java client sends them (WAIT=true in each message and the header)")
+    parser.add_argument("--bare-header", action="store_true",
+                        help="batches as rocketpy's send_batch sends them (no properties in the header)")
     parser.add_argument("--profile", action="store_true", help="one more round under cProfile")
     parser.add_argument("--flush", default="ASYNC_FLUSH", choices=("ASYNC_FLUSH", "SYNC_FLUSH"),
                         help="the store's flush mode (SYNC_FLUSH: each send waits for its fdatasync)")

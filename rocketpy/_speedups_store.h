@@ -632,7 +632,10 @@ static int index_dispatch(DispatchCache *c, Record *r) {
     }
     prefix = prefix_hash;
     data = c->iview.buf;
-    for (pass = 0; pass < 2; pass++) {  /* every key hashes (no lone surrogate) before anything is written */
+    /* every key hashes (no lone surrogate) before anything is written: a first pass, unless the keys
+     * are one-byte text, which always hashes */
+    pass = (r->uniq == NULL || PyUnicode_KIND(r->uniq) == PyUnicode_1BYTE_KIND) && kind <= PyUnicode_1BYTE_KIND;
+    for (; pass < 2; pass++) {
         if (r->uniq != NULL) {
             if (!index_key_hash(prefix, r->uniq, 0, PyUnicode_GET_LENGTH(r->uniq), &khash))
                 return 0;
