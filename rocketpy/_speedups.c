@@ -1052,6 +1052,98 @@ fail:
     return NULL;
 }
 
+/* A batch's entries usually carry the same property names in the same order (a producer's KEYS,
+ * TAGS, UNIQ_KEY): the stored dict of an earlier entry, copied with the values that differ set,
+ * is the dict stored_properties builds (same items, same order) for an entry with the same names,
+ * at the cost of one copy and a replaced value or two instead of a new dict and an insert each. */
+#define SHAPE_MAX 16
+typedef struct {
+    Py_ssize_t count;  /* the names and values of the entry dict was made of, CLUSTER aside */
+    PyObject *names[SHAPE_MAX], *values[SHAPE_MAX], *dict;
+} EntryShape;
+
+static void shape_clear(EntryShape *shape) {
+    Py_ssize_t i;
+    for (i = 0; i < shape->count; i++) {
+        Py_CLEAR(shape->names[i]);
+        Py_CLEAR(shape->values[i]);
+    }
+    shape->count = 0;
+    Py_CLEAR(shape->dict);
+}
+
+/* The items of ASCII entry text s[0:n] (name at spans[4i], its length, value, its length): their
+ * count; -1 when one is not a plain name=value pair (parse_ascii_items would skip it) or a WAIT,
+ * or there are over SHAPE_MAX. */
+static Py_ssize_t shape_items(const char *s, Py_ssize_t n, Py_ssize_t spans[4 * SHAPE_MAX]) {
+    const char *start = s, *end = s + n;
+    Py_ssize_t count = 0;
+    while (s < end) {
+        const char *item_end = memchr(s, 2, end - s), *sep;
+        if (item_end == NULL)
+            item_end = end;
+        sep = memchr(s, 1, item_end - s);
+        if (count == SHAPE_MAX || sep == NULL || sep == s || sep + 1 >= item_end ||
+            (sep - s == 4 && memcmp(s, "WAIT", 4) == 0))
+            return -1;
+        spans[4 * count] = s - start, spans[4 * count + 1] = sep - s;
+        spans[4 * count + 2] = sep + 1 - start, spans[4 * count + 3] = item_end - sep - 1;
+        count++;
+        s = item_end + 1;
+    }
+    return count;
+}
+
+static int same_ascii(PyObject *text, const char *s, Py_ssize_t n) {
+    return PyUnicode_GET_LENGTH(text) == n && memcmp(PyUnicode_DATA(text), s, n) == 0;
+}
+
+/* Keeps dict, stored_properties' result for ASCII entry text s[0:n] with no shared properties, as
+ * the shape of later entries when it is one: distinct plain items (no WAIT, no CLUSTER), then CLUSTER. */
+static void shape_from(EntryShape *shape, const char *s, Py_ssize_t n, PyObject *dict) {
+    Py_ssize_t spans[4 * SHAPE_MAX], count = shape_items(s, n, spans), pos = 0, i = 0;
+    PyObject *k, *v;
+    if (count < 0 || PyDict_GET_SIZE(dict) != count + 1)
+        return;  /* a repeated name or a CLUSTER item: no shape */
+    while (PyDict_Next(dict, &pos, &k, &v) && i < count) {
+        if (!PyUnicode_CheckExact(k) || !PyUnicode_IS_COMPACT_ASCII(k) || !PyUnicode_CheckExact(v) ||
+            !PyUnicode_IS_COMPACT_ASCII(v) || !same_ascii(k, s + spans[4 * i], spans[4 * i + 1]) ||
+            !same_ascii(v, s + spans[4 * i + 2], spans[4 * i + 3]))
+            break;
+        shape->names[i] = Py_NewRef(k);
+        shape->values[i] = Py_NewRef(v);
+        shape->count = ++i;
+    }
+    if (i == count)
+        shape->dict = Py_NewRef(dict);
+    else
+        shape_clear(shape);
+}
+
+/* The stored properties of ASCII entry text s[0:n] from the shape, when its names are the shape's
+ * in the same order: 1 with *out; 0 when they are not; -1 with an exception. */
+static int shaped_properties(EntryShape *shape, const char *s, Py_ssize_t n, PyObject **out) {
+    Py_ssize_t spans[4 * SHAPE_MAX], count = shape_items(s, n, spans), i;
+    PyObject *props;
+    if (count != shape->count)
+        return 0;
+    for (i = 0; i < count; i++)
+        if (!same_ascii(shape->names[i], s + spans[4 * i], spans[4 * i + 1]))
+            return 0;
+    if ((props = PyDict_Copy(shape->dict)) == NULL)
+        return -1;
+    for (i = 0; i < count; i++) {
+        const char *v = s + spans[4 * i + 2];
+        Py_ssize_t vn = spans[4 * i + 3];
+        if (!same_ascii(shape->values[i], v, vn) && set_property(props, Py_NewRef(shape->names[i]), property_value(v, vn)) < 0) {
+            Py_DECREF(props);
+            return -1;
+        }
+    }
+    *out = props;
+    return 1;
+}
+
 /* stored_batch(body, topic, shared, cluster, limit, queue_id, sys_flag, born_timestamp, born_host,
  *              store_host, reconsume_times) -> [MessageExt] or None
  * The messages of a SEND_BATCH_MESSAGE body as SendMessageProcessor._batch_messages builds them;
@@ -1060,6 +1152,7 @@ fail:
  * those cases. */
 static PyObject *stored_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *data, *shared, *cluster, *out, *zero;
+    EntryShape shape = {0};
     const char *buf;
     Py_ssize_t pos = 0, end, limit;
     if (nargs != 11)
@@ -1083,7 +1176,7 @@ static PyObject *stored_batch(PyObject *self, PyObject *const *args, Py_ssize_t 
         int16_t props_len;
         Py_ssize_t body_at = pos + 20, props_at;
         PyObject *f[N_FIELDS], *msg;
-        int i;
+        int i, ascii;
         if (end - pos < 22)
             goto python;
         size = get_i32(e);
@@ -1095,12 +1188,20 @@ static PyObject *stored_batch(PyObject *self, PyObject *const *args, Py_ssize_t 
         if (props_len < 0 || props_len > end - props_at || (int64_t)size != 22 + (int64_t)body_len + props_len ||
             props_len > limit)
             goto python;
-        f[3] = stored_properties(buf + props_at, props_len, shared, cluster);
+        f[3] = NULL;
+        ascii = all_ascii((const unsigned char *)buf + props_at, props_len);
+        if (shape.dict != NULL && ascii && shaped_properties(&shape, buf + props_at, props_len, &f[3]) < 0)
+            goto fail;
         if (f[3] == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
-                goto fail;
-            PyErr_Clear();
-            goto python;
+            f[3] = stored_properties(buf + props_at, props_len, shared, cluster);
+            if (f[3] == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    goto fail;
+                PyErr_Clear();
+                goto python;
+            }
+            if (shape.dict == NULL && PyDict_GET_SIZE(shared) == 0 && ascii)
+                shape_from(&shape, buf + props_at, props_len, f[3]);
         }
         f[0] = Py_NewRef(args[1]);
         f[1] = PyBytes_FromStringAndSize(buf + body_at, body_len);
@@ -1123,14 +1224,17 @@ static PyObject *stored_batch(PyObject *self, PyObject *const *args, Py_ssize_t 
         pos = props_at + props_len;
     }
     Py_DECREF(zero);
+    shape_clear(&shape);
     return out;
 python:
     Py_DECREF(out);
     Py_DECREF(zero);
+    shape_clear(&shape);
     Py_RETURN_NONE;
 fail:
     Py_XDECREF(out);
     Py_XDECREF(zero);
+    shape_clear(&shape);
     return NULL;
 }
 

@@ -73,6 +73,38 @@ class StoredBatchTests(SynchronousTestCase):
         fast = self.outcome(True, header_props, bytes(body))
         self.assertEqual(fast, self.outcome(False, header_props, bytes(body)))
 
+    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(NAME, max_size=4), st.lists(st.tuples(st.lists(VALUE, min_size=4, max_size=4),
+                                                          st.sampled_from(["same", "same", "reversed", "fewer",
+                                                                           "more", "repeated"])), max_size=6),
+           st.sampled_from(["", "", "WAIT\x01false", "K\x01h"]))
+    def test_entries_of_one_shape(self, names: list[str], entries: list[tuple[list[str], str]], header: str) -> None:
+        """Entries with the same names in the same order (an earlier entry's dict copied, the values that
+        differ set), among entries with other names, fewer, more, repeated, in another order: the same
+        messages, in the same property order, as the Python loop."""
+        parts = []
+        for values, how in entries:
+            use = {"same": names, "reversed": names[::-1], "fewer": names[:-1], "more": names + ["M"],
+                   "repeated": names + names[:1]}[how]
+            text = "\x02".join(f"{n}\x01{v}" for n, v in zip(use, values + ["m"]))
+            raw = text.encode("utf-8", "surrogatepass")
+            parts.append(struct.pack(">iiiii", 23 + len(raw), 0, 0, 0, 1) + b"b" + struct.pack(">h", len(raw)) + raw)
+        body = b"".join(parts)
+        self.assertEqual(self.outcome(True, header, body), self.outcome(False, header, body))
+
+    def test_shaped_entries(self) -> None:
+        """A batch as rocketpy's producer sends it: later entries share the first one's names; values
+        that repeat, differ, and are long."""
+        raw = [f"KEYS\x01k\x02TAGS\x01{tags}\x02UNIQ_KEY\x01{'7F00000100002A9F' * 2}{i:04X}".encode()
+               for i, tags in enumerate(["TagA", "TagA", "TagB", "TagA" * 8])]
+        body = b"".join(struct.pack(">iiiii", 23 + len(r), 0, 0, i, 1) + b"b" + struct.pack(">h", len(r)) + r
+                        for i, r in enumerate(raw))
+        fast = self.outcome(True, "", body)
+        self.assertEqual(fast, self.outcome(False, "", body))
+        self.assertEqual([items for _m, items in fast[2]][3],
+                         [("KEYS", "k"), ("TAGS", "TagA" * 8), ("UNIQ_KEY", "7F00000100002A9F" * 2 + "0003"),
+                          ("CLUSTER", "TestCluster")])
+
     def test_common_case_in_c(self) -> None:
         """A well-formed batch is built in C; malformed, empty and long-properties bodies go to Python."""
         assert send._stored_batch is not None
