@@ -204,6 +204,7 @@ class CompiledPutPathTests(SynchronousTestCase):
         lone = [MessageExt(topic="T", body=b"y")]
         mixed = [MessageExt(topic="T", body=b"z"), MessageExt(topic="T", body=b"z", born_host=("::1", 5))]
         encoded = compiled.encode_puts([batch, lone, mixed], host, 1000, 0, 1 << 20)
+        assert encoded is not None
         self.assertEqual([len(put[2]) for put in encoded], [1, 1, 2])
         self.assertEqual(bytes(encoded[0][2][0]), b"".join(commitlog.encode_record(m) for m in batch))
         pair = StorePair(self)
@@ -223,7 +224,7 @@ class CompiledPutPathTests(SynchronousTestCase):
                 return None
 
         pair = StorePair(self)
-        pair.stores[0].commit_log.speedups = NoPlace()  # type: ignore[assignment]
+        pair.stores[0].commit_log.speedups = NoPlace()
         for n in range(3):
             pair.put_many(self, [[("T", n, 0, b"b" * (10 + i), {"UNIQ_KEY": f"U{i}"}) for i in range(4)],
                                  [("T", 0, 0, b"s", {})]])
