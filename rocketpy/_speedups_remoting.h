@@ -786,7 +786,8 @@ fail:
 enum { SM_TOPIC, SM_FLAG, SM_PROPERTIES, SM_SYS_FLAG, SM_BORN, SM_RECONSUME, SM_ATTRS };
 static const char *const SM_NAMES[SM_ATTRS] = {"topic", "flag", "properties", "sys_flag", "born_timestamp",
                                                "reconsume_times"};
-static PyObject *sm_names[SM_ATTRS], *str_tran_msg, *str_retry;
+static PyObject *sm_names[SM_ATTRS], *str_tran_msg, *str_retry, *str_dlq;
+#define COMPRESSED_FLAG 0x1  /* MessageSysFlag.COMPRESSED */
 #define RETRY_PREFIX "%RETRY%"
 #define TRANSACTION_MASK 0xC
 #define TRANSACTION_PREPARED_TYPE 0x4
@@ -800,6 +801,8 @@ static int single_message_names(void) {
         if (sm_names[i] == NULL && (sm_names[i] = PyUnicode_InternFromString(SM_NAMES[i])) == NULL)
             return -1;
     if (str_tran_msg == NULL && (str_tran_msg = PyUnicode_InternFromString("TRAN_MSG")) == NULL)
+        return -1;
+    if (str_dlq == NULL && (str_dlq = PyUnicode_InternFromString("%DLQ%")) == NULL)
         return -1;
     return (str_retry = PyUnicode_InternFromString(RETRY_PREFIX)) == NULL ? -1 : 0;
 }
@@ -893,12 +896,55 @@ done:
 
 /* ---- a run of send requests (rocketpy.broker.send.process_requests' loop) ------------------ */
 
+/* The messages of a batch request of a run, as _prepare's _batch_messages builds them when nothing
+ * needs its checks' answers: a topic of at most TOPIC_MAX_LENGTH characters, not a retry or dead
+ * letter topic, an uncompressed body within max_body, no properties in the header (rocketpy's
+ * send_batch; they would be every entry's), and stored_batch takes the body. NULL (an exception
+ * or not) for anything else: _prepare decides again. msg_args: born_host, store_host, cluster,
+ * limit, max_body, as for single_message. */
+static PyObject *run_batch(PyObject *header, PyObject *body, int64_t queue_id, PyObject *const *msg_args) {
+    PyObject *a[SM_ATTRS] = {NULL}, *args[11], *msgs = NULL;
+    Py_ssize_t max_body;
+    int64_t sys_flag;
+    int i;
+    max_body = PyLong_AsSsize_t(msg_args[4]);
+    if (max_body == -1 || !PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) > max_body)
+        return NULL;
+    for (i = 0; i < SM_ATTRS; i++)
+        if ((a[i] = PyObject_GetAttr(header, sm_names[i])) == NULL)
+            goto done;
+    if (!PyUnicode_CheckExact(a[SM_TOPIC]) || PyUnicode_GET_LENGTH(a[SM_TOPIC]) > TOPIC_MAX_LENGTH ||
+        PyUnicode_Tailmatch(a[SM_TOPIC], str_retry, 0, PY_SSIZE_T_MAX, -1) != 0 ||
+        PyUnicode_Tailmatch(a[SM_TOPIC], str_dlq, 0, PY_SSIZE_T_MAX, -1) != 0 ||
+        !PyUnicode_CheckExact(a[SM_PROPERTIES]) || PyUnicode_GET_LENGTH(a[SM_PROPERTIES]) != 0 ||
+        !PyLong_CheckExact(a[SM_SYS_FLAG]) || !I32_OK(a[SM_SYS_FLAG], &sys_flag) || (sys_flag & COMPRESSED_FLAG))
+        goto done;
+    args[0] = body, args[1] = a[SM_TOPIC], args[3] = msg_args[2], args[4] = msg_args[3];
+    args[6] = a[SM_SYS_FLAG], args[7] = a[SM_BORN], args[8] = msg_args[0], args[9] = msg_args[1];
+    args[10] = a[SM_RECONSUME];
+    if ((args[2] = PyDict_New()) == NULL || (args[5] = PyLong_FromLongLong(queue_id)) == NULL) {
+        Py_XDECREF(args[2]);
+        goto done;
+    }
+    msgs = stored_batch(NULL, args, 11);
+    Py_DECREF(args[2]);
+    Py_DECREF(args[5]);
+    if (msgs == Py_None)
+        Py_CLEAR(msgs);
+done:
+    for (i = 0; i < SM_ATTRS; i++)
+        Py_XDECREF(a[i]);
+    return msgs;
+}
+
 /* The message of one usual request of a run, as _prepare builds it: its header parsed, its topic
- * already checked in this run (in checked), its queue id given and valid, not a batch, and
- * single_message takes it. Sets *queue_id. NULL without an exception for anything else. */
-static PyObject *run_message(PyObject *request, PyObject *checked, PyObject *const *msg_args, int64_t *queue_id) {
+ * already checked in this run (in checked), its queue id given and valid, and single_message
+ * takes it; for a batch request (*batch set) the list of run_batch. Sets *queue_id. NULL without
+ * an exception for anything else. */
+static PyObject *run_message(PyObject *request, PyObject *checked, PyObject *const *msg_args, int64_t *queue_id,
+                             int *batch) {
     PyObject *header = NULL, *v = NULL, *config, *args[8], *msg = NULL;
-    int64_t read_nums, write_nums, batch;
+    int64_t read_nums, write_nums;
     if (!rc_slots || !Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand) || rc_get(request, RC_EXT) == NULL ||
         rc_get(request, RC_BODY) == NULL)
         return NULL;
@@ -912,7 +958,7 @@ static PyObject *run_message(PyObject *request, PyObject *checked, PyObject *con
     if (config == NULL)
         goto python;
     Py_INCREF(config);
-    if ((v = PyObject_GetAttr(header, str_batch_attr)) == NULL || (batch = PyObject_IsTrue(v)) != 0)
+    if ((v = PyObject_GetAttr(header, str_batch_attr)) == NULL || (*batch = PyObject_IsTrue(v)) < 0)
         goto python_config;
     Py_CLEAR(v);
     if ((v = PyObject_GetAttr(header, str_queue_id_attr)) == NULL || !I32_OK(v, queue_id) || *queue_id < 0)
@@ -926,6 +972,10 @@ static PyObject *run_message(PyObject *request, PyObject *checked, PyObject *con
     Py_CLEAR(v);
     if (*queue_id >= (read_nums > write_nums ? read_nums : write_nums))
         goto python_config;
+    if (*batch) {
+        msg = run_batch(header, rc_get(request, RC_BODY), *queue_id, msg_args);
+        goto python_config;
+    }
     args[0] = header;
     args[1] = rc_get(request, RC_BODY);
     args[2] = PyLong_FromLongLong(*queue_id);
@@ -972,14 +1022,14 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyObject *request = PyList_GET_ITEM(requests, i), *msg, *prepared, *msgs = NULL, *queue_obj = NULL;
         PyObject *entry = NULL, *index = NULL;
         int64_t queue_id = 0;
-        int r = -1;
+        int r = -1, batch = 0;
         Py_INCREF(request);  /* prepare is Python code: the list may change under us */
-        msg = run_message(request, checked, msg_args, &queue_id);
+        msg = run_message(request, checked, msg_args, &queue_id, &batch);
         if (msg != NULL) {
-            msgs = PyTuple_Pack(1, msg);
+            msgs = batch ? Py_NewRef(msg) : PyTuple_Pack(1, msg);
             queue_obj = PyLong_FromLongLong(queue_id);
             Py_DECREF(msg);
-            prepared = msgs && queue_obj ? PyTuple_Pack(3, msgs, queue_obj, Py_False) : NULL;
+            prepared = msgs && queue_obj ? PyTuple_Pack(3, msgs, queue_obj, batch ? Py_True : Py_False) : NULL;
         } else {
             PyObject *call[4] = {request, args[1], args[3], checked};
             prepared = PyObject_Vectorcall(args[8], call, 4, NULL);

@@ -1,7 +1,8 @@
 """The send processor's C functions against its Python code (rocketpy/_speedups_remoting.h):
-``single_message`` (``_single_message`` + ``half_message``), ``put_response`` and
-``put_responses`` (``_put_response``). Random send requests, usual and unusual, go through a
-processor with and without them: the same stored messages and the same responses."""
+``single_message`` (``_single_message`` + ``half_message``), ``send_run`` (``process_requests``' loop,
+batches included), ``put_response`` and ``put_responses`` (``_put_response``). Random send requests,
+usual and unusual, go through a processor with and without them: the same stored messages and the
+same responses."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from rocketpy.broker.send import SendMessageProcessor
 from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.group import SubscriptionGroupConfig
+from rocketpy.common.message import Message, encode_batch
 from rocketpy.remoting.codes import RequestCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageStatus
@@ -36,6 +38,13 @@ PROPERTY = st.sampled_from([("TAGS", "TagA"), ("KEYS", "k1 k2"), ("WAIT", "true"
 TOPIC = st.sampled_from(["T", "AliTopic", "%RETRY%G", "%RETRY%missing", "%DLQ%G", "bad topic", "\u00e9t\u00e9"])
 
 
+#: SEND_BATCH_MESSAGE bodies: rocketpy's entries (KEYS, TAGS, a UNIQ_KEY each), a WAIT, no properties, one
+#: entry, and one over the 1024-byte limit below.
+BATCH_BODIES = [encode_batch([Message("T", b"b" * n, 0, dict(props, UNIQ_KEY=f"U{n}{j}")) for j in range(count)])
+                for n, count, props in ((10, 3, {"KEYS": "k", "TAGS": "TagA"}), (1, 1, {}), (5, 2, {"WAIT": "false"}),
+                                        (400, 3, {"TAGS": "t"}))]
+
+
 @st.composite
 def requests(draw: Any) -> RemotingCommand:
     fields = dict(test_send.ALI_V2)
@@ -47,8 +56,8 @@ def requests(draw: Any) -> RemotingCommand:
                   f=draw(st.sampled_from(["0", "4", "8", "12", "1", "5"])),
                   h=draw(st.sampled_from(["7", "-3", "2147483647"])), j=draw(st.sampled_from(["0", "3", "40"])))
     if draw(st.booleans()):
-        fields["m"] = draw(st.sampled_from(["false", "true"]))  # the batch flag: a batch body is refused
-    body = draw(st.sampled_from([b"", b"x", b"y" * 1024, b"z" * 1025]))
+        fields["m"] = draw(st.sampled_from(["false", "true"]))  # the batch flag: not a batch body is refused
+    body = draw(st.sampled_from([b"", b"x", b"y" * 1024, b"z" * 1025] + BATCH_BODIES))
     request = test_send.send_request(draw(st.sampled_from([RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_MESSAGE])),
                                      fields, body, version=draw(st.sampled_from([63, 317])))
     request.opaque = draw(st.integers(-(2**31), 2**31 - 1))
@@ -129,6 +138,33 @@ class SingleMessageTests(SynchronousTestCase):
         self.assertIsNone(send._single_message_c(dataclasses.replace(header, topic="%RETRY%G"), *args))
         self.assertIsNone(send._single_message_c(dataclasses.replace(header, sys_flag=4), *args))
         self.assertIsNone(send._single_message_c(header, b"x" * 1025, *args[1:]))
+
+    def test_batch_of_a_run_in_c(self) -> None:
+        """A run's batch requests after its topic's first are built in C (send_run); with header properties,
+        a retry topic or a compressed body they go to _prepare."""
+        processor = SendMessageProcessor(FakeStoreService(), TopicConfigManager(Clock()), test_send.STORE_HOST,
+                                         cluster_name="C", max_message_size=1024, rng=random.Random(7))
+        prepared: list[RemotingCommand] = []
+        prepare = processor._prepare
+
+        def counted(request: RemotingCommand, *args: Any) -> Any:
+            prepared.append(request)
+            return prepare(request, *args)
+
+        processor._prepare = counted  # type: ignore[method-assign]
+
+        def batch(**fields: str) -> RemotingCommand:
+            header = dict(test_send.ALI_V2, m="true", i="", e="1")
+            header.update(fields)
+            return test_send.send_request(RequestCode.SEND_MESSAGE_V2, header, BATCH_BODIES[0])
+
+        plain = [batch(), batch(), batch()]
+        unusual = [batch(i="KEYS\x01k"), batch(f="1"), batch(b="%RETRY%G"), batch(b="%RETRY%G"), batch(b="%DLQ%G"),
+                   batch(b="%DLQ%G")]  # the second of each: its topic checked in the run
+        answers = self.successResultOf(processor.process_requests(FakeChannel("10.0.0.9:53211"), plain + unusual))
+        self.assertEqual(prepared, [plain[0]] + unusual)
+        self.assertEqual([a.code for a in answers[:3]], [0, 0, 0])
+        self.assertEqual(len(answers[0].ext_fields["msgId"].split(",")), 3)
 
 
 class PythonSendMessageProcessorTests(test_send.SendMessageProcessorTests):
