@@ -151,7 +151,7 @@ class SingleMessageTests(SynchronousTestCase):
             prepared.append(request)
             return prepare(request, *args)
 
-        processor._prepare = counted  # type: ignore[method-assign]
+        processor._prepare = counted  # type: ignore[method-assign,assignment]
 
         def batch(**fields: str) -> RemotingCommand:
             header = dict(test_send.ALI_V2, m="true", i="", e="1")
