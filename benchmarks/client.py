@@ -23,7 +23,8 @@ temporary store) in another process, then measures with 1 KiB bodies:
 - finally the CPU per send and per pulled message of the client layer alone (independent of
   scheduling on a busy machine): one send at a time on a RemotingClient whose channel is an
   in-memory transport (``ChannelStub``: the real request path, answered at once), and, on a stub
-  remoting client, ``send_async`` with 1000 in flight, auto-batched and not.
+  remoting client, ``send_async`` with 1000 in flight, auto-batched and not, and ``send_batch`` of 32
+  with 32 batches in flight.
 
 Prints per-round figures, medians with the CPU µs per message of the client process and of the
 broker process, and the client/raw ratios.
@@ -212,6 +213,29 @@ def cpu_per_send_in_flight(auto_batch: bool, in_flight: int = 1000, n: int = 100
         stub.answer_all()
         clock.advance(0)  # the batcher's end-of-turn flush
     return (time.process_time() - start) / n * 1e6
+
+
+def cpu_per_batched_message(size: int = 32, in_flight: int = 32, n: int = 3000) -> float:
+    """CPU µs per message of ``send_batch`` of ``size`` messages, ``in_flight`` batches outstanding, on a stub
+    that answers everything held in rounds (no sockets): the producer's own cost, with the loop's messages."""
+    stub, clock = _HoldingStub(), task.Clock()
+    producer = stub_producer(stub, clock)
+    sent, done = [0], [0]
+
+    def one(_: object = None) -> None:
+        if _ is not None:
+            done[0] += 1
+        if sent[0] < n:
+            sent[0] += 1
+            batch = [Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"}) for _ in range(size)]
+            producer.send_batch(batch).addCallback(one)
+
+    start = time.process_time()
+    for _ in range(in_flight):
+        one()
+    while done[0] < n:
+        stub.answer_all()
+    return (time.process_time() - start) / n / size * 1e6
 
 
 def cpu_per_send(n: int = 20000) -> tuple[float, float]:
@@ -414,6 +438,7 @@ def report(results: dict[str, list[float]], cpu: dict[str, list[tuple[float, flo
     print(f"CPU per send on an in-memory channel: Producer.send {client_cpu:.1f} us, raw request {raw_cpu:.1f} us")
     print(f"CPU per send_async on a stub, 1000 in flight: auto-batched {cpu_per_send_in_flight(True):.1f} us, "
           f"not batched {cpu_per_send_in_flight(False):.1f} us")
+    print(f"CPU per message of send_batch of 32 on a stub, 32 in flight: {cpu_per_batched_message():.2f} us")
     client_cpu, raw_cpu = cpu_per_pulled_message()
     print(f"CPU per pulled message on a stub: PullConsumer.pull {client_cpu:.2f} us, decode alone {raw_cpu:.2f} us")
 

@@ -946,6 +946,152 @@ done:
     return r;
 }
 
+/* ---- a send_batch's body (rocketpy.client.message.batch_body) --------------------------------------- */
+
+/* One more UNIQ_KEY for a batch made at one time: the first by next_uniq (the Python method for a new
+ * millisecond), the next ones from the generator's prefix and counter as read after it (no Python code runs
+ * in between: the same millisecond), the counter stored back by uniq_run_end. */
+typedef struct {
+    PyObject *generator, *now, *prefix;
+    long counter;
+} UniqRun;
+
+static PyObject *uniq_run_next(UniqRun *run) {
+    static const char hex[] = "0123456789ABCDEF";
+    PyObject *id, *o;
+    char *at;
+    if (run->prefix == NULL) {
+        if ((id = next_uniq(run->generator, run->now)) == NULL)
+            return NULL;
+        if (get(run->generator, PS_COUNTER, &o) < 0) {
+            Py_DECREF(id);
+            return NULL;
+        }
+        run->counter = PyLong_AsLong(o);
+        Py_DECREF(o);
+        if ((run->counter == -1 && PyErr_Occurred()) || get(run->generator, PS_TIME_PREFIX, &run->prefix) < 0) {
+            Py_DECREF(id);
+            return NULL;
+        }
+        if (!PyUnicode_CheckExact(run->prefix) || !PyUnicode_IS_ASCII(run->prefix)) {
+            PyErr_SetString(PyExc_TypeError, "UniqKeyGenerator._time_prefix is not an ASCII str");
+            Py_DECREF(id);
+            return NULL;
+        }
+        return id;
+    }
+    run->counter = (run->counter + 1) & 0xFFFF;
+    if ((id = PyUnicode_New(PyUnicode_GET_LENGTH(run->prefix) + 4, 127)) == NULL)
+        return NULL;
+    at = (char *)PyUnicode_DATA(id);
+    memcpy(at, PyUnicode_DATA(run->prefix), (size_t)PyUnicode_GET_LENGTH(run->prefix));
+    at += PyUnicode_GET_LENGTH(run->prefix);
+    at[0] = hex[(run->counter >> 12) & 0xF];
+    at[1] = hex[(run->counter >> 8) & 0xF];
+    at[2] = hex[(run->counter >> 4) & 0xF];
+    at[3] = hex[run->counter & 0xF];
+    return id;
+}
+
+/* The run's counter stored in the generator (when ids came from it); 0, or -1 (an exception set). */
+static int uniq_run_end(UniqRun *run) {
+    PyObject *counter;
+    int r = 0;
+    if (run->prefix == NULL)
+        return 0;
+    Py_CLEAR(run->prefix);
+    if ((counter = PyLong_FromLong(run->counter)) == NULL)
+        return -1;
+    r = PyObject_SetAttr(run->generator, ps_names[PS_COUNTER], counter);
+    Py_DECREF(counter);
+    return r;
+}
+
+/* batch_body(msgs, max_size, generator, now) -> (body, ids) | None: rocketpy.client.message.batch_body for a
+ * usual batch: a list of Message whose topic check_topic accepted already (valid_topics), no retry topic,
+ * bodies of 1..max_size bytes, properties dicts with no DELAY and a str UNIQ_KEY or none. Every message is
+ * checked before anything changes: None (nothing changed) for anything else, and the Python function gives
+ * the answer or the error. */
+static PyObject *batch_body(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *msgs, *topic = NULL, *ids = NULL, *body = NULL, *joined = NULL, *sep = NULL, *r = NULL;
+    UniqRun run = {NULL, NULL, NULL, 0};
+    Py_ssize_t i, n, max_size;
+    int found;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "batch_body takes 4 arguments");
+        return NULL;
+    }
+    msgs = args[0];
+    if (!ps_ready || !PyList_CheckExact(msgs) || (n = PyList_GET_SIZE(msgs)) == 0 || !PyLong_CheckExact(args[1]) ||
+        !PyFloat_CheckExact(args[3]) || plain_names_ready() < 0)
+        goto unusual;
+    if ((max_size = PyLong_AsSsize_t(args[1])) < 0)
+        goto unusual;
+    for (i = 0; i < n; i++) {  /* all checks first; none runs Python code (exact str keys, dicts, a set) */
+        PyObject *msg = PyList_GET_ITEM(msgs, i), *t, *b, *props, *id;
+        if (!Py_IS_TYPE(msg, (PyTypeObject *)ps_message_cls))
+            goto unusual;
+        t = PS_SLOT(msg, ps_message_at[0]), b = PS_SLOT(msg, ps_message_at[1]), props = PS_SLOT(msg, ps_message_at[2]);
+        if (t == NULL || b == NULL || props == NULL || !PyUnicode_CheckExact(t) || !PyBytes_CheckExact(b) ||
+            PyBytes_GET_SIZE(b) == 0 || PyBytes_GET_SIZE(b) > max_size || !PyDict_CheckExact(props))
+            goto unusual;
+        if (topic == NULL) {
+            if (!PySet_CheckExact(ps_valid_topics) || (found = PySet_Contains(ps_valid_topics, t)) != 1 ||
+                (found = (int)PyUnicode_Tailmatch(t, plain_names[PN_RETRY], 0, PY_SSIZE_T_MAX, -1)) != 0)
+                goto unusual;
+            topic = t;
+        } else if (t != topic && PyUnicode_Compare(t, topic) != 0) {
+            goto unusual;
+        }
+        if ((found = PyDict_Contains(props, plain_names[PN_DELAY])) != 0)
+            goto unusual;
+        id = PyDict_GetItemWithError(props, ps_uniq);
+        if (id == NULL ? PyErr_Occurred() != NULL : !PyUnicode_CheckExact(id))
+            goto unusual;
+    }
+    if ((ids = PyList_New(n)) == NULL)
+        return NULL;
+    run.generator = args[2], run.now = args[3];
+    for (i = 0; i < n; i++) {  /* the missing ids, in order (a message listed twice gets one) */
+        PyObject *props = PS_SLOT(PyList_GET_ITEM(msgs, i), ps_message_at[2]);
+        PyObject *id = PyDict_GetItemWithError(props, ps_uniq);
+        if (id != NULL) {
+            PyList_SET_ITEM(ids, i, Py_NewRef(id));
+            continue;
+        }
+        if (PyErr_Occurred() || (id = uniq_run_next(&run)) == NULL)
+            goto error;
+        PyList_SET_ITEM(ids, i, id);
+        if (PyDict_SetItem(props, ps_uniq, id) < 0)
+            goto error;
+    }
+    if (uniq_run_end(&run) < 0 || (body = encode_batch(NULL, msgs)) == NULL ||
+        (sep = PyUnicode_FromStringAndSize(",", 1)) == NULL || (joined = PyUnicode_Join(sep, ids)) == NULL)
+        goto error;
+    r = PyTuple_Pack(2, body, joined);
+    goto error;  /* the common end */
+unusual:
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return NULL;
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+error:
+    if (run.prefix != NULL) {  /* ids were made: the counter is stored whatever failed after */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (uniq_run_end(&run) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, tb);
+    }
+    Py_XDECREF(ids);
+    Py_XDECREF(body);
+    Py_XDECREF(sep);
+    Py_XDECREF(joined);
+    return r;
+}
+
 /* plain_setup(sync, oneway, valid_topics, member_cls, index_cls, uniq_key, master_id, message_cls, mq_cls,
  * queue_cls): after fire_setup; plain_send calls the Python method for every send when a class is not as
  * expected. */
@@ -1017,4 +1163,6 @@ static PyObject *plain_setup(PyObject *self, PyObject *const *args, Py_ssize_t n
      "Register Mode.SYNC, Mode.ONEWAY, valid_topics, the member and index classes for plain_send."}, \
     {"split_waiting", (PyCFunction)(void (*)(void))split_waiting, METH_FASTCALL,                    \
      "C rocketpy.client.autobatch.split_waiting, or None for the Python one."},                       \
-    {"batch_of", batch_of, METH_O, "C rocketpy.client.autobatch.batch_of, or None for the Python one."},
+    {"batch_of", batch_of, METH_O, "C rocketpy.client.autobatch.batch_of, or None for the Python one."}, \
+    {"batch_body", (PyCFunction)(void (*)(void))batch_body, METH_FASTCALL,                            \
+     "C rocketpy.client.message.batch_body, or None (nothing changed) for the Python one."},

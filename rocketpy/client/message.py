@@ -10,8 +10,8 @@ import struct
 import time
 
 from rocketpy.client.errors import MessageInvalidError
-from rocketpy.common.message import Message, MessageConst
-from rocketpy.common.topic import SEND_FORBIDDEN_TOPICS, TBW102, TOPIC_MAX_LENGTH, VALID_TOPIC
+from rocketpy.common.message import Message, MessageConst, encode_batch
+from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX, SEND_FORBIDDEN_TOPICS, TBW102, TOPIC_MAX_LENGTH, VALID_TOPIC
 
 #: Largest body (or batch body) a producer sends, as Java's ``maxMessageSize``.
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
@@ -79,6 +79,34 @@ def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
         raise MessageInvalidError("the message body is empty")
     if len(msg.body) > max_size:
         raise MessageInvalidError(f"the message body is {len(msg.body)} bytes, over the limit of {max_size}")
+
+
+def batch_body(msgs: list[Message], max_size: int, uniq: UniqKeyGenerator, now: float) -> tuple[bytes, str]:
+    """The SEND_BATCH_MESSAGE body of ``msgs`` and their comma-joined UNIQ_KEYs: each message checked in
+    turn (:func:`validate_message`, the first one's topic, no retry topic, no delay) and given a UNIQ_KEY
+    made at ``now`` when it has none. ``rocketpy._speedups`` has it for the usual batch (``batch_body``,
+    rocketpy/_speedups_producer.h: None, having changed nothing, for anything else); this is the reference.
+
+    :raises MessageInvalidError: naming the rule the first failing message broke (those before it have
+        their UNIQ_KEY).
+    """
+    if not msgs:
+        raise MessageInvalidError("the batch is empty")
+    topic = msgs[0].topic
+    for m in msgs:
+        validate_message(m, max_size)
+        if m.topic != topic:
+            raise MessageInvalidError("every message of a batch must have the same topic")
+        if m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise MessageInvalidError("retry topics cannot be sent in a batch")
+        if MessageConst.DELAY_TIME_LEVEL in m.properties:
+            raise MessageInvalidError("delayed messages cannot be sent in a batch")
+        if _UNIQ_KEY not in m.properties:
+            m.properties[_UNIQ_KEY] = uniq.next_id(now)
+    return encode_batch(msgs), ",".join([m.properties[_UNIQ_KEY] for m in msgs])
+
+
+_UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 
 
 def local_ip() -> str:

@@ -36,12 +36,12 @@ from rocketpy.client.hooks import ICheckForbiddenHook, ISendMessageHook, SendMes
 from rocketpy.client.instance import ClientInstance, JoiningMember, shared_or_new
 from rocketpy.client.latency import MQFaultStrategy
 from rocketpy.client import autobatch, firing, reply
-from rocketpy.client.message import MAX_MESSAGE_SIZE, UniqKeyGenerator, valid_topics, validate_message
+from rocketpy.client.message import MAX_MESSAGE_SIZE, UniqKeyGenerator, batch_body, valid_topics, validate_message
 from rocketpy.client.results import SendResult, SendStatus
 from rocketpy.client.route import RoundRobinIndex, TopicPublishInfo
 from rocketpy.client.trace import DEFAULT_TRACE_TOPIC, SendTraceHook, TraceDispatcher, trace_group
 from rocketpy.common.compression import compressor
-from rocketpy.common.message import Message, MessageConst, MessageExt, MessageSysFlag, encode_batch, java_hash
+from rocketpy.common.message import Message, MessageConst, MessageExt, MessageSysFlag, java_hash
 from rocketpy.common.route import MASTER_ID, MessageQueue, TopicRouteData
 from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 from rocketpy.interfaces import IRPCHook
@@ -472,25 +472,13 @@ class Producer(JoiningMember):
         return self._send_default(batch, Mode.SYNC, timeout, ids)
 
     def _batch_of(self, msgs: list[Message]) -> tuple[Message, str]:
-        """The batch message for ``msgs`` and their comma-joined UNIQ_KEYs."""
-        if not msgs:
-            raise MessageInvalidError("the batch is empty")
-        topic = msgs[0].topic
-        for m in msgs:
-            validate_message(m, self.max_message_size)
-            if m.topic != topic:
-                raise MessageInvalidError("every message of a batch must have the same topic")
-            if m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                raise MessageInvalidError("retry topics cannot be sent in a batch")
-            if MessageConst.DELAY_TIME_LEVEL in m.properties:
-                raise MessageInvalidError("delayed messages cannot be sent in a batch")
-            if _UNIQ_KEY not in m.properties:
-                m.properties[_UNIQ_KEY] = self._uniq.next_id(self._clock.seconds())
+        """The batch message for ``msgs`` and their comma-joined UNIQ_KEYs (their ids made at one time)."""
+        args = (msgs, self.max_message_size, self._uniq, self._clock.seconds())
+        body, ids = _batch_body(*args) or batch_body(*args)
         props = {k: v for k, v in msgs[0].properties.items() if k == MessageConst.WAIT_STORE_MSG_OK}
-        batch = Message(topic, encode_batch(msgs), 0, props)
-        if len(batch.body) > self.max_message_size:
-            raise MessageInvalidError(f"the batch is {len(batch.body)} bytes, over the limit of {self.max_message_size}")
-        return batch, ",".join(m.properties[_UNIQ_KEY] for m in msgs)
+        if len(body) > self.max_message_size:
+            raise MessageInvalidError(f"the batch is {len(body)} bytes, over the limit of {self.max_message_size}")
+        return Message(msgs[0].topic, body, 0, props), ids
 
     def _attempt(
         self, msg: Message, mq: MessageQueue, mode: Mode, timeout: float, batch_ids: str | None,
@@ -648,3 +636,6 @@ def _compiled_plain_send() -> Callable[[Producer, Message, Mode, float], Deferre
 
 #: :meth:`Producer._send_plain` (the reference), in C when built.
 _plain_send = _compiled_plain_send() or Producer._send_plain
+#: :func:`~rocketpy.client.message.batch_body` in C when built (after ``plain_setup``): None for an unusual batch
+_batch_body: Callable[..., tuple[bytes, str] | None] = (
+    getattr(firing.compiled(), "batch_body", autobatch._none) if _plain_send is not Producer._send_plain else autobatch._none)
