@@ -31,7 +31,7 @@ from rocketpy.remoting.errors import (
     RemotingSendRequestError,
 )
 from rocketpy.remoting.pending import Release, ResponseTable, Then, call_then
-from rocketpy.remoting.writenow import can_write_now, write_now
+from rocketpy.remoting.writenow import LARGE_FRAME, can_write_now, write_all_now, write_now
 from rocketpy.remoting.writenow import send_now  # write_now's usual case in C (None when not built)
 
 if TYPE_CHECKING:
@@ -405,7 +405,9 @@ class RemotingProtocol(Int32StringReceiver, TimeoutMixin):
         if not self._out:
             return False
         out, self._out = self._out, []
-        if self._write_now:
+        if self._write_now and len(out) > 1 and len(out[0]) >= LARGE_FRAME:  # batch requests: not joined
+            write_all_now(self.transport, out)
+        elif self._write_now:
             data = out[0] if len(out) == 1 else b"".join(out)
             if send_now is None or send_now(self.transport, data) is None:  # the usual case in C
                 write_now(self.transport, data)
