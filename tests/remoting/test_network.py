@@ -133,6 +133,40 @@ class LoopbackTests(TestCase):
         return Deferred.fromCoroutine(run())  # type: ignore[return-value]
 
 
+    def test_large_requests_collected_in_a_read_leave_unjoined_in_order(self) -> None:
+        """Requests of 4 KiB or more sent from an answer's callback (collected while the channel reads)
+        leave by one ``sendmsg`` (``write_all_now``), not joined; with a 4 KiB send buffer on the client's
+        socket the socket takes them in part (a frame cut, the rest queued as it is), and every echo comes
+        back whole and in order, also for requests sent after them."""
+        calls: list[tuple[Any, int]] = []
+
+        def recorded(transport: Any, frames: list[bytes]) -> None:
+            calls.append((transport, len(frames)))
+            writenow.write_all_now(transport, frames)
+
+        self.patch(protocol, "write_all_now", recorded)
+
+        async def run() -> None:
+            address = await self.listen()
+            await self.client.invoke_sync(address, RemotingCommand.request(10, body=b"hi"), 5.0)
+            channel = self.client._by_address[address]
+            channel.transport.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            bodies = [bytes([i]) * (4096 + 7919 * i) for i in range(30)]
+            sent: list[Deferred[RemotingCommand]] = []
+
+            def send_all(_: object) -> None:  # runs while the channel reads the answer
+                sent.extend(self.client.invoke_sync(address, RemotingCommand.request(10, body=b), 30.0)
+                            for b in bodies)
+
+            await self.client.invoke_sync(address, RemotingCommand.request(10, body=b"go"), 5.0).addCallback(send_all)
+            later = self.client.invoke_sync(address, RemotingCommand.request(10, body=b"after"), 30.0)
+            responses = await gatherResults(sent + [later])
+            self.assertEqual([r.body for r in responses], bodies + [b"after"])
+            # the coroutine goes on in the same read: "after" is collected with them
+            self.assertEqual([n for transport, n in calls if transport is channel.transport], [len(bodies) + 1])
+
+        return Deferred.fromCoroutine(run())  # type: ignore[return-value]
+
 
 class PythonWriteLoopbackTests(LoopbackTests):
     """The loopback tests with the read's answers written by ``write_now`` in Python (no ``send_now``)."""
