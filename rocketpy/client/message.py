@@ -138,8 +138,10 @@ class UniqKeyGenerator:
 
     ``rocketpy/_speedups_producer.h`` (``next_uniq``) makes the next id of the same millisecond
     from ``_last_ms``, ``_counter`` and ``_time_prefix`` as :meth:`next_id` does (and calls it for
-    a new millisecond): keep the three attributes' meaning.
+    a new millisecond): keep the three attributes' meaning (read and written at their slots' offsets).
     """
+
+    __slots__ = ("_prefix", "_counter", "_start_ms", "_next_start_ms", "_last_ms", "_time_prefix")
 
     def __init__(
         self, ip: str | None = None, pid: int | None = None, rng: random.Random | None = None

@@ -36,6 +36,8 @@ def with_default_queue_nums(route: TopicRouteData, queue_nums: int) -> TopicRout
 class RoundRobinIndex:
     """Java's ``ThreadLocalIndex``: a counter seeded at random, kept non-negative."""
 
+    __slots__ = ("_value",)  # read and moved at its offset by rocketpy/_speedups_producer.h
+
     def __init__(self, start: int | None = None) -> None:
         self._value = random.randrange(0, 1 << 31) if start is None else start
 
@@ -51,6 +53,8 @@ class TopicPublishInfo:
     :ivar route: the route the queues came from.
     :ivar order_topic: True when built from ``orderTopicConf``.
     """
+
+    __slots__ = ("topic", "route", "index", "order_topic", "queues")  # read at their offsets in C
 
     def __init__(self, topic: str, route: TopicRouteData, index: RoundRobinIndex | None = None) -> None:
         self.topic = topic
