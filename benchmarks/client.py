@@ -192,11 +192,9 @@ def stub_producer(stub: Any, clock: task.Clock, queues: int = 4, **kwargs: Any) 
     return producer
 
 
-def cpu_per_send_in_flight(auto_batch: bool, in_flight: int = 1000, n: int = 100_000) -> float:
-    """CPU µs per ``send_async`` with ``in_flight`` outstanding on a stub that answers everything held
-    in rounds (no sockets, so it holds on a loaded machine): the producer's own cost per send."""
-    stub, clock = _HoldingStub(), task.Clock()
-    producer = stub_producer(stub, clock, auto_batch=auto_batch)
+def _stub_loop(send: Callable[[], Deferred[Any]], stub: _HoldingStub, clock: task.Clock, in_flight: int, n: int) -> float:
+    """CPU seconds of ``n`` calls of ``send``, ``in_flight`` outstanding, each next one made from an answer's
+    callback; ``stub`` answers everything held in rounds (no sockets, so it holds on a loaded machine)."""
     sent, done = [0], [0]
 
     def one(_: object = None) -> None:
@@ -204,7 +202,7 @@ def cpu_per_send_in_flight(auto_batch: bool, in_flight: int = 1000, n: int = 100
             done[0] += 1
         if sent[0] < n:
             sent[0] += 1
-            producer.send_async(Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"})).addCallback(one)
+            send().addCallback(one)
 
     start = time.process_time()
     for _ in range(in_flight):
@@ -212,30 +210,25 @@ def cpu_per_send_in_flight(auto_batch: bool, in_flight: int = 1000, n: int = 100
     while done[0] < n:
         stub.answer_all()
         clock.advance(0)  # the batcher's end-of-turn flush
-    return (time.process_time() - start) / n * 1e6
+    return time.process_time() - start
+
+
+def cpu_per_send_in_flight(auto_batch: bool, in_flight: int = 1000, n: int = 100_000) -> float:
+    """CPU µs per ``send_async`` with ``in_flight`` outstanding on a stub: the producer's own cost per send."""
+    stub, clock = _HoldingStub(), task.Clock()
+    producer = stub_producer(stub, clock, auto_batch=auto_batch)
+    return _stub_loop(lambda: producer.send_async(Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"})),
+                      stub, clock, in_flight, n) / n * 1e6
 
 
 def cpu_per_batched_message(size: int = 32, in_flight: int = 32, n: int = 3000) -> float:
-    """CPU µs per message of ``send_batch`` of ``size`` messages, ``in_flight`` batches outstanding, on a stub
-    that answers everything held in rounds (no sockets): the producer's own cost, with the loop's messages."""
+    """CPU µs per message of ``send_batch`` of ``size`` messages, ``in_flight`` batches outstanding, on a stub:
+    the producer's own cost, with the loop's messages."""
     stub, clock = _HoldingStub(), task.Clock()
     producer = stub_producer(stub, clock)
-    sent, done = [0], [0]
-
-    def one(_: object = None) -> None:
-        if _ is not None:
-            done[0] += 1
-        if sent[0] < n:
-            sent[0] += 1
-            batch = [Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"}) for _ in range(size)]
-            producer.send_batch(batch).addCallback(one)
-
-    start = time.process_time()
-    for _ in range(in_flight):
-        one()
-    while done[0] < n:
-        stub.answer_all()
-    return (time.process_time() - start) / n / size * 1e6
+    return _stub_loop(lambda: producer.send_batch([Message(TOPIC, BODY, 0, {"KEYS": "k", "TAGS": "TagA"})
+                                                   for _ in range(size)]),
+                      stub, clock, in_flight, n) / n / size * 1e6
 
 
 def cpu_per_send(n: int = 20000) -> tuple[float, float]:
