@@ -28,7 +28,7 @@ def can_write_now(transport: Any) -> bool:
 
 def _nothing_queued(transport: tcp.Connection) -> bool:
     """True when the transport is connected, writing, and holds nothing to send (so bytes may go at once)."""
-    return (
+    return bool(
         not transport._tempDataBuffer
         and transport.offset == len(transport.dataBuffer)
         and transport.connected
