@@ -28,7 +28,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.python.failure import Failure
 
 from rocketpy.client.api import Mode
-from rocketpy.client.firing import cheap_callbacks, compiled, deliver, fire, python_deliver
+from rocketpy.client.firing import cheap_callbacks, compiled, deliver, fire, python_deliver, share_keys
 from rocketpy.client.results import SendResult
 from rocketpy.common import speedups
 from rocketpy.common.message import Message, MessageConst, encode_batch, properties_to_string
@@ -122,6 +122,7 @@ class _Waiting(Deferred[Any]):
 
 
 cheap_callbacks(_Waiting)  # the caller's addCallback and friends in C (rocketpy/client/firing.py)
+share_keys(_Waiting)
 
 
 class _Queue:
