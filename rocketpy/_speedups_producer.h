@@ -573,7 +573,9 @@ typedef struct {
 static const char *const UNIQ_SLOTS[3] = {"_last_ms", "_counter", "_time_prefix"};
 static const char *const INFO_SLOTS[2] = {"queues", "index"};
 static const char *const INDEX_SLOTS[1] = {"_value"};
-static SlotCache uniq_slots, info_slots, index_slots;
+static const char *const BATCHER_SLOTS[2] = {"max_bytes", "_queues"};
+static const char *const FAULT_SLOTS[1] = {"enabled"};
+static SlotCache uniq_slots, info_slots, index_slots, batcher_slots, fault_slots;
 
 static int slots_known(SlotCache *c, PyObject *obj, const char *const *names, int n) {
     if (c->type != Py_TYPE(obj)) {
@@ -605,6 +607,7 @@ static int slot_set(SlotCache *c, const char *const *names, int n, PyObject *obj
 #define UNIQ_GET(obj, i, name) slot_get(&uniq_slots, UNIQ_SLOTS, 3, obj, i, ps_names[name])
 #define INFO_GET(obj, i, name) slot_get(&info_slots, INFO_SLOTS, 2, obj, i, ps_names[name])
 #define INDEX_GET(obj) slot_get(&index_slots, INDEX_SLOTS, 1, obj, 0, ps_names[PS_VALUE])
+#define BATCHER_GET(obj, i, name) slot_get(&batcher_slots, BATCHER_SLOTS, 2, obj, i, ps_names[name])
 
 /* UniqKeyGenerator.next_id(now) for a time in the millisecond of the last id: the cached prefix and time
  * field and the next counter's four hex digits; the Python method for a new millisecond. */
@@ -730,7 +733,10 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
     FALSE_ATTR(producer, PS_SEND_HOOKS);
     FALSE_ATTR(producer, PS_FORBID_HOOKS);
     GET(producer, PS_FAULT, &fault);
-    FALSE_ATTR(fault, PS_ENABLED);
+    CHECK((o = slot_get(&fault_slots, FAULT_SLOTS, 1, fault, 0, ps_names[PS_ENABLED])) != NULL);
+    truth = PyObject_IsTrue(o);
+    Py_CLEAR(o);
+    CHECK(truth == 0);
     if (mode == ps_sync)
         FALSE_ATTR(producer, PS_RETRY_ANOTHER);
     GET(producer, PS_PUBLISH, &o);
@@ -744,7 +750,7 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
     /* plain_entry_size(msg, valid_topics, max_message_size, compress_over, batcher.max_bytes) */
     limits[0] = limits[1] = limits[2] = NULL;
     if (get(producer, PS_MAX_SIZE, &limits[0]) == 0 && get(producer, PS_COMPRESS_OVER, &limits[1]) == 0)
-        get(batcher, PS_MAX_BYTES, &limits[2]);
+        limits[2] = BATCHER_GET(batcher, 0, PS_MAX_BYTES);
     for (i = 0; i < 3; i++) {
         limit[i] = limits[i] == NULL ? -1 : PyLong_AsSsize_t(limits[i]);
         Py_XDECREF(limits[i]);
@@ -777,7 +783,7 @@ static PyObject *plain_send(PyObject *self, PyObject *const *args, Py_ssize_t na
     /* its automatic-batch queue (AutoBatcher.join's key), with a request in flight */
     key = PyTuple_Pack(5, addr, PS_SLOT(mq, ps_mq_at[0]), PS_SLOT(mq, ps_mq_at[1]), PS_SLOT(mq, ps_mq_at[2]), mode);
     CHECK(key != NULL);
-    GET(batcher, PS_QUEUES_BY_KEY, &o);
+    CHECK((o = BATCHER_GET(batcher, 1, PS_QUEUES_BY_KEY)) != NULL);
     CHECK(PyDict_CheckExact(o));
     queue = PyDict_GetItemWithError(o, key);
     Py_XINCREF(queue);

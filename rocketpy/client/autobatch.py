@@ -141,6 +141,9 @@ class _Queue:
 class AutoBatcher:
     """Holds back sends to a queue while a request to it is in flight; see the module doc."""
 
+    # ``max_bytes`` and ``_queues`` read at their offsets by rocketpy/_speedups_producer.h
+    __slots__ = ("_clock", "_send_request", "_send_then", "_on_failure", "max_bytes", "max_count", "linger", "_queues")
+
     def __init__(
         self, clock: IReactorTime, send_request: SendRequest, max_bytes: int, max_count: int, linger: float,
         on_failure: FailureHandler | None = None, send_then: SendThen | None = None,

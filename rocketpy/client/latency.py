@@ -85,6 +85,8 @@ class MQFaultStrategy:
     :param enabled: Java's ``sendLatencyFaultEnable`` (default off).
     """
 
+    __slots__ = ("enabled", "tolerance")  # ``enabled`` read at its offset by rocketpy/_speedups_producer.h
+
     def __init__(self, clock: IReactorTime, enabled: bool = False, rng: random.Random | None = None) -> None:
         self.enabled = enabled
         self.tolerance = LatencyFaultTolerance(clock, rng)
