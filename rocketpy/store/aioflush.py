@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorFDSet, IReadDescriptor
+from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -35,8 +36,10 @@ class AioFdSync:
     """A sync thread or ring and its eventfd, registered with the reactor while open.
 
     :meth:`fdsync` returns a Deferred that fires (on the reactor) once the file's data is durable,
-    or fails with the sync's ``OSError``.
+    or fails with the sync's ``OSError``; :meth:`fdsync_then` calls back instead (no Deferred).
     """
+
+    log = Logger()
 
     #: False: the sync thread never writes an answer itself (``ROCKETPY_NO_SYNC_WRITE=1`` for a process)
     direct_answers = os.environ.get("ROCKETPY_NO_SYNC_WRITE", "") in ("", "0")
@@ -48,7 +51,8 @@ class AioFdSync:
         self._submit, self._reap, self._stop = submit, reap, stop
         self._reactor = reactor
         self._eventfd = eventfd
-        self._waiting: deque[Deferred[None]] = deque()
+        #: ``(done, failed, args)`` per sync in flight, in order: ``done(*args)`` or ``failed(failure, *args)``
+        self._waiting: deque[tuple[Callable[..., object], Callable[..., object], tuple[Any, ...]]] = deque()
         self._covers: list[int] = []  # the log offset each sync in flight covers, in order
         #: answers written as soon as a sync covering them ends, before its Deferred fires: entries
         #: ``[next_offset, transport, frame]`` in offset order (the broker's lone SYNC_FLUSH send, rocketpy/
@@ -102,17 +106,24 @@ class AioFdSync:
     def fdsync(self, fd: int, covers: int = 0) -> Deferred[None]:
         """Start an ``fdatasync(fd)``; the Deferred fires when it has ended. ``covers``: the log offset
         durable once it succeeded (the :attr:`answers` up to it are written first)."""
+        d: Deferred[None] = Deferred()
+        self.fdsync_then(fd, covers, _synced, _failed, d)
+        return d
+
+    def fdsync_then(self, fd: int, covers: int, done: Callable[..., object], failed: Callable[..., object],
+                    *args: Any) -> None:
+        """:meth:`fdsync` without a Deferred: ``done(*args)`` once the sync succeeded, ``failed(failure,
+        *args)`` once it failed (at once when it cannot be submitted); both on the reactor."""
         if self.started:  # running already: the lone put's C call submitted it right after the append
             self.started.clear()
         else:
             try:
                 self._submit(self._handle, fd)
             except OSError:
-                return fail()
-        d: Deferred[None] = Deferred()
-        self._waiting.append(d)
+                failed(Failure(), *args)
+                return
+        self._waiting.append((done, failed, args))
         self._covers.append(covers)
-        return d
 
     @property
     def written_by_thread(self) -> int:
@@ -124,7 +135,7 @@ class AioFdSync:
         flush thread): its end is awaited and ignored."""
         if self.started:
             self.started.clear()
-            self._waiting.append(Deferred().addErrback(lambda _: None))
+            self._waiting.append((_ignored, _ignored, ()))
             self._covers.append(0)
 
     def close(self) -> None:
@@ -140,8 +151,8 @@ class AioFdSync:
         self.started.clear()
         if self.answers is not None:
             self.answers.clear()  # their puts are answered by their Deferreds (a timeout, a later flush)
-        for d in waiting:
-            d.errback(Failure(OSError(f"the {self.kind} fdatasync was closed")))
+        for _, failed, args in waiting:
+            failed(Failure(OSError(f"the {self.kind} fdatasync was closed")), *args)
 
     # -- IReadDescriptor --
 
@@ -160,15 +171,30 @@ class AioFdSync:
         for res in results:
             if self._eventfd < 0:  # a failed sync's errback closed this (the store's fallback): close() failed the rest
                 return
-            d = self._waiting.popleft()  # one sync in flight at a time: completion order is submission order
+            done, failed, args = self._waiting.popleft()  # one sync in flight at a time: completion order is submission order
             del self._covers[0]
-            if res < 0:
-                d.errback(Failure(OSError(-res, os.strerror(-res))))
-            else:
-                d.callback(None)
+            try:
+                if res < 0:
+                    failed(Failure(OSError(-res, os.strerror(-res))), *args)
+                else:
+                    done(*args)
+            except Exception:  # what a Deferred would have kept: the next results still go out
+                self.log.failure("fdatasync completion failed")
 
     def connectionLost(self, reason: Failure) -> None:
         pass
 
     def logPrefix(self) -> str:
         return "AioFdSync"
+
+
+def _synced(d: Deferred[None]) -> None:
+    d.callback(None)
+
+
+def _failed(failure: Failure, d: Deferred[None]) -> None:
+    d.errback(failure)
+
+
+def _ignored(*_: object) -> None:
+    """The end of a sync nobody waits for (:meth:`AioFdSync.settle`)."""

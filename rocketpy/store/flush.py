@@ -74,62 +74,70 @@ class CommitLogFlush:
     :param on_flushed: called on the reactor with that offset after each flush of :meth:`kick`
         and :meth:`tick`; it must advance ``waiters``.
     :param idle: called whenever a group-commit flush ends.
+    :param start_group: ``(target, done, failed, before) -> None``: starts a group-commit flush up to
+        ``target`` and calls ``done(offset, before)`` or ``failed(failure)`` on the reactor when it ends,
+        without a Deferred (the reactor's own ``fdatasync``, a lone SYNC_FLUSH send's); None: ``flush(0,
+        target)``'s Deferred.
     """
 
     log = Logger()
 
     def __init__(self, waiters: OffsetWaiters, flush: Callable[[int, int], Deferred[int]],
-                 on_flushed: Callable[[int], object], idle: Callable[[], object]) -> None:
+                 on_flushed: Callable[[int], object], idle: Callable[[], object],
+                 start_group: Callable[[int, Callable[[int, int], None], Callable[[Failure], None], int], None]
+                 | None = None) -> None:
         self._waiters = waiters
         self._flush = flush
         self._on_flushed = on_flushed
         self._idle = idle
-        self._group = False  # a group-commit flush (or a hop's flush) is in flight
+        self._start_group = start_group
+        #: a group-commit flush (or an append hop's flush) is in flight
+        self.group_running = False
         self._periodic = False  # a tick's flush is in flight
-
-    @property
-    def group_running(self) -> bool:
-        """A group-commit flush (or an append hop's) is in flight."""
-        return self._group
 
     def claim(self) -> bool:
         """For an append hop that would flush too: True (the flush is the hop's until
         :meth:`release`) when no flush of any kind runs."""
-        if self._group or self._periodic:
+        if self.group_running or self._periodic:
             return False
-        self._group = True
+        self.group_running = True
         return True
 
     def release(self) -> None:
         """The claiming hop's flush ended (its offset reaches the waiters through the hop)."""
-        self._group = False
+        self.group_running = False
 
     def kick(self, target: int = 0) -> None:
         """Start a group-commit flush if a waiter (or ``target``: a put about to wait) is not
         covered and none runs."""
-        waiters = self._waiters
-        if len(waiters):
-            target = max(target, waiters.max_offset)
-        if self._group or target <= waiters.position:
+        if self.group_running:
             return
-        self._group = True
-        self._flush(0, target).addCallbacks(self._group_done, self._group_failed, (waiters.position,))
+        waiters = self._waiters
+        if waiters.pending and waiters.max_offset > target:
+            target = waiters.max_offset
+        if target <= waiters.position:
+            return
+        self.group_running = True
+        if self._start_group is not None:
+            self._start_group(target, self._group_done, self._group_failed, waiters.position)
+        else:
+            self._flush(0, target).addCallbacks(self._group_done, self._group_failed, (waiters.position,))
 
     def _group_done(self, offset: int, before: int) -> None:
-        self._group = False
+        self.group_running = False
         self._on_flushed(offset)
-        if offset > before:
+        if offset > before and self._waiters.pending:  # else kick() finds nothing to flush
             self.kick()
         self._idle()
 
-    def _group_failed(self, failure: Failure) -> None:
+    def _group_failed(self, failure: Failure, *_: object) -> None:
         self.log.failure("group-commit flush failed", failure, level=LogLevel.error)
-        self._group = False
+        self.group_running = False
         self._idle()
 
     async def tick(self, least_pages: int) -> None:
         """One periodic flush of ``least_pages`` dirty pages or more; skipped while a group commit runs."""
-        if self._group:
+        if self.group_running:
             return
         self._periodic = True
         try:

@@ -64,7 +64,9 @@ class OffsetWaiters:
         self._by_offset: list[tuple[int, int, _Waiter]] = []
         self._by_deadline: list[tuple[float, int, _Waiter]] = []
         self._timer: IDelayedCall | None = None
-        self._pending = 0
+        self._timer_at = 0.0  # the armed timer's time (``getTime()`` without the call)
+        #: the number of waiters not yet fired (``len()`` without the call)
+        self.pending = 0
         #: the highest position reported to :meth:`advance`
         self.position = 0
         #: the highest offset ever waited for
@@ -72,7 +74,7 @@ class OffsetWaiters:
 
     def __len__(self) -> int:
         """The number of waiters not yet fired."""
-        return self._pending
+        return self.pending
 
     def add(self, offset: int, deadline: float) -> Deferred[bool]:
         """Wait until the position reaches ``offset``.
@@ -94,13 +96,13 @@ class OffsetWaiters:
             fire(True, *args)
             return
         waiter = _Waiter(offset, fire, args)
-        self.max_offset = max(self.max_offset, offset)
+        if offset > self.max_offset:
+            self.max_offset = offset
         seq = next(self._seq)
         heapq.heappush(self._by_offset, (offset, seq, waiter))
         heapq.heappush(self._by_deadline, (deadline, seq, waiter))
-        self._pending += 1
-        timer = self._timer
-        if timer is None or timer.getTime() > deadline:
+        self.pending += 1
+        if self._timer is None or self._timer_at > deadline:
             self._arm()
 
     def advance(self, position: int) -> int:
@@ -108,14 +110,17 @@ class OffsetWaiters:
 
         :returns: how many waiters fired.
         """
-        self.position = max(self.position, position)
+        if position > self.position:
+            self.position = position
+        position = self.position
         fired = 0
         heap = self._by_offset
-        while heap and heap[0][0] <= self.position:
+        while heap and heap[0][0] <= position:
             waiter = heapq.heappop(heap)[2]
             if not waiter.done:
                 fired += self._settle(waiter, True)
-        self._arm()
+        if self.pending or not self._keep_timer:  # else no deadline left and the timer stays: nothing to arm
+            self._arm()
         return fired
 
     def expire(self, now: float) -> int:
@@ -130,14 +135,14 @@ class OffsetWaiters:
             if not waiter.done:
                 expired += self._settle(waiter, False)
         self._arm()
-        if not self._pending:
+        if not self.pending:
             self._cancel_timer()
         return expired
 
     def _settle(self, waiter: _Waiter, covered: bool) -> int:
         waiter.done = True
-        self._pending -= 1
-        if not self._pending:
+        self.pending -= 1
+        if not self.pending:
             # Drop the settled entries left behind by lazy deletion.
             self._by_offset.clear()
             self._by_deadline.clear()
@@ -157,11 +162,12 @@ class OffsetWaiters:
             return
         first = heap[0][0]
         if self._timer is not None and self._timer.active():
-            if self._timer.getTime() <= first:
+            if self._timer_at <= first:
                 return
             self._timer.cancel()
         delay = max(0.0, first - self._clock.seconds())
         self._timer = self._clock.callLater(delay, self._on_timer)
+        self._timer_at = self._timer.getTime()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None and self._timer.active():
@@ -202,12 +208,13 @@ class PutCompletion:
             return
         wait = wants_wait(msgs[0])  # appended: not empty
         waits: list[Deferred[PutMessageStatus]] = []
-        if self._sync_flush and wait and append.next_offset > self._waiters.position:
+        next_offset = append.next_offset
+        if self._sync_flush and wait and next_offset > self._waiters.position:
             deadline = self._clock.seconds() + self._timeout
             if not self.hooks:  # the common case: no Deferred chain, no gatherResults
-                self._waiters.add_callback(append.next_offset, deadline, _fire_flushed, done, result)
+                self._waiters.add_callback(next_offset, deadline, _fire_flushed, done, result)
                 return
-            waits.append(self._waiters.add(append.next_offset, deadline).addCallback(_flush_status))
+            waits.append(self._waiters.add(next_offset, deadline).addCallback(_flush_status))
         for hook in self.hooks if wait else ():
             status = hook(result)
             if status is not None:

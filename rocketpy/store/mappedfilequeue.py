@@ -140,7 +140,7 @@ class MappedFileQueue:
         None: :meth:`flush` it). Positions are taken before the sync, as :meth:`flush` does."""
         where = self.flushed_where
         mf = self.find_mapped_file_by_offset(where, where == 0)
-        if mf is None or mf is not self.last() or mf.wrote_position <= mf.flushed_position:
+        if mf is None or mf is not self.mapped_files[-1] or mf.wrote_position <= mf.flushed_position:
             return None
         return mf.fileno(), (mf, mf.wrote_position, mf.store_timestamp)
 

@@ -339,8 +339,9 @@ class MessageStore(MessageReader):
     def flush_end(self, token: FlushToken, seconds: float) -> int:
         """The sync of ``token`` ended after ``seconds``: the log is durable as far as it covers;
         returns the flushed offset."""
-        before = self.flushed_offset
-        flushed = self.commit_log.queue.flush_end(token)
+        queue = self.commit_log.queue
+        before = queue.flushed_where
+        flushed = queue.flush_end(token)
         if flushed > before:
             self._flushed(seconds)
         return flushed

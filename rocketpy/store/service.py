@@ -117,7 +117,8 @@ class StoreService(StoreReads, Service):
         self._flush_waiters = OffsetWaiters(reactor, keep_timer=True)
         self._completion = PutCompletion(self._flush_waiters, reactor, self._sync_flush,
                                          self._config.sync_flush_timeout)
-        self._flush = CommitLogFlush(self._flush_waiters, self._flush_log, self._advance_flushed, self._check_drained)
+        self._flush = CommitLogFlush(self._flush_waiters, self._flush_log, self._advance_flushed, self._check_drained,
+                                     self._flush_group)
         self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool, self._flush, self._sync_flush)
 
     # -- lifecycle --
@@ -249,7 +250,9 @@ class StoreService(StoreReads, Service):
         if (lone is None or self._sync_flush or self._completion.hooks or not self._inline
                 or self._hop_started is not None or self._queue or self._delivering or not self._ready
                 or not self._accepting or self._in_pool.running or self._queued_messages >= self._max_queued):
-            return None if self.is_busy() else self.put_message(msg)
+            busy = self._queued_messages >= self._max_queued or (
+                (self._hop_started is not None or self._queue) and self.is_busy())  # else is_busy reads no clock
+            return None if busy else self.put_message(msg)
         self._hop_started = self._reactor.seconds()  # the writer's state is ours until lone_answered
         try:
             stored = lone(msg)
@@ -284,8 +287,11 @@ class StoreService(StoreReads, Service):
                     populate_due: bool) -> Deferred[PutMessageResult]:
         """:meth:`_append_inline` and :meth:`_lone_done` after the store's ``put_lone``."""
         aio = self._aio
+        append = result.append
         if aio is not None:  # SYNC_FLUSH: start the sync first (put_lone may have), the put's bookkeeping meanwhile
-            self._flush.kick(self._store.max_physical_offset)
+            # the log's end: this put's (nothing appended after it yet)
+            end = append.next_offset if append is not None else self._store.max_physical_offset
+            self._flush.kick(end)
             if aio.started:
                 aio.settle()
         if populate_due and not self._populating:
@@ -294,8 +300,7 @@ class StoreService(StoreReads, Service):
         self._lone_done(d, (msg,), result, max_offset)
         if aio is not None and not d.called and aio is self._aio and aio.answers is not None \
                 and not self._completion.hooks:  # waits for the native sync alone: its answer may go first
-            self.lone_waiting = (d, result, aio.answers, result.append.next_offset,  # type: ignore[union-attr]
-                                 aio.direct)
+            self.lone_waiting = (d, result, aio.answers, end, aio.direct)
         return d
 
     def put_messages(self, msgs: Sequence[MessageExt]) -> Deferred[PutMessageResult]:
@@ -463,7 +468,7 @@ class StoreService(StoreReads, Service):
             self._completion.complete(d.callback, msgs, result)
         finally:
             self._delivering -= 1
-        if self._sync_flush:  # ASYNC_FLUSH puts never wait for a flush: nothing to kick
+        if self._sync_flush and not self._flush.group_running:  # ASYNC_FLUSH puts never wait for a flush
             self._flush.kick()
         self._hop_finished()
 
@@ -484,35 +489,56 @@ class StoreService(StoreReads, Service):
             self._check_drained()
 
     def _check_drained(self) -> None:
-        if self._idle():
+        if self._drained and self._idle():
             drained, self._drained = self._drained, []
             for d in drained:
                 d.callback(None)
 
     def _flush_log(self, least_pages: int, target: int) -> Deferred[int]:
-        """One commit-log flush for :class:`CommitLogFlush`: ended on the reactor (``AioFdSync``) when it
-        serves and the dirty bytes lie in one file, else :func:`flush_commit_log` on the flush thread."""
+        """One commit-log flush for :class:`CommitLogFlush`'s periodic tick: :meth:`_flush_group`'s when
+        ``least_pages`` is 0, else :func:`flush_commit_log` on the flush thread."""
+        if self._aio is not None and not least_pages:
+            d: Deferred[int] = Deferred()
+            self._flush_group(target, d.callback, d.errback)
+            return d
+        return self._in_flush_pool(flush_commit_log, self._store, least_pages, target)
+
+    def _flush_group(self, target: int, done: Callable[..., object], failed: Callable[..., object],
+                     *args: Any) -> None:
+        """Flush the commit log up to ``target``, then ``done(offset, *args)`` or ``failed(failure, *args)``:
+        ended on the reactor (``AioFdSync``, no Deferred) when it serves and the dirty bytes lie in one
+        file, else :func:`flush_commit_log` on the flush thread."""
         aio = self._aio
-        if aio is not None and not least_pages:
+        if aio is not None:
             begun = self._store.flush_begin()  # type: ignore[attr-defined]  # _aio_wanted checked it
             if begun is not None:
                 fd, token = begun
-                return aio.fdsync(fd, target).addCallbacks(self._aio_flushed, self._aio_failed, (token, time.perf_counter()),
-                                                   errbackArgs=(least_pages, target))
-        return self._in_flush_pool(flush_commit_log, self._store, least_pages, target)
+                aio.fdsync_then(fd, target, self._aio_flushed, self._aio_failed, token, time.perf_counter(),
+                                target, done, failed, args)
+                return
+        self._in_flush_pool(flush_commit_log, self._store, 0, target).addCallbacks(
+            done, failed, args, errbackArgs=args)
 
-    def _aio_flushed(self, _: None, token: Any, started: float) -> int:
-        return int(self._store.flush_end(token, time.perf_counter() - started))  # type: ignore[attr-defined]
+    def _aio_flushed(self, token: Any, started: float, target: int, done: Callable[..., object],
+                     failed: Callable[..., object], args: tuple[Any, ...]) -> None:
+        try:
+            flushed = int(self._store.flush_end(token, time.perf_counter() - started))  # type: ignore[attr-defined]
+        except Exception:
+            failed(Failure(), *args)
+            return
+        done(flushed, *args)
 
-    def _aio_failed(self, failure: Failure, least_pages: int, target: int) -> Deferred[int] | Failure:
+    def _aio_failed(self, failure: Failure, token: Any, started: float, target: int, done: Callable[..., object],
+                    failed: Callable[..., object], args: tuple[Any, ...]) -> None:
         """A kernel or file that refuses FDSYNC: the flush thread from now on (this flush too)."""
         error = failure.value
         if not isinstance(error, OSError) or error.errno not in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS):
-            return failure  # a failed sync: CommitLogFlush logs it, as a failed thread flush
+            failed(failure, *args)  # a failed sync: CommitLogFlush logs it, as a failed thread flush
+            return
         self.log.warn("{kind} fdatasync refused ({error}): SYNC_FLUSH flushes on the flush thread",
                       kind=self._aio.kind if self._aio is not None else self._aio_kind, error=error)
         self._aio_off()
-        return self._in_flush_pool(flush_commit_log, self._store, least_pages, target)
+        self._flush_group(target, done, failed, *args)
 
     def _aio_off(self) -> None:
         aio, self._aio = self._aio, None
@@ -527,7 +553,8 @@ class StoreService(StoreReads, Service):
             self._flush_waiters.advance(offset)
         finally:
             self._delivering -= 1
-        self._maybe_hop()
+        if self._queue:  # else _maybe_hop has nothing to hand over
+            self._maybe_hop()
 
     def _notify_arrivals(self, touched: Iterable[tuple[str, int]]) -> None:
         for topic, queue_id in touched:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Any
+from typing import Any, Callable
 
 from twisted.internet import reactor
 from twisted.internet.defer import Deferred
@@ -25,14 +25,14 @@ from tests.store.fakes import message
 
 
 def record_syncs(test: TestCase) -> list[int]:
-    """Patch AioFdSync.fdsync to note each descriptor it syncs (the real sync still runs)."""
+    """Patch AioFdSync.fdsync_then to note each descriptor it syncs (the real sync still runs)."""
     syncs: list[int] = []
-    real = AioFdSync.fdsync
+    real = AioFdSync.fdsync_then
 
-    def recording(aio: AioFdSync, fd: int, covers: int = 0) -> Deferred[None]:
+    def recording(aio: AioFdSync, fd: int, covers: int, *rest: Any) -> None:
         syncs.append(fd)
-        return real(aio, fd, covers)
-    test.patch(AioFdSync, "fdsync", recording)
+        real(aio, fd, covers, *rest)
+    test.patch(AioFdSync, "fdsync_then", recording)
     return syncs
 
 
@@ -267,19 +267,22 @@ class NativeServiceTests(TestCase):
         service, store = await self.started(timeout=0.05)
         await service.put_message(message())
         held: list[tuple[Deferred[None], Deferred[None]]] = []
-        real_fdsync = AioFdSync.fdsync
+        real_fdsync = AioFdSync.fdsync_then
 
-        def slow(aio: AioFdSync, fd: int, covers: int = 0) -> Deferred[None]:
+        def slow(aio: AioFdSync, fd: int, covers: int, done: Callable[..., object],
+                 failed: Callable[..., object], *args: Any) -> None:
             late: Deferred[None] = Deferred()
-            held.append((real_fdsync(aio, fd, covers), late))
-            return late
-        self.patch(AioFdSync, "fdsync", slow)
+            late.addCallbacks(lambda _: done(*args), lambda f: failed(f, *args))
+            real: Deferred[None] = Deferred()
+            real_fdsync(aio, fd, covers, lambda: real.callback(None), real.errback)
+            held.append((real, late))
+        self.patch(AioFdSync, "fdsync_then", slow)
         result = await service.put_message(message())
         self.assertEqual(result.status, PutMessageStatus.FLUSH_DISK_TIMEOUT)
         real, late = held[0]
         await real
         late.callback(None)  # the sync ends after all: the service goes on
-        self.patch(AioFdSync, "fdsync", real_fdsync)
+        self.patch(AioFdSync, "fdsync_then", real_fdsync)
         self.patch(service._completion, "_timeout", 5.0)  # a loaded disk must not time the next one out
         self.assertEqual((await service.put_message(message())).status, PutMessageStatus.PUT_OK)
 
