@@ -110,6 +110,41 @@ class NativeFdSyncTests(TestCase):
         self.assertEqual(self.failureResultOf(refused, OSError).value.errno, errno.EINVAL)
         self.assertIn("closed", str(self.failureResultOf(second, OSError).value))
 
+    async def test_fdsync_then_calls_back_and_a_raising_one_is_logged(self) -> None:
+        """``fdsync_then``: ``done(*args)`` per sync that succeeded, ``failed(failure, *args)`` at once for one
+        refused at submit; a ``done`` that raises is logged and the next result of the same read still
+        goes out (as a Deferred's callback would not have stopped the others)."""
+        aio = opened(self, self.kind)
+        reactor.removeReader(aio)  # both results in one read, made below by hand
+        fd = os.open(self.mktemp(), os.O_RDWR | os.O_CREAT, 0o644)
+        self.addCleanup(os.close, fd)
+        calls: list[tuple[Any, ...]] = []
+
+        def raising(*args: Any) -> None:
+            calls.append(("raised",) + args)
+            raise ZeroDivisionError()
+        closed = os.open(self.mktemp(), os.O_RDWR | os.O_CREAT, 0o644)
+        os.close(closed)
+        aio.fdsync_then(closed, 0, calls.append, lambda f, *a: calls.append((f.value.errno,) + a), "refused")
+        self.assertEqual(calls, [(errno.EBADF, "refused")])  # at once, nothing left waiting
+        self.assertEqual(len(aio._waiting), 0)
+        aio.fdsync_then(fd, 0, raising, calls.append, "first", 1)
+        aio.fdsync_then(fd, 0, lambda *a: calls.append(a), calls.append, "second", 2)
+        ended = 0
+        while ended < 2:  # the eventfd counts ended syncs: read it, then put the count back
+            await deferLater(reactor, 0.01, lambda: None)
+            try:
+                ended += os.eventfd_read(aio.fileno())
+            except BlockingIOError:
+                pass
+        os.eventfd_write(aio.fileno(), ended)
+        with capturedLogs() as logged:
+            aio.doRead()
+        self.assertEqual(calls[1:], [("raised", "first", 1), ("second", 2)])
+        self.assertEqual(len(aio._waiting), 0)
+        self.assertEqual(len(self.flushLoggedErrors(ZeroDivisionError)), 1)
+        self.assertTrue(any("completion failed" in str(e.get("log_format")) for e in logged))
+
     def test_unavailable_without_the_compiled_module(self) -> None:
         self.patch(speedups, "compiled", None)
         self.assertIsNone(AioFdSync.open(reactor, self.kind))
