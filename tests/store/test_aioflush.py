@@ -56,6 +56,19 @@ def opened(test: TestCase, kind: str) -> AioFdSync:
     return aio
 
 
+async def both_ended(aio: AioFdSync) -> None:
+    """Wait until two syncs have ended, leaving their results for one ``doRead`` made by hand (the reader
+    removed): the eventfd counts ended syncs, so read it, then put the count back."""
+    ended = 0
+    while ended < 2:
+        await deferLater(reactor, 0.01, lambda: None)
+        try:
+            ended += os.eventfd_read(aio.fileno())
+        except BlockingIOError:
+            pass
+    os.eventfd_write(aio.fileno(), ended)
+
+
 class NativeFdSyncTests(TestCase):
     """The eventfd-driven fdatasync on the global reactor, through the native (C) thread."""
 
@@ -98,14 +111,7 @@ class NativeFdSyncTests(TestCase):
             return failure
         refused.addErrback(close)
         second = aio.fdsync(fd)
-        ended = 0
-        while ended < 2:  # the eventfd counts ended syncs: read it, then put the count back
-            await deferLater(reactor, 0.01, lambda: None)
-            try:
-                ended += os.eventfd_read(aio.fileno())
-            except BlockingIOError:
-                pass
-        os.eventfd_write(aio.fileno(), ended)
+        await both_ended(aio)
         aio.doRead()
         self.assertEqual(self.failureResultOf(refused, OSError).value.errno, errno.EINVAL)
         self.assertIn("closed", str(self.failureResultOf(second, OSError).value))
@@ -130,14 +136,7 @@ class NativeFdSyncTests(TestCase):
         self.assertEqual(len(aio._waiting), 0)
         aio.fdsync_then(fd, 0, raising, calls.append, "first", 1)
         aio.fdsync_then(fd, 0, lambda *a: calls.append(a), calls.append, "second", 2)
-        ended = 0
-        while ended < 2:  # the eventfd counts ended syncs: read it, then put the count back
-            await deferLater(reactor, 0.01, lambda: None)
-            try:
-                ended += os.eventfd_read(aio.fileno())
-            except BlockingIOError:
-                pass
-        os.eventfd_write(aio.fileno(), ended)
+        await both_ended(aio)
         with capturedLogs() as logged:
             aio.doRead()
         self.assertEqual(calls[1:], [("raised", "first", 1), ("second", 2)])
