@@ -517,7 +517,8 @@ class RealThreadTests(TestCase):
 class RealStoreTests(TestCase):
     """StoreService over the real MessageStore on real threads, in both flush modes."""
 
-    async def put_read_stop(self, flush_disk_type: str, completion: str = "native") -> None:
+    async def started_service(self, flush_disk_type: str, completion: str) -> tuple[StoreService, MessageStoreConfig]:
+        """A started service over a real store with small files, stopped at cleanup if still running."""
         root = os.path.abspath(self.mktemp())
         config = MessageStoreConfig(store_path_root_dir=root, flush_disk_type=flush_disk_type,
                                     mapped_file_size_commit_log=64 * 1024,
@@ -527,6 +528,10 @@ class RealStoreTests(TestCase):
         service = StoreService(MessageStore(config), reactor)
         await service.startService()
         self.addCleanup(lambda: service.running and service.stopService())
+        return service, config
+
+    async def put_read_stop(self, flush_disk_type: str, completion: str = "native") -> None:
+        service, config = await self.started_service(flush_disk_type, completion)
         seen: list[tuple[str, int, int]] = []
         service.add_arrival_listener(lambda *args: seen.append(args))
         bodies = [b"body-%d" % i * 50 for i in range(100)]
@@ -563,15 +568,7 @@ class RealStoreTests(TestCase):
     async def chained_puts(self, flush_disk_type: str, completion: str = "native") -> None:
         """Puts awaited one after another, then puts made from inside the previous put's callback
         (re-entrant, no reactor turn between when the first fires at once): all complete, in order."""
-        root = os.path.abspath(self.mktemp())
-        config = MessageStoreConfig(store_path_root_dir=root, flush_disk_type=flush_disk_type,
-                                    mapped_file_size_commit_log=64 * 1024,
-                                    mapped_file_size_consume_queue=1000 * 20,
-                                    max_hash_slot_num=1000, max_index_num=4000)
-        config.sync_flush_completion = completion
-        service = StoreService(MessageStore(config), reactor)
-        await service.startService()
-        self.addCleanup(lambda: service.running and service.stopService())
+        service, _ = await self.started_service(flush_disk_type, completion)
         awaited = [await service.put_message(message(body=b"a" * 300)) for _ in range(150)]
         chained: list[PutMessageResult] = []
         done: Deferred[None] = Deferred()
