@@ -15,6 +15,7 @@ import time
 from typing import Any, Callable
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import LoopingCall
 from twisted.logger import ILogObserver, LogLevel, globalLogPublisher
 from twisted.trial.unittest import SkipTest, SynchronousTestCase
 from zope.interface import provider
@@ -138,11 +139,23 @@ class LeanBroker(SynchronousTestCase):
         return self.thread.call(run, timeout=30)
 
     def until(self, condition: Callable[[], bool], limit: float = 10.0) -> None:
-        deadline = time.monotonic() + limit
-        while not self.call(condition):
-            if time.monotonic() > deadline:
-                raise AssertionError("timed out waiting")
-            time.sleep(0.002)
+        """Wait until ``condition()`` holds, checked on the broker's reactor every 2 ms."""
+        loops: list[LoopingCall] = []
+
+        def check() -> None:
+            if condition():
+                loops[0].stop()
+
+        def wait() -> Deferred[LoopingCall]:
+            loop = LoopingCall(check)
+            loop.clock = self.thread.reactor
+            loops.append(loop)
+            return loop.start(0.002)
+        try:
+            self.thread.call(wait, timeout=limit)
+        except TimeoutError:
+            self.call(lambda: loops[0].stop() if loops[0].running else None)
+            raise AssertionError("timed out waiting") from None
 
     def client(self, code: int = ResponseCode.SUCCESS) -> RawClient:
         client = RawClient(self.fixture.broker_addr)
