@@ -81,6 +81,9 @@ def validate_message(msg: Message, max_size: int = MAX_MESSAGE_SIZE) -> None:
         raise MessageInvalidError(f"the message body is {len(msg.body)} bytes, over the limit of {max_size}")
 
 
+_UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+
+
 def batch_body(msgs: list[Message], max_size: int, uniq: UniqKeyGenerator, now: float) -> tuple[bytes, str]:
     """The SEND_BATCH_MESSAGE body of ``msgs`` and their comma-joined UNIQ_KEYs: each message checked in
     turn (:func:`validate_message`, the first one's topic, no retry topic, no delay) and given a UNIQ_KEY
@@ -104,9 +107,6 @@ def batch_body(msgs: list[Message], max_size: int, uniq: UniqKeyGenerator, now: 
         if _UNIQ_KEY not in m.properties:
             m.properties[_UNIQ_KEY] = uniq.next_id(now)
     return encode_batch(msgs), ",".join([m.properties[_UNIQ_KEY] for m in msgs])
-
-
-_UNIQ_KEY = MessageConst.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 
 
 def local_ip() -> str:

@@ -250,9 +250,7 @@ class StoreService(StoreReads, Service):
         if (lone is None or self._sync_flush or self._completion.hooks or not self._inline
                 or self._hop_started is not None or self._queue or self._delivering or not self._ready
                 or not self._accepting or self._in_pool.running or self._queued_messages >= self._max_queued):
-            busy = self._queued_messages >= self._max_queued or (
-                (self._hop_started is not None or self._queue) and self.is_busy())  # else is_busy reads no clock
-            return None if busy else self.put_message(msg)
+            return None if self.is_busy() else self.put_message(msg)
         self._hop_started = self._reactor.seconds()  # the writer's state is ours until lone_answered
         try:
             stored = lone(msg)

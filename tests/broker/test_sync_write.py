@@ -23,7 +23,6 @@ from zope.interface import provider
 from rocketpy.blocking import ReactorThread
 from rocketpy.broker.controller import BrokerService
 from rocketpy.client import Producer, new_message
-from rocketpy.client.results import SendStatus
 from rocketpy.remoting.codec import decode, encode
 from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
