@@ -104,6 +104,7 @@ class Sample:
     p50_ms: float | None = None
     client_us: float | None = None
     server_us: float | None = None
+    server_faults: float | None = None  # the server's minor page faults per message
 
 
 @dataclass
@@ -320,6 +321,7 @@ class RedisStreams:
 async def measure(run: Callable[[float], Any], seconds: float, server_pid: int) -> Sample:
     """``run(seconds)`` (a Deferred, or blocking), with the client's and the server's CPU per message."""
     client_cpu, server_cpu = broker_bench.process_cpu(os.getpid()), broker_bench.process_cpu(server_pid)
+    server_faults = minor_faults(server_pid)
     began = time.perf_counter()
     sample = run(seconds)
     if isinstance(sample, Deferred):
@@ -327,7 +329,19 @@ async def measure(run: Callable[[float], Any], seconds: float, server_pid: int) 
     messages = max(1.0, sample.rate * (time.perf_counter() - began))
     sample.client_us = cpu_per_message(os.getpid(), client_cpu, messages)
     sample.server_us = cpu_per_message(server_pid, server_cpu, messages)
+    faults = minor_faults(server_pid)
+    if faults is not None and server_faults is not None:
+        sample.server_faults = (faults - server_faults) / messages
     return sample
+
+
+def minor_faults(pid: int) -> int | None:
+    """Minor page faults of process ``pid`` so far, all threads (``/proc``: field 10; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[7])
+    except OSError:
+        return None
 
 
 def cpu_per_message(pid: int, before: float | None, messages: float) -> float | None:
@@ -340,7 +354,9 @@ def describe(sample: Sample) -> str:
     if sample.p50_ms is not None:
         text += f" p50 {sample.p50_ms:.2f} ms"
     if sample.client_us is not None and sample.server_us is not None:
-        text += f" (cpu {sample.client_us:.0f}+{sample.server_us:.0f} µs)"
+        text += f" (cpu {sample.client_us:.1f}+{sample.server_us:.1f} µs)"
+    if sample.server_faults is not None:
+        text += f" {sample.server_faults:.3f} faults/msg"
     return text
 
 

@@ -28,7 +28,8 @@ from rocketpy.common import speedups
 
 OS_PAGE_SIZE = 4096
 WRITE_PATHS = ("mmap", "pwrite")
-_ZERO_CHUNK = bytes(1 << 20)
+_ZERO_CHUNK = bytes(64 << 10)  # one pwrite of zeros (the folio size it makes: _write_zeros)
+_CHECK_CHUNK = 1 << 20  # zero_from without ZERO_RANGE: read, and rewrite when not zeros, a MiB at a time
 _IOV_MAX = 1024
 TMP_SUFFIX = ".tmp"
 
@@ -36,6 +37,8 @@ _log = Logger()
 #: ``append_many``'s copy loop in C (``rocketpy/_speedups_batch.h``), None when not built.
 WRITE_BUFFERS: Callable[[Any, int, Sequence[bytes | bytearray]], int] | None = getattr(
     speedups.compiled, "write_buffers", None)
+#: ``_write_zeros``'s loop in C (``rocketpy/_speedups_mapped.h``), None when not built.
+WRITE_ZEROS: Callable[[int, int, int], bool] | None = getattr(speedups.compiled, "write_zeros", None)
 
 
 def file_name(offset: int) -> str:
@@ -66,19 +69,21 @@ def _zero_range(fd: int, offset: int, length: int) -> bool:
     raise OSError(err, os.strerror(err))
 
 
-def _load_fallocate() -> Any:
+def _libc_function(name: str, *argtypes: Any) -> Any:
+    """libc's ``name`` through ctypes (which releases the GIL for the call), returning an int and
+    setting errno; None where there is none."""
     try:
-        function = ctypes.CDLL(None, use_errno=True).fallocate
+        function = getattr(ctypes.CDLL(None, use_errno=True), name)
     except (OSError, AttributeError):
         return None
-    function.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    function.argtypes = list(argtypes)
     function.restype = ctypes.c_int
     return function
 
 
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_ZERO_RANGE = 0x10
-_libc_fallocate = _load_fallocate()
+_libc_fallocate = _libc_function("fallocate", ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 
 #: Bytes of an mmap-written segment faulted in ahead of the write position at a time: at 100 MB/s
 #: of appends, the quarter window a pool thread has to fault in the next one lasts 10 ms (two of
@@ -88,19 +93,10 @@ POPULATE_WINDOW = 4 << 20
 ZERO_AHEAD_WINDOW = 1 << 20
 ZEROS_DUE = (3 * ZERO_AHEAD_WINDOW) // 4  # populate_due on the pwrite path: less than this ahead
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+
+_MS_SYNC = 4  # Linux's value
 
-
-def _load_madvise() -> Any:
-    try:
-        function = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    function.restype = ctypes.c_int
-    return function
-
-
-_libc_madvise = _load_madvise()
+_libc_madvise = _libc_function("madvise", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc_msync = _libc_function("msync", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 
 class MappedFile:
@@ -203,8 +199,7 @@ class MappedFile:
         if _libc_madvise is None or self.closed:
             self._populated = self.file_size
             return
-        if not self._address:
-            self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.data))  # export dropped at once
+        address = self._mapped_address()
         with self._populate_lock:
             if self.closed:  # closed meanwhile (its descriptor's number may be another file's by now)
                 return
@@ -213,15 +208,27 @@ class MappedFile:
             length = min(stop - stop % OS_PAGE_SIZE, self.file_size) - start
             if length > 0:
                 self._write_zeros(max(start, self.wrote_position), start + length)
-                if _libc_madvise(self._address + start, length, _MADV_POPULATE_WRITE) != 0:
+                if _libc_madvise(address + start, length, _MADV_POPULATE_WRITE) != 0:
                     if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS):
                         _libc_madvise = None
             # only once faulted in (another thread may be appending below): never more than is true
             self._populated = max(self._populated, start + length)
 
+    def _mapped_address(self) -> int:
+        """The map's address (for ``madvise`` and ``msync``); raises ValueError once closed."""
+        if not self._address:
+            self._address = ctypes.addressof(ctypes.c_char.from_buffer(self.data))  # export dropped at once
+        return self._address
+
     def _write_zeros(self, pos: int, stop: int) -> bool:
         """Zeros over ``[pos, stop)`` with ``pwrite``; False, writing no more, on an error (they
-        are only a speed-up: e.g. no blocks reserved)."""
+        are only a speed-up: e.g. no blocks reserved).
+
+        64 KiB a ``pwrite``: the page cache's folios are no larger than the write that made them,
+        and a flush write-protects the whole folio holding its end (:meth:`_sync`); with 1 MiB
+        writes the writer re-faulted ~80 pages ahead after each flush, with 64 KiB ones ~4."""
+        if WRITE_ZEROS is not None:
+            return WRITE_ZEROS(self._fd, pos, stop)  # the loop below without the GIL
         try:
             while pos < stop:
                 pos += os.pwrite(self._fd, _ZERO_CHUNK[: min(len(_ZERO_CHUNK), stop - pos)], pos)
@@ -339,10 +346,10 @@ class MappedFile:
 
     def _overwrite_non_zero(self, position: int) -> None:
         dirty = False
-        for pos in range(position, self.file_size, len(_ZERO_CHUNK)):
-            end = min(pos + len(_ZERO_CHUNK), self.file_size)
+        for pos in range(position, self.file_size, _CHECK_CHUNK):
+            end = min(pos + _CHECK_CHUNK, self.file_size)
             if os.pread(self._fd, end - pos, pos).strip(b"\0"):
-                os.pwrite(self._fd, _ZERO_CHUNK[: end - pos], pos)
+                os.pwrite(self._fd, bytes(end - pos), pos)
                 dirty = True
         if dirty:
             os.fdatasync(self._fd)
@@ -362,9 +369,29 @@ class MappedFile:
         """Make written bytes durable when enough pages are dirty; returns the flushed position."""
         if self.is_able_to_flush(least_pages):
             target = self.wrote_position  # captured before the sync, as RocketMQ does
-            os.fdatasync(self._fd)
+            self._sync(self.flushed_position, target)
             self.flushed_position = target
         return self.flushed_position
+
+    def _sync(self, start: int, end: int) -> None:
+        """Make ``[start, end)`` durable: ``fdatasync``, or on the mmap path ``msync(MS_SYNC)`` of
+        the range's pages alone (the kernel's ``fdatasync`` of that range, journal commit included).
+
+        ``fdatasync`` writes back every dirty page of the file, and writeback write-protects the
+        mapped pages it cleans: also the pages :meth:`_populate` faulted in ahead of the writer
+        (dirty with their zeros), which the writer then faults on again, one write-protect fault
+        per page. The range's sync leaves them dirty and writable (doc/store.md, "Flush").
+        """
+        global _libc_msync
+        if not self.use_pwrite and _libc_msync is not None and not self.closed:
+            start -= start % OS_PAGE_SIZE  # msync wants a page-aligned address
+            if _libc_msync(self._mapped_address() + start, end - start, _MS_SYNC) == 0:
+                return
+            err = ctypes.get_errno()
+            if err not in (errno.EINVAL, errno.ENOSYS):
+                raise OSError(err, os.strerror(err))
+            _libc_msync = None
+        os.fdatasync(self._fd)
 
     # -- reading (any thread) --
 

@@ -244,13 +244,65 @@ class MappedFileTests(SynchronousTestCase):
         self.assertEqual(mf.flush(100), SIZE)
 
     def test_flush_uses_fdatasync(self) -> None:
-        """Durability goes through ``os.fdatasync`` on the descriptor, never ``mmap.flush``."""
+        """Durability goes through ``os.fdatasync`` on the descriptor (the pwrite path, or the
+        mmap path without ``msync``), never ``mmap.flush``."""
+        synced: list[int] = []
+        self.patch(os, "fdatasync", synced.append)
+        for write_path in ("pwrite", "mmap"):
+            if write_path == "mmap":
+                self.patch(mappedfile, "_libc_msync", None)
+            mf = MappedFile(os.path.join(self.dir, file_name(len(synced))), SIZE, write_path, create=True)
+            self.addCleanup(mf.close)
+            mf.append(b"abc")
+            mf.flush(0)
+        self.assertEqual(len(synced), 2)
+
+    def test_mmap_flush_syncs_the_written_range(self) -> None:
+        """The mmap path syncs the pages from the flushed position to the written end with
+        ``msync(MS_SYNC)``, not the whole file; an unsupported ``msync`` falls back to
+        ``fdatasync`` for good."""
+        calls: list[tuple[int, int, int]] = []
+        results = [0, 0, -1]
+
+        def msync(address: int, length: int, flags: int) -> int:
+            calls.append((address, length, flags))
+            return results.pop(0)
+
+        self.patch(mappedfile, "_libc_msync", msync)
+        self.patch(mappedfile.ctypes, "get_errno", lambda: errno.EINVAL)
         synced: list[int] = []
         self.patch(os, "fdatasync", synced.append)
         mf = self.create(write_path="mmap")
-        mf.append(b"abc")
-        mf.flush(0)
+        base = mf._mapped_address()
+        mf.append(b"a" * 5000)
+        self.assertEqual(mf.flush(0), 5000)
+        mf.append(b"b" * 10000)
+        self.assertEqual(mf.flush(0), 15000)
+        self.assertEqual(calls, [(base, 5000, mappedfile._MS_SYNC), (base + OS_PAGE_SIZE, 15000 - OS_PAGE_SIZE, 4)])
+        self.assertEqual(synced, [])
+        mf.append(b"c")
+        self.assertEqual(mf.flush(0), 15001)
         self.assertEqual(len(synced), 1)
+        self.assertIsNone(mappedfile._libc_msync)
+
+    def test_mmap_flush_leaves_pages_ahead_writable(self) -> None:
+        """After a flush, the writer's next pages (faulted in ahead, dirty with zeros) take no
+        page fault: the flush wrote back and write-protected only the written range (and the
+        64 KiB folio holding its end)."""
+        if mappedfile._libc_madvise is None or mappedfile._libc_msync is None or not hasattr(
+                __import__("resource"), "RUSAGE_THREAD"):
+            raise SkipTest("no MADV_POPULATE_WRITE or msync here")
+        import resource
+        mf = MappedFile(os.path.join(self.dir, file_name(0)), 8 << 20, "mmap", create=True)
+        self.addCleanup(mf.close)
+        mf.append(b"a" * 100)
+        mf.flush(0)
+        record = b"b" * OS_PAGE_SIZE
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        for _ in range(256):
+            mf.append(record)
+        faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+        self.assertLessEqual(faults, 32)  # 256 with the file's fdatasync
 
     def test_pwrite_writes_zeros_ahead(self) -> None:
         """The pwrite path leaves no unwritten extent just ahead of its writes (so a SYNC_FLUSH
