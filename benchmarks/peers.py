@@ -467,9 +467,10 @@ GOALS = {
 
 
 async def bench(reactor: Any, options: argparse.Namespace, stack: contextlib.ExitStack) -> None:
-    async_broker, async_namesrv = start_rocketpy(stack, "ASYNC_FLUSH")
+    extra = tuple(shlex.split(options.broker_options))
+    async_broker, async_namesrv = start_rocketpy(stack, "ASYNC_FLUSH", extra)
     sync_broker, sync_namesrv = start_rocketpy(stack, "SYNC_FLUSH",
-                                               ("--sync-flush-completion", options.sync_completion))
+                                               ("--sync-flush-completion", options.sync_completion, *extra))
     producer = Producer("PID_PEERS", async_namesrv, reactor)
     sync_producer = Producer("PID_PEERS", sync_namesrv, reactor)
     puller = PullConsumer("CID_PEERS", async_namesrv, reactor)
@@ -548,6 +549,8 @@ def main() -> None:
     parser.add_argument("--redis-server", default="redis-server", help="the redis-server executable")
     parser.add_argument("--redis-parser", choices=sorted(PARSERS), default="hiredis",
                         help="redis-py's reply parser (hiredis: its C parser, the default when installed)")
+    parser.add_argument("--broker-options", default="",
+                        help="more command-line options for both rocketpy brokers (e.g. '--commit-log-page-cache-keep 67108864')")
     parser.add_argument("--shapes", default="",
                         help="comma-separated parts of shape names to run (e.g. pull); all by default")
     parser.add_argument("--sync-completion", default="native", choices=("native", "uring", "thread"),

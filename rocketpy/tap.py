@@ -44,6 +44,7 @@ DEFAULTS: dict[str, str] = {
     "sync-flush-completion": "native",
     "commit-log-file-size": str(1024 * 1024 * 1024),
     "consume-queue-file-size": str(300_000 * 20),
+    "commit-log-page-cache-keep": "0",
     "max-hash-slot-num": str(5_000_000),
     "max-index-num": str(20_000_000),
     "broker-name": "broker-a",
@@ -103,7 +104,7 @@ JAVA_KEYS = {
 _BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable", "enable-property-filter",
                  "clean-file-forcibly-enable", "trace-topic-enable", "timer-wheel-enable")
 _INT_OPTIONS = (
-    "commit-log-file-size", "consume-queue-file-size", "max-hash-slot-num", "max-index-num",
+    "commit-log-file-size", "consume-queue-file-size", "commit-log-page-cache-keep", "max-hash-slot-num", "max-index-num",
     "broker-id", "default-topic-queue-nums", "gc-threshold", "transaction-check-interval", "transaction-timeout",
     "timer-max-delay-sec", "timer-precision-ms",
 )
@@ -159,6 +160,9 @@ class Options(usage.Options):
          "SYNC_FLUSH's fdatasync: native (a C thread) | uring (io_uring) | thread (Python) [default: native]"],
         ["commit-log-file-size", None, None, "bytes per commit log file [default: 1073741824]"],
         ["consume-queue-file-size", None, None, "bytes per consume queue file [default: 6000000]"],
+        ["commit-log-page-cache-keep", None, None,
+         "bytes of the commit log kept in the page cache behind its flushed offset, older pages dropped "
+         "(reads of them go to the disk); 0 keeps all [default: 0]"],
         ["max-hash-slot-num", None, None, "hash slots per index file [default: 5000000]"],
         ["max-index-num", None, None, "entries per index file (40 + 4 x slots + 20 x entries bytes) [default: 20000000]"],
         ["broker-name", None, None, "[default: broker-a]"],
@@ -474,6 +478,7 @@ def _broker_configs(options: Options) -> tuple[BrokerConfig, MessageStoreConfig]
         sync_flush_completion=options["sync-flush-completion"],
         mapped_file_size_commit_log=options["commit-log-file-size"],
         mapped_file_size_consume_queue=options["consume-queue-file-size"],
+        commit_log_page_cache_keep=options["commit-log-page-cache-keep"],
         max_hash_slot_num=options["max-hash-slot-num"],
         max_index_num=options["max-index-num"],
         broker_role=options["broker-role"],

@@ -47,6 +47,7 @@ from rocketpy.store.status import (
 )
 
 LOCK_WARN_MS = 500
+DROP_STEP = 4 << 20  # _drop_cache_behind drops at least this much at a time
 RECORD_SLACK = 64 * 1024  # a record may exceed max_message_size by this much (4.9.5+)
 _PAGE_CACHE_BUSY_CEILING_MS = 10_000_000
 _HEAD = struct.Struct(">ii")
@@ -118,6 +119,7 @@ class CommitLog:
         self._tags_codes: dict[str, int] = {}
         #: the compiled put functions, or None for the Python reference (tests compare both)
         self.speedups = COMPILED
+        self._cache_dropped_below = 0  # _drop_cache_behind dropped the log's pages below this
 
     def load(self) -> bool:
         """Open the existing files (recovery must follow); False if one has the wrong size."""
@@ -478,7 +480,19 @@ class CommitLog:
             advanced = True
             if self.queue.flushed_where >= self.queue.max_offset:
                 break
+        if advanced and self.config.commit_log_page_cache_keep > 0:
+            self._drop_cache_behind()
         return advanced
+
+    def _drop_cache_behind(self) -> None:
+        """Drop the log's pages more than ``commit_log_page_cache_keep`` bytes behind the flushed
+        offset from the page cache, a step of at least :data:`DROP_STEP` at a time (doc/store.md,
+        "Page cache behind the flushed position")."""
+        below = self.queue.flushed_where - self.config.commit_log_page_cache_keep
+        start = max(self._cache_dropped_below, self.queue.min_offset)
+        if below - start >= DROP_STEP:
+            self.queue.drop_cache(start, below)
+            self._cache_dropped_below = below
 
     def close(self) -> None:
         self.queue.close()

@@ -20,7 +20,7 @@ from zope.interface import implementer
 from rocketpy.common.message import MessageSysFlag
 from rocketpy.store.config import CQ_UNIT_SIZE, MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest, IDispatcher
-from rocketpy.store.mappedfile import MappedFile
+from rocketpy.store.mappedfile import FAULT_IN_WINDOW, MappedFile
 from rocketpy.store.mappedfilequeue import MappedFileQueue
 
 PREFILL_SIZE = 0x7FFFFFFF  # size of the filler entries before a queue's first real entry
@@ -447,6 +447,13 @@ class ConsumeQueueStore:
         """Set every queue's minimum to its first entry still in the log."""
         for cq in self._all:
             cq.correct_min_offset(commit_log_min)
+
+    def populate_ahead(self) -> None:
+        """Fault in each queue's next entries' pages (:data:`FAULT_IN_WINDOW`; a pool thread)."""
+        for cq in self._all:
+            mf = cq.files.last()
+            if mf is not None:
+                mf.fault_in_ahead(mf.wrote_position, FAULT_IN_WINDOW)
 
     def flush(self, least_pages: int = 0) -> bool:
         """Flush every queue; True if any advanced."""

@@ -24,7 +24,7 @@ from rocketpy.common import speedups
 from rocketpy.common.message import MessageSysFlag, java_hash
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.dispatch import DispatchRequest, IDispatcher
-from rocketpy.store.mappedfile import MappedFile
+from rocketpy.store.mappedfile import FAULT_IN_WINDOW, MappedFile
 
 HEADER_SIZE = 40
 SLOT_SIZE = 4
@@ -129,6 +129,16 @@ class IndexFile:
         self.index_count = max(header[5], 1)
         mapped.wrote_position = mapped.committed_position = mapped.file_size  # all of it is "written"
         self._dirty = False
+        self._slots_faulted_in = False
+
+    def populate_ahead(self) -> None:
+        """Fault in the header and hash slots once, then the next entries' pages
+        (:data:`FAULT_IN_WINDOW`; a pool thread): the slots are read, then written, at random."""
+        mf = self.mapped
+        if not self._slots_faulted_in:
+            self._slots_faulted_in = True
+            mf.fault_in_ahead(0, self._entries_at)
+        mf.fault_in_ahead(self._entries_at + self.index_count * ENTRY_SIZE, FAULT_IN_WINDOW)
 
     @staticmethod
     def size_for(slots: int, max_entries: int) -> int:
@@ -276,6 +286,12 @@ class IndexService:
             files.append(f)
         self.files = files
         return True
+
+    def populate_ahead(self) -> None:
+        """:meth:`IndexFile.populate_ahead` of the newest file (a pool thread)."""
+        files = self.files
+        if files:
+            files[-1].populate_ahead()
 
     def flush(self) -> int:
         """Make every index file durable.

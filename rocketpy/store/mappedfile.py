@@ -89,13 +89,19 @@ _libc_fallocate = _libc_function("fallocate", ctypes.c_int, ctypes.c_int, ctypes
 #: of appends, the quarter window a pool thread has to fault in the next one lasts 10 ms (two of
 #: the GIL's 5 ms switch intervals, which that thread may wait to start and to finish).
 POPULATE_WINDOW = 4 << 20
+#: Bytes of a consume-queue or index file faulted in ahead of its writer (:meth:`MappedFile.fault_in_ahead`)
+#: by each commit-log populate job, which comes every 3 MiB of log: at least half of it ahead
+#: holds the entries of 3 MiB of records of ≥ 0.5 KiB in one queue.
+FAULT_IN_WINDOW = 256 << 10
 #: the pwrite path writes zeros this far ahead of its writes (:meth:`MappedFile._zero_ahead`)
 ZERO_AHEAD_WINDOW = 1 << 20
 ZEROS_DUE = (3 * ZERO_AHEAD_WINDOW) // 4  # populate_due on the pwrite path: less than this ahead
 _MADV_POPULATE_WRITE = 23  # Linux 5.14+
 _MS_SYNC = 4  # Linux's value
 
-_libc_madvise = _libc_function("madvise", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_MADV_DONTNEED = 4
+_madvise = _libc_function("madvise", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc_madvise = _madvise  # for MADV_POPULATE_WRITE: None once the kernel refused it
 _libc_msync = _libc_function("msync", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 
@@ -213,6 +219,25 @@ class MappedFile:
                         _libc_madvise = None
             # only once faulted in (another thread may be appending below): never more than is true
             self._populated = max(self._populated, start + length)
+
+    def fault_in_ahead(self, position: int, window: int) -> None:
+        """Fault in the pages up to ``position + window`` not yet faulted in (from ``position``'s
+        page at the lowest) once less than half a window is faulted in ahead of ``position``, with
+        ``madvise(MADV_POPULATE_WRITE)`` alone: no zeros, the contents never change, so a pool
+        thread may do it while the file's writer writes. For the consume queues and the index,
+        which the dispatch (on the reactor thread too) writes straight into the map: each first
+        write to a page otherwise faults, the index's hash slots twice (read, then write)."""
+        if _libc_madvise is None or self._populated >= self.file_size or position + window // 2 <= self._populated:
+            return
+        with self._populate_lock:
+            if self.closed:
+                return
+            start = max(self._populated, position - position % OS_PAGE_SIZE)  # page-aligned, as madvise wants
+            stop = min(position + window, self.file_size)
+            stop += -stop % OS_PAGE_SIZE  # the next start's page (the map's last page is whole)
+            if stop > start:
+                _libc_madvise(self._mapped_address() + start, stop - start, _MADV_POPULATE_WRITE)
+            self._populated = max(self._populated, stop)
 
     def _mapped_address(self) -> int:
         """The map's address (for ``madvise`` and ``msync``); raises ValueError once closed."""
@@ -392,6 +417,23 @@ class MappedFile:
                 raise OSError(err, os.strerror(err))
             _libc_msync = None
         os.fdatasync(self._fd)
+
+    def drop_cache(self, start: int, end: int) -> None:
+        """Drop the pages of ``[start, end)`` (flushed bytes: clean pages) from the page cache, so
+        that the kernel reuses them for the next pages it caches (doc/store.md, "Page cache
+        behind the flushed position"): ``madvise(MADV_DONTNEED)`` unmaps them from this process
+        (the kernel keeps mapped pages), ``posix_fadvise(POSIX_FADV_DONTNEED)`` drops them.
+        Readers still read them, from the disk. Only whole pages inside the range."""
+        start += -start % OS_PAGE_SIZE
+        end -= end % OS_PAGE_SIZE
+        if end <= start:
+            return
+        with self._populate_lock:  # never on a closed file's descriptor or map
+            if self.closed:
+                return
+            if _madvise is not None:
+                _madvise(self._mapped_address() + start, end - start, _MADV_DONTNEED)
+            os.posix_fadvise(self._fd, start, end - start, os.POSIX_FADV_DONTNEED)
 
     # -- reading (any thread) --
 

@@ -134,6 +134,13 @@ class MappedFileQueue:
         self.flushed_where = self.committed_where = where
         return advanced
 
+    def drop_cache(self, start: int, end: int) -> None:
+        """:meth:`MappedFile.drop_cache` of the absolute range ``[start, end)`` in every segment it spans."""
+        for mf in self.mapped_files:
+            begin = mf.file_from_offset
+            if begin < end and start < begin + mf.file_size:
+                mf.drop_cache(max(start, begin) - begin, min(end, begin + mf.file_size) - begin)
+
     def flush_begin(self) -> tuple[int, FlushToken] | None:
         """For a flush run elsewhere (the reactor's AIO ``fdatasync``): the descriptor to sync and
         what the sync will cover, when every unflushed byte lies in the newest segment (else

@@ -306,8 +306,12 @@ class MessageStore(MessageReader):
         return self.commit_log.populate_due()
 
     def populate_ahead(self) -> None:
-        """Fault in the commit log's next pages (a pool thread), so appends stay inline."""
+        """Fault in the commit log's next pages (a pool thread), so appends stay inline, and the
+        consume queues' and the index's, so the dispatch does not fault on them."""
         self.commit_log.populate_ahead()
+        self.consume_queues.populate_ahead()
+        if self.config.message_index_enable:
+            self.index.populate_ahead()
 
     def put_many(self, puts: Sequence[Sequence[MessageExt]]) -> list[PutMessageResult]:
         """Several independent puts (single messages or batches) in order, one result each, under

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
+import resource
 import struct
 
 from twisted.logger import LogLevel
@@ -26,6 +28,17 @@ _FIEMAP_EXTENT = struct.Struct("=QQQQQI12x")
 def read_file(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
+
+
+def resident_pages(mf: MappedFile, first: int, count: int) -> list[bool]:
+    """``mincore`` of pages ``first`` … ``first + count - 1`` of ``mf``'s map: in the page cache or not."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    vector = ctypes.create_string_buffer(count)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(mf.data)) + first * OS_PAGE_SIZE
+    if libc.mincore(address, count * OS_PAGE_SIZE, vector) != 0:
+        raise OSError(ctypes.get_errno(), "mincore")
+    return [bool(b & 1) for b in vector.raw]
 
 
 def unwritten_extents(path: str, length: int) -> list[tuple[int, int]] | None:
@@ -154,6 +167,66 @@ class MappedFileTests(SynchronousTestCase):
         mf.populate_ahead()
         self.assertFalse(mf.populate_due())
         self.assertTrue(mf.is_populated(mf.wrote_position + 7 * OS_PAGE_SIZE))
+
+    def test_fault_in_ahead(self) -> None:
+        """fault_in_ahead faults pages in with madvise alone (no zeros: bytes another writer put
+        there stay), from page boundaries, once less than half a window lies ahead, up to the
+        file's end; a closed file is left alone."""
+        calls: list[tuple[int, int, int]] = []
+        real = mappedfile._libc_madvise
+
+        def madvise(address: int, length: int, advice: int) -> int:
+            calls.append((address - base, length, advice))
+            return real(address, length, advice) if real is not None else 0
+
+        self.patch(mappedfile, "_libc_madvise", madvise)
+        mf = self.create(0, "mmap")
+        base = mf._mapped_address()
+        mf.data[0:5] = b"hello"  # as a consume queue's dispatch writes: straight into the map
+        mf.data[9000:9003] = b"abc"
+        mf.wrote_position = 5
+        page, advice = OS_PAGE_SIZE, mappedfile._MADV_POPULATE_WRITE
+        mf.fault_in_ahead(5, 4 * page)  # to the page holding 5 + 4 pages
+        mf.fault_in_ahead(3 * page, 4 * page)  # two pages ahead: not due
+        mf.fault_in_ahead(3 * page + 100, 4 * page)
+        self.assertEqual(calls, [(0, 5 * page, advice), (5 * page, 3 * page, advice)])
+        mf.fault_in_ahead(SIZE - 10, 4 * page)
+        self.assertEqual(calls[-1], (SIZE - page, page, advice))  # from the position's page
+        mf.fault_in_ahead(SIZE, 4 * page)
+        self.assertEqual(len(calls), 3)
+        self.assertEqual((mf.data[0:5], mf.data[9000:9003]), (b"hello", b"abc"))
+        other = self.create(SIZE, "mmap")
+        other.close()
+        other.fault_in_ahead(0, 4 * page)
+        self.assertEqual(len(calls), 3)
+
+    def test_fault_in_ahead_spares_the_writer_its_faults(self) -> None:
+        """Entries written into pages faulted in ahead take no page fault."""
+        if mappedfile._libc_madvise is None or not hasattr(resource, "RUSAGE_THREAD"):
+            raise SkipTest("no MADV_POPULATE_WRITE or no per-thread fault count here")
+        mf = self.create(0, "mmap")
+        mf.fault_in_ahead(0, SIZE)
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        for position in range(0, SIZE, 20 * 16):
+            mf.data[position : position + 20] = b"e" * 20
+        self.assertLessEqual(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before, 1)
+
+    def test_drop_cache(self) -> None:
+        """drop_cache takes the whole pages of a flushed range out of the page cache (and this
+        process's map); the bytes still read the same, from the disk."""
+        mf = MappedFile(os.path.join(self.dir, file_name(0)), 64 * OS_PAGE_SIZE, "mmap", create=True)
+        self.addCleanup(mf.close)
+        data = bytes(range(256)) * (16 * 40)  # 40 pages
+        mf.append(data)
+        mf.flush(0)
+        self.assertEqual(resident_pages(mf, 0, 40), [True] * 40)
+        mf.drop_cache(100, 32 * OS_PAGE_SIZE + 5)  # pages 1 … 31: the kernel drops whole folios (≤ 64 KiB here)
+        resident = resident_pages(mf, 0, 40)
+        self.assertTrue(resident[0] and resident[32])
+        self.assertEqual(resident[16:32], [False] * 16)
+        self.assertEqual(mf.select(0), data)
+        mf.close()
+        mf.drop_cache(0, 40 * OS_PAGE_SIZE)  # closed: nothing to do
 
     def test_mmap_populate_writes_zeros_first(self) -> None:
         """Before faulting pages in, the mmap path writes zeros over them with pwrite (cheaper than
@@ -289,10 +362,8 @@ class MappedFileTests(SynchronousTestCase):
         """After a flush, the writer's next pages (faulted in ahead, dirty with zeros) take no
         page fault: the flush wrote back and write-protected only the written range (and the
         64 KiB folio holding its end)."""
-        if mappedfile._libc_madvise is None or mappedfile._libc_msync is None or not hasattr(
-                __import__("resource"), "RUSAGE_THREAD"):
+        if mappedfile._libc_madvise is None or mappedfile._libc_msync is None or not hasattr(resource, "RUSAGE_THREAD"):
             raise SkipTest("no MADV_POPULATE_WRITE or msync here")
-        import resource
         mf = MappedFile(os.path.join(self.dir, file_name(0)), 8 << 20, "mmap", create=True)
         self.addCleanup(mf.close)
         mf.append(b"a" * 100)

@@ -9,15 +9,17 @@ import threading
 from typing import Any
 
 from twisted.logger import LogLevel
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from rocketpy.common.message import MessageExt, decode_record
 from rocketpy.store.config import MessageStoreConfig
-from rocketpy.store import recovery
+from rocketpy.store import commitlog, mappedfile, recovery
+from rocketpy.store.mappedfile import OS_PAGE_SIZE
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.status import GetMessageStatus, PutMessageStatus
 from tests.logs import assert_logs
 from tests.store.test_commitlog import SIZE, T0, FakeClock, RecordingDispatcher, message, put_ok, small_config
+from tests.store.test_mappedfile import resident_pages
 
 
 class InlineCheckTests(SynchronousTestCase):
@@ -431,6 +433,73 @@ class FlushThreadTests(StoreCase):
         self.assertEqual(errors, [])
         self.store.flush(0)
         self.assertEqual(self.store.flushed_offset, self.store.max_physical_offset)
+
+
+class PageCacheTests(StoreCase):
+    """The commit log's pages behind the flushed offset, the queues' and the index's ahead of their writers."""
+
+    def test_pages_dropped_behind_the_flushed_offset(self) -> None:
+        """With ``commit_log_page_cache_keep``, a flush drops the log's pages more than that far
+        behind the flushed offset, a step at a time, across files; what was dropped still reads
+        the same. 0 (the default) drops nothing."""
+        self.patch(commitlog, "DROP_STEP", 2 * OS_PAGE_SIZE)
+        for keep in (0, 3 * OS_PAGE_SIZE):
+            store = self.open_store(small_config(self.mktemp(), commit_log_write_path="mmap",
+                                                 commit_log_page_cache_keep=keep))
+            dropped: list[tuple[int, int]] = []
+            real = store.commit_log.queue.drop_cache
+
+            def drop_cache(start: int, end: int, real: Any = real, dropped: list[tuple[int, int]] = dropped) -> None:
+                dropped.append((start, end))
+                real(start, end)
+
+            self.patch(store.commit_log.queue, "drop_cache", drop_cache)
+            self.store = store
+            self.put_many(10, size=500)  # ~1 page
+            store.flush(0)
+            self.put_many(200, size=500)  # past the first 64 KiB file
+            store.flush(0)
+            flushed = store.flushed_offset
+            self.put_many(4, size=500)  # less than a step more
+            store.flush(0)
+            if keep == 0:
+                self.assertEqual(dropped, [])
+            else:
+                self.assertEqual(dropped, [(0, flushed - keep)])
+                self.assertGreater(flushed - keep, SIZE)
+            bodies = self.queue_bodies("T", 0, store) + self.queue_bodies("T", 1, store)
+            self.assertEqual(len(bodies), 214)
+
+    def test_queues_and_index_faulted_in_ahead(self) -> None:
+        """populate_ahead faults in (MADV_POPULATE_WRITE) each consume queue's next pages and the
+        index's hash slots and next entries; not again while enough lies ahead."""
+        calls: list[tuple[int, int]] = []
+
+        def madvise(address: int, length: int, advice: int) -> int:
+            calls.append((address, length))
+            return 0
+
+        self.patch(mappedfile, "_libc_madvise", madvise)
+        store = self.open_store(small_config(self.mktemp(), commit_log_write_path="mmap",
+                                             mapped_file_size_consume_queue=100_000 * 20,
+                                             max_hash_slot_num=100_000, max_index_num=100_000))
+        self.store = store
+        self.put_many(2)
+        cq = store.consume_queues.get("T", 0)
+        assert cq is not None
+        queue_file, index = cq.files.last(), store.index.files[-1]
+        assert queue_file is not None
+        del calls[:]
+        store.populate_ahead()
+        window = mappedfile.FAULT_IN_WINDOW
+        slots_end = index._entries_at
+        self.assertIn((queue_file._mapped_address(), window + OS_PAGE_SIZE), calls)  # from page 0 to 20 + a window
+        base = index.mapped._mapped_address()
+        self.assertIn((base, slots_end - slots_end % OS_PAGE_SIZE + OS_PAGE_SIZE), calls)
+        count = len(calls)
+        store.populate_ahead()
+        self.assertEqual(len(calls), count)
+        self.assertEqual(len(self.queue_bodies("T", 0, store)), 1)
 
 
 class ReplicationTests(StoreCase):
