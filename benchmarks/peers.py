@@ -105,6 +105,7 @@ class Sample:
     client_us: float | None = None
     server_us: float | None = None
     server_faults: float | None = None  # the server's minor page faults per message
+    server_main_faults: float | None = None  # those of its main thread (rocketpy's reactor)
 
 
 @dataclass
@@ -321,7 +322,7 @@ class RedisStreams:
 async def measure(run: Callable[[float], Any], seconds: float, server_pid: int) -> Sample:
     """``run(seconds)`` (a Deferred, or blocking), with the client's and the server's CPU per message."""
     client_cpu, server_cpu = broker_bench.process_cpu(os.getpid()), broker_bench.process_cpu(server_pid)
-    server_faults = minor_faults(server_pid)
+    server_faults, main_faults = minor_faults(server_pid), minor_faults(server_pid, server_pid)
     began = time.perf_counter()
     sample = run(seconds)
     if isinstance(sample, Deferred):
@@ -329,16 +330,18 @@ async def measure(run: Callable[[float], Any], seconds: float, server_pid: int) 
     messages = max(1.0, sample.rate * (time.perf_counter() - began))
     sample.client_us = cpu_per_message(os.getpid(), client_cpu, messages)
     sample.server_us = cpu_per_message(server_pid, server_cpu, messages)
-    faults = minor_faults(server_pid)
-    if faults is not None and server_faults is not None:
+    faults, main = minor_faults(server_pid), minor_faults(server_pid, server_pid)
+    if faults is not None and server_faults is not None and main is not None and main_faults is not None:
         sample.server_faults = (faults - server_faults) / messages
+        sample.server_main_faults = (main - main_faults) / messages
     return sample
 
 
-def minor_faults(pid: int) -> int | None:
-    """Minor page faults of process ``pid`` so far, all threads (``/proc``: field 10; None elsewhere)."""
+def minor_faults(pid: int, thread: int | None = None) -> int | None:
+    """Minor page faults so far of process ``pid``, all threads, or of its ``thread`` (``/proc``:
+    field 10, which counts a pool thread's ``madvise(MADV_POPULATE_WRITE)`` too; None elsewhere)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat") as f:
             return int(f.read().rsplit(")", 1)[1].split()[7])
     except OSError:
         return None
@@ -356,7 +359,7 @@ def describe(sample: Sample) -> str:
     if sample.client_us is not None and sample.server_us is not None:
         text += f" (cpu {sample.client_us:.1f}+{sample.server_us:.1f} µs)"
     if sample.server_faults is not None:
-        text += f" {sample.server_faults:.3f} faults/msg"
+        text += f" {sample.server_faults:.3f} faults/msg ({sample.server_main_faults:.3f} main thread)"
     return text
 
 

@@ -1738,7 +1738,7 @@ static int intern_array(PyObject **out, const char *const *texts, int n) {
 #include "_speedups_aio.h"  /* syncer_*: the commit log's fdatasync ended on the reactor's epoll */
 #include "_speedups_uring.h"  /* uring_*: the same through io_uring */
 #include "_speedups_batch.h"  /* write_buffers: a chunk of records into the mapped file */
-#include "_speedups_mapped.h"  /* write_zeros: a segment's zeros ahead, 64 KiB a pwrite */
+#include "_speedups_mapped.h"  /* write_zeros: a segment's zeros ahead, 256 KiB a pwrite */
 #include "_speedups_producer.h"  /* fire, deliver: an automatic batch's members given their results */
 
 #include "_speedups_answerfirst.h"  /* answer_first: a lone send's answer written before the store's notices */
@@ -1796,7 +1796,7 @@ static PyMethodDef methods[] = {
     {"write_buffers", (PyCFunction)(void (*)(void))write_buffers, METH_FASTCALL,
      "Copy the buffers back to back into a writable buffer from pos; the end."},
     {"write_zeros", (PyCFunction)(void (*)(void))write_zeros, METH_FASTCALL,
-     "Zeros over [pos, stop) of fd in 64 KiB pwrites without the GIL; False at the first error."},
+     "Zeros over [pos, stop) of fd in 256 KiB pwrites without the GIL; False at the first error."},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_VARARGS | METH_KEYWORDS,
      "Register the Python references (fallbacks) and MessageExt; message.py calls it once."},
     {"string_to_properties", string_to_properties, METH_O, "C string_to_properties."},

@@ -1,13 +1,14 @@
 /* The mapped files' zeros ahead: write_zeros (store/mappedfile.py MappedFile._write_zeros) writes
- * zeros over a range of a segment in 64 KiB pwrites, the GIL released once for the whole range. */
+ * zeros over a range of a segment in 256 KiB pwrites, the GIL released once for the whole range. */
 
 #include <unistd.h>
 
 /* One pwrite's size: the page cache puts a write into folios no larger than it, and a flush's
- * writeback write-protects the whole folio holding its end, pages ahead of the writer included:
- * with 64 KiB folios a few faults per flush, with 1 MiB ones ~80 (doc/benchmarks.md, "Thirty-sixth
- * pass"). */
-#define ZEROS_CHUNK (64 * 1024)
+ * writeback write-protects the whole folio holding its end, pages ahead of the writer included
+ * (~4 faults per flush with 64 KiB folios, ~18 with 256 KiB, ~80 with 1 MiB), while smaller folios
+ * cost the zeros and the populate more per page (1.6, 1.2 and 1.05 µs): doc/benchmarks.md,
+ * "Thirty-sixth pass". */
+#define ZEROS_CHUNK (256 * 1024)
 
 static const char zeros_chunk[ZEROS_CHUNK];
 
