@@ -25,6 +25,7 @@ from rocketpy.store.mappedfilequeue import MappedFileQueue
 
 PREFILL_SIZE = 0x7FFFFFFF  # size of the filler entries before a queue's first real entry
 _ENTRY = struct.Struct(">qiq")
+POPULATE_QUEUES = 256  # ConsumeQueueStore.populate_ahead's queues per call
 _PHY = struct.Struct(">q")
 _PREFILL = _ENTRY.pack(0, PREFILL_SIZE, 0)
 
@@ -345,6 +346,7 @@ class ConsumeQueueStore:
         self.file_size = config.consume_queue_file_size
         self._table: dict[str, dict[int, ConsumeQueue]] = {}
         self._all: list[ConsumeQueue] = []  # replaced, never mutated: safe to iterate from any thread
+        self._populate_next = 0  # populate_ahead's first queue next time (round robin)
         self._lock = threading.Lock()
         #: store time of the newest dispatched entry (the checkpoint's logics timestamp)
         self.logics_msg_timestamp = 0
@@ -449,8 +451,14 @@ class ConsumeQueueStore:
             cq.correct_min_offset(commit_log_min)
 
     def populate_ahead(self) -> None:
-        """Fault in each queue's next entries' pages (:data:`FAULT_IN_WINDOW`; a pool thread)."""
-        for cq in self._all:
+        """Fault in the queues' next entries' pages (:data:`FAULT_IN_WINDOW`; a pool thread), at
+        most :data:`POPULATE_QUEUES` queues a call, round robin: the call holds the GIL for
+        its checks, and with thousands of queues each one gets few entries between two visits."""
+        queues = self._all
+        count = min(len(queues), POPULATE_QUEUES)
+        first = self._populate_next % len(queues) if queues else 0
+        self._populate_next = first + count
+        for cq in queues[first : first + count] + queues[: max(0, first + count - len(queues))]:
             mf = cq.files.last()
             if mf is not None:
                 mf.fault_in_ahead(mf.wrote_position, FAULT_IN_WINDOW)

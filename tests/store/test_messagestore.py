@@ -13,7 +13,7 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from rocketpy.common.message import MessageExt, decode_record
 from rocketpy.store.config import MessageStoreConfig
-from rocketpy.store import commitlog, mappedfile, recovery
+from rocketpy.store import commitlog, consumequeue, mappedfile, recovery
 from rocketpy.store.mappedfile import OS_PAGE_SIZE
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.status import GetMessageStatus, PutMessageStatus
@@ -500,6 +500,21 @@ class PageCacheTests(StoreCase):
         store.populate_ahead()
         self.assertEqual(len(calls), count)
         self.assertEqual(len(self.queue_bodies("T", 0, store)), 1)
+
+    def test_queues_faulted_in_round_robin(self) -> None:
+        """populate_ahead visits at most POPULATE_QUEUES queues a call, taking up where it stopped."""
+        self.patch(consumequeue, "POPULATE_QUEUES", 3)
+        visited: list[tuple[str, int]] = []
+        self.patch(mappedfile.MappedFile, "fault_in_ahead",
+                   lambda mf, position, window: visited.append(tuple(mf.path.split(os.sep)[-3:-1])))
+        for queue_id in range(4):
+            put_ok(self, self.store, message("T", queue_id=queue_id))
+        rounds = []
+        for _ in range(3):
+            del visited[:]
+            self.store.consume_queues.populate_ahead()
+            rounds.append([queue for _, queue in visited])
+        self.assertEqual(rounds, [["0", "1", "2"], ["3", "0", "1"], ["2", "3", "0"]])
 
 
 class ReplicationTests(StoreCase):
