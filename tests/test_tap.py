@@ -182,6 +182,17 @@ class OptionsTests(SynchronousTestCase):
                 makeService(_parse("--role", "broker", "--store-dir", store_dir, *argv), MemoryReactorClock())
             self.assertEqual(built[0].sync_flush_completion, expected)
 
+    def test_commit_log_page_cache_keep(self) -> None:
+        """--commit-log-page-cache-keep (bytes) reaches the store config; 0 (off) by default."""
+        store_dir = self.mktemp()
+        for argv, expected in (((), 0), (("--commit-log-page-cache-keep", "67108864"), 64 << 20)):
+            built: list[MessageStoreConfig] = []
+            with mock.patch("rocketpy.broker.controller.BrokerService.__init__",
+                            lambda self, reactor, config, store_config, **kwargs: built.append(store_config)):
+                makeService(_parse("--role", "broker", "--store-dir", store_dir, *argv), MemoryReactorClock())
+            self.assertEqual(built[0].commit_log_page_cache_keep, expected)
+        self.assertRaises(usage.UsageError, _parse, "--commit-log-page-cache-keep", "64M")
+
     def test_trace_topic_enable(self) -> None:
         """--trace-topic-enable (traceTopicEnable) creates the trace topic with one queue; off by default."""
         cases: list[tuple[tuple[str, ...], str, int | None]] = [
