@@ -126,6 +126,9 @@ class SendMessageProcessor:
         self._groups = groups
         self._refusals_logged = EveryFewSeconds(clock)
         self._store = store
+        #: the store's put_many_now (StoreService): a run's results without a Deferred when it can
+        self._put_many_now: Callable[[Sequence[Sequence[MessageExt]]], list[PutMessageResult] | None] | None = getattr(
+            store, "put_many_now", None)
         self._topics = topics
         self._store_host = store_host
         self._cluster = cluster_name
@@ -174,15 +177,21 @@ class SendMessageProcessor:
         if type(prepared) is RemotingCommand:
             return prepared
         msgs, queue_id, batch = prepared  # type: ignore[misc]
+        if batch and self._put_many_now is not None:
+            results = self._put_many_now((msgs,))
+            if results is not None:  # stored at once: no Deferred
+                return self._lone_put_response(results[0], request, queue_id)
         d = self._store.put_messages(msgs) if batch else self._store.put_message(msgs[0])
         if d.called and not d.paused and type(d.result) is PutMessageResult:
             # stored inline (ASYNC_FLUSH, writer idle): the response now, no callback chain
             return self._lone_put_response(d.result, request, queue_id)
         return d.addCallback(self._lone_put_response, request, queue_id)
 
-    def process_requests(self, channel: Any, requests: list[RemotingCommand]) -> Deferred[list[RemotingCommand]]:
+    def process_requests(self, channel: Any, requests: list[RemotingCommand]
+                         ) -> list[RemotingCommand] | Deferred[list[RemotingCommand]]:
         """The send requests of one read: every message stored with one ``put_many`` (one
-        store Deferred instead of one per request); one response per request, in order."""
+        store Deferred instead of one per request); one response per request, in order: the list
+        itself when the store completed the puts at once (its ``put_many_now``)."""
         responses: list[RemotingCommand] = []
         puts: list[Sequence[MessageExt]] = []
         stored: list[tuple[int, RemotingCommand, int]] = []  # response index, request, queue id
@@ -191,7 +200,7 @@ class SendMessageProcessor:
         if _send_run is not None:  # the loop below in C for the usual requests, _prepare for the others
             _send_run(requests, channel, checked, born_host, self._store_host, self._cluster, self._short_properties,
                       self._max_size, prepare, puts, stored, responses)
-            return self._store.put_many(puts).addCallback(self._put_responses, responses, stored)
+            return self._stored_run(puts, responses, stored)
         for request in requests:
             prepared = prepare(request, channel, born_host, checked)
             if type(prepared) is not RemotingCommand:
@@ -199,6 +208,15 @@ class SendMessageProcessor:
                 puts.append(msgs)
                 stored.append((len(responses), request, queue_id))
             responses.append(prepared)  # type: ignore[arg-type]  # replaced once stored
+        return self._stored_run(puts, responses, stored)
+
+    def _stored_run(self, puts: list[Sequence[MessageExt]], responses: list[RemotingCommand],
+                    stored: list[tuple[int, RemotingCommand, int]]
+                    ) -> list[RemotingCommand] | Deferred[list[RemotingCommand]]:
+        """A run's puts stored (at once when the store can: no Deferred), then its responses."""
+        results = self._put_many_now(puts) if self._put_many_now is not None else None
+        if results is not None:
+            return self._put_responses(results, responses, stored)
         return self._store.put_many(puts).addCallback(self._put_responses, responses, stored)
 
     def _put_responses(self, results: list[PutMessageResult], responses: list[RemotingCommand],

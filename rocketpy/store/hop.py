@@ -48,7 +48,11 @@ def put_all(store: IMessageStore, puts: list[QueuedPut]) -> Results:
     status), a lone put too (three wrapper calls fewer than ``put_message``, the same records);
     otherwise one call per put.
     """
-    each = each_put(puts)
+    return put_each(store, each_put(puts))
+
+
+def put_each(store: IMessageStore, each: Sequence[Sequence[MessageExt]]) -> Results:
+    """:func:`put_all` of the puts themselves (each one message or a batch)."""
     put_many = getattr(store, "put_many", None)
     if put_many is not None:
         try:

@@ -37,7 +37,7 @@ from rocketpy.store.aioflush import AioFdSync
 from rocketpy.store.config import SYNC_FLUSH_COMPLETIONS
 from rocketpy.store.flush import CommitLogFlush, FlushLoops, flush_commit_log
 from rocketpy.store.groupcommit import OffsetWaiters, PutCompletion, PutHook
-from rocketpy.store.hop import HopOutcome, QueuedPut, append_and_flush, each_put, put_all
+from rocketpy.store.hop import HopOutcome, QueuedPut, Results, append_and_flush, each_put, put_all, put_each
 from rocketpy.store.pools import StorePools
 from rocketpy.store.retention import ConsumerPosition
 from rocketpy.store.servicereads import StoreReads
@@ -315,6 +315,26 @@ class StoreService(StoreReads, Service):
             return succeed([])
         return self._enqueue(QueuedPut(puts, False, sum(map(len, puts))))
 
+    def put_many_now(self, puts: Sequence[Sequence[MessageExt]]) -> list[PutMessageResult] | None:
+        """:meth:`put_many` (or :meth:`put_messages`, for one batch) for a caller that takes the results
+        at once (the broker's sends): when the puts complete at once (ASYNC_FLUSH, no put hook, the
+        writer idle, the store vouching for an inline append), their results themselves, no Deferred;
+        their arrival notices ran already, as before :meth:`put_many`'s Deferred fires. None, having
+        done nothing, otherwise: then :meth:`put_many`."""
+        if (self._sync_flush or self._completion.hooks or not self._inline or self._hop_started is not None
+                or self._queue or self._delivering or not self._ready or not self._accepting
+                or self._in_pool.running or not puts or not self._store.can_append_inline(puts)):
+            return None
+        self._hop_started = self._reactor.seconds()  # the writer's state is ours meanwhile
+        try:
+            results = put_each(self._store, puts)
+            if not self._populating and self._store.populate_due():
+                self._populate()
+            self._appended(puts, results)
+        finally:
+            self._hop_finished()
+        return results  # type: ignore[return-value]  # _appended replaced the exceptions
+
     def queue_wait(self) -> float:
         """Seconds the oldest put waiting for an append hop has waited (0 when none waits)."""
         return self._reactor.seconds() - self._queued_since if self._queue else 0.0
@@ -420,19 +440,7 @@ class StoreService(StoreReads, Service):
             self._flush.release()
         if flush_error is not None:
             self.log.failure("group-commit flush failed", _failure(flush_error), level=LogLevel.error)
-        touched: dict[tuple[str, int], None] = {}
-        logged: set[int] = set()
-        ok = PutMessageStatus.PUT_OK
-        for i, (msgs, result) in enumerate(zip(each_put(puts), results)):
-            if isinstance(result, Exception):
-                if id(result) not in logged:  # a failed put_many repeats one exception
-                    logged.add(id(result))
-                    self.log.failure("put failed", _failure(result), level=LogLevel.error)
-                results[i] = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
-            elif result.status is ok:
-                first = msgs[0]
-                touched[(first.topic, first.queue_id)] = None
-        self._notify_arrivals(touched)  # the records are readable: wake long polls first
+        self._appended(each_put(puts), results)
         if flushed is not None:
             self._advance_flushed(flushed)  # before completing: covered puts fire at once
         self._delivering += 1
@@ -450,6 +458,23 @@ class StoreService(StoreReads, Service):
             self._delivering -= 1
         self._flush.kick()
         self._hop_finished()
+
+    def _appended(self, puts: Sequence[Sequence[MessageExt]], results: Results) -> None:
+        """A hop's results settled: each exception (logged once) becomes UNKNOWN_ERROR in ``results``;
+        then the arrival notices of the queues it stored to (the records are readable: long polls first)."""
+        touched: dict[tuple[str, int], None] = {}
+        logged: set[int] = set()
+        ok = PutMessageStatus.PUT_OK
+        for i, (msgs, result) in enumerate(zip(puts, results)):
+            if isinstance(result, Exception):
+                if id(result) not in logged:  # a failed put_many repeats one exception
+                    logged.add(id(result))
+                    self.log.failure("put failed", _failure(result), level=LogLevel.error)
+                results[i] = PutMessageResult(PutMessageStatus.UNKNOWN_ERROR)
+            elif result.status is ok:
+                first = msgs[0]
+                touched[(first.topic, first.queue_id)] = None
+        self._notify_arrivals(touched)
 
     def _lone_done(self, d: Deferred[PutMessageResult], msgs: Sequence[MessageExt], result: PutMessageResult,
                    max_offset: int | None = None) -> None:
