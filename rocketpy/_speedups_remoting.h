@@ -88,7 +88,7 @@ static inline void rc_set(PyObject *cmd, int i, PyObject *value) {  /* takes a n
 }
 
 static PyObject *str_msg_id, *str_queue_id, *str_queue_offset, *str_comma, *response_version;
-static PyObject *str_queue_id_attr, *str_batch_attr, *str_read_nums, *str_write_nums;
+static PyObject *str_queue_id_attr, *str_batch_attr, *str_read_nums, *str_write_nums, *str_perm_attr;
 static PyObject *str_status, *str_append, *str_msg_ids, *str_queue_offset_attr;  /* a put's result */
 
 /* set_remoting(orjson.loads, SerializeType.JSON, ROCKETPY_VERSION): remoting/codec.py calls it
@@ -109,12 +109,13 @@ static PyObject *set_remoting(PyObject *self, PyObject *const *args, Py_ssize_t 
         str_batch_attr = PyUnicode_InternFromString("batch");
         str_read_nums = PyUnicode_InternFromString("read_queue_nums");
         str_write_nums = PyUnicode_InternFromString("write_queue_nums");
+        str_perm_attr = PyUnicode_InternFromString("perm");
         str_status = PyUnicode_InternFromString("status");
         str_append = PyUnicode_InternFromString("append");
         str_msg_ids = PyUnicode_InternFromString("msg_ids");
         str_queue_offset_attr = PyUnicode_InternFromString("queue_offset");
         if (!str_msg_id || !str_queue_id || !str_queue_offset || !str_comma || !one || !empty_bytes ||
-            !str_queue_id_attr || !str_batch_attr || !str_read_nums || !str_write_nums || !str_status ||
+            !str_queue_id_attr || !str_batch_attr || !str_read_nums || !str_write_nums || !str_perm_attr || !str_status ||
             !str_append || !str_msg_ids || !str_queue_offset_attr)
             return NULL;
     }
@@ -896,6 +897,41 @@ done:
 
 /* ---- a run of send requests (rocketpy.broker.send.process_requests' loop) ------------------ */
 
+#define PERM_WRITE 2  /* rocketpy.common.topic.PERM_WRITE */
+
+/* An exact int attribute of obj within 32 bits into *out: 1; 0 when absent or not one (cleared). */
+static int exact_int_attr(PyObject *obj, PyObject *name, int64_t *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    int ok = v != NULL && PyLong_CheckExact(v) && I32_OK(v, out);
+    Py_XDECREF(v);
+    if (!ok)
+        PyErr_Clear();
+    return ok;
+}
+
+/* The config SendMessageProcessor._check gives a send of topic to queue_id when its checks passed
+ * before and pass again as they stand: its name checked valid earlier (problems[topic] is None), in
+ * the topic table (table: topics.live_table()), writable, queue_id below its queue count. A new
+ * reference, or NULL (no exception) when _check must decide: not checked yet, not in the table
+ * (auto-creation), an error to answer. */
+static PyObject *sendable_config(PyObject *table, PyObject *problems, PyObject *topic, int64_t queue_id) {
+    PyObject *config;
+    int64_t perm, read_nums, write_nums;
+    if (!PyDict_CheckExact(table) || !PyDict_CheckExact(problems) || PyDict_GetItemWithError(problems, topic) != Py_None)
+        goto python;
+    config = Py_XNewRef(PyDict_GetItemWithError(table, topic));
+    if (config == NULL)
+        goto python;
+    if (exact_int_attr(config, str_perm_attr, &perm) && (perm & PERM_WRITE) &&
+        exact_int_attr(config, str_read_nums, &read_nums) && exact_int_attr(config, str_write_nums, &write_nums) &&
+        queue_id < (read_nums > write_nums ? read_nums : write_nums))
+        return config;
+    Py_DECREF(config);
+python:
+    PyErr_Clear();
+    return NULL;
+}
+
 /* The messages of a batch request of a run, as _prepare's _batch_messages builds them when nothing
  * needs its checks' answers: a topic of at most TOPIC_MAX_LENGTH characters, not a retry or dead
  * letter topic, an uncompressed body within max_body, no properties in the header (rocketpy's
@@ -938,12 +974,13 @@ done:
 }
 
 /* The message of one usual request of a run, as _prepare builds it: its header parsed, its topic
- * already checked in this run (in checked), its queue id given and valid, and single_message
- * takes it; for a batch request (*batch set) the list of run_batch. Sets *queue_id. NULL without
- * an exception for anything else. */
-static PyObject *run_message(PyObject *request, PyObject *checked, PyObject *const *msg_args, int64_t *queue_id,
-                             int *batch) {
-    PyObject *header = NULL, *v = NULL, *config, *args[8], *msg = NULL;
+ * already checked in this run (in checked), or earlier and still valid (sendable_config, with table
+ * and problems: then added to checked, as _prepare does), its queue id given and valid, and
+ * single_message takes it; for a batch request (*batch set) the list of run_batch. Sets *queue_id.
+ * NULL without an exception for anything else. */
+static PyObject *run_message(PyObject *request, PyObject *checked, PyObject *table, PyObject *problems,
+                             PyObject *const *msg_args, int64_t *queue_id, int *batch) {
+    PyObject *header = NULL, *v = NULL, *topic = NULL, *config = NULL, *args[8], *msg = NULL;
     int64_t read_nums, write_nums;
     if (!rc_slots || !Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand) || rc_get(request, RC_EXT) == NULL ||
         rc_get(request, RC_BODY) == NULL)
@@ -951,44 +988,45 @@ static PyObject *run_message(PyObject *request, PyObject *checked, PyObject *con
     header = send_header(NULL, rc_get(request, RC_EXT));
     if (header == NULL)
         goto python;
-    if ((v = PyObject_GetAttr(header, sm_names[SM_TOPIC])) == NULL || !PyUnicode_CheckExact(v))
+    if ((topic = PyObject_GetAttr(header, sm_names[SM_TOPIC])) == NULL || !PyUnicode_CheckExact(topic))
         goto python;
-    config = PyDict_GetItemWithError(checked, v);  /* borrowed */
-    Py_CLEAR(v);
-    if (config == NULL)
-        goto python;
-    Py_INCREF(config);
     if ((v = PyObject_GetAttr(header, str_batch_attr)) == NULL || (*batch = PyObject_IsTrue(v)) < 0)
-        goto python_config;
+        goto python;
     Py_CLEAR(v);
     if ((v = PyObject_GetAttr(header, str_queue_id_attr)) == NULL || !I32_OK(v, queue_id) || *queue_id < 0)
-        goto python_config;
+        goto python;
     Py_CLEAR(v);
+    config = Py_XNewRef(PyDict_GetItemWithError(checked, topic));
+    if (config == NULL) {  /* the run's first of its topic: valid as checked earlier, else _prepare checks it */
+        if (PyErr_Occurred() || (config = sendable_config(table, problems, topic, *queue_id)) == NULL ||
+            PyDict_SetItem(checked, topic, config) < 0)
+            goto python;
+    }
     if ((v = PyObject_GetAttr(config, str_read_nums)) == NULL || !I32_OK(v, &read_nums))
-        goto python_config;
+        goto python;
     Py_CLEAR(v);
     if ((v = PyObject_GetAttr(config, str_write_nums)) == NULL || !I32_OK(v, &write_nums))
-        goto python_config;
+        goto python;
     Py_CLEAR(v);
     if (*queue_id >= (read_nums > write_nums ? read_nums : write_nums))
-        goto python_config;
+        goto python;
     if (*batch) {
         msg = run_batch(header, rc_get(request, RC_BODY), *queue_id, msg_args);
-        goto python_config;
+        goto python;
     }
     args[0] = header;
     args[1] = rc_get(request, RC_BODY);
     args[2] = PyLong_FromLongLong(*queue_id);
     if (args[2] == NULL)
-        goto python_config;
+        goto python;
     memcpy(args + 3, msg_args, 5 * sizeof(PyObject *));
     msg = single_message(NULL, args, 8);
     Py_DECREF(args[2]);
     if (msg == Py_None)
         Py_CLEAR(msg);
-python_config:
-    Py_DECREF(config);
 python:
+    Py_XDECREF(config);
+    Py_XDECREF(topic);
     Py_XDECREF(v);
     Py_XDECREF(header);
     if (msg == NULL)
@@ -997,17 +1035,18 @@ python:
 }
 
 /* send_run(requests, channel, checked, born_host, store_host, cluster, limit, max_body, prepare,
- *          puts, stored, responses) -> None
+ *          puts, stored, responses, table, problems) -> None
  * SendMessageProcessor.process_requests' loop: the usual requests in C (run_message), the others
  * through prepare(request, channel, born_host, checked) (its _prepare); puts, stored (response
- * index, request, queue id) and responses (the error response, or a placeholder) are appended to. */
+ * index, request, queue id) and responses (the error response, or a placeholder) are appended to.
+ * table, problems: the topic table (topics.live_table()) and the processor's checked names. */
 static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *requests, *checked, *puts, *stored, *responses, *msg_args[5];
     Py_ssize_t i;
-    if (nargs != 12 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[9]) ||
+    if (nargs != 14 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[9]) ||
         !PyList_CheckExact(args[10]) || !PyList_CheckExact(args[11])) {
         PyErr_SetString(PyExc_TypeError, "send_run(requests, channel, checked, born_host, store_host, cluster, limit, "
-                                         "max_body, prepare, puts, stored, responses)");
+                                         "max_body, prepare, puts, stored, responses, table, problems)");
         return NULL;
     }
     if (str_write_nums == NULL) {
@@ -1024,7 +1063,7 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         int64_t queue_id = 0;
         int r = -1, batch = 0;
         Py_INCREF(request);  /* prepare is Python code: the list may change under us */
-        msg = run_message(request, checked, msg_args, &queue_id, &batch);
+        msg = run_message(request, checked, args[12], args[13], msg_args, &queue_id, &batch);
         if (msg != NULL) {
             msgs = batch ? Py_NewRef(msg) : PyTuple_Pack(1, msg);
             queue_obj = PyLong_FromLongLong(queue_id);

@@ -16,8 +16,7 @@ enum { LS_TABLE, LS_PROBLEMS, LS_PEERS, LS_BUSY, LS_PUT, LS_LATER, LS_REFERENCE,
        LS_CLUSTER, LS_LIMIT, LS_MAX_BODY, LS_CODES, LS_TRACE, LS_ANSWERED, LS_ITEMS };
 enum { LH_GROUP, LH_TOPIC, LH_DEFAULT_TOPIC, LH_QUEUE_NUMS, LH_QUEUE_ID, LH_SYS_FLAG, LH_BORN, LH_FLAG, LH_PROPERTIES,
        LH_RECONSUME, LH_MAX_RECONSUME, LH_BATCH };  /* SendHeader's fields, in send_header's order */
-#define PERM_WRITE_BIT 2
-static PyObject *str_perm, *str_remote_address, *str_called, *str_paused, *str_result, *str_add_callback;
+static PyObject *str_remote_address, *str_called, *str_paused, *str_result, *str_add_callback;
 
 /* Intern names[i] into *out[i], those not done yet; -1 with an exception on failure. */
 static int intern_names(const char *const *names, PyObject **const *out, int n) {
@@ -29,20 +28,9 @@ static int intern_names(const char *const *names, PyObject **const *out, int n) 
 }
 
 static int request_names(void) {
-    static const char *const names[] = {"perm", "remote_address", "called", "paused", "result", "addCallback"};
-    static PyObject **const out[] = {&str_perm, &str_remote_address, &str_called, &str_paused, &str_result,
-                                     &str_add_callback};
-    return intern_names(names, out, 6);
-}
-
-/* An int attribute of obj within 32 bits into *out; 0 when absent or not one (cleared). */
-static int lone_int_attr(PyObject *obj, PyObject *name, int64_t *out) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    int ok = v != NULL && PyLong_CheckExact(v) && I32_OK(v, out);
-    Py_XDECREF(v);
-    if (!ok)
-        PyErr_Clear();
-    return ok;
+    static const char *const names[] = {"remote_address", "called", "paused", "result", "addCallback"};
+    static PyObject **const out[] = {&str_remote_address, &str_called, &str_paused, &str_result, &str_add_callback};
+    return intern_names(names, out, 5);
 }
 
 /* The message of a usual lone send, as _prepare builds it, with its queue id; NULL without an
@@ -50,8 +38,8 @@ static int lone_int_attr(PyObject *obj, PyObject *name, int64_t *out) {
  * NULL with one on failure. Reads only: nothing is stored here. */
 static PyObject *lone_message(PyObject *const *state, PyObject *channel, PyObject *request, PyObject **queue_obj) {
     PyObject *h[SH_FIELDS], *ext = rc_get(request, RC_EXT), *body = rc_get(request, RC_BODY);
-    PyObject *config = NULL, *address = NULL, *born_host = NULL, *busy = NULL, *msg = NULL, *v, *a[SM_ATTRS];
-    int64_t queue_id, perm, read_nums, write_nums;
+    PyObject *config = NULL, *address = NULL, *born_host = NULL, *busy = NULL, *msg = NULL, *a[SM_ATTRS];
+    int64_t queue_id;
     Py_ssize_t limit, max_body;
     int i, filled = 0, slow = 0;
     if (ext == NULL || body == NULL || !PyDict_CheckExact(ext) || SendHeader == NULL)
@@ -61,13 +49,8 @@ static PyObject *lone_message(PyObject *const *state, PyObject *channel, PyObjec
             goto python;
     if (h[LH_BATCH] != Py_False || !I32_OK(h[LH_QUEUE_ID], &queue_id) || queue_id < 0)
         goto python;
-    v = PyDict_GetItemWithError(state[LS_PROBLEMS], h[LH_TOPIC]);  /* checked before, and valid */
-    if (v != Py_None)
-        goto python;
-    config = Py_XNewRef(PyDict_GetItemWithError(state[LS_TABLE], h[LH_TOPIC]));
-    if (config == NULL || !lone_int_attr(config, str_perm, &perm) || !(perm & PERM_WRITE_BIT) ||
-        !lone_int_attr(config, str_read_nums, &read_nums) || !lone_int_attr(config, str_write_nums, &write_nums) ||
-        queue_id >= (read_nums > write_nums ? read_nums : write_nums))
+    config = sendable_config(state[LS_TABLE], state[LS_PROBLEMS], h[LH_TOPIC], queue_id);  /* checked before */
+    if (config == NULL)
         goto python;
     address = PyObject_GetAttr(channel, str_remote_address);  /* the born host, parsed by _peer_host before */
     if (address == NULL || !PyUnicode_CheckExact(address) || PyUnicode_GET_LENGTH(address) == 0)

@@ -231,7 +231,7 @@ static void sw_arm(PyObject *direct, PyObject *channel, PyObject *transport, PyO
         !I64_OK(PyList_GET_ITEM(entry, SA_OFFSET), &offset))
         goto done;
     /* answered before every later request of its connection, after every earlier one */
-    if (!lone_int_attr(channel, str_unanswered, &unanswered) || unanswered != 1)
+    if (!exact_int_attr(channel, str_unanswered, &unanswered) || unanswered != 1)
         goto done;
     for (i = 0; i < PyList_GET_SIZE(covers); i++)  /* the first sync in flight that covers it */
         if (I64_OK(PyList_GET_ITEM(covers, i), &covered) && covered >= offset)

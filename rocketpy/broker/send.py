@@ -130,6 +130,9 @@ class SendMessageProcessor:
         self._put_many_now: Callable[[Sequence[Sequence[MessageExt]]], list[PutMessageResult] | None] | None = getattr(
             store, "put_many_now", None)
         self._topics = topics
+        #: the topic table itself for the compiled checks of topics checked before (send_run); a
+        #: TopicConfigManager's, else an empty dict (then _check checks each run's first of a topic)
+        self._topic_table = topics.live_table() if isinstance(topics, TopicConfigManager) else {}
         self._store_host = store_host
         self._cluster = cluster_name
         self._max_size = max_message_size
@@ -199,7 +202,7 @@ class SendMessageProcessor:
         checked: dict[str, TopicConfig] = {}  # the run's topics whose checks passed
         if _send_run is not None:  # the loop below in C for the usual requests, _prepare for the others
             _send_run(requests, channel, checked, born_host, self._store_host, self._cluster, self._short_properties,
-                      self._max_size, prepare, puts, stored, responses)
+                      self._max_size, prepare, puts, stored, responses, self._topic_table, self._topic_problems)
             return self._stored_run(puts, responses, stored)
         for request in requests:
             prepared = prepare(request, channel, born_host, checked)
