@@ -22,7 +22,7 @@ from rocketpy.broker.subscription import SubscriptionGroupManager
 from rocketpy.broker.topicconfig import TopicConfigManager
 from rocketpy.common.group import SubscriptionGroupConfig
 from rocketpy.common.message import Message, encode_batch
-from rocketpy.remoting.codes import RequestCode
+from rocketpy.remoting.codes import RequestCode, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.status import PutMessageStatus
 from tests.broker import test_send
@@ -165,6 +165,43 @@ class SingleMessageTests(SynchronousTestCase):
         self.assertEqual(prepared, [plain[0]] + unusual)
         self.assertEqual([a.code for a in answers[:3]], [0, 0, 0])
         self.assertEqual(len(answers[0].ext_fields["msgId"].split(",")), 3)
+
+    def test_first_of_a_run_in_c(self) -> None:
+        """A run's first request of a topic checked earlier (by a lone request, or an earlier run) and
+        still valid is built in C too; a topic not checked yet, made read-only meanwhile, or a queue
+        beyond its count goes to _prepare, which answers as before."""
+        topics = TopicConfigManager(Clock())
+        processor = SendMessageProcessor(FakeStoreService(), topics, test_send.STORE_HOST, cluster_name="C",
+                                         max_message_size=1024, rng=random.Random(7))
+        prepared: list[RemotingCommand] = []
+        prepare = processor._prepare
+
+        def counted(request: RemotingCommand, *args: Any) -> Any:
+            prepared.append(request)
+            return prepare(request, *args)
+
+        processor._prepare = counted  # type: ignore[method-assign,assignment]
+        channel = FakeChannel("10.0.0.9:53211")
+
+        def batch(**fields: str) -> RemotingCommand:
+            header = dict(test_send.ALI_V2, m="true", i="", e="1")
+            header.update(fields)
+            return test_send.send_request(RequestCode.SEND_MESSAGE_V2, header, BATCH_BODIES[0])
+
+        first = [batch(), batch(b="Other")]
+        self.successResultOf(processor.process_requests(channel, first))
+        self.assertEqual(prepared, first, "not checked yet: _prepare, which auto-creates them")
+        del prepared[:]
+        again = [batch(), batch(b="Other"), batch(e="2")]
+        answers = self.successResultOf(processor.process_requests(channel, again))
+        self.assertEqual((prepared, [a.code for a in answers]), ([], [0, 0, 0]))
+        other = topics.select_topic_config("Other")
+        assert other is not None
+        topics.update_topic_config(dataclasses.replace(other, perm=4))  # read only
+        refused = [batch(b="Other"), batch(e="99"), batch()]
+        answers = self.successResultOf(processor.process_requests(channel, refused))
+        self.assertEqual(prepared, refused[:2])
+        self.assertEqual([a.code for a in answers], [ResponseCode.NO_PERMISSION, ResponseCode.SYSTEM_ERROR, 0])
 
 
 class PythonSendMessageProcessorTests(test_send.SendMessageProcessorTests):
