@@ -1734,6 +1734,7 @@ static int intern_array(PyObject **out, const char *const *texts, int n) {
 #include "_speedups_store.h"
 #include "_speedups_remoting.h"
 #include "_speedups_storeput.h"  /* lone_put: the store service's inline append of one message */
+#include "_speedups_chunkput.h"  /* put_encoded: the rest of CommitLog.put_many once its puts are encoded */
 #include "_speedups_table.h"  /* send_result_then: the answer to a lone send, to its SendResult */
 #include "_speedups_aio.h"  /* syncer_*: the commit log's fdatasync ended on the reactor's epoll */
 #include "_speedups_uring.h"  /* uring_*: the same through io_uring */
@@ -1827,6 +1828,7 @@ static PyMethodDef methods[] = {
     CLIENT_METHODS
     STORE_METHODS
     LONE_METHODS
+    CHUNK_PUT_METHODS
     REMOTING_METHODS
     CLIENT_LONE_METHODS
     PULL_METHODS

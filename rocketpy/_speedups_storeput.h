@@ -194,15 +194,16 @@ static int lone_add(PyObject *o, int name, int64_t by) {
     return r;
 }
 
-/* StoreStats.record_put(topic, 1, total, elapsed) (the reference) for 0 <= elapsed <= LOCK_WARN_MS;
+/* StoreStats.record_put(topic, records, total, elapsed) (the reference) for 0 <= elapsed <= LOCK_WARN_MS;
  * CommitLog._record_put, which also warns, otherwise. -1 with an exception. */
-static int lone_stats(PyObject *cl, PyObject *topic, int64_t total, int64_t elapsed) {
+static int lone_stats(PyObject *cl, PyObject *topic, int64_t records, int64_t total, int64_t elapsed) {
     PyObject *stats, *sizes = NULL, *buckets = NULL, *old, *v = NULL, *most = NULL;
     Py_ssize_t b, n = PyTuple_GET_SIZE(lone_latency_bounds);
     int64_t bound = 0, count, max_ms;
     int r = -1;
     if (elapsed < 0 || elapsed > lone_warn_ms) {
-        v = PyObject_CallMethod(cl, LONE_NAMES[L_RECORD_PUT], "OiLL", topic, 1, (long long)total, (long long)elapsed);
+        v = PyObject_CallMethod(cl, LONE_NAMES[L_RECORD_PUT], "OLLL", topic, (long long)records, (long long)total,
+                                (long long)elapsed);
         Py_XDECREF(v);
         return v == NULL ? -1 : 0;
     }
@@ -213,7 +214,7 @@ static int lone_stats(PyObject *cl, PyObject *topic, int64_t total, int64_t elap
         if (bound >= elapsed)
             break;
     }
-    if (lone_add(stats, L_PUTS, 1) < 0 || lone_add(stats, L_RECORDS, 1) < 0 || lone_add(stats, L_BYTES, total) < 0 ||
+    if (lone_add(stats, L_PUTS, 1) < 0 || lone_add(stats, L_RECORDS, records) < 0 || lone_add(stats, L_BYTES, total) < 0 ||
         lone_add(stats, L_PUT_MS_TOTAL, elapsed) < 0 || (sizes = PyObject_GetAttr(stats, lone_names[L_TOPIC_BYTES])) == NULL ||
         (buckets = PyObject_GetAttr(stats, lone_names[L_LATENCY])) == NULL)
         goto done;
@@ -443,7 +444,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_DECREF(v);
     if ((ended = lone_now(now_ms)) == -1)
         goto fail;
-    if (lone_stats(cl, topic, total, ended - now) < 0)
+    if (lone_stats(cl, topic, 1, total, ended - now) < 0)
         goto fail;
     due = pwrite_path ? populated < file_size && after > populated - lone_zeros_due  /* MappedFile.populate_due */
                       : populated < file_size && after > populated - (3 * lone_window) / 4;

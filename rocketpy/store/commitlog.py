@@ -83,6 +83,8 @@ class StoreSpeedups(Protocol):
     def dispatch_chunk(self, chunk: list[Put], consume_queues: ConsumeQueueStore, index: IndexService | None,
                        dispatch: Callable[[MessageExt], None]) -> None: ...
 
+    def put_encoded(self, log: CommitLog, encoded: list[Put], count: int) -> list[PutMessageResult] | None: ...
+
 
 #: The compiled module when built (None: the Python methods run); a CommitLog's ``speedups``.
 COMPILED = cast("StoreSpeedups | None", speedups.compiled if hasattr(speedups.compiled, "encode_puts") else None)
@@ -172,6 +174,10 @@ class CommitLog:
         compiled = self.speedups
         fast = None if compiled is None else compiled.encode_puts(puts, self.config.store_host,
                                                                   self.config.max_message_size, RECORD_SLACK, limit)
+        if fast is not None and compiled is not None:  # the rest of this method in one call, for the usual case
+            done = compiled.put_encoded(self, fast, len(puts))
+            if done is not None:
+                return done
         encoded: list[Put] = self._encode_each(puts, results, limit) if fast is None else fast
         if encoded:
             with self._lock:

@@ -179,8 +179,9 @@ class CompiledPutPathTests(SynchronousTestCase):
         pair.assert_same(self)
 
     def test_failed_write_restores_queue_offsets(self) -> None:
-        """A write that fails gives back the queue offsets it took, in both."""
-        pair = StorePair(self)
+        """A write that fails gives back the queue offsets it took, in both (on the pwrite path, whose
+        writes can fail: on the mmap path put_encoded copies into pages faulted in before)."""
+        pair = StorePair(self, commit_log_write_path="pwrite")
         plain: Spec = ("T", 0, 0, b"z" * 10, {})
         pair.put_many(self, [[plain], [("T", 1, 0, b"z", {})]])
 
@@ -210,6 +211,33 @@ class CompiledPutPathTests(SynchronousTestCase):
         pair = StorePair(self)
         pair.put_many(self, [[("T", 0, 0, b"x" * n, {"KEYS": f"k{n}"}) for n in range(5)], [("T", 0, 0, b"x", {})]])
         pair.assert_same(self)
+
+    def test_put_many_in_one_call(self) -> None:
+        """Puts that fit the current file's faulted-in pages (mmap) take put_encoded, no _write_chunk; a hop
+        reaching into the next file, or the pwrite path, goes the Python way; the same files and results."""
+        for path in ("mmap", "pwrite"):
+            pair = StorePair(self, commit_log_write_path=path)
+            log = pair.stores[0].commit_log
+            written: list[int] = []
+            write_chunk = log._write_chunk
+
+            def counted(mf: MappedFile, chunk: list[Any], *args: Any) -> None:
+                written.append(len(chunk))
+                write_chunk(mf, chunk, *args)
+
+            log._write_chunk = counted  # type: ignore[method-assign]
+            plain: Spec = ("T", 0, 0, b"w" * 200, {"KEYS": "k1 k2", "TAGS": "t", "UNIQ_KEY": "U"})
+            other: Spec = ("T", 1, 0, b"v" * 30, {"UNIQ_KEY": "V"})
+            for _ in range(60):  # ~2.4 KiB a hop, 64 KiB files: into the third file
+                pair.put_many(self, [[plain] * 5, [other], [plain] * 2])
+            pair.assert_same(self)
+            self.assertEqual(*[(store.stats.puts, store.stats.records, store.stats.bytes, store.stats.topic_bytes,
+                                store.stats.latency_buckets, store.commit_log.reput_offset) for store in pair.stores])
+            self.assertEqual(len(pair.stores[0].commit_log.queue.mapped_files), 3)
+            if path == "mmap":
+                self.assertLess(len(written), 6, "only where a hop reaches into a new file")
+            else:
+                self.assertEqual(len(written), 60)
 
     def test_batch_buffer_placed_by_python(self) -> None:
         """When place_chunk leaves a chunk to the Python reference, a batch's one buffer is split into

@@ -1,0 +1,212 @@
+/* The rest of CommitLog.put_many in one call once encode_puts encoded every put, included once by
+ * rocketpy/_speedups.c after _speedups_storeput.h (doc/benchmarks.md, "Thirty-fifth pass: the broker's
+ * batch request with fewer Python calls").
+ *
+ * put_encoded(commit_log, encoded, count) does what CommitLog.put_many does after its encode_puts (the
+ * reference: its Python code) when every one of the count puts was encoded (encoded is encode_puts'
+ * list) and they all fit the current commit-log file on the mmap write path, below its faulted-in end
+ * (one _write_chunk: no file to fill with a blank or to create, no page to fault in), and the lock is
+ * free: place_chunk, the copy into the mapped file, the file's positions and store time, the dispatch
+ * (dispatch_chunk, or CommitLog._dispatch_chunk for other dispatchers), each put's PutMessageResult, the
+ * reput offset, the lock released, each put's stats. It returns the results, or None having changed
+ * nothing (the Python code then runs), or raises what place_chunk raises, as the Python code would.
+ *
+ * Uses from _speedups_store.h and _speedups_storeput.h: store_names, last_of, data_view, int_attr,
+ * set_int_attr, place_chunk, dispatch_chunk, SLOT, lone_names, lone_ready, lone_int, lone_now,
+ * lone_stats, lone_blank, lone_cqs_type, lone_index_type, slotted, pr_offsets, ar_offsets. */
+
+static PyObject *str_dispatch_chunk;
+
+/* A chunk's dispatch, as CommitLog._dispatch_chunk: dispatch_chunk for the consume queues (and the
+ * index), its exception to _dispatch_raised; that method itself for other dispatchers. -1 with an
+ * exception. */
+static int chunk_dispatch(PyObject *cl, PyObject *chunk) {
+    PyObject *dispatchers = PyObject_GetAttr(cl, lone_names[L_DISPATCHERS]), *slow = NULL, *done = NULL;
+    Py_ssize_t n;
+    if (dispatchers == NULL)
+        return -1;
+    n = PyList_CheckExact(dispatchers) ? PyList_GET_SIZE(dispatchers) : -1;
+    if (n >= 1 && n <= 2 && Py_IS_TYPE(PyList_GET_ITEM(dispatchers, 0), (PyTypeObject *)lone_cqs_type) &&
+        (n == 1 || Py_IS_TYPE(PyList_GET_ITEM(dispatchers, 1), (PyTypeObject *)lone_index_type))) {
+        PyObject *call[4] = {chunk, PyList_GET_ITEM(dispatchers, 0), n == 2 ? PyList_GET_ITEM(dispatchers, 1) : Py_None,
+                             NULL};
+        if ((slow = PyObject_GetAttr(cl, lone_names[L_DISPATCH])) != NULL) {
+            call[3] = slow;
+            done = dispatch_chunk(NULL, call, 4);
+            if (done == NULL) {  /* CommitLog._dispatch_raised, as for the compiled dispatch's exception */
+                PyObject *type, *value, *traceback;
+                PyErr_Fetch(&type, &value, &traceback);
+                PyErr_NormalizeException(&type, &value, &traceback);
+                done = PyObject_CallMethodOneArg(cl, lone_names[L_DISPATCH_RAISED], value != NULL ? value : Py_None);
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(traceback);
+            }
+        }
+    } else if (str_dispatch_chunk != NULL ||
+               (str_dispatch_chunk = PyUnicode_InternFromString("_dispatch_chunk")) != NULL) {
+        done = PyObject_CallMethodOneArg(cl, str_dispatch_chunk, chunk);
+    }
+    Py_DECREF(dispatchers);
+    Py_XDECREF(slow);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* The PutMessageResult of a stored put (i, msgs, bufs, total) with its ids, as _write_chunk builds it. */
+static PyObject *chunk_result(PyObject *put, PyObject *ids, PyObject *now_obj) {
+    PyObject *msgs = PyTuple_GET_ITEM(put, 1), *first = PySequence_Fast_GET_ITEM(msgs, 0), *a[N_AR], *r[N_PR];
+    a[AR_STATUS] = Py_NewRef(lone_append_ok);
+    a[AR_OFFSET] = Py_XNewRef(SLOT(first, F_COMMIT_LOG_OFFSET));  /* set by place_chunk */
+    a[AR_BYTES] = Py_NewRef(PyTuple_GET_ITEM(put, 3));
+    a[AR_IDS] = Py_NewRef(ids);
+    a[AR_QUEUE_OFFSET] = Py_XNewRef(SLOT(first, F_QUEUE_OFFSET));
+    a[AR_NUM] = PyLong_FromSsize_t(PySequence_Fast_GET_SIZE(msgs));
+    a[AR_STORE_TS] = Py_NewRef(now_obj);
+    r[PR_APPEND] = slotted(lone_append_type, ar_offsets, a, N_AR);
+    if (r[PR_APPEND] == NULL)
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    r[PR_STATUS] = Py_NewRef(lone_put_ok), r[PR_REMARK] = Py_NewRef(Py_None);
+    return slotted(lone_put_type, pr_offsets, r, N_PR);
+}
+
+/* put_encoded(commit_log, encoded, count) -> [PutMessageResult] or None: see the top. */
+static PyObject *put_encoded(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *cl, *encoded, *lock = NULL, *now_ms = NULL, *queue = NULL, *mf = NULL, *flag = NULL, *table = NULL;
+    PyObject *host_hex = NULL, *now_obj = NULL, *base_obj = NULL, *placed = NULL, *results = NULL, *out = NULL, *v;
+    PyObject *records, *ids, *call[5];
+    Py_buffer view;
+    int locked = 0, viewing = 0;
+    int64_t count, wrote, file_size, from, populated, total = 0, now, ended, phys, at;
+    Py_ssize_t i;
+    if (nargs != 3)
+        return PyErr_Format(PyExc_TypeError, "put_encoded() takes 3 arguments");
+    cl = args[0], encoded = args[1];
+    if (!lone_ready || !use_slots || !PyList_CheckExact(encoded) || !I64_OK(args[2], &count) || count < 1 ||
+        PyList_GET_SIZE(encoded) != count)
+        Py_RETURN_NONE;
+    for (i = 0; i < count; i++) {  /* every put encoded, in order */
+        PyObject *put = PyList_GET_ITEM(encoded, i), *msgs;
+        int64_t index, size;
+        if (!PyTuple_CheckExact(put) || PyTuple_GET_SIZE(put) != 4 || !I64_OK(PyTuple_GET_ITEM(put, 0), &index) ||
+            index != i || !PyLong_CheckExact(PyTuple_GET_ITEM(put, 3)) || !I64_OK(PyTuple_GET_ITEM(put, 3), &size) ||
+            size <= 0)
+            Py_RETURN_NONE;
+        msgs = PyTuple_GET_ITEM(put, 1);
+        if (!(PyList_CheckExact(msgs) || PyTuple_CheckExact(msgs)) || PySequence_Fast_GET_SIZE(msgs) == 0)
+            Py_RETURN_NONE;
+        total += size;
+    }
+    /* the lock free (no writer), the current file on the mmap path with room below its faulted-in end */
+    if ((lock = PyObject_GetAttr(cl, lone_names[L_LOCK])) == NULL)
+        goto fail;
+    if ((v = PyObject_CallMethodOneArg(lock, lone_names[L_ACQUIRE], Py_False)) == NULL)
+        goto fail;
+    locked = v == Py_True;
+    Py_DECREF(v);
+    if (!locked)
+        goto python;
+    if ((queue = PyObject_GetAttr(cl, lone_names[L_QUEUE])) == NULL)
+        goto fail;
+    if ((mf = last_of(queue, S_MAPPED_FILES)) == NULL || (flag = PyObject_GetAttr(mf, lone_names[L_USE_PWRITE])) == NULL ||
+        flag != Py_False || !int_attr(mf, S_WROTE, 0, INT64_MAX / 4, &wrote) ||
+        !int_attr(mf, S_FILE_SIZE, 0, INT64_MAX / 4, &file_size) || !int_attr(mf, S_FROM, 0, INT64_MAX / 4, &from) ||
+        !lone_int(mf, L_POPULATED, &populated))
+        goto python;
+    if (total + lone_blank > file_size - wrote || wrote + total > populated)  /* _file_with_room, MappedFile._populate */
+        goto python;
+    if ((table = PyObject_GetAttr(cl, lone_names[L_QUEUE_TABLE])) == NULL ||
+        (host_hex = PyObject_GetAttr(cl, lone_names[L_HOST_HEX])) == NULL ||
+        (now_ms = PyObject_GetAttr(cl, lone_names[L_NOW_MS])) == NULL || (now = lone_now(now_ms)) == -1 ||
+        (now_obj = PyLong_FromLongLong(now)) == NULL || (base_obj = PyLong_FromLongLong(from + wrote)) == NULL)
+        goto fail;
+    /* the file's buffer, held while no Python code runs; then the records placed (nothing changed before) */
+    if (!data_view(mf, &view, file_size))
+        goto python;
+    viewing = 1;
+    call[0] = encoded, call[1] = table, call[2] = base_obj, call[3] = now_obj, call[4] = host_hex;
+    if ((placed = place_chunk(NULL, call, 5)) == NULL)
+        goto fail;
+    if (placed == Py_None)
+        goto python;
+    records = PyTuple_GET_ITEM(placed, 2), ids = PyTuple_GET_ITEM(placed, 3);
+    for (i = 0, at = 0; i < PyList_GET_SIZE(records); i++)
+        at += PyByteArray_CheckExact(PyList_GET_ITEM(records, i)) ? PyByteArray_GET_SIZE(PyList_GET_ITEM(records, i))
+                                                                  : total + 1;
+    if (!I64_OK(PyTuple_GET_ITEM(placed, 0), &phys) || phys != from + wrote + total || at != total) {
+        PyErr_SetString(PyExc_SystemError, "put_encoded: the placed records are not the encoded ones");
+        goto fail;
+    }
+    /* the copy (MappedFile.append_many below the faulted-in end), the file's positions */
+    for (i = 0, at = wrote; i < PyList_GET_SIZE(records); i++) {
+        PyObject *buf = PyList_GET_ITEM(records, i);
+        memcpy((char *)view.buf + at, PyByteArray_AS_STRING(buf), PyByteArray_GET_SIZE(buf));
+        at += PyByteArray_GET_SIZE(buf);
+    }
+    PyBuffer_Release(&view);
+    viewing = 0;
+    if (set_int_attr(mf, S_WROTE, wrote + total) < 0 || set_int_attr(mf, S_COMMITTED, wrote + total) < 0 ||
+        PyObject_SetAttr(mf, lone_names[L_STORE_TS], now_obj) < 0)
+        goto fail;
+    if (chunk_dispatch(cl, encoded) < 0)
+        goto fail;
+    if ((results = PyList_New(count)) == NULL)
+        goto fail;
+    for (i = 0; i < count; i++) {
+        PyObject *result = chunk_result(PyList_GET_ITEM(encoded, i), PyList_GET_ITEM(ids, i), now_obj);
+        if (result == NULL)
+            goto fail;
+        PyList_SET_ITEM(results, i, result);
+    }
+    if (lone_set_int(cl, L_REPUT, phys) < 0)
+        goto fail;
+    locked = 0;
+    if ((v = PyObject_CallMethodNoArgs(lock, lone_names[L_RELEASE])) == NULL)
+        goto fail;
+    Py_DECREF(v);
+    if ((ended = lone_now(now_ms)) == -1)
+        goto fail;
+    for (i = 0; i < count; i++) {
+        PyObject *put = PyList_GET_ITEM(encoded, i), *msgs = PyTuple_GET_ITEM(put, 1);
+        int64_t size;
+        I64_OK(PyTuple_GET_ITEM(put, 3), &size);
+        if (lone_stats(cl, SLOT(PySequence_Fast_GET_ITEM(msgs, 0), F_TOPIC), PySequence_Fast_GET_SIZE(msgs), size,
+                       ended - now) < 0)
+            goto fail;
+    }
+    out = Py_NewRef(results);
+    goto done;
+python:
+    PyErr_Clear();
+    out = Py_NewRef(Py_None);
+    goto done;
+fail:
+    out = NULL;
+done:
+    if (viewing)
+        PyBuffer_Release(&view);
+    if (locked) {  /* keeping any exception */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        v = PyObject_CallMethodNoArgs(lock, lone_names[L_RELEASE]);
+        Py_XDECREF(v);
+        PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    }
+    Py_XDECREF(lock);
+    Py_XDECREF(now_ms);
+    Py_XDECREF(queue);
+    Py_XDECREF(mf);
+    Py_XDECREF(flag);
+    Py_XDECREF(table);
+    Py_XDECREF(host_hex);
+    Py_XDECREF(now_obj);
+    Py_XDECREF(base_obj);
+    Py_XDECREF(placed);
+    Py_XDECREF(results);
+    return out;
+}
+
+#define CHUNK_PUT_METHODS                                                                                     \
+    {"put_encoded", (PyCFunction)(void (*)(void))put_encoded, METH_FASTCALL,                                      \
+     "The rest of CommitLog.put_many once encode_puts encoded every put, or None for its Python code."},
