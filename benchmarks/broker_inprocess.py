@@ -209,6 +209,7 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
             profile.enable()
             await run()
             profile.disable()
+            if os.environ.get("BATCHRUN_PROF"): profile.dump_stats(os.environ["BATCHRUN_PROF"])
             stats = pstats.Stats(profile)
             calls: int = stats.total_calls  # type: ignore[attr-defined]
             print(f"\nunder cProfile (reactor thread only): {calls / n:.0f} Python-level calls per send")

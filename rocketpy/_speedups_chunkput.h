@@ -207,6 +207,167 @@ done:
     return out;
 }
 
+/* ---- MessageStore.can_append_inline ----------------------------------------------------- */
+
+static PyObject *str_running, *str_commit_log, *str_consume_queues, *str_index, *str_index_enable, *str_zeroed_attr;
+
+static int inline_room_names(void) {
+    static const char *const names[] = {"running", "commit_log", "consume_queues", "index", "message_index_enable",
+                                        "_zeroed"};
+    static PyObject **const out[] = {&str_running, &str_commit_log, &str_consume_queues, &str_index, &str_index_enable,
+                                     &str_zeroed_attr};
+    int i;
+    for (i = 0; i < 6; i++)
+        if (*out[i] == NULL && (*out[i] = PyUnicode_InternFromString(names[i])) == NULL)
+            return -1;
+    return 0;
+}
+
+/* The room checks of MessageStore.can_append_inline after inline_bound: 1, 0, or -1 when Python must
+ * decide (anything unusual; no exception). */
+static int room_for(PyObject *store, int64_t size, int64_t keys, PyObject *entries) {
+    PyObject *cl = NULL, *queue = NULL, *mf = NULL, *flag = NULL, *cqs = NULL, *table = NULL, *config = NULL;
+    PyObject *enabled = NULL, *index = NULL, *files = NULL, *last = NULL, *key, *count_obj;
+    int64_t wrote, file_size, filled, count, bound;
+    Py_ssize_t pos = 0;
+    int r = -1;
+    /* the commit log's current file: size + BLANK_SIZE <= remaining, within its faulted-in pages (is_populated) */
+    if ((cl = PyObject_GetAttr(store, str_commit_log)) == NULL || (queue = PyObject_GetAttr(cl, lone_names[L_QUEUE])) == NULL)
+        goto done;
+    if ((mf = last_of(queue, S_MAPPED_FILES)) == NULL) {
+        r = PyErr_Occurred() ? -1 : 0;
+        goto done;
+    }
+    if ((flag = PyObject_GetAttr(mf, lone_names[L_USE_PWRITE])) == NULL || (flag != Py_False && flag != Py_True) ||
+        !int_attr(mf, S_WROTE, 0, INT64_MAX / 4, &wrote) || !int_attr(mf, S_FILE_SIZE, 0, INT64_MAX / 4, &file_size))
+        goto done;
+    if (flag == Py_True) {  /* below the zeros, and far enough that _zero_ahead has nothing to do */
+        if (!int_named(mf, str_zeroed_attr, 0, INT64_MAX / 4, &filled))
+            goto done;
+        if (size + lone_blank > file_size - wrote || wrote + size > filled ||
+            (wrote + size + lone_zero_window / 2 > filled && filled < file_size)) {
+            r = 0;
+            goto done;
+        }
+    } else {
+        if (!lone_int(mf, L_POPULATED, &filled))
+            goto done;
+        if (size + lone_blank > file_size - wrote || wrote + size > filled) {
+            r = 0;
+            goto done;
+        }
+    }
+    /* each queue exists, and its newest file has room for its entries */
+    if ((cqs = PyObject_GetAttr(store, str_consume_queues)) == NULL || !Py_IS_TYPE(cqs, (PyTypeObject *)lone_cqs_type) ||
+        (table = PyObject_GetAttr(cqs, store_names[S_TABLE])) == NULL || !PyDict_CheckExact(table) || !PyDict_CheckExact(entries))
+        goto done;
+    while (PyDict_Next(entries, &pos, &key, &count_obj)) {
+        PyObject *queues, *cq;
+        int64_t cq_wrote, cq_size;
+        if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != 2 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(key, 0)) ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(key, 1)) || !I64_OK(count_obj, &count))
+            goto done;
+        queues = PyDict_GetItemWithError(table, PyTuple_GET_ITEM(key, 0));
+        cq = queues != NULL && PyDict_CheckExact(queues) ? PyDict_GetItemWithError(queues, PyTuple_GET_ITEM(key, 1)) : NULL;
+        if (PyErr_Occurred() || (queues != NULL && !PyDict_CheckExact(queues)))
+            goto done;
+        if (cq == NULL) {  /* no such queue yet: its file is made by the writer */
+            r = 0;
+            goto done;
+        }
+        if ((files = PyObject_GetAttr(cq, store_names[S_FILES])) == NULL)
+            goto done;
+        Py_XSETREF(last, last_of(files, S_MAPPED_FILES));
+        Py_CLEAR(files);
+        if (last == NULL) {
+            r = PyErr_Occurred() ? -1 : 0;
+            goto done;
+        }
+        if (!int_attr(last, S_WROTE, 0, INT64_MAX / 4, &cq_wrote) || !int_attr(last, S_FILE_SIZE, 0, INT64_MAX / 4, &cq_size))
+            goto done;
+        if (cq_size - cq_wrote < count * CQ_UNIT) {
+            r = 0;
+            goto done;
+        }
+    }
+    /* the index, when enabled: its newest file has room for the keys */
+    if ((config = PyObject_GetAttr(store, lone_names[L_CONFIG])) == NULL ||
+        (enabled = PyObject_GetAttr(config, str_index_enable)) == NULL || (enabled != Py_True && enabled != Py_False))
+        goto done;
+    if (enabled == Py_False) {
+        r = 1;
+        goto done;
+    }
+    if ((index = PyObject_GetAttr(store, str_index)) == NULL || !Py_IS_TYPE(index, (PyTypeObject *)lone_index_type))
+        goto done;
+    if ((files = PyObject_GetAttr(index, store_names[S_FILES])) == NULL || !PyList_CheckExact(files))
+        goto done;
+    if (PyList_GET_SIZE(files) == 0) {
+        r = 0;
+        goto done;
+    }
+    Py_XSETREF(last, Py_NewRef(PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1)));
+    if (!int_attr(last, S_INDEX_COUNT, 0, INT64_MAX / 4, &filled) || !int_attr(last, S_MAX_ENTRIES, 0, INT64_MAX / 4, &bound))
+        goto done;
+    r = filled + keys < bound;
+done:
+    PyErr_Clear();
+    Py_XDECREF(cl);
+    Py_XDECREF(queue);
+    Py_XDECREF(mf);
+    Py_XDECREF(flag);
+    Py_XDECREF(cqs);
+    Py_XDECREF(table);
+    Py_XDECREF(config);
+    Py_XDECREF(enabled);
+    Py_XDECREF(index);
+    Py_XDECREF(files);
+    Py_XDECREF(last);
+    return r;
+}
+
+/* inline_room(store, puts, max_body, fixed) -> True, False, or None
+ * MessageStore.can_append_inline (the reference) for a running MessageStore with the usual files: its
+ * running flag, inline_bound (max_body, fixed), then the room checks of the commit log's current file,
+ * each consume queue's newest file and the index's newest file, in one call. None when Python must decide
+ * (an unusual attribute or type): the method's Python code then answers. */
+static PyObject *inline_room(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *running, *bound, *call[3];
+    int64_t size, keys;
+    int r;
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "inline_room() takes 4 arguments");
+    if (!lone_ready || inline_room_names() < 0)
+        Py_RETURN_NONE;
+    running = PyObject_GetAttr(args[0], str_running);
+    if (running != Py_True) {
+        r = running == Py_False;
+        Py_XDECREF(running);
+        PyErr_Clear();
+        if (r)
+            Py_RETURN_FALSE;
+        Py_RETURN_NONE;
+    }
+    Py_DECREF(running);
+    call[0] = args[1], call[1] = args[2], call[2] = args[3];
+    if ((bound = inline_bound(NULL, call, 3)) == NULL)
+        return NULL;  /* what the Python code's inline_bound raises */
+    if (bound == Py_None) {
+        Py_DECREF(bound);
+        Py_RETURN_FALSE;
+    }
+    r = -1;
+    if (PyTuple_CheckExact(bound) && PyTuple_GET_SIZE(bound) == 3 && I64_OK(PyTuple_GET_ITEM(bound, 0), &size) &&
+        I64_OK(PyTuple_GET_ITEM(bound, 1), &keys))
+        r = room_for(args[0], size, keys, PyTuple_GET_ITEM(bound, 2));
+    Py_DECREF(bound);
+    if (r < 0)
+        Py_RETURN_NONE;
+    return PyBool_FromLong(r);
+}
+
 #define CHUNK_PUT_METHODS                                                                                     \
     {"put_encoded", (PyCFunction)(void (*)(void))put_encoded, METH_FASTCALL,                                      \
-     "The rest of CommitLog.put_many once encode_puts encoded every put, or None for its Python code."},
+     "The rest of CommitLog.put_many once encode_puts encoded every put, or None for its Python code."},     \
+    {"inline_room", (PyCFunction)(void (*)(void))inline_room, METH_FASTCALL,                                  \
+     "MessageStore.can_append_inline in one call: True, False, or None for its Python code."},

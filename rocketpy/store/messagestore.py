@@ -84,6 +84,11 @@ if speedups.compiled is not None:
     COMPILED_INLINE_BOUND = inline_bound = speedups.compiled.inline_bound
 
 
+#: :meth:`MessageStore.can_append_inline` in one call (rocketpy/_speedups_chunkput.h ``inline_room``: True,
+#: False, or None for the Python code), None when not built.
+COMPILED_INLINE_ROOM: Callable[..., bool | None] | None = (
+    speedups.compiled.inline_room if speedups.compiled is not None else None)
+
 #: The compiled lone put (rocketpy/_speedups_storeput.h: :meth:`MessageStore.put_lone`), None when not built.
 LonePut = Callable[[CommitLog, MessageExt], "tuple[PutMessageResult, int | None, bool] | None"]
 COMPILED_LONE_PUT: LonePut | None = None
@@ -268,6 +273,10 @@ class MessageStore(MessageReader):
         a page-cache copy), no file to create for the commit log, the consume queues or the
         index, and no delay level or timer (which would move a message to another queue).
         """
+        if COMPILED_INLINE_ROOM is not None:  # this method in one call, for the usual store
+            room = COMPILED_INLINE_ROOM(self, puts, INLINE_MAX_BODY, INLINE_RECORD_FIXED)
+            if room is not None:
+                return room
         if not self.running:
             return False
         bound = inline_bound(puts, INLINE_MAX_BODY, INLINE_RECORD_FIXED)

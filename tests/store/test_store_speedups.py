@@ -15,7 +15,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.common.message import MessageConst, MessageExt
 from rocketpy.common.topic import SCHEDULE_TOPIC, TIMER_TOPIC
-from rocketpy.store import commitlog
+from rocketpy.store import commitlog, messagestore
 from rocketpy.store.mappedfile import MappedFile
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.status import PutMessageResult
@@ -238,6 +238,38 @@ class CompiledPutPathTests(SynchronousTestCase):
                 self.assertLess(len(written), 6, "only where a hop reaches into a new file")
             else:
                 self.assertEqual(len(written), 60)
+
+    def test_inline_room(self) -> None:
+        """MessageStore.can_append_inline in one call (inline_room) answers as its Python code, hop after hop
+        into new commit-log, consume-queue and index files, on both write paths, with and without the index."""
+        room = messagestore.COMPILED_INLINE_ROOM
+        assert room is not None
+        decided = 0
+        for path, indexed in (("mmap", True), ("pwrite", True), ("mmap", False)):
+            pair = StorePair(self, commit_log_write_path=path, message_index_enable=indexed)
+            store = pair.stores[0]
+            plain: Spec = ("T", 0, 0, b"w" * 200, {"KEYS": "k1 k2", "TAGS": "t", "UNIQ_KEY": "U"})
+            candidates = [[[plain]], [[plain] * 8, [("T", 1, 0, b"v", {})]], [[("New", 0, 0, b"n", {})]],
+                          [[plain] * 60], [[("T", 0, 0, b"d", {"DELAY": "3"})]], [[("T", 0, 0, b"x" * 9000, {})]]]
+            answers = []
+            for _ in range(45):
+                for candidate in candidates:
+                    puts = [[build(spec, specs[0]) for spec in specs] for specs in candidate]
+                    compiled = store.can_append_inline(puts)
+                    direct = room(store, puts, messagestore.INLINE_MAX_BODY, messagestore.INLINE_RECORD_FIXED)
+                    self.assertIn(direct, (None, compiled))
+                    decided += direct is not None
+                    self.patch(messagestore, "COMPILED_INLINE_ROOM", None)
+                    self.assertEqual(compiled, store.can_append_inline(puts))
+                    self.patch(messagestore, "COMPILED_INLINE_ROOM", room)
+                    answers.append(compiled)
+                pair.put_many(self, [[plain] * 5, [("T", 1, 0, b"v" * 30, {"UNIQ_KEY": "V"})]])
+            self.assertEqual(set(answers), {True, False})
+            self.assertEqual(decided, len(answers), "every one decided in C")
+            decided = 0
+            store.running = False
+            self.assertIs(store.can_append_inline([[build(plain, plain)]]), False)
+            store.running = True
 
     def test_batch_buffer_placed_by_python(self) -> None:
         """When place_chunk leaves a chunk to the Python reference, a batch's one buffer is split into
