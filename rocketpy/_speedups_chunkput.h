@@ -366,8 +366,59 @@ static PyObject *inline_room(PyObject *self, PyObject *const *args, Py_ssize_t n
     return PyBool_FromLong(r);
 }
 
+/* ---- MessageReader.get_max_offset_in_queue ---------------------------------------------- */
+
+/* queue_max_offset(consume_queues, queue_type, files_type, topic, queue_id) -> int or None
+ * MessageReader.get_max_offset_in_queue (the reference) through a ConsumeQueueStore's table: 0 for an
+ * unknown queue, else its newest file's end over the entry size (ConsumeQueue.max_offset, for a
+ * queue_type queue whose files are a files_type MappedFileQueue). None when Python must decide. */
+static PyObject *queue_max_offset(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *table, *queues, *cq, *files = NULL, *last = NULL, *out = NULL;
+    int64_t from, wrote;
+    if (nargs != 5)
+        return PyErr_Format(PyExc_TypeError, "queue_max_offset() takes 5 arguments");
+    if (!store_names_ready())
+        return NULL;
+    if (lone_cqs_type == NULL || !Py_IS_TYPE(args[0], (PyTypeObject *)lone_cqs_type) || !PyUnicode_CheckExact(args[3]) ||
+        !PyLong_CheckExact(args[4]))
+        Py_RETURN_NONE;
+    if ((table = PyObject_GetAttr(args[0], store_names[S_TABLE])) == NULL)
+        goto python;
+    queues = PyDict_CheckExact(table) ? PyDict_GetItemWithError(table, args[3]) : NULL;
+    cq = queues != NULL && PyDict_CheckExact(queues) ? PyDict_GetItemWithError(queues, args[4]) : NULL;
+    if (!PyDict_CheckExact(table) || PyErr_Occurred() || (queues != NULL && !PyDict_CheckExact(queues))) {
+        Py_DECREF(table);
+        goto python;
+    }
+    if (cq == NULL) {  /* not in the table: no such queue */
+        Py_DECREF(table);
+        return PyLong_FromLong(0);
+    }
+    Py_INCREF(cq);
+    Py_DECREF(table);
+    if (Py_IS_TYPE(cq, (PyTypeObject *)args[1]) && (files = PyObject_GetAttr(cq, store_names[S_FILES])) != NULL &&
+        Py_IS_TYPE(files, (PyTypeObject *)args[2])) {
+        last = last_of(files, S_MAPPED_FILES);
+        if (last == NULL && !PyErr_Occurred())
+            out = PyLong_FromLong(0);
+        else if (last != NULL && int_attr(last, S_FROM, 0, INT64_MAX / 4, &from) &&
+                 int_attr(last, S_WROTE, 0, INT64_MAX / 4, &wrote))
+            out = PyLong_FromLongLong((from + wrote) / CQ_UNIT);
+    }
+    Py_DECREF(cq);
+    Py_XDECREF(files);
+    Py_XDECREF(last);
+    if (out != NULL)
+        return out;
+python:
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
 #define CHUNK_PUT_METHODS                                                                                     \
     {"put_encoded", (PyCFunction)(void (*)(void))put_encoded, METH_FASTCALL,                                      \
      "The rest of CommitLog.put_many once encode_puts encoded every put, or None for its Python code."},     \
     {"inline_room", (PyCFunction)(void (*)(void))inline_room, METH_FASTCALL,                                  \
-     "MessageStore.can_append_inline in one call: True, False, or None for its Python code."},
+     "MessageStore.can_append_inline in one call: True, False, or None for its Python code."},                \
+    {"queue_max_offset", (PyCFunction)(void (*)(void))queue_max_offset, METH_FASTCALL,                        \
+     "MessageReader.get_max_offset_in_queue in one call, or None for its Python code."},

@@ -14,6 +14,7 @@ from rocketpy.common import speedups
 from rocketpy.common.message import MAGIC_CODE, MessageExt, MessageSysFlag, RecordError, decode_record
 from rocketpy.store.config import CQ_UNIT_SIZE, MessageStoreConfig
 from rocketpy.store.consumequeue import ConsumeQueue, ConsumeQueueStore
+from rocketpy.store.mappedfilequeue import MappedFileQueue
 from rocketpy.store.status import GetMessageResult, GetMessageStatus
 
 TagFilter = Callable[[int], bool]
@@ -32,6 +33,8 @@ _STORE_TS_HEAD = 88  # enough bytes to reach STORETIMESTAMP with an IPv6 born ho
 #: The compiled per-entry loop of ``MessageReader._collect`` and mincore (None: Python only).
 _pull_collect = getattr(speedups.compiled, "pull_collect", None)
 _resident = getattr(speedups.compiled, "resident", None)
+#: get_max_offset_in_queue in one call (rocketpy/_speedups_chunkput.h), None when not built
+_queue_max_offset: Callable[..., int | None] | None = getattr(speedups.compiled, "queue_max_offset", None)
 # pull_collect's states (rocketpy/_speedups_pull.h)
 _SCANNED, _AT_LIMIT, _PYTHON_STEP, _ON_DISK = 0, 1, 2, 3
 #: ``pull_collect``'s last physical offset when it looked at no entry
@@ -138,6 +141,10 @@ class MessageReader:
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The next queue offset to be written (0 for an unknown queue)."""
+        if _queue_max_offset is not None:  # this method in one call, for the usual queue
+            found = _queue_max_offset(self._queues, ConsumeQueue, MappedFileQueue, topic, queue_id)
+            if found is not None:
+                return found
         cq = self._queues.get(topic, queue_id)
         return cq.max_offset if cq is not None else 0
 

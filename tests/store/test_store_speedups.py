@@ -15,7 +15,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.common.message import MessageConst, MessageExt
 from rocketpy.common.topic import SCHEDULE_TOPIC, TIMER_TOPIC
-from rocketpy.store import commitlog, messagestore
+from rocketpy.store import commitlog, messagestore, reads
+from rocketpy.store.consumequeue import ConsumeQueue
+from rocketpy.store.mappedfilequeue import MappedFileQueue
 from rocketpy.store.mappedfile import MappedFile
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.status import PutMessageResult
@@ -264,12 +266,23 @@ class CompiledPutPathTests(SynchronousTestCase):
                     self.patch(messagestore, "COMPILED_INLINE_ROOM", room)
                     answers.append(compiled)
                 pair.put_many(self, [[plain] * 5, [("T", 1, 0, b"v" * 30, {"UNIQ_KEY": "V"})]])
+                self.assert_max_offsets(store, [("T", 0), ("T", 1), ("T", 7), ("Unknown", 0)])
             self.assertEqual(set(answers), {True, False})
             self.assertEqual(decided, len(answers), "every one decided in C")
             decided = 0
             store.running = False
             self.assertIs(store.can_append_inline([[build(plain, plain)]]), False)
             store.running = True
+
+    def assert_max_offsets(self, store: MessageStore, queues: list[tuple[str, int]]) -> None:
+        """get_max_offset_in_queue in one call (queue_max_offset) answers as its Python code."""
+        compiled = reads._queue_max_offset
+        assert compiled is not None
+        for topic, queue_id in queues:
+            found = compiled(store.consume_queues, ConsumeQueue, MappedFileQueue, topic, queue_id)
+            self.patch(reads, "_queue_max_offset", None)
+            self.assertEqual(found, store.get_max_offset_in_queue(topic, queue_id))
+            self.patch(reads, "_queue_max_offset", compiled)
 
     def test_batch_buffer_placed_by_python(self) -> None:
         """When place_chunk leaves a chunk to the Python reference, a batch's one buffer is split into
