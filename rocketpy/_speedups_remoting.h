@@ -1034,6 +1034,46 @@ python:
     return msg;
 }
 
+/* (msgs, queue id, batch) of a usual request, as _prepare gives them (run_message; msgs a list for a
+ * batch, else a 1-tuple); NULL without an exception when _prepare must decide, NULL with one on failure. */
+static PyObject *run_prepared(PyObject *request, PyObject *checked, PyObject *table, PyObject *problems,
+                              PyObject *const *msg_args) {
+    PyObject *msg, *msgs, *queue_obj, *prepared;
+    int64_t queue_id = 0;
+    int batch = 0;
+    msg = run_message(request, checked, table, problems, msg_args, &queue_id, &batch);
+    if (msg == NULL)
+        return NULL;
+    msgs = batch ? Py_NewRef(msg) : PyTuple_Pack(1, msg);
+    queue_obj = PyLong_FromLongLong(queue_id);
+    Py_DECREF(msg);
+    prepared = msgs && queue_obj ? PyTuple_Pack(3, msgs, queue_obj, batch ? Py_True : Py_False) : NULL;
+    Py_XDECREF(msgs);
+    Py_XDECREF(queue_obj);
+    return prepared;
+}
+
+/* send_prepared(request, table, problems, born_host, store_host, cluster, limit, max_body)
+ *   -> (msgs, queue id, batch) or None
+ * SendMessageProcessor._prepare (the reference) for a usual request alone (process_request) whose topic
+ * was checked earlier and is still valid (sendable_config); None, having done nothing, for anything else
+ * (then _prepare decides). table, problems: as for send_run. */
+static PyObject *send_prepared(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PyObject *checked, *prepared;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError,
+                        "send_prepared(request, table, problems, born_host, store_host, cluster, limit, max_body)");
+        return NULL;
+    }
+    if (str_write_nums == NULL || single_message_names() < 0 || (checked = PyDict_New()) == NULL)
+        return NULL;
+    prepared = run_prepared(args[0], checked, args[1], args[2], args + 3);
+    Py_DECREF(checked);
+    if (prepared == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return prepared;
+}
+
 /* send_run(requests, channel, checked, born_host, store_host, cluster, limit, max_body, prepare,
  *          puts, stored, responses, table, problems) -> None
  * SendMessageProcessor.process_requests' loop: the usual requests in C (run_message), the others
@@ -1058,28 +1098,22 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     requests = args[0], checked = args[2], puts = args[9], stored = args[10], responses = args[11];
     msg_args[0] = args[3], msg_args[1] = args[4], msg_args[2] = args[5], msg_args[3] = args[6], msg_args[4] = args[7];
     for (i = 0; i < PyList_GET_SIZE(requests); i++) {
-        PyObject *request = PyList_GET_ITEM(requests, i), *msg, *prepared, *msgs = NULL, *queue_obj = NULL;
+        PyObject *request = PyList_GET_ITEM(requests, i), *prepared, *msgs = NULL, *queue_obj = NULL;
         PyObject *entry = NULL, *index = NULL;
-        int64_t queue_id = 0;
-        int r = -1, batch = 0;
+        int r = -1;
         Py_INCREF(request);  /* prepare is Python code: the list may change under us */
-        msg = run_message(request, checked, args[12], args[13], msg_args, &queue_id, &batch);
-        if (msg != NULL) {
-            msgs = batch ? Py_NewRef(msg) : PyTuple_Pack(1, msg);
-            queue_obj = PyLong_FromLongLong(queue_id);
-            Py_DECREF(msg);
-            prepared = msgs && queue_obj ? PyTuple_Pack(3, msgs, queue_obj, batch ? Py_True : Py_False) : NULL;
-        } else {
+        prepared = run_prepared(request, checked, args[12], args[13], msg_args);
+        if (prepared == NULL && !PyErr_Occurred()) {
             PyObject *call[4] = {request, args[1], args[3], checked};
             prepared = PyObject_Vectorcall(args[8], call, 4, NULL);
-            if (prepared != NULL && PyTuple_CheckExact(prepared)) {  /* (msgs, queue id, batch), else a response */
-                if (PyTuple_GET_SIZE(prepared) != 3) {
-                    PyErr_Format(PyExc_TypeError, "send_run: prepare gave %R", prepared);
-                    Py_CLEAR(prepared);
-                } else {
-                    msgs = Py_NewRef(PyTuple_GET_ITEM(prepared, 0));
-                    queue_obj = Py_NewRef(PyTuple_GET_ITEM(prepared, 1));
-                }
+        }
+        if (prepared != NULL && PyTuple_CheckExact(prepared)) {  /* (msgs, queue id, batch), else a response */
+            if (PyTuple_GET_SIZE(prepared) != 3) {
+                PyErr_Format(PyExc_TypeError, "send_run: prepare gave %R", prepared);
+                Py_CLEAR(prepared);
+            } else {
+                msgs = Py_NewRef(PyTuple_GET_ITEM(prepared, 0));
+                queue_obj = Py_NewRef(PyTuple_GET_ITEM(prepared, 1));
             }
         }
         if (prepared != NULL) {
@@ -1118,5 +1152,7 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
      "The frames of a run's plain responses, or None (rocketpy.remoting.node._reply_run)."}, \
     {"single_message", (PyCFunction)(void (*)(void))single_message, METH_FASTCALL, \
      "The MessageExt of a usual single send, or None (rocketpy.broker.send._single_message)."}, \
+    {"send_prepared", (PyCFunction)(void (*)(void))send_prepared, METH_FASTCALL, \
+     "rocketpy.broker.send._prepare for a usual request whose topic was checked earlier, or None."}, \
     {"send_run", (PyCFunction)(void (*)(void))send_run, METH_FASTCALL, \
      "rocketpy.broker.send.process_requests' loop: the usual requests in C, the others through _prepare."},

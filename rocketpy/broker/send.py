@@ -176,7 +176,12 @@ class SendMessageProcessor:
 
     def process_request(self, channel: Any, request: RemotingCommand) -> Deferred[RemotingCommand] | RemotingCommand:
         """Check the request, build the message(s) and store them; never raises."""
-        prepared = self._prepare(request, channel)
+        prepared = None
+        if _send_prepared is not None:  # _prepare in one call for the usual request (a lone batch)
+            prepared = _send_prepared(request, self._topic_table, self._topic_problems, self._peer_host(channel),
+                                      self._store_host, self._cluster, self._short_properties, self._max_size)
+        if prepared is None:
+            prepared = self._prepare(request, channel)
         if type(prepared) is RemotingCommand:
             return prepared
         msgs, queue_id, batch = prepared  # type: ignore[misc]
@@ -493,11 +498,15 @@ _single_message_c: Callable[..., MessageExt | None] | None = None
 #: ``process_requests``' loop in C (``send_run``), None when not built: a request whose topic was
 #: checked earlier in the run and that ``single_message`` takes is built there, the others by ``_prepare``.
 _send_run: Callable[..., None] | None = None
+#: ``_prepare`` in C for a usual request whose topic was checked earlier (``send_prepared``), None when not
+#: built: it answers None, having done nothing, for any other request.
+_send_prepared: Callable[..., tuple[Sequence[MessageExt], int, bool] | None] | None = None
 #: ``lone_request``'s C function (rocketpy/_speedups_request.h ``lone_send``), None when not built.
 _lone_send: Callable[..., bytes | RemotingCommand | Deferred[RemotingCommand] | None] | None = None
 if speedups.compiled is not None:
     _lone_send = speedups.compiled.lone_send
     _send_run = speedups.compiled.send_run
+    _send_prepared = speedups.compiled.send_prepared
     _single_message_c = speedups.compiled.single_message
     _stored_batch = speedups.compiled.stored_batch
     _put_response_c = speedups.compiled.put_response

@@ -29,7 +29,8 @@ from tests.broker import test_send
 from tests.fakes import FakeChannel, FakeStoreService
 
 C_FUNCTIONS = {"_single_message_c": send._single_message_c, "_put_response_c": send._put_response_c,
-               "_put_responses_c": send._put_responses_c, "_send_run": send._send_run}
+               "_put_responses_c": send._put_responses_c, "_send_run": send._send_run,
+               "_send_prepared": send._send_prepared}
 C_SKIP = None if send._single_message_c is not None else "no compiled accelerator (send._single_message_c is None)"
 
 PROPERTY = st.sampled_from([("TAGS", "TagA"), ("KEYS", "k1 k2"), ("WAIT", "true"), ("WAIT", "FALSE"), ("WAIT", "no"),
@@ -168,7 +169,7 @@ class SingleMessageTests(SynchronousTestCase):
 
     def test_first_of_a_run_in_c(self) -> None:
         """A run's first request of a topic checked earlier (by a lone request, or an earlier run) and
-        still valid is built in C too; a topic not checked yet, made read-only meanwhile, or a queue
+        still valid is built in C too, and so is such a request alone (send_prepared); a topic not checked yet, made read-only meanwhile, or a queue
         beyond its count goes to _prepare, which answers as before."""
         topics = TopicConfigManager(Clock())
         processor = SendMessageProcessor(FakeStoreService(), topics, test_send.STORE_HOST, cluster_name="C",
@@ -202,6 +203,11 @@ class SingleMessageTests(SynchronousTestCase):
         answers = self.successResultOf(processor.process_requests(channel, refused))
         self.assertEqual(prepared, refused[:2])
         self.assertEqual([a.code for a in answers], [ResponseCode.NO_PERMISSION, ResponseCode.SYSTEM_ERROR, 0])
+        del prepared[:]
+        alone = [batch(), batch(b="Other"), batch(e="99")]  # process_request: send_prepared, else _prepare
+        answers = [processor.process_request(channel, request) for request in alone]
+        self.assertEqual(prepared, alone[1:])
+        self.assertEqual([a.code for a in answers], [0, ResponseCode.NO_PERMISSION, ResponseCode.SYSTEM_ERROR])
 
 
 class PythonSendMessageProcessorTests(test_send.SendMessageProcessorTests):
