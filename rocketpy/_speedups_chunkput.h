@@ -33,15 +33,8 @@ static int chunk_dispatch(PyObject *cl, PyObject *chunk) {
         if ((slow = PyObject_GetAttr(cl, lone_names[L_DISPATCH])) != NULL) {
             call[3] = slow;
             done = dispatch_chunk(NULL, call, 4);
-            if (done == NULL) {  /* CommitLog._dispatch_raised, as for the compiled dispatch's exception */
-                PyObject *type, *value, *traceback;
-                PyErr_Fetch(&type, &value, &traceback);
-                PyErr_NormalizeException(&type, &value, &traceback);
-                done = PyObject_CallMethodOneArg(cl, lone_names[L_DISPATCH_RAISED], value != NULL ? value : Py_None);
-                Py_XDECREF(type);
-                Py_XDECREF(value);
-                Py_XDECREF(traceback);
-            }
+            if (done == NULL && dispatch_raised(cl) == 0)
+                done = Py_NewRef(Py_None);
         }
     } else if (str_dispatch_chunk != NULL ||
                (str_dispatch_chunk = PyUnicode_InternFromString("_dispatch_chunk")) != NULL) {
@@ -98,12 +91,8 @@ static PyObject *put_encoded(PyObject *self, PyObject *const *args, Py_ssize_t n
         total += size;
     }
     /* the lock free (no writer), the current file on the mmap path with room below its faulted-in end */
-    if ((lock = PyObject_GetAttr(cl, lone_names[L_LOCK])) == NULL)
+    if ((locked = lock_now(cl, &lock)) < 0)
         goto fail;
-    if ((v = PyObject_CallMethodOneArg(lock, lone_names[L_ACQUIRE], Py_False)) == NULL)
-        goto fail;
-    locked = v == Py_True;
-    Py_DECREF(v);
     if (!locked)
         goto python;
     if ((queue = PyObject_GetAttr(cl, lone_names[L_QUEUE])) == NULL)
@@ -185,14 +174,8 @@ fail:
 done:
     if (viewing)
         PyBuffer_Release(&view);
-    if (locked) {  /* keeping any exception */
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        v = PyObject_CallMethodNoArgs(lock, lone_names[L_RELEASE]);
-        Py_XDECREF(v);
-        PyErr_Clear();
-        PyErr_Restore(type, value, traceback);
-    }
+    if (locked)
+        unlock_keeping(lock);
     Py_XDECREF(lock);
     Py_XDECREF(now_ms);
     Py_XDECREF(queue);

@@ -246,6 +246,42 @@ done:
     return r;
 }
 
+/* CommitLog._dispatch_raised(the current exception), as CommitLog._dispatch_chunk does for the compiled
+ * dispatch's: 0, or -1 with that call's exception. */
+static int dispatch_raised(PyObject *cl) {
+    PyObject *type, *value, *traceback, *done;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    done = PyObject_CallMethodOneArg(cl, lone_names[L_DISPATCH_RAISED], value != NULL ? value : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* The commit log's lock taken if free (*lock: it): 1, 0 when taken, -1 with an exception. */
+static int lock_now(PyObject *cl, PyObject **lock) {
+    PyObject *v;
+    int r;
+    if ((*lock = PyObject_GetAttr(cl, lone_names[L_LOCK])) == NULL ||
+        (v = PyObject_CallMethodOneArg(*lock, lone_names[L_ACQUIRE], Py_False)) == NULL)
+        return -1;
+    r = v == Py_True;
+    Py_DECREF(v);
+    return r;
+}
+
+/* lock.release(), keeping the exception being raised, if any (and dropping release's own). */
+static void unlock_keeping(PyObject *lock) {
+    PyObject *type, *value, *traceback, *v;
+    PyErr_Fetch(&type, &value, &traceback);
+    v = PyObject_CallMethodNoArgs(lock, lone_names[L_RELEASE]);
+    Py_XDECREF(v);
+    PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+}
+
 /* lone_put(commit_log, msg) -> (PutMessageResult, max offset or None, populate due) or None: see the top. */
 static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *cl, *msg, *topic, *body, *props, *queue_id;
@@ -281,12 +317,8 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     }
     memset(&c, 0, sizeof c);
     /* the commit log: its lock free (no writer), its current file on the mmap path */
-    if ((lock = PyObject_GetAttr(cl, lone_names[L_LOCK])) == NULL)
+    if ((locked = lock_now(cl, &lock)) < 0)
         goto fail;
-    if ((v = PyObject_CallMethodOneArg(lock, lone_names[L_ACQUIRE], Py_False)) == NULL)
-        goto fail;
-    locked = v == Py_True;
-    Py_DECREF(v);
     if (!locked)
         goto python;
     if ((now_ms = PyObject_GetAttr(cl, lone_names[L_NOW_MS])) == NULL || (now = lone_now(now_ms)) == -1)
@@ -401,18 +433,13 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         queue_max = (q->from + q->wrote) / CQ_UNIT;  /* q: cached_queue's slot, still held */
         break;
     case -1: {  /* what CommitLog._dispatch_chunk does with an exception from the compiled dispatch */
-        PyObject *type, *value, *traceback, *done;
+        PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);
-        PyErr_NormalizeException(&type, &value, &traceback);
         if (flush_cache(&c) < 0)
             PyErr_Clear();
-        done = PyObject_CallMethodOneArg(cl, lone_names[L_DISPATCH_RAISED], value != NULL ? value : Py_None);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
-        if (done == NULL)
+        PyErr_Restore(type, value, traceback);
+        if (dispatch_raised(cl) < 0)
             goto fail;
-        Py_DECREF(done);
         break;
     }
     default:
@@ -469,14 +496,8 @@ done:
         drop_cache(&c);
     }
     Py_XDECREF(c.table);
-    if (locked) {  /* keeping any exception */
-        PyObject *type, *value, *traceback;
-        PyErr_Fetch(&type, &value, &traceback);
-        v = PyObject_CallMethodNoArgs(lock, lone_names[L_RELEASE]);
-        Py_XDECREF(v);
-        PyErr_Clear();
-        PyErr_Restore(type, value, traceback);
-    }
+    if (locked)
+        unlock_keeping(lock);
     Py_XDECREF(lock);
     Py_XDECREF(now_ms);
     Py_XDECREF(queue);

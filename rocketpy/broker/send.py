@@ -176,7 +176,7 @@ class SendMessageProcessor:
 
     def process_request(self, channel: Any, request: RemotingCommand) -> Deferred[RemotingCommand] | RemotingCommand:
         """Check the request, build the message(s) and store them; never raises."""
-        prepared = None
+        prepared: RemotingCommand | tuple[Sequence[MessageExt], int, bool] | None = None
         if _send_prepared is not None:  # _prepare in one call for the usual request (a lone batch)
             prepared = _send_prepared(request, self._topic_table, self._topic_problems, self._peer_host(channel),
                                       self._store_host, self._cluster, self._short_properties, self._max_size)

@@ -89,9 +89,8 @@ class SingleMessageTests(SynchronousTestCase):
                                          rng=random.Random(7))
         channel = FakeChannel("10.0.0.9:53211")
         lone = [processor.process_request(channel, request) for request in run]
-        many: Deferred[Any] = processor.process_requests(channel, run)
         answers = [a if isinstance(a, RemotingCommand) else self.successResultOf(a) for a in lone]
-        answers += self.successResultOf(many)
+        answers += self.answers(processor.process_requests(channel, run))
         return fields_of(answers), [(batch, fields_of(msgs)) for batch, msgs in store.puts]
 
     @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -111,11 +110,10 @@ class SingleMessageTests(SynchronousTestCase):
                                          cluster_name="TestCluster", max_message_size=1024, rng=random.Random(7))
         channel = FakeChannel("10.0.0.9:53211")
         if together:
-            many: Deferred[Any] = processor.process_requests(channel, run)
-            answers = self.successResultOf(many)
+            answers = self.answers(processor.process_requests(channel, run))
         else:
-            answers = [processor.process_request(channel, request) for request in run]
-            answers = [a if isinstance(a, RemotingCommand) else self.successResultOf(a) for a in answers]
+            lone = [processor.process_request(channel, request) for request in run]
+            answers = [a if isinstance(a, RemotingCommand) else self.successResultOf(a) for a in lone]
         return fields_of(answers), [fields_of(msgs) for _, msgs in store.puts]
 
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -140,38 +138,8 @@ class SingleMessageTests(SynchronousTestCase):
         self.assertIsNone(send._single_message_c(dataclasses.replace(header, sys_flag=4), *args))
         self.assertIsNone(send._single_message_c(header, b"x" * 1025, *args[1:]))
 
-    def test_batch_of_a_run_in_c(self) -> None:
-        """A run's batch requests after its topic's first are built in C (send_run); with header properties,
-        a retry topic or a compressed body they go to _prepare."""
-        processor = SendMessageProcessor(FakeStoreService(), TopicConfigManager(Clock()), test_send.STORE_HOST,
-                                         cluster_name="C", max_message_size=1024, rng=random.Random(7))
-        prepared: list[RemotingCommand] = []
-        prepare = processor._prepare
-
-        def counted(request: RemotingCommand, *args: Any) -> Any:
-            prepared.append(request)
-            return prepare(request, *args)
-
-        processor._prepare = counted  # type: ignore[method-assign,assignment]
-
-        def batch(**fields: str) -> RemotingCommand:
-            header = dict(test_send.ALI_V2, m="true", i="", e="1")
-            header.update(fields)
-            return test_send.send_request(RequestCode.SEND_MESSAGE_V2, header, BATCH_BODIES[0])
-
-        plain = [batch(), batch(), batch()]
-        unusual = [batch(i="KEYS\x01k"), batch(f="1"), batch(b="%RETRY%G"), batch(b="%RETRY%G"), batch(b="%DLQ%G"),
-                   batch(b="%DLQ%G")]  # the second of each: its topic checked in the run
-        answers = self.successResultOf(processor.process_requests(FakeChannel("10.0.0.9:53211"), plain + unusual))
-        self.assertEqual(prepared, [plain[0]] + unusual)
-        self.assertEqual([a.code for a in answers[:3]], [0, 0, 0])
-        self.assertEqual(len(answers[0].ext_fields["msgId"].split(",")), 3)
-
-    def test_first_of_a_run_in_c(self) -> None:
-        """A run's first request of a topic checked earlier (by a lone request, or an earlier run) and
-        still valid is built in C too, and so is such a request alone (send_prepared); a topic not checked yet, made read-only meanwhile, or a queue
-        beyond its count goes to _prepare, which answers as before."""
-        topics = TopicConfigManager(Clock())
+    def prepare_counted(self, topics: TopicConfigManager) -> tuple[SendMessageProcessor, list[RemotingCommand]]:
+        """A processor whose _prepare notes each request it is given, and that list."""
         processor = SendMessageProcessor(FakeStoreService(), topics, test_send.STORE_HOST, cluster_name="C",
                                          max_message_size=1024, rng=random.Random(7))
         prepared: list[RemotingCommand] = []
@@ -182,32 +150,57 @@ class SingleMessageTests(SynchronousTestCase):
             return prepare(request, *args)
 
         processor._prepare = counted  # type: ignore[method-assign,assignment]
+        return processor, prepared
+
+    def answers(self, result: list[RemotingCommand] | Deferred[list[RemotingCommand]]) -> list[RemotingCommand]:
+        """process_requests' answers: the list, or what its Deferred gave."""
+        return result if isinstance(result, list) else self.successResultOf(result)
+
+    def test_batch_of_a_run_in_c(self) -> None:
+        """A run's batch requests after its topic's first are built in C (send_run); with header properties,
+        a retry topic or a compressed body they go to _prepare."""
+        processor, prepared = self.prepare_counted(TopicConfigManager(Clock()))
+        plain = [batch(), batch(), batch()]
+        unusual = [batch(i="KEYS\x01k"), batch(f="1"), batch(b="%RETRY%G"), batch(b="%RETRY%G"), batch(b="%DLQ%G"),
+                   batch(b="%DLQ%G")]  # the second of each: its topic checked in the run
+        answers = self.answers(processor.process_requests(FakeChannel("10.0.0.9:53211"), plain + unusual))
+        self.assertEqual(prepared, [plain[0]] + unusual)
+        self.assertEqual([a.code for a in answers[:3]], [0, 0, 0])
+        self.assertEqual(len(answers[0].ext_fields["msgId"].split(",")), 3)
+
+    def test_first_of_a_run_in_c(self) -> None:
+        """A run's first request of a topic checked earlier (by a lone request, or an earlier run) and
+        still valid is built in C too, and so is such a request alone (send_prepared); a topic not checked
+        yet, made read-only meanwhile, or a queue beyond its count goes to _prepare, which answers as before."""
+        topics = TopicConfigManager(Clock())
+        processor, prepared = self.prepare_counted(topics)
         channel = FakeChannel("10.0.0.9:53211")
-
-        def batch(**fields: str) -> RemotingCommand:
-            header = dict(test_send.ALI_V2, m="true", i="", e="1")
-            header.update(fields)
-            return test_send.send_request(RequestCode.SEND_MESSAGE_V2, header, BATCH_BODIES[0])
-
         first = [batch(), batch(b="Other")]
-        self.successResultOf(processor.process_requests(channel, first))
+        self.answers(processor.process_requests(channel, first))
         self.assertEqual(prepared, first, "not checked yet: _prepare, which auto-creates them")
         del prepared[:]
         again = [batch(), batch(b="Other"), batch(e="2")]
-        answers = self.successResultOf(processor.process_requests(channel, again))
+        answers = self.answers(processor.process_requests(channel, again))
         self.assertEqual((prepared, [a.code for a in answers]), ([], [0, 0, 0]))
         other = topics.select_topic_config("Other")
         assert other is not None
         topics.update_topic_config(dataclasses.replace(other, perm=4))  # read only
         refused = [batch(b="Other"), batch(e="99"), batch()]
-        answers = self.successResultOf(processor.process_requests(channel, refused))
+        answers = self.answers(processor.process_requests(channel, refused))
         self.assertEqual(prepared, refused[:2])
         self.assertEqual([a.code for a in answers], [ResponseCode.NO_PERMISSION, ResponseCode.SYSTEM_ERROR, 0])
         del prepared[:]
         alone = [batch(), batch(b="Other"), batch(e="99")]  # process_request: send_prepared, else _prepare
-        answers = [processor.process_request(channel, request) for request in alone]
+        answers = [processor.process_request(channel, request) for request in alone]  # type: ignore[misc]
         self.assertEqual(prepared, alone[1:])
         self.assertEqual([a.code for a in answers], [0, ResponseCode.NO_PERMISSION, ResponseCode.SYSTEM_ERROR])
+
+
+def batch(**fields: str) -> RemotingCommand:
+    """A batch request of BATCH_BODIES[0] to AliTopic's queue 1, no header properties; fields replaced."""
+    header = dict(test_send.ALI_V2, m="true", i="", e="1")
+    header.update(fields)
+    return test_send.send_request(RequestCode.SEND_MESSAGE_V2, header, BATCH_BODIES[0])
 
 
 class PythonSendMessageProcessorTests(test_send.SendMessageProcessorTests):

@@ -227,14 +227,15 @@ class CompiledPutPathTests(SynchronousTestCase):
                 written.append(len(chunk))
                 write_chunk(mf, chunk, *args)
 
-            log._write_chunk = counted  # type: ignore[method-assign]
+            log._write_chunk = counted  # type: ignore[method-assign,assignment]
             plain: Spec = ("T", 0, 0, b"w" * 200, {"KEYS": "k1 k2", "TAGS": "t", "UNIQ_KEY": "U"})
             other: Spec = ("T", 1, 0, b"v" * 30, {"UNIQ_KEY": "V"})
             for _ in range(60):  # ~2.4 KiB a hop, 64 KiB files: into the third file
                 pair.put_many(self, [[plain] * 5, [other], [plain] * 2])
             pair.assert_same(self)
-            self.assertEqual(*[(store.stats.puts, store.stats.records, store.stats.bytes, store.stats.topic_bytes,
-                                store.stats.latency_buckets, store.commit_log.reput_offset) for store in pair.stores])
+            c, python = [(store.stats.puts, store.stats.records, store.stats.bytes, store.stats.topic_bytes,
+                          store.stats.latency_buckets, store.commit_log.reput_offset) for store in pair.stores]
+            self.assertEqual(c, python)
             self.assertEqual(len(pair.stores[0].commit_log.queue.mapped_files), 3)
             if path == "mmap":
                 self.assertLess(len(written), 6, "only where a hop reaches into a new file")
@@ -251,9 +252,9 @@ class CompiledPutPathTests(SynchronousTestCase):
             pair = StorePair(self, commit_log_write_path=path, message_index_enable=indexed)
             store = pair.stores[0]
             plain: Spec = ("T", 0, 0, b"w" * 200, {"KEYS": "k1 k2", "TAGS": "t", "UNIQ_KEY": "U"})
-            candidates = [[[plain]], [[plain] * 8, [("T", 1, 0, b"v", {})]], [[("New", 0, 0, b"n", {})]],
+            candidates: list[list[list[Spec]]] = [[[plain]], [[plain] * 8, [("T", 1, 0, b"v", {})]], [[("New", 0, 0, b"n", {})]],
                           [[plain] * 60], [[("T", 0, 0, b"d", {"DELAY": "3"})]], [[("T", 0, 0, b"x" * 9000, {})]]]
-            answers = []
+            answers: list[bool] = []
             for _ in range(45):
                 for candidate in candidates:
                     puts = [[build(spec, specs[0]) for spec in specs] for specs in candidate]
