@@ -97,12 +97,13 @@ static PyObject *put_encoded(PyObject *self, PyObject *const *args, Py_ssize_t n
         goto python;
     if ((queue = PyObject_GetAttr(cl, lone_names[L_QUEUE])) == NULL)
         goto fail;
-    if ((mf = last_of(queue, S_MAPPED_FILES)) == NULL || (flag = PyObject_GetAttr(mf, lone_names[L_USE_PWRITE])) == NULL ||
-        flag != Py_False || !int_attr(mf, S_WROTE, 0, INT64_MAX / 4, &wrote) ||
+    if ((mf = last_of(queue, S_MAPPED_FILES)) == NULL ||
+        (flag = PyObject_GetAttr(mf, lone_names[L_USE_PWRITE])) == NULL || flag != Py_False || !int_attr(mf, S_WROTE, 0, INT64_MAX / 4, &wrote) ||
         !int_attr(mf, S_FILE_SIZE, 0, INT64_MAX / 4, &file_size) || !int_attr(mf, S_FROM, 0, INT64_MAX / 4, &from) ||
         !lone_int(mf, L_POPULATED, &populated))
         goto python;
-    if (total + lone_blank > file_size - wrote || wrote + total > populated)  /* _file_with_room, MappedFile._populate */
+    /* else _file_with_room's blank and new file, or MappedFile._populate */
+    if (total + lone_blank > file_size - wrote || wrote + total > populated)
         goto python;
     if ((table = PyObject_GetAttr(cl, lone_names[L_QUEUE_TABLE])) == NULL ||
         (host_hex = PyObject_GetAttr(cl, lone_names[L_HOST_HEX])) == NULL ||
@@ -215,7 +216,8 @@ static int room_for(PyObject *store, int64_t size, int64_t keys, PyObject *entri
     Py_ssize_t pos = 0;
     int r = -1;
     /* the commit log's current file: size + BLANK_SIZE <= remaining, within its faulted-in pages (is_populated) */
-    if ((cl = PyObject_GetAttr(store, str_commit_log)) == NULL || (queue = PyObject_GetAttr(cl, lone_names[L_QUEUE])) == NULL)
+    if ((cl = PyObject_GetAttr(store, str_commit_log)) == NULL ||
+        (queue = PyObject_GetAttr(cl, lone_names[L_QUEUE])) == NULL)
         goto done;
     if ((mf = last_of(queue, S_MAPPED_FILES)) == NULL) {
         r = PyErr_Occurred() ? -1 : 0;
@@ -241,8 +243,9 @@ static int room_for(PyObject *store, int64_t size, int64_t keys, PyObject *entri
         }
     }
     /* each queue exists, and its newest file has room for its entries */
-    if ((cqs = PyObject_GetAttr(store, str_consume_queues)) == NULL || !Py_IS_TYPE(cqs, (PyTypeObject *)lone_cqs_type) ||
-        (table = PyObject_GetAttr(cqs, store_names[S_TABLE])) == NULL || !PyDict_CheckExact(table) || !PyDict_CheckExact(entries))
+    if ((cqs = PyObject_GetAttr(store, str_consume_queues)) == NULL ||
+        !Py_IS_TYPE(cqs, (PyTypeObject *)lone_cqs_type) || (table = PyObject_GetAttr(cqs, store_names[S_TABLE])) == NULL ||
+        !PyDict_CheckExact(table) || !PyDict_CheckExact(entries))
         goto done;
     while (PyDict_Next(entries, &pos, &key, &count_obj)) {
         PyObject *queues, *cq;
@@ -251,7 +254,8 @@ static int room_for(PyObject *store, int64_t size, int64_t keys, PyObject *entri
             !PyLong_CheckExact(PyTuple_GET_ITEM(key, 1)) || !I64_OK(count_obj, &count))
             goto done;
         queues = PyDict_GetItemWithError(table, PyTuple_GET_ITEM(key, 0));
-        cq = queues != NULL && PyDict_CheckExact(queues) ? PyDict_GetItemWithError(queues, PyTuple_GET_ITEM(key, 1)) : NULL;
+        cq = queues != NULL && PyDict_CheckExact(queues) ? PyDict_GetItemWithError(queues, PyTuple_GET_ITEM(key, 1))
+                                                          : NULL;
         if (PyErr_Occurred() || (queues != NULL && !PyDict_CheckExact(queues)))
             goto done;
         if (cq == NULL) {  /* no such queue yet: its file is made by the writer */
@@ -266,7 +270,8 @@ static int room_for(PyObject *store, int64_t size, int64_t keys, PyObject *entri
             r = PyErr_Occurred() ? -1 : 0;
             goto done;
         }
-        if (!int_attr(last, S_WROTE, 0, INT64_MAX / 4, &cq_wrote) || !int_attr(last, S_FILE_SIZE, 0, INT64_MAX / 4, &cq_size))
+        if (!int_attr(last, S_WROTE, 0, INT64_MAX / 4, &cq_wrote) ||
+            !int_attr(last, S_FILE_SIZE, 0, INT64_MAX / 4, &cq_size))
             goto done;
         if (cq_size - cq_wrote < count * CQ_UNIT) {
             r = 0;
@@ -290,7 +295,8 @@ static int room_for(PyObject *store, int64_t size, int64_t keys, PyObject *entri
         goto done;
     }
     Py_XSETREF(last, Py_NewRef(PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1)));
-    if (!int_attr(last, S_INDEX_COUNT, 0, INT64_MAX / 4, &filled) || !int_attr(last, S_MAX_ENTRIES, 0, INT64_MAX / 4, &bound))
+    if (!int_attr(last, S_INDEX_COUNT, 0, INT64_MAX / 4, &filled) ||
+        !int_attr(last, S_MAX_ENTRIES, 0, INT64_MAX / 4, &bound))
         goto done;
     r = filled + keys < bound;
 done:
@@ -362,8 +368,8 @@ static PyObject *queue_max_offset(PyObject *self, PyObject *const *args, Py_ssiz
         return PyErr_Format(PyExc_TypeError, "queue_max_offset() takes 5 arguments");
     if (!store_names_ready())
         return NULL;
-    if (lone_cqs_type == NULL || !Py_IS_TYPE(args[0], (PyTypeObject *)lone_cqs_type) || !PyUnicode_CheckExact(args[3]) ||
-        !PyLong_CheckExact(args[4]))
+    if (lone_cqs_type == NULL || !Py_IS_TYPE(args[0], (PyTypeObject *)lone_cqs_type) ||
+        !PyUnicode_CheckExact(args[3]) || !PyLong_CheckExact(args[4]))
         Py_RETURN_NONE;
     if ((table = PyObject_GetAttr(args[0], store_names[S_TABLE])) == NULL)
         goto python;

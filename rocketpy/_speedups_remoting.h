@@ -115,7 +115,8 @@ static PyObject *set_remoting(PyObject *self, PyObject *const *args, Py_ssize_t 
         str_msg_ids = PyUnicode_InternFromString("msg_ids");
         str_queue_offset_attr = PyUnicode_InternFromString("queue_offset");
         if (!str_msg_id || !str_queue_id || !str_queue_offset || !str_comma || !one || !empty_bytes ||
-            !str_queue_id_attr || !str_batch_attr || !str_read_nums || !str_write_nums || !str_perm_attr || !str_status ||
+            !str_queue_id_attr || !str_batch_attr || !str_read_nums || !str_write_nums || !str_perm_attr ||
+            !str_status ||
             !str_append || !str_msg_ids || !str_queue_offset_attr)
             return NULL;
     }
@@ -917,7 +918,8 @@ static int exact_int_attr(PyObject *obj, PyObject *name, int64_t *out) {
 static PyObject *sendable_config(PyObject *table, PyObject *problems, PyObject *topic, int64_t queue_id) {
     PyObject *config;
     int64_t perm, read_nums, write_nums;
-    if (!PyDict_CheckExact(table) || !PyDict_CheckExact(problems) || PyDict_GetItemWithError(problems, topic) != Py_None)
+    if (!PyDict_CheckExact(table) || !PyDict_CheckExact(problems) ||
+        PyDict_GetItemWithError(problems, topic) != Py_None)
         goto python;
     config = Py_XNewRef(PyDict_GetItemWithError(table, topic));
     if (config == NULL)

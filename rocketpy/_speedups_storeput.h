@@ -214,7 +214,8 @@ static int lone_stats(PyObject *cl, PyObject *topic, int64_t records, int64_t to
         if (bound >= elapsed)
             break;
     }
-    if (lone_add(stats, L_PUTS, 1) < 0 || lone_add(stats, L_RECORDS, records) < 0 || lone_add(stats, L_BYTES, total) < 0 ||
+    if (lone_add(stats, L_PUTS, 1) < 0 || lone_add(stats, L_RECORDS, records) < 0 ||
+        lone_add(stats, L_BYTES, total) < 0 ||
         lone_add(stats, L_PUT_MS_TOTAL, elapsed) < 0 || (sizes = PyObject_GetAttr(stats, lone_names[L_TOPIC_BYTES])) == NULL ||
         (buckets = PyObject_GetAttr(stats, lone_names[L_LATENCY])) == NULL)
         goto done;

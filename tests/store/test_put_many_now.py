@@ -29,7 +29,8 @@ def message(topic: str, queue_id: int, i: int) -> MessageExt:
 def puts_of(round_: int) -> list[list[MessageExt]]:
     """A run's puts: a batch, a lone message, a batch to another topic, a batch to the first queue again."""
     return [[message("T", 0, round_ * 10 + j) for j in range(3)], [message("T", 1, round_)],
-            [message("U", 0, round_ * 10 + j) for j in range(2)], [message("T", 0, round_ * 10 + 5 + j) for j in range(2)]]
+            [message("U", 0, round_ * 10 + j) for j in range(2)],
+            [message("T", 0, round_ * 10 + 5 + j) for j in range(2)]]
 
 
 def outcome(result: PutMessageResult) -> Any:

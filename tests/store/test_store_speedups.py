@@ -252,8 +252,9 @@ class CompiledPutPathTests(SynchronousTestCase):
             pair = StorePair(self, commit_log_write_path=path, message_index_enable=indexed)
             store = pair.stores[0]
             plain: Spec = ("T", 0, 0, b"w" * 200, {"KEYS": "k1 k2", "TAGS": "t", "UNIQ_KEY": "U"})
-            candidates: list[list[list[Spec]]] = [[[plain]], [[plain] * 8, [("T", 1, 0, b"v", {})]], [[("New", 0, 0, b"n", {})]],
-                          [[plain] * 60], [[("T", 0, 0, b"d", {"DELAY": "3"})]], [[("T", 0, 0, b"x" * 9000, {})]]]
+            candidates: list[list[list[Spec]]] = [
+                [[plain]], [[plain] * 8, [("T", 1, 0, b"v", {})]], [[("New", 0, 0, b"n", {})]], [[plain] * 60],
+                [[("T", 0, 0, b"d", {"DELAY": "3"})]], [[("T", 0, 0, b"x" * 9000, {})]]]
             answers: list[bool] = []
             for _ in range(45):
                 for candidate in candidates:
