@@ -98,7 +98,8 @@ static PyObject *put_encoded(PyObject *self, PyObject *const *args, Py_ssize_t n
     if ((queue = PyObject_GetAttr(cl, lone_names[L_QUEUE])) == NULL)
         goto fail;
     if ((mf = last_of(queue, S_MAPPED_FILES)) == NULL ||
-        (flag = PyObject_GetAttr(mf, lone_names[L_USE_PWRITE])) == NULL || flag != Py_False || !int_attr(mf, S_WROTE, 0, INT64_MAX / 4, &wrote) ||
+        (flag = PyObject_GetAttr(mf, lone_names[L_USE_PWRITE])) == NULL || flag != Py_False ||
+        !int_attr(mf, S_WROTE, 0, INT64_MAX / 4, &wrote) ||
         !int_attr(mf, S_FILE_SIZE, 0, INT64_MAX / 4, &file_size) || !int_attr(mf, S_FROM, 0, INT64_MAX / 4, &from) ||
         !lone_int(mf, L_POPULATED, &populated))
         goto python;
@@ -244,8 +245,9 @@ static int room_for(PyObject *store, int64_t size, int64_t keys, PyObject *entri
     }
     /* each queue exists, and its newest file has room for its entries */
     if ((cqs = PyObject_GetAttr(store, str_consume_queues)) == NULL ||
-        !Py_IS_TYPE(cqs, (PyTypeObject *)lone_cqs_type) || (table = PyObject_GetAttr(cqs, store_names[S_TABLE])) == NULL ||
-        !PyDict_CheckExact(table) || !PyDict_CheckExact(entries))
+        !Py_IS_TYPE(cqs, (PyTypeObject *)lone_cqs_type) ||
+        (table = PyObject_GetAttr(cqs, store_names[S_TABLE])) == NULL || !PyDict_CheckExact(table) ||
+        !PyDict_CheckExact(entries))
         goto done;
     while (PyDict_Next(entries, &pos, &key, &count_obj)) {
         PyObject *queues, *cq;
