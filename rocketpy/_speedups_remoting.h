@@ -786,6 +786,14 @@ fail:
 /* ---- the send processor's single message (rocketpy.broker.send._single_message) ----------- */
 
 enum { SM_TOPIC, SM_FLAG, SM_PROPERTIES, SM_SYS_FLAG, SM_BORN, SM_RECONSUME, SM_ATTRS };
+enum { LH_GROUP, LH_TOPIC, LH_DEFAULT_TOPIC, LH_QUEUE_NUMS, LH_QUEUE_ID, LH_SYS_FLAG, LH_BORN, LH_FLAG, LH_PROPERTIES,
+       LH_RECONSUME, LH_MAX_RECONSUME, LH_BATCH };  /* SendHeader's fields, in send_header's order */
+
+/* The six values message_of reads, a[SM_*], from a send header's fields h[LH_*] (borrowed). */
+static void message_attrs(PyObject *const *h, PyObject **a) {
+    a[SM_TOPIC] = h[LH_TOPIC], a[SM_FLAG] = h[LH_FLAG], a[SM_PROPERTIES] = h[LH_PROPERTIES];
+    a[SM_SYS_FLAG] = h[LH_SYS_FLAG], a[SM_BORN] = h[LH_BORN], a[SM_RECONSUME] = h[LH_RECONSUME];
+}
 static const char *const SM_NAMES[SM_ATTRS] = {"topic", "flag", "properties", "sys_flag", "born_timestamp",
                                                "reconsume_times"};
 static PyObject *sm_names[SM_ATTRS], *str_tran_msg, *str_retry, *str_dlq;
@@ -938,70 +946,60 @@ python:
  * needs its checks' answers: a topic of at most TOPIC_MAX_LENGTH characters, not a retry or dead
  * letter topic, an uncompressed body within max_body, no properties in the header (rocketpy's
  * send_batch; they would be every entry's), and stored_batch takes the body. NULL (an exception
- * or not) for anything else: _prepare decides again. msg_args: born_host, store_host, cluster,
- * limit, max_body, as for single_message. */
-static PyObject *run_batch(PyObject *header, PyObject *body, int64_t queue_id, PyObject *const *msg_args) {
-    PyObject *a[SM_ATTRS] = {NULL}, *args[11], *msgs = NULL;
+ * or not) for anything else: _prepare decides again. a: the header's values (message_attrs);
+ * msg_args: born_host, store_host, cluster, limit, max_body, as for single_message. */
+static PyObject *run_batch(PyObject *const *a, PyObject *body, int64_t queue_id, PyObject *const *msg_args) {
+    PyObject *args[11], *msgs;
     Py_ssize_t max_body;
     int64_t sys_flag;
-    int i;
     max_body = PyLong_AsSsize_t(msg_args[4]);
     if (max_body == -1 || !PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) > max_body)
         return NULL;
-    for (i = 0; i < SM_ATTRS; i++)
-        if ((a[i] = PyObject_GetAttr(header, sm_names[i])) == NULL)
-            goto done;
     if (!PyUnicode_CheckExact(a[SM_TOPIC]) || PyUnicode_GET_LENGTH(a[SM_TOPIC]) > TOPIC_MAX_LENGTH ||
         PyUnicode_Tailmatch(a[SM_TOPIC], str_retry, 0, PY_SSIZE_T_MAX, -1) != 0 ||
         PyUnicode_Tailmatch(a[SM_TOPIC], str_dlq, 0, PY_SSIZE_T_MAX, -1) != 0 ||
         !PyUnicode_CheckExact(a[SM_PROPERTIES]) || PyUnicode_GET_LENGTH(a[SM_PROPERTIES]) != 0 ||
         !PyLong_CheckExact(a[SM_SYS_FLAG]) || !I32_OK(a[SM_SYS_FLAG], &sys_flag) || (sys_flag & COMPRESSED_FLAG))
-        goto done;
+        return NULL;
     args[0] = body, args[1] = a[SM_TOPIC], args[3] = msg_args[2], args[4] = msg_args[3];
     args[6] = a[SM_SYS_FLAG], args[7] = a[SM_BORN], args[8] = msg_args[0], args[9] = msg_args[1];
     args[10] = a[SM_RECONSUME];
     if ((args[2] = PyDict_New()) == NULL || (args[5] = PyLong_FromLongLong(queue_id)) == NULL) {
         Py_XDECREF(args[2]);
-        goto done;
+        return NULL;
     }
     msgs = stored_batch(NULL, args, 11);
     Py_DECREF(args[2]);
     Py_DECREF(args[5]);
     if (msgs == Py_None)
         Py_CLEAR(msgs);
-done:
-    for (i = 0; i < SM_ATTRS; i++)
-        Py_XDECREF(a[i]);
     return msgs;
 }
 
-/* The message of one usual request of a run, as _prepare builds it: its header parsed, its topic
- * already checked in this run (in checked), or earlier and still valid (sendable_config, with table
- * and problems: then added to checked, as _prepare does), its queue id given and valid, and
- * single_message takes it; for a batch request (*batch set) the list of run_batch. Sets *queue_id.
- * NULL without an exception for anything else. */
+/* The message of one usual request of a run, as _prepare builds it: its header's fields parsed (as
+ * send_header does), its topic already checked in this run (in checked), or earlier and still valid
+ * (sendable_config, with table and problems: then added to checked, as _prepare does), its queue id
+ * given and valid, and message_of (single_message's work) takes it; for a batch request (*batch set)
+ * the list of run_batch. Sets *queue_id. NULL without an exception for anything else. */
 static PyObject *run_message(PyObject *request, PyObject *checked, PyObject *table, PyObject *problems,
                              PyObject *const *msg_args, int64_t *queue_id, int *batch) {
-    PyObject *header = NULL, *v = NULL, *topic = NULL, *config = NULL, *args[8], *msg = NULL;
+    PyObject *ext, *body, *h[SH_FIELDS], *a[SM_ATTRS], *config = NULL, *v = NULL, *msg = NULL;
+    Py_ssize_t limit, max_body;
     int64_t read_nums, write_nums;
-    if (!rc_slots || !Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand) || rc_get(request, RC_EXT) == NULL ||
-        rc_get(request, RC_BODY) == NULL)
+    int i, filled = 0, slow = 0;
+    if (!rc_slots || !Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand) || (ext = rc_get(request, RC_EXT)) == NULL ||
+        (body = rc_get(request, RC_BODY)) == NULL || !PyDict_CheckExact(ext))
         return NULL;
-    header = send_header(NULL, rc_get(request, RC_EXT));
-    if (header == NULL)
+    for (; filled < SH_FIELDS; filled++)  /* send_header's parse, without the SendHeader */
+        if ((h[filled] = sh_field(ext, filled, &slow)) == NULL)
+            goto python;
+    if (!PyUnicode_CheckExact(h[LH_TOPIC]) || !I32_OK(h[LH_QUEUE_ID], queue_id) || *queue_id < 0)
         goto python;
-    if ((topic = PyObject_GetAttr(header, sm_names[SM_TOPIC])) == NULL || !PyUnicode_CheckExact(topic))
-        goto python;
-    if ((v = PyObject_GetAttr(header, str_batch_attr)) == NULL || (*batch = PyObject_IsTrue(v)) < 0)
-        goto python;
-    Py_CLEAR(v);
-    if ((v = PyObject_GetAttr(header, str_queue_id_attr)) == NULL || !I32_OK(v, queue_id) || *queue_id < 0)
-        goto python;
-    Py_CLEAR(v);
-    config = Py_XNewRef(PyDict_GetItemWithError(checked, topic));
+    *batch = h[LH_BATCH] == Py_True;
+    config = Py_XNewRef(PyDict_GetItemWithError(checked, h[LH_TOPIC]));
     if (config == NULL) {  /* the run's first of its topic: valid as checked earlier, else _prepare checks it */
-        if (PyErr_Occurred() || (config = sendable_config(table, problems, topic, *queue_id)) == NULL ||
-            PyDict_SetItem(checked, topic, config) < 0)
+        if (PyErr_Occurred() || (config = sendable_config(table, problems, h[LH_TOPIC], *queue_id)) == NULL ||
+            PyDict_SetItem(checked, h[LH_TOPIC], config) < 0)
             goto python;
     }
     if ((v = PyObject_GetAttr(config, str_read_nums)) == NULL || !I32_OK(v, &read_nums))
@@ -1012,25 +1010,23 @@ static PyObject *run_message(PyObject *request, PyObject *checked, PyObject *tab
     Py_CLEAR(v);
     if (*queue_id >= (read_nums > write_nums ? read_nums : write_nums))
         goto python;
+    message_attrs(h, a);
     if (*batch) {
-        msg = run_batch(header, rc_get(request, RC_BODY), *queue_id, msg_args);
+        msg = run_batch(a, body, *queue_id, msg_args);
         goto python;
     }
-    args[0] = header;
-    args[1] = rc_get(request, RC_BODY);
-    args[2] = PyLong_FromLongLong(*queue_id);
-    if (args[2] == NULL)
+    limit = PyLong_AsSsize_t(msg_args[3]);
+    max_body = PyLong_AsSsize_t(msg_args[4]);
+    if ((limit == -1 || max_body == -1) && PyErr_Occurred())
         goto python;
-    memcpy(args + 3, msg_args, 5 * sizeof(PyObject *));
-    msg = single_message(NULL, args, 8);
-    Py_DECREF(args[2]);
+    msg = message_of(a, body, h[LH_QUEUE_ID], msg_args[0], msg_args[1], msg_args[2], limit, max_body);
     if (msg == Py_None)
         Py_CLEAR(msg);
 python:
+    for (i = 0; i < filled; i++)
+        Py_DECREF(h[i]);
     Py_XDECREF(config);
-    Py_XDECREF(topic);
     Py_XDECREF(v);
-    Py_XDECREF(header);
     if (msg == NULL)
         PyErr_Clear();  /* _prepare decides again, and raises or answers what it must */
     return msg;

@@ -14,8 +14,6 @@
 /* The state tuple lone_send reads (SendMessageProcessor builds it once). */
 enum { LS_TABLE, LS_PROBLEMS, LS_PEERS, LS_BUSY, LS_PUT, LS_LATER, LS_REFERENCE, LS_RESULT_TYPE, LS_STORE_HOST,
        LS_CLUSTER, LS_LIMIT, LS_MAX_BODY, LS_CODES, LS_TRACE, LS_ANSWERED, LS_ITEMS };
-enum { LH_GROUP, LH_TOPIC, LH_DEFAULT_TOPIC, LH_QUEUE_NUMS, LH_QUEUE_ID, LH_SYS_FLAG, LH_BORN, LH_FLAG, LH_PROPERTIES,
-       LH_RECONSUME, LH_MAX_RECONSUME, LH_BATCH };  /* SendHeader's fields, in send_header's order */
 static PyObject *str_remote_address, *str_called, *str_paused, *str_result, *str_add_callback;
 
 /* Intern names[i] into *out[i], those not done yet; -1 with an exception on failure. */
@@ -62,8 +60,7 @@ static PyObject *lone_message(PyObject *const *state, PyObject *channel, PyObjec
     max_body = PyLong_AsSsize_t(state[LS_MAX_BODY]);
     if ((limit == -1 || max_body == -1) && PyErr_Occurred())
         goto python;
-    a[SM_TOPIC] = h[LH_TOPIC], a[SM_FLAG] = h[LH_FLAG], a[SM_PROPERTIES] = h[LH_PROPERTIES];
-    a[SM_SYS_FLAG] = h[LH_SYS_FLAG], a[SM_BORN] = h[LH_BORN], a[SM_RECONSUME] = h[LH_RECONSUME];
+    message_attrs(h, a);
     *queue_obj = Py_NewRef(h[LH_QUEUE_ID]);
     if (state[LS_BUSY] != Py_None) {  /* else put_lone_now asks (None: busy) */
         busy = PyObject_CallNoArgs(state[LS_BUSY]);  /* reject_request: the full path answers SYSTEM_BUSY */
