@@ -113,7 +113,8 @@ def checks(loops: int) -> list[tuple[str, Callable[[], Any]]]:
 
     def runs() -> None:
         puts: list[Any] = []
-        send_run(run, None, {}, ("10.0.0.1", 5), STORE_HOST, "C", 1000, 1024, processor._prepare, puts, [], [], {}, {})
+        send_run(run, None, {}, {}, STORE_HOST, "C", 1000, 1024, processor._prepare, puts, [], [], {}, {},
+                 lambda channel: ("10.0.0.1", 5))
 
     return [("read_frames (json_command, orjson, fallbacks)", read_all), ("response_frames", responses),
             ("put_response / put_responses", puts), ("single_message", messages), ("send_run", runs)]

@@ -1032,6 +1032,31 @@ python:
     return msg;
 }
 
+static PyObject *str_remote_address;
+
+/* The born host of a message from channel once SendMessageProcessor._peer_host parsed its peer:
+ * peers[channel.remote_address] for a non-empty str address; a new reference, or NULL (no exception)
+ * when not there (then _peer_host parses it). */
+static PyObject *cached_born_host(PyObject *channel, PyObject *peers) {
+    PyObject *address, *host = NULL;
+    if (str_remote_address == NULL && (str_remote_address = PyUnicode_InternFromString("remote_address")) == NULL)
+        goto done;
+    address = PyObject_GetAttr(channel, str_remote_address);
+    if (address != NULL && PyUnicode_CheckExact(address) && PyUnicode_GET_LENGTH(address) > 0 && PyDict_CheckExact(peers))
+        host = Py_XNewRef(PyDict_GetItemWithError(peers, address));
+    Py_XDECREF(address);
+done:
+    PyErr_Clear();
+    return host;
+}
+
+/* The born host of channel's messages: cached_born_host, else peer_host(channel) (_peer_host); NULL
+ * with an exception on failure. */
+static PyObject *born_host_of(PyObject *channel, PyObject *peers, PyObject *peer_host) {
+    PyObject *host = cached_born_host(channel, peers);
+    return host != NULL ? host : PyObject_CallOneArg(peer_host, channel);
+}
+
 /* (msgs, queue id, batch) of a usual request, as _prepare gives them (run_message; msgs a list for a
  * batch, else a 1-tuple); NULL without an exception when _prepare must decide, NULL with one on failure. */
 static PyObject *run_prepared(PyObject *request, PyObject *checked, PyObject *table, PyObject *problems,
@@ -1051,40 +1076,47 @@ static PyObject *run_prepared(PyObject *request, PyObject *checked, PyObject *ta
     return prepared;
 }
 
-/* send_prepared(request, table, problems, born_host, store_host, cluster, limit, max_body)
+/* send_prepared(request, channel, table, problems, peers, peer_host, store_host, cluster, limit, max_body)
  *   -> (msgs, queue id, batch) or None
  * SendMessageProcessor._prepare (the reference) for a usual request alone (process_request) whose topic
  * was checked earlier and is still valid (sendable_config); None, having done nothing, for anything else
- * (then _prepare decides). table, problems: as for send_run. */
+ * (then _prepare decides). table, problems, peers, peer_host: as for send_run. */
 static PyObject *send_prepared(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *checked, *prepared;
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError,
-                        "send_prepared(request, table, problems, born_host, store_host, cluster, limit, max_body)");
+    PyObject *checked, *prepared, *msg_args[5];
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "send_prepared(request, channel, table, problems, peers, peer_host, "
+                                         "store_host, cluster, limit, max_body)");
         return NULL;
     }
     if (str_write_nums == NULL || single_message_names() < 0 || (checked = PyDict_New()) == NULL)
         return NULL;
-    prepared = run_prepared(args[0], checked, args[1], args[2], args + 3);
+    if ((msg_args[0] = born_host_of(args[1], args[4], args[5])) == NULL) {
+        Py_DECREF(checked);
+        return NULL;
+    }
+    memcpy(msg_args + 1, args + 6, 4 * sizeof(PyObject *));
+    prepared = run_prepared(args[0], checked, args[2], args[3], msg_args);
+    Py_DECREF(msg_args[0]);
     Py_DECREF(checked);
     if (prepared == NULL && !PyErr_Occurred())
         Py_RETURN_NONE;
     return prepared;
 }
 
-/* send_run(requests, channel, checked, born_host, store_host, cluster, limit, max_body, prepare,
- *          puts, stored, responses, table, problems) -> None
+/* send_run(requests, channel, checked, peers, store_host, cluster, limit, max_body, prepare,
+ *          puts, stored, responses, table, problems, peer_host) -> None
  * SendMessageProcessor.process_requests' loop: the usual requests in C (run_message), the others
  * through prepare(request, channel, born_host, checked) (its _prepare); puts, stored (response
  * index, request, queue id) and responses (the error response, or a placeholder) are appended to.
- * table, problems: the topic table (topics.live_table()) and the processor's checked names. */
+ * table, problems: the topic table (topics.live_table()) and the processor's checked names; peers,
+ * peer_host: its parsed peers and _peer_host, which give the run's born host. */
 static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    PyObject *requests, *checked, *puts, *stored, *responses, *msg_args[5];
+    PyObject *requests, *checked, *puts, *stored, *responses, *msg_args[5], *born_host;
     Py_ssize_t i;
-    if (nargs != 14 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[9]) ||
+    if (nargs != 15 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[2]) || !PyList_CheckExact(args[9]) ||
         !PyList_CheckExact(args[10]) || !PyList_CheckExact(args[11])) {
-        PyErr_SetString(PyExc_TypeError, "send_run(requests, channel, checked, born_host, store_host, cluster, limit, "
-                                         "max_body, prepare, puts, stored, responses, table, problems)");
+        PyErr_SetString(PyExc_TypeError, "send_run(requests, channel, checked, peers, store_host, cluster, limit, "
+                                         "max_body, prepare, puts, stored, responses, table, problems, peer_host)");
         return NULL;
     }
     if (str_write_nums == NULL) {
@@ -1094,7 +1126,9 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (single_message_names() < 0)
         return NULL;
     requests = args[0], checked = args[2], puts = args[9], stored = args[10], responses = args[11];
-    msg_args[0] = args[3], msg_args[1] = args[4], msg_args[2] = args[5], msg_args[3] = args[6], msg_args[4] = args[7];
+    if ((born_host = born_host_of(args[1], args[3], args[14])) == NULL)  /* one peer for the whole run */
+        return NULL;
+    msg_args[0] = born_host, msg_args[1] = args[4], msg_args[2] = args[5], msg_args[3] = args[6], msg_args[4] = args[7];
     for (i = 0; i < PyList_GET_SIZE(requests); i++) {
         PyObject *request = PyList_GET_ITEM(requests, i), *prepared, *msgs = NULL, *queue_obj = NULL;
         PyObject *entry = NULL, *index = NULL;
@@ -1102,7 +1136,7 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_INCREF(request);  /* prepare is Python code: the list may change under us */
         prepared = run_prepared(request, checked, args[12], args[13], msg_args);
         if (prepared == NULL && !PyErr_Occurred()) {
-            PyObject *call[4] = {request, args[1], args[3], checked};
+            PyObject *call[4] = {request, args[1], born_host, checked};
             prepared = PyObject_Vectorcall(args[8], call, 4, NULL);
         }
         if (prepared != NULL && PyTuple_CheckExact(prepared)) {  /* (msgs, queue id, batch), else a response */
@@ -1131,9 +1165,12 @@ static PyObject *send_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_XDECREF(entry);
         Py_XDECREF(index);
         Py_DECREF(request);
-        if (r < 0)
+        if (r < 0) {
+            Py_DECREF(born_host);
             return NULL;
+        }
     }
+    Py_DECREF(born_host);
     Py_RETURN_NONE;
 }
 

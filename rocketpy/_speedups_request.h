@@ -14,7 +14,7 @@
 /* The state tuple lone_send reads (SendMessageProcessor builds it once). */
 enum { LS_TABLE, LS_PROBLEMS, LS_PEERS, LS_BUSY, LS_PUT, LS_LATER, LS_REFERENCE, LS_RESULT_TYPE, LS_STORE_HOST,
        LS_CLUSTER, LS_LIMIT, LS_MAX_BODY, LS_CODES, LS_TRACE, LS_ANSWERED, LS_ITEMS };
-static PyObject *str_remote_address, *str_called, *str_paused, *str_result, *str_add_callback;
+static PyObject *str_called, *str_paused, *str_result, *str_add_callback;
 
 /* Intern names[i] into *out[i], those not done yet; -1 with an exception on failure. */
 static int intern_names(const char *const *names, PyObject **const *out, int n) {
@@ -26,9 +26,9 @@ static int intern_names(const char *const *names, PyObject **const *out, int n) 
 }
 
 static int request_names(void) {
-    static const char *const names[] = {"remote_address", "called", "paused", "result", "addCallback"};
-    static PyObject **const out[] = {&str_remote_address, &str_called, &str_paused, &str_result, &str_add_callback};
-    return intern_names(names, out, 5);
+    static const char *const names[] = {"called", "paused", "result", "addCallback"};
+    static PyObject **const out[] = {&str_called, &str_paused, &str_result, &str_add_callback};
+    return intern_names(names, out, 4);
 }
 
 /* The message of a usual lone send, as _prepare builds it, with its queue id; NULL without an
@@ -36,7 +36,7 @@ static int request_names(void) {
  * NULL with one on failure. Reads only: nothing is stored here. */
 static PyObject *lone_message(PyObject *const *state, PyObject *channel, PyObject *request, PyObject **queue_obj) {
     PyObject *h[SH_FIELDS], *ext = rc_get(request, RC_EXT), *body = rc_get(request, RC_BODY);
-    PyObject *config = NULL, *address = NULL, *born_host = NULL, *busy = NULL, *msg = NULL, *a[SM_ATTRS];
+    PyObject *config = NULL, *born_host = NULL, *busy = NULL, *msg = NULL, *a[SM_ATTRS];
     int64_t queue_id;
     Py_ssize_t limit, max_body;
     int i, filled = 0, slow = 0;
@@ -50,10 +50,7 @@ static PyObject *lone_message(PyObject *const *state, PyObject *channel, PyObjec
     config = sendable_config(state[LS_TABLE], state[LS_PROBLEMS], h[LH_TOPIC], queue_id);  /* checked before */
     if (config == NULL)
         goto python;
-    address = PyObject_GetAttr(channel, str_remote_address);  /* the born host, parsed by _peer_host before */
-    if (address == NULL || !PyUnicode_CheckExact(address) || PyUnicode_GET_LENGTH(address) == 0)
-        goto python;
-    born_host = Py_XNewRef(PyDict_GetItemWithError(state[LS_PEERS], address));
+    born_host = cached_born_host(channel, state[LS_PEERS]);  /* parsed by _peer_host before */
     if (born_host == NULL)
         goto python;
     limit = PyLong_AsSsize_t(state[LS_LIMIT]);
@@ -78,7 +75,6 @@ python:
     for (i = 0; i < filled; i++)
         Py_DECREF(h[i]);
     Py_XDECREF(config);
-    Py_XDECREF(address);
     Py_XDECREF(born_host);
     Py_XDECREF(busy);
     return msg;

@@ -178,8 +178,9 @@ class SendMessageProcessor:
         """Check the request, build the message(s) and store them; never raises."""
         prepared: RemotingCommand | tuple[Sequence[MessageExt], int, bool] | None = None
         if _send_prepared is not None:  # _prepare in one call for the usual request (a lone batch)
-            prepared = _send_prepared(request, self._topic_table, self._topic_problems, self._peer_host(channel),
-                                      self._store_host, self._cluster, self._short_properties, self._max_size)
+            prepared = _send_prepared(request, channel, self._topic_table, self._topic_problems, self._peer_hosts,
+                                      self._peer_host, self._store_host, self._cluster, self._short_properties,
+                                      self._max_size)
         if prepared is None:
             prepared = self._prepare(request, channel)
         if type(prepared) is RemotingCommand:
@@ -203,12 +204,13 @@ class SendMessageProcessor:
         responses: list[RemotingCommand] = []
         puts: list[Sequence[MessageExt]] = []
         stored: list[tuple[int, RemotingCommand, int]] = []  # response index, request, queue id
-        prepare, born_host = self._prepare, self._peer_host(channel)  # one peer for the whole run
         checked: dict[str, TopicConfig] = {}  # the run's topics whose checks passed
         if _send_run is not None:  # the loop below in C for the usual requests, _prepare for the others
-            _send_run(requests, channel, checked, born_host, self._store_host, self._cluster, self._short_properties,
-                      self._max_size, prepare, puts, stored, responses, self._topic_table, self._topic_problems)
+            _send_run(requests, channel, checked, self._peer_hosts, self._store_host, self._cluster,
+                      self._short_properties, self._max_size, self._prepare, puts, stored, responses, self._topic_table,
+                      self._topic_problems, self._peer_host)
             return self._stored_run(puts, responses, stored)
+        prepare, born_host = self._prepare, self._peer_host(channel)  # one peer for the whole run
         for request in requests:
             prepared = prepare(request, channel, born_host, checked)
             if type(prepared) is not RemotingCommand:
