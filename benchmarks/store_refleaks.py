@@ -9,7 +9,8 @@ Each round puts batches and single messages through a ``MessageStore`` (common r
 queue, a delay level, the schedule topic, a PREPARED record, a ``MessageExt`` subclass) and
 calls ``place_chunk`` and ``dispatch_chunk`` on their refused inputs and error paths, and puts
 messages through ``MessageStore.put_lone`` (``rocketpy/_speedups_storeput.h``: common ones, one the
-Python dispatch takes, refused ones). The files
+Python dispatch takes, refused ones), and through ``put_encoded``, ``inline_room`` and
+``queue_max_offset`` (``rocketpy/_speedups_chunkput.h``). The files
 are large enough that no file is created after the warm-up (a new file adds blocks of its own).
 Prints ``sys.getallocatedblocks()`` after each of six runs of ``--rounds`` rounds; ``--python``
 does the same with the Python put path, for comparison. Run it under an ASan build too
@@ -55,6 +56,12 @@ def one_round(store: MessageStore, compiled: Any) -> None:
     if compiled is None:
         return
     store.populate_ahead()
+    store.put_many([messages(8), messages(2, queue_id=1)])  # put_encoded (rocketpy/_speedups_chunkput.h)
+    assert compiled.put_encoded(store.commit_log, [], 1) is None
+    assert store.can_append_inline([messages(8), messages(1, queue_id=1)])  # inline_room
+    assert not store.can_append_inline([messages(1, DELAY="2")])
+    assert not store.can_append_inline([messages(1, queue_id=77)])
+    assert store.get_max_offset_in_queue("T", 0) > 0 and store.get_max_offset_in_queue("Nope", 0) == 0
     lone = [store.put_lone(msg) for msg in messages(3) + messages(1, topic=SCHEDULE_TOPIC) + messages(1, DELAY="2")
             + [Marked(topic="T", body=b"m", born_host=("1.2.3.4", 5))]]
     assert lone[0] is not None and lone[3] is not None and lone[3][1] is None and lone[4] is None and lone[5] is None
