@@ -1042,7 +1042,8 @@ static PyObject *cached_born_host(PyObject *channel, PyObject *peers) {
     if (str_remote_address == NULL && (str_remote_address = PyUnicode_InternFromString("remote_address")) == NULL)
         goto done;
     address = PyObject_GetAttr(channel, str_remote_address);
-    if (address != NULL && PyUnicode_CheckExact(address) && PyUnicode_GET_LENGTH(address) > 0 && PyDict_CheckExact(peers))
+    if (address != NULL && PyUnicode_CheckExact(address) && PyUnicode_GET_LENGTH(address) > 0 &&
+        PyDict_CheckExact(peers))
         host = Py_XNewRef(PyDict_GetItemWithError(peers, address));
     Py_XDECREF(address);
 done:
