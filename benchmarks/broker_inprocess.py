@@ -16,7 +16,7 @@ store append and dispatch, completion, response encode), the process's CPU per s
 threads, and the reactor thread's alone: the flush thread's page work varies from run to run) and
 the garbage collector's time per send, per round and as medians.
 ``--profile`` runs one more round under ``cProfile`` and prints the Python-level calls per
-send and the functions called most. ``--acl`` turns the broker's plain ACL on and signs every
+send, per request by area, and the functions called most. ``--acl`` turns the broker's plain ACL on and signs every
 frame (doc/security.md), to measure what the check costs.
 """
 
@@ -209,7 +209,6 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
             profile.enable()
             await run()
             profile.disable()
-            if os.environ.get("BATCHRUN_PROF"): profile.dump_stats(os.environ["BATCHRUN_PROF"])
             stats = pstats.Stats(profile)
             calls: int = stats.total_calls  # type: ignore[attr-defined]
             print(f"\nunder cProfile (reactor thread only): {calls / n:.0f} Python-level calls per send")
@@ -223,8 +222,9 @@ async def bench(reactor: Any, options: argparse.Namespace) -> None:
 
 
 def print_areas(stats: pstats.Stats, requests: int) -> None:
-    """Calls per request by where they live (``lone_calls.area``), the driver's own (this file,
-    its waiters' Deferreds and timers) apart: deterministic, so two trees compare exactly."""
+    """Calls per request (a frame fed) by where they live (``lone_calls.area``), the driver's own functions
+    (this file) apart; its waiters' Deferreds and timers count as Twisted's. Deterministic (but for the
+    puts a new store file or a populate sends through a hop): two trees compare by running it in each."""
     from lone_calls import area
 
     by_area: dict[str, int] = {}

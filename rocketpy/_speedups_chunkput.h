@@ -6,16 +6,17 @@
  * reference: its Python code) when every one of the count puts was encoded (encoded is encode_puts'
  * list) and they all fit the current commit-log file on the mmap write path, below its faulted-in end
  * (one _write_chunk: no file to fill with a blank or to create, no page to fault in), and the lock is
- * free: place_chunk, the copy into the mapped file, the file's positions and store time, the dispatch
- * (dispatch_chunk, or CommitLog._dispatch_chunk for other dispatchers), each put's PutMessageResult, the
- * reput offset, the lock released, each put's stats. It returns the results, or None having changed
- * nothing (the Python code then runs), or raises what place_chunk raises, as the Python code would.
+ * free: begin_time_in_lock set while it holds the lock, place_chunk, the copy into the mapped file, the
+ * file's positions and store time, the dispatch (dispatch_chunk, or CommitLog._dispatch_chunk for other
+ * dispatchers), each put's PutMessageResult, the reput offset, the lock released, each put's stats. It
+ * returns the results, or None having changed nothing (the Python code then runs), or raises what
+ * place_chunk raises, as the Python code would.
  *
  * Uses from _speedups_store.h and _speedups_storeput.h: store_names, last_of, data_view, int_attr,
  * set_int_attr, place_chunk, dispatch_chunk, SLOT, lone_names, lone_ready, lone_int, lone_now,
  * lone_stats, lone_blank, lone_cqs_type, lone_index_type, slotted, pr_offsets, ar_offsets. */
 
-static PyObject *str_dispatch_chunk;
+static PyObject *str_dispatch_chunk, *str_begin_in_lock;
 
 /* A chunk's dispatch, as CommitLog._dispatch_chunk: dispatch_chunk for the consume queues (and the
  * index), its exception to _dispatch_raised; that method itself for other dispatchers. -1 with an
@@ -69,7 +70,7 @@ static PyObject *put_encoded(PyObject *self, PyObject *const *args, Py_ssize_t n
     PyObject *host_hex = NULL, *now_obj = NULL, *base_obj = NULL, *placed = NULL, *results = NULL, *out = NULL, *v;
     PyObject *records, *ids, *call[5];
     Py_buffer view;
-    int locked = 0, viewing = 0;
+    int locked = 0, viewing = 0, marked = 0;
     int64_t count, wrote, file_size, from, populated, total = 0, now, ended, phys, at;
     Py_ssize_t i;
     if (nargs != 3)
@@ -111,6 +112,11 @@ static PyObject *put_encoded(PyObject *self, PyObject *const *args, Py_ssize_t n
         (now_ms = PyObject_GetAttr(cl, lone_names[L_NOW_MS])) == NULL || (now = lone_now(now_ms)) == -1 ||
         (now_obj = PyLong_FromLongLong(now)) == NULL || (base_obj = PyLong_FromLongLong(from + wrote)) == NULL)
         goto fail;
+    if ((str_begin_in_lock == NULL &&
+         (str_begin_in_lock = PyUnicode_InternFromString("begin_time_in_lock")) == NULL) ||
+        PyObject_SetAttr(cl, str_begin_in_lock, now_obj) < 0)  /* what _refusal reads while the lock is held */
+        goto fail;
+    marked = 1;
     /* the file's buffer, held while no Python code runs; then the records placed (nothing changed before) */
     if (!data_view(mf, &view, file_size))
         goto python;
@@ -149,8 +155,9 @@ static PyObject *put_encoded(PyObject *self, PyObject *const *args, Py_ssize_t n
             goto fail;
         PyList_SET_ITEM(results, i, result);
     }
-    if (lone_set_int(cl, L_REPUT, phys) < 0)
+    if (lone_set_int(cl, L_REPUT, phys) < 0 || set_int_named(cl, str_begin_in_lock, 0) < 0)
         goto fail;
+    marked = 0;
     locked = 0;
     if ((v = PyObject_CallMethodNoArgs(lock, lone_names[L_RELEASE])) == NULL)
         goto fail;
@@ -176,6 +183,13 @@ fail:
 done:
     if (viewing)
         PyBuffer_Release(&view);
+    if (marked) {  /* begin_time_in_lock back to 0, keeping any exception */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (set_int_named(cl, str_begin_in_lock, 0) < 0)
+            PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    }
     if (locked)
         unlock_keeping(lock);
     Py_XDECREF(lock);

@@ -228,6 +228,14 @@ class CompiledPutPathTests(SynchronousTestCase):
                 write_chunk(mf, chunk, *args)
 
             log._write_chunk = counted  # type: ignore[method-assign,assignment]
+            in_lock: list[int] = []
+            dispatch = log.dispatch
+
+            def noted(msg: MessageExt) -> None:  # the Python dispatch of a record put_encoded hands on
+                in_lock.append(log.begin_time_in_lock)
+                dispatch(msg)
+
+            log.dispatch = noted  # type: ignore[method-assign]
             plain: Spec = ("T", 0, 0, b"w" * 200, {"KEYS": "k1 k2", "TAGS": "t", "UNIQ_KEY": "U"})
             other: Spec = ("T", 1, 0, b"v" * 30, {"UNIQ_KEY": "V"})
             for _ in range(60):  # ~2.4 KiB a hop, 64 KiB files: into the third file
@@ -237,6 +245,8 @@ class CompiledPutPathTests(SynchronousTestCase):
                           store.stats.latency_buckets, store.commit_log.reput_offset) for store in pair.stores]
             self.assertEqual(c, python)
             self.assertEqual(len(pair.stores[0].commit_log.queue.mapped_files), 3)
+            self.assertEqual(log.begin_time_in_lock, 0)
+            self.assertTrue(in_lock and all(in_lock), "set while the lock is held, as in put_many")
             if path == "mmap":
                 self.assertLess(len(written), 6, "only where a hop reaches into a new file")
             else:
