@@ -1744,6 +1744,7 @@ static int intern_array(PyObject **out, const char *const *texts, int n) {
 
 #include "_speedups_answerfirst.h"  /* answer_first: a lone send's answer written before the store's notices */
 #include "_speedups_request.h"  /* lone_send, send_now: a lone send request from its command to its answer */
+#include "_speedups_loneread.h"  /* lone_read: a read of one whole frame handled from the reactor's turn */
 #include "_speedups_syncanswer.h"  /* sync_answer_*: a lone SYNC_FLUSH send answered as its sync ends */
 #include "_speedups_syncwrite.h"  /* syncer_direct: that answer written by the sync thread itself */
 #include "_speedups_clientsend.h"  /* client_lone_send: a lone send from Producer.send to the socket in C */
@@ -1839,6 +1840,7 @@ static PyMethodDef methods[] = {
     PRODUCER_METHODS
     CLIENTSEND_METHODS
     REACTOR_METHODS
+    LONE_READ_METHODS
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",

@@ -9,7 +9,8 @@
  *               the next hop), so the producer's answer leaves before them.
  */
 
-static PyObject *str_answer_now;
+/* _speedups_loneread.h: RemotingProtocol.answer_now in C for that type, the method otherwise */
+static int channel_answer_now(PyObject *channel, PyObject *frame);
 
 /* The answer of the put that put_lone_now stored at once (result), then answered() called once:
  * True once answer_now took the frame, the response (a refusal, or not the plain case: reference,
@@ -19,9 +20,7 @@ static PyObject *str_answer_now;
 static PyObject *answer_first(PyObject *channel, PyObject *request, PyObject *queue_id, PyObject *result,
                               PyObject *codes, PyObject *trace_fields, PyObject *reference, PyObject *answered) {
     PyObject *response, *frame, *r, *type, *value, *traceback;
-    if (str_answer_now == NULL && (str_answer_now = PyUnicode_InternFromString("answer_now")) == NULL)
-        response = NULL;
-    else if ((response = stored_response(result, request, queue_id, codes, trace_fields)) == NULL) {
+    if ((response = stored_response(result, request, queue_id, codes, trace_fields)) == NULL) {
         PyObject *call[3] = {result, request, queue_id};
         response = PyErr_Occurred() ? NULL : PyObject_Vectorcall(reference, call, 3, NULL);
     } else if ((frame = json_frame(NULL, response)) == NULL) {
@@ -29,10 +28,9 @@ static PyObject *answer_first(PyObject *channel, PyObject *request, PyObject *qu
     } else if (frame == Py_None) {
         Py_DECREF(frame);  /* the caller encodes the response */
     } else {
-        r = PyObject_CallMethodOneArg(channel, str_answer_now, frame);
+        int written = channel_answer_now(channel, frame);
         Py_DECREF(frame);
-        Py_SETREF(response, r == NULL ? NULL : Py_NewRef(Py_True));
-        Py_XDECREF(r);
+        Py_SETREF(response, written < 0 ? NULL : Py_NewRef(Py_True));
     }
     PyErr_Fetch(&type, &value, &traceback);
     r = PyObject_CallNoArgs(answered);

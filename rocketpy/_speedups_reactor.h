@@ -370,7 +370,8 @@ static int turn_read(ReactorTurn *self, turn_attrs *attrs, PyObject *connection)
             return turn_raised(self, connection);
         }
     }
-    r = PyObject_CallMethodOneArg(protocol, str_data_received, data);
+    truth = lone_read_turn(protocol, data);  /* a read of one whole frame of a RemotingProtocol, in C */
+    r = truth < 0 ? NULL : truth > 0 ? Py_NewRef(Py_None) : PyObject_CallMethodOneArg(protocol, str_data_received, data);
     Py_DECREF(protocol);
     Py_DECREF(data);
     if (r == NULL)

@@ -26,6 +26,7 @@ from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RequestRefused
 from rocketpy.remoting.protocol import RemotingProtocol
+from rocketpy.remoting.writenow import _PLAIN_SEND, write_now
 from rocketpy.util.ratelimit import EveryFewSeconds
 
 #: ``_reply_run``'s answers as frames in one C call (rocketpy/_speedups_remoting.h
@@ -199,16 +200,8 @@ class RemotingNode:
                 except Exception:
                     self._reply_failure(Failure(), channel, request)
                     return
-                if result is True:  # answered (RemotingProtocol.answer_now)
-                    return
-                if type(result) is bytes:
-                    channel.reply_frame(result)
-                elif result is None:  # not the usual case: nothing was done
-                    self.request_received(channel, request)
-                elif isinstance(result, Deferred):
-                    self._reply_when_done(result, channel, request)
-                else:
-                    self._reply(result, channel, request)
+                if result is not True:  # True: answered (RemotingProtocol.answer_now)
+                    self.lone_result(result, channel, request)
                 return
             self.request_received(channel, request)
             return
@@ -230,6 +223,19 @@ class RemotingNode:
             self.request_received(channel, request)
         if run:
             self._run_received(owner, channel, run)  # type: ignore[arg-type]
+
+    def lone_result(self, result: Any, channel: RemotingProtocol, request: RemotingCommand) -> None:
+        """Answer what a processor's ``lone_request`` gave for *request* other than True (answered):
+        its answer's frame, None (not its case: the full path), or what ``process_request`` returns.
+        (:meth:`requests_received`, and the reactor's C read of one frame: rocketpy/_speedups_loneread.h.)"""
+        if type(result) is bytes:
+            channel.reply_frame(result)
+        elif result is None:  # not the usual case: nothing was done
+            self.request_received(channel, request)
+        elif isinstance(result, Deferred):
+            self._reply_when_done(result, channel, request)
+        else:
+            self._reply(result, channel, request)
 
     def _run_received(self, registration: _Registration, channel: RemotingProtocol,
                       run: list[RemotingCommand]) -> None:
@@ -466,3 +472,10 @@ class RemotingNode:
                 channel.expire_requests(now)
             except Exception:  # an escaping exception would end the LoopingCall
                 self.log.failure("timeout scan of {peer} failed", level=LogLevel.error, peer=channel.remote_address)
+
+
+if speedups.compiled is not None and hasattr(speedups.compiled, "set_lone_read"):
+    # the reactor's C turn reads one whole frame without dataReceived (rocketpy/_speedups_loneread.h): for
+    # a RemotingProtocol owned by a node whose requests_received is this one, as these two do it
+    speedups.compiled.set_lone_read(RemotingProtocol, RemotingProtocol.dataReceived, RemotingNode.requests_received,
+                                    Failure, _PLAIN_SEND, write_now)
