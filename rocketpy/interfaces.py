@@ -120,8 +120,10 @@ class IStoreService(Interface):
     def queue_wait() -> float:
         """Seconds the oldest put waiting for an append hop has waited (0 when none waits)."""
 
-    def add_arrival_listener(listener: Callable[[str, int, int], None]) -> None:
-        """Call ``listener(topic, queue_id, new_max_offset)`` on the reactor after appends."""
+    def add_arrival_listener(listener: Callable[[str, int, int], None], topic: str | None = None) -> Any:
+        """Call ``listener(topic, queue_id, new_max_offset)`` on the reactor after appends (of ``topic``
+        only, when given); returns an ``rocketpy.store.arrivals.Arrival``, whose ``wanted`` False stops
+        its calls until set True again (a listener waiting for nothing)."""
 
     def add_put_hook(hook: Callable[[PutMessageResult], Deferred[PutMessageStatus] | None]) -> None:
         """Call ``hook(result)`` for every appended put that waits for its store (HA replication)."""

@@ -27,6 +27,7 @@ from rocketpy.common.message import (
 from rocketpy.interfaces import IChannel, ICommandLocator, IMessageStore, IRequestProcessor, IStoreService
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.responders import register_responders
+from rocketpy.store.arrivals import Arrival, ArrivalListeners
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.store.groupcommit import PutHook
 from rocketpy.store.stats import StoreStats
@@ -128,7 +129,7 @@ class FakeStoreService:
         self.put_status = PutMessageStatus.PUT_OK
         self.busy = False
         self.notify = True
-        self.listeners: list[Callable[[str, int, int], None]] = []
+        self.listeners = ArrivalListeners()
         self.put_hooks: list[PutHook] = []
         self.delete_requests = 0
         self.stats = StoreStats()
@@ -181,12 +182,12 @@ class FakeStoreService:
             AppendMessageStatus.PUT_OK, first_physical, len(self.log) - first_physical, ids, first_offset, len(msgs),
         )
         if self.notify:
-            for listener in self.listeners:
+            for listener in self.listeners.of(key[0]):
                 listener(key[0], key[1], len(queue))
         return PutMessageResult(status, append)
 
-    def add_arrival_listener(self, listener: Callable[[str, int, int], None]) -> None:
-        self.listeners.append(listener)
+    def add_arrival_listener(self, listener: Callable[[str, int, int], None], topic: str | None = None) -> Arrival:
+        return self.listeners.add(listener, topic)
 
     def set_consumer_positions(self, snapshot: Callable[[], Sequence[tuple[str, str, int, int]]]) -> None:
         self.positions = snapshot
@@ -391,7 +392,7 @@ class FakeMasterStore(FakeStoreService):
     def append(self, data: bytes) -> None:
         """Grow the log and tell the arrival listeners, as a put would."""
         self.log += data
-        for listener in self.listeners:
+        for listener in self.listeners.of("T"):
             listener("T", 0, 1)
 
     def get_commit_log_data(self, offset: int, size: int = -1) -> Deferred[bytes | None]:

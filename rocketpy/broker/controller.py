@@ -271,7 +271,7 @@ class BrokerService(OrderedMultiService):
         self.server.register_processor(RequestCode.PULL_MESSAGE, pull)
         self.pull_processor = pull  # the 5.x gRPC endpoint's PullMessage reads through it too (rocketpy/grpc)
         if self.hold is not None:
-            self.store.add_arrival_listener(self.hold.notify_message_arriving)
+            self.hold.listen_to(self.store)
 
     def _build_tree(self) -> None:
         """The children in start order (stopped in reverse): config tables → store → features →

@@ -80,6 +80,7 @@ class PullRequestHoldService(Service):
         self._max_hold = max_hold
         self._recheck_interval = recheck_interval
         self._parked: dict[str, list[_Parked]] = {}
+        self._arrival: Any = None  # listen_to's: wanted while something is parked
         self._loop = LoopingCall(self._recheck_all)
         self._loop.clock = clock
 
@@ -122,8 +123,16 @@ class PullRequestHoldService(Service):
         parked.timer = self._clock.callLater(
             max(0.0, min(timeout, self._max_hold)), self._wake, parked
         )
+        if not self._parked and self._arrival is not None:
+            self._arrival.wanted = True
         self._parked.setdefault(key, []).append(parked)
         return parked.result
+
+    def listen_to(self, store: Any) -> None:
+        """Be ``store``'s arrival listener (:meth:`notify_message_arriving`), called only while a request
+        is parked: else a put calls nothing here."""
+        self._arrival = store.add_arrival_listener(self.notify_message_arriving)
+        self._arrival.wanted = bool(self._parked)
 
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int) -> None:
         """Store arrival listener: wake the requests of that queue waiting below ``max_offset``."""
@@ -175,6 +184,8 @@ class PullRequestHoldService(Service):
             waiting.remove(parked)
             if not waiting:
                 del self._parked[parked.key]
+                if not self._parked and self._arrival is not None:
+                    self._arrival.wanted = False
         if parked.timer is not None and parked.timer.active():
             parked.timer.cancel()
         parked.timer = None

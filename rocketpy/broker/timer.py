@@ -175,7 +175,7 @@ class TimerMessageService(Service):
         self._scanned = cp.low_offset
         self._recovered_until, self._delivered_below = cp.scan_offset, cp.pending_from
         self._recovery = (cp.low_offset, self._clock.seconds())
-        self._store.add_arrival_listener(self._arrived)
+        self._store.add_arrival_listener(self._arrived, TIMER_TOPIC)
         self._looping = self._loop.start(PERSIST_INTERVAL, now=False)
         self._kick()
 

@@ -36,7 +36,7 @@ class MasterStore(Protocol):
 
     def get_commit_log_data(self, offset: int, size: int = -1) -> Deferred[bytes | None]: ...
 
-    def add_arrival_listener(self, listener: Any) -> None: ...
+    def add_arrival_listener(self, listener: Any) -> Any: ...
 
     def add_put_hook(self, hook: Any) -> None: ...
 
@@ -181,7 +181,8 @@ class HAService(OrderedMultiService):
             endpoint = serverFromString(reactor, listen)
             self._listener = ListeningService(endpoint, Factory.forProtocol(self.build_protocol), "HA service")
             self.add("listener", self._listener)
-        store.add_arrival_listener(self._arrived)
+        self._arrival = store.add_arrival_listener(self._arrived)
+        self._arrival.wanted = False  # only while a slave is connected
         if sync_master:
             store.add_put_hook(self._wait_for_slave)
 
@@ -237,11 +238,13 @@ class HAService(OrderedMultiService):
     def _connected(self, link: MasterProtocol) -> SlaveSession:
         session = SlaveSession(self, link, self._reactor)
         self._sessions.add(session)
+        self._arrival.wanted = True
         self.log.info("HA slave {peer} connected ({n} now)", peer=session.peer, n=len(self._sessions))
         return session
 
     def slave_lost(self, session: SlaveSession) -> None:
         self._sessions.discard(session)
+        self._arrival.wanted = bool(self._sessions)
         self.log.info("HA slave {peer} lost, acknowledged up to {offset} ({n} left)", peer=session.peer,
                       offset=session.ack_offset, n=len(self._sessions))
         if not self._sessions and self._all_lost is not None:

@@ -34,6 +34,7 @@ from zope.interface import implementer
 from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IMessageStore, IStoreService
 from rocketpy.store.aioflush import AioFdSync
+from rocketpy.store.arrivals import Arrival, ArrivalListener, ArrivalListeners
 from rocketpy.store.config import SYNC_FLUSH_COMPLETIONS
 from rocketpy.store.flush import CommitLogFlush, FlushLoops, flush_commit_log
 from rocketpy.store.groupcommit import OffsetWaiters, PutCompletion, PutHook
@@ -42,8 +43,6 @@ from rocketpy.store.pools import StorePools
 from rocketpy.store.retention import ConsumerPosition
 from rocketpy.store.servicereads import StoreReads
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
-
-ArrivalListener = Callable[[str, int, int], None]
 
 
 @implementer(IStoreService)
@@ -110,7 +109,7 @@ class StoreService(StoreReads, Service):
         self._ready = False
         self._started: Deferred[None] | None = None
         self._accepting = False  # running, and the store not known to have failed loading
-        self._arrival_listeners: list[ArrivalListener] = []
+        self._arrivals = ArrivalListeners()
         self._answering: tuple[MessageExt, PutMessageStatus, int | None] | None = None  # put_lone_now's put
         #: puts refused here before reaching the store, by status (the store counts its own)
         self.refused: Counter[str] = Counter()
@@ -273,9 +272,12 @@ class StoreService(StoreReads, Service):
             return
         msg, status, max_offset = answering
         if status is PutMessageStatus.PUT_OK:
-            topic, queue_id = msg.topic, msg.queue_id
-            self._notify_arrival(topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id)
-                                 if max_offset is None else max_offset)
+            topic = msg.topic
+            listeners = self._arrivals.of(topic)
+            if listeners:  # else nobody listens to it now
+                queue_id = msg.queue_id
+                self._notify_arrival(listeners, topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id)
+                                     if max_offset is None else max_offset)
         if self._queue or self._drained:  # the notices' puts, or a stop waiting: else only the state
             self._hop_finished()
         else:
@@ -483,9 +485,12 @@ class StoreService(StoreReads, Service):
         ``max_offset``: the queue's, when the store said it."""
         if result.status is PutMessageStatus.PUT_OK:
             first = msgs[0]
-            topic, queue_id = first.topic, first.queue_id
-            self._notify_arrival(topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id)
-                                 if max_offset is None else max_offset)
+            topic = first.topic
+            listeners = self._arrivals.of(topic)
+            if listeners:  # else nobody listens to it now
+                queue_id = first.queue_id
+                self._notify_arrival(listeners, topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id)
+                                     if max_offset is None else max_offset)
         self._delivering += 1
         try:
             self._completion.complete(d.callback, msgs, result)
@@ -580,19 +585,24 @@ class StoreService(StoreReads, Service):
             self._maybe_hop()
 
     def _notify_arrivals(self, touched: Iterable[tuple[str, int]]) -> None:
+        of = self._arrivals.of
         for topic, queue_id in touched:
-            self._notify_arrival(topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id))
+            listeners = of(topic)
+            if listeners:  # else nobody listens to it now
+                self._notify_arrival(listeners, topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id))
 
-    def _notify_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
-        for listener in self._arrival_listeners:
+    def _notify_arrival(self, listeners: Iterable[ArrivalListener], topic: str, queue_id: int,
+                        max_offset: int) -> None:
+        for listener in listeners:
             try:
                 listener(topic, queue_id, max_offset)
             except Exception:
                 self.log.failure("arrival listener failed", level=LogLevel.error)
 
-    def add_arrival_listener(self, listener: ArrivalListener) -> None:
-        """Call ``listener(topic, queue_id, new_max_offset)`` on the reactor after appends."""
-        self._arrival_listeners.append(listener)
+    def add_arrival_listener(self, listener: ArrivalListener, topic: str | None = None) -> Arrival:
+        """Call ``listener(topic, queue_id, new_max_offset)`` on the reactor after appends (of ``topic``
+        only, when given); the returned :class:`Arrival`'s ``wanted`` stops and resumes its calls."""
+        return self._arrivals.add(listener, topic)
 
     def add_put_hook(self, hook: PutHook) -> None:
         """Call ``hook(result)`` on the reactor for every appended put whose WAIT property
