@@ -58,7 +58,8 @@ setup(
                                     "rocketpy/_speedups_clientsend.h", "rocketpy/_speedups_reactor.h",
                                     "rocketpy/_speedups_syncwrite.h", "rocketpy/_speedups_mapped.h",
                                     "rocketpy/_speedups_chunkput.h",
-                                    "rocketpy/_speedups_loneread.h"],
+                                    "rocketpy/_speedups_loneread.h",
+                                    "rocketpy/_speedups_lonestore.h"],
                            optional=True)],
     zip_safe=False,
 )

@@ -1745,6 +1745,7 @@ static int intern_array(PyObject **out, const char *const *texts, int n) {
 #include "_speedups_answerfirst.h"  /* answer_first: a lone send's answer written before the store's notices */
 #include "_speedups_request.h"  /* lone_send, send_now: a lone send request from its command to its answer */
 #include "_speedups_loneread.h"  /* lone_read: a read of one whole frame handled from the reactor's turn */
+#include "_speedups_lonestore.h"  /* store_put_now, store_answered: the store service's part of a lone send */
 #include "_speedups_syncanswer.h"  /* sync_answer_*: a lone SYNC_FLUSH send answered as its sync ends */
 #include "_speedups_syncwrite.h"  /* syncer_direct: that answer written by the sync thread itself */
 #include "_speedups_clientsend.h"  /* client_lone_send: a lone send from Producer.send to the socket in C */
@@ -1841,6 +1842,7 @@ static PyMethodDef methods[] = {
     CLIENTSEND_METHODS
     REACTOR_METHODS
     LONE_READ_METHODS
+    LONE_STORE_METHODS
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "rocketpy._speedups",

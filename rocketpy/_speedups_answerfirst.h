@@ -11,6 +11,8 @@
 
 /* _speedups_loneread.h: RemotingProtocol.answer_now in C for that type, the method otherwise */
 static int channel_answer_now(PyObject *channel, PyObject *frame);
+/* _speedups_lonestore.h: answered(), StoreService.lone_answered in C for that method */
+static PyObject *store_answered(PyObject *answered);
 
 /* The answer of the put that put_lone_now stored at once (result), then answered() called once:
  * True once answer_now took the frame, the response (a refusal, or not the plain case: reference,
@@ -33,7 +35,7 @@ static PyObject *answer_first(PyObject *channel, PyObject *request, PyObject *qu
         Py_SETREF(response, written < 0 ? NULL : Py_NewRef(Py_True));
     }
     PyErr_Fetch(&type, &value, &traceback);
-    r = PyObject_CallNoArgs(answered);
+    r = store_answered(answered);
     if (r != NULL) {
         Py_DECREF(r);
         PyErr_Restore(type, value, traceback);

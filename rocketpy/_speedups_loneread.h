@@ -73,10 +73,13 @@ static int lr_true(PyObject *obj, PyObject *name) {
     return r;
 }
 
-/* obj.name(args...): 0, or -1 with an exception */
+/* obj.name(args...) with at most 4 args: 0, or -1 with an exception */
 static int lr_call(PyObject *obj, PyObject *name, PyObject *const *args, size_t n) {
-    PyObject *call[4] = {obj, n > 0 ? args[0] : NULL, n > 1 ? args[1] : NULL, n > 2 ? args[2] : NULL};
-    PyObject *r = PyObject_VectorcallMethod(name, call, n + 1, NULL);
+    PyObject *call[5] = {obj}, *r;
+    size_t i;
+    for (i = 0; i < n && i < 4; i++)
+        call[i + 1] = args[i];
+    r = PyObject_VectorcallMethod(name, call, i + 1, NULL);
     Py_XDECREF(r);
     return r == NULL ? -1 : 0;
 }

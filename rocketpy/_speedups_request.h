@@ -80,6 +80,9 @@ python:
     return msg;
 }
 
+/* rocketpy/_speedups_lonestore.h: put(msg), StoreService.put_lone_now's usual case in C */
+static PyObject *store_put_now(PyObject *put, PyObject *msg);
+
 /* rocketpy/_speedups_syncanswer.h: a put waiting for the native sync answered as the sync ends */
 static PyObject *sync_answer_later(PyObject *put, PyObject *channel, PyObject *request, PyObject *queue_id,
                                    PyObject *d, PyObject *codes, PyObject *trace, PyObject *later);
@@ -132,7 +135,7 @@ static PyObject *lone_send(PyObject *self, PyObject *const *args, Py_ssize_t nar
             return NULL;
         Py_RETURN_NONE;
     }
-    d = PyObject_CallOneArg(state[LS_PUT], msg);  /* from here on the request is answered here (but None) */
+    d = store_put_now(state[LS_PUT], msg);  /* from here on the request is answered here (but None) */
     Py_DECREF(msg);
     response = NULL;
     if (d == Py_None) {  /* put_lone_now: the store is busy, nothing done: the full path refuses */

@@ -31,6 +31,7 @@ from twisted.python.threadpool import ThreadPool
 
 from zope.interface import implementer
 
+from rocketpy.common import speedups
 from rocketpy.common.message import MessageExt
 from rocketpy.interfaces import IMessageStore, IStoreService
 from rocketpy.store.aioflush import AioFdSync
@@ -39,6 +40,7 @@ from rocketpy.store.config import SYNC_FLUSH_COMPLETIONS
 from rocketpy.store.flush import CommitLogFlush, FlushLoops, flush_commit_log
 from rocketpy.store.groupcommit import OffsetWaiters, PutCompletion, PutHook
 from rocketpy.store.hop import HopOutcome, QueuedPut, Results, append_and_flush, each_put, put_all, put_each
+from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.pools import StorePools
 from rocketpy.store.retention import ConsumerPosition
 from rocketpy.store.servicereads import StoreReads
@@ -257,12 +259,16 @@ class StoreService(StoreReads, Service):
             return self._lone_raised(msg, e)
         if stored is None:
             self._hop_started = None
-            return self._enqueue(QueuedPut(((msg,),), True, 1))
+            return self._enqueue_single(msg)
         result, max_offset, populate_due = stored
         if populate_due and not self._populating:
             self._populate()
         self._answering = (msg, result.status, max_offset)
         return result
+
+    def _enqueue_single(self, msg: MessageExt) -> Deferred[PutMessageResult]:
+        """One message's put through the queue (or :meth:`_enqueue`'s inline append)."""
+        return self._enqueue(QueuedPut(((msg,),), True, 1))
 
     def lone_answered(self) -> None:
         """After :meth:`put_lone_now`'s result was answered: the rest of :meth:`_lone_done`, the arrival
@@ -638,3 +644,10 @@ class StoreService(StoreReads, Service):
 
 def _failure(error: Exception) -> Failure:
     return Failure(error, type(error), error.__traceback__)
+
+
+if speedups.compiled is not None and hasattr(speedups.compiled, "set_lone_store"):
+    # a lone send's put_lone_now and lone_answered, bound to a StoreService, run in C (rocketpy/_speedups_lonestore.h;
+    # these methods are its reference), and put_lone too when the store's is MessageStore's
+    speedups.compiled.set_lone_store(StoreService.put_lone_now, StoreService.lone_answered, MessageStore.put_lone,
+                                     PutMessageStatus.PUT_OK)
