@@ -321,7 +321,23 @@ static PyObject *store_answered(PyObject *answered) {
     Py_RETURN_NONE;
 }
 
+static PyObject *store_put_now_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "store_put_now(put, msg)");
+        return NULL;
+    }
+    return store_put_now(args[0], args[1]);
+}
+
+static PyObject *store_answered_py(PyObject *self, PyObject *answered) {
+    return store_answered(answered);
+}
+
 #define LONE_STORE_METHODS \
+    {"store_put_now", (PyCFunction)(void (*)(void))store_put_now_py, METH_FASTCALL, \
+     "store_put_now(store.put_lone_now, msg): what lone_send calls, StoreService.put_lone_now's usual case in C."}, \
+    {"store_answered", (PyCFunction)store_answered_py, METH_O, \
+     "store_answered(store.lone_answered): what answer_first calls, StoreService.lone_answered in C."}, \
     {"set_lone_store", (PyCFunction)(void (*)(void))set_lone_store, METH_FASTCALL, \
      "set_lone_store(StoreService.put_lone_now, StoreService.lone_answered, MessageStore.put_lone, PUT_OK): " \
      "the store's part of a lone send in C (rocketpy/store/service.py)."},

@@ -14,6 +14,7 @@ from twisted.internet.epollreactor import EPollReactor
 from twisted.internet.error import ConnectionDone, ConnectionFdescWentAway
 from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import ClientFactory, Factory, Protocol
+from twisted.internet.task import Clock
 from twisted.internet.test.reactormixins import ReactorBuilder
 from twisted.python import context, log
 from twisted.logger import capturedLogs
@@ -24,8 +25,11 @@ from zope.interface import implementer
 
 from rocketpy.client import Producer, PullConsumer, PullStatus, SendStatus, new_message
 from rocketpy.common import speedups
+from rocketpy.remoting import codec
 from rocketpy.remoting.reactor import LeanEPollReactor
+from rocketpy.remoting.server import RemotingServer
 from tests.remoting.helpers import PythonLeanEPollReactor
+from tests.remoting.test_lone_read import LONE_CODE, Echo, LoneProcessor, request
 from tests.ports import free_port
 from tests.processes import LogWatcher
 from tests.store.test_crash import ROOT
@@ -307,6 +311,42 @@ class _ReadPathMixin:
         case.assertEqual(failed, {KeyError: "(buggy logPrefix method)", ValueError: "pipe-2",
                                   ZeroDivisionError: "pipe-2"})
         case.flushLoggedErrors(KeyError, ValueError, ZeroDivisionError)
+
+    def test_remoting_request_alone_in_a_read(self) -> None:
+        """A RemotingProtocol's requests, one whole frame per read (taken by the C turn's lone_read where
+        built) or two in a read, answered every way a processor's lone_request may answer (written at once,
+        a frame, declined, a Deferred, a command, raising) and by another processor: the same answers in the
+        same order on each reactor."""
+        events: list[Any] = []
+        server = RemotingServer(Clock(), idle_timeout=None)
+        server.register_processor(LONE_CODE, LoneProcessor(events))  # type: ignore[arg-type]
+        server.register_default_processor(Echo(events))  # type: ignore[arg-type]
+        reads = [request(opaque) for opaque in range(2, 14)] + [request(20, code=11), request(21) + request(22)]
+        wanted = len(reads) + 1
+
+        def answers(received: bytes) -> list[tuple[int, str | None]]:
+            out = []
+            while len(received) >= 4:
+                length = int.from_bytes(received[:4], "big")
+                command = codec.decode(received[4:4 + length])
+                out.append((command.opaque, command.remark))
+                received = received[4 + length:]
+            return out
+
+        peers: list[_Peer] = []
+
+        def connect(reactor: Any, transport: Any, peer: _Peer) -> None:
+            peers.append(peer)
+            for i, data in enumerate(reads):  # one read each, 10 ms apart
+                reactor.callLater(0.01 * i, transport.write, data)
+
+        self.connected(server.build_channel, connect, lambda: bool(peers) and len(answers(peers[0].received)) >= wanted)
+        case: Any = self
+        got = answers(peers[0].received)
+        ways = ["processed", "later", "command", "ValueError: lone boom", "lone 0", "lone 1"]  # opaque % 6 from 2
+        case.assertEqual(got, [(opaque, ways[(opaque - 2) % 6]) for opaque in range(2, 14)]
+                         + [(20, "echo"), (21, "processed"), (22, "processed")])  # two in a read: no lone_request
+        case.assertEqual(len(case.flushLoggedErrors(ValueError)), 2)
 
     def test_main_loop(self) -> None:
         """``doIteration`` replaced on the reactor is what the loop calls, with ``running and delay`` (None
