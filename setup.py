@@ -59,7 +59,8 @@ setup(
                                     "rocketpy/_speedups_syncwrite.h", "rocketpy/_speedups_mapped.h",
                                     "rocketpy/_speedups_chunkput.h",
                                     "rocketpy/_speedups_loneread.h",
-                                    "rocketpy/_speedups_lonestore.h"],
+                                    "rocketpy/_speedups_lonestore.h",
+                                    "rocketpy/_speedups_attrs.h"],
                            optional=True)],
     zip_safe=False,
 )

@@ -62,6 +62,25 @@ static PyObject *set_lone_read(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_RETURN_NONE;
 }
 
+/* Reading a protocol's and its owner's attributes (_speedups_attrs.h); the types' slots, copied for each use */
+static PyObject *const *const lr_protocol_names[] = {
+    &str_lr_broken, &str_lr_unprocessed, &str_lr_paused, &str_lr_max_length, &str_lr_owner, &str_lr_seconds,
+    &str_lr_last_activity, &str_lr_reading, &str_lr_unanswered, &str_lr_out, &str_lr_table, &str_lr_write_now,
+    &str_lr_lost, &str_lr_transport};
+static turn_attrs lr_protocol_attrs = {NULL, 0, lr_protocol_names, sizeof(lr_protocol_names) / sizeof(PyObject **),
+                                       NULL, 0};
+static PyObject *const *const lr_owner_names[] = {&str_lr_processors, &str_lr_default, &str_lr_rpc_hooks};
+static turn_attrs lr_owner_attrs = {NULL, 0, lr_owner_names, sizeof(lr_owner_names) / sizeof(PyObject **), NULL, 0};
+
+/* Start reading obj's attributes with *local, a copy of *slot (whose check it keeps): 0, or -1 with an exception */
+static int lr_begin(turn_attrs *local, turn_attrs *slot, PyObject *obj) {
+    *local = *slot;
+    if (attrs_begin(local, obj) < 0)
+        return -1;
+    slot->type = local->type, slot->tag = local->tag, slot->settable = local->settable;
+    return 0;
+}
+
 /* The truth of obj.name: 1, 0, or -1 with an exception */
 static int lr_true(PyObject *obj, PyObject *name) {
     PyObject *v = PyObject_GetAttr(obj, name);
@@ -84,9 +103,9 @@ static int lr_call(PyObject *obj, PyObject *name, PyObject *const *args, size_t 
     return r == NULL ? -1 : 0;
 }
 
-/* obj.name += delta for an int attribute: 0, or -1 with an exception */
-static int lr_add(PyObject *obj, PyObject *name, long delta) {
-    PyObject *v = PyObject_GetAttr(obj, name), *d, *sum;
+/* obj.name += delta for an int attribute (one of attrs' names): 0, or -1 with an exception */
+static int lr_add(turn_attrs *attrs, PyObject *obj, PyObject *name, long delta) {
+    PyObject *v = attrs_get(attrs, obj, name), *d, *sum;
     int r;
     if (v == NULL)
         return -1;
@@ -96,17 +115,17 @@ static int lr_add(PyObject *obj, PyObject *name, long delta) {
     Py_XDECREF(d);
     if (sum == NULL)
         return -1;
-    r = PyObject_SetAttr(obj, name, sum);
+    r = attrs_set(attrs, obj, name, sum);
     Py_DECREF(sum);
     return r;
 }
 
 /* The owner's part of one request alone in a read: RemotingNode.requests_received with len(requests) == 1
  * (the reference). 0, or -1 with an exception. */
-static int lr_request(PyObject *protocol, PyObject *owner, PyObject *request) {
+static int lr_request(turn_attrs *oa, PyObject *protocol, PyObject *owner, PyObject *request) {
     PyObject *processors, *code, *registration, *lone = NULL, *result, *args[3];
-    int hooks, r = 0;
-    if ((processors = PyObject_GetAttr(owner, str_lr_processors)) == NULL)
+    int r = 0;
+    if ((processors = attrs_get(oa, owner, str_lr_processors)) == NULL)
         return -1;
     code = rc_slots && Py_IS_TYPE(request, (PyTypeObject *)RemotingCommand) ? Py_XNewRef(rc_get(request, RC_CODE))
                                                                             : PyObject_GetAttr(request, str_lr_code);
@@ -119,7 +138,7 @@ static int lr_request(PyObject *protocol, PyObject *owner, PyObject *request) {
     /* self._processors.get(request.code, self._default) */
     registration = PyDict_CheckExact(processors) ? Py_XNewRef(PyDict_GetItemWithError(processors, code)) : NULL;
     if (registration == NULL && !PyErr_Occurred()) {
-        PyObject *fallback = PyObject_GetAttr(owner, str_lr_default);
+        PyObject *fallback = attrs_get(oa, owner, str_lr_default);
         if (fallback != NULL && !PyDict_CheckExact(processors))
             Py_SETREF(fallback, PyObject_CallMethod(processors, "get", "OO", code, fallback));
         registration = fallback;
@@ -134,7 +153,7 @@ static int lr_request(PyObject *protocol, PyObject *owner, PyObject *request) {
     }
     Py_DECREF(registration);
     args[0] = protocol, args[1] = request;
-    if (lone == NULL || lone == Py_None || (hooks = lr_true(owner, str_lr_rpc_hooks)) != 0) {
+    if (lone == NULL || lone == Py_None || attrs_true(oa, owner, str_lr_rpc_hooks) != 0) {
         Py_XDECREF(lone);
         if (PyErr_Occurred())
             return -1;
@@ -170,11 +189,11 @@ static int lr_request(PyObject *protocol, PyObject *owner, PyObject *request) {
 }
 
 /* The frame's command handed over (the inside of dataReceived's try): 0, or -1 with an exception. */
-static int lr_dispatch(PyObject *protocol, PyObject *command, int response) {
+static int lr_dispatch(turn_attrs *pa, PyObject *protocol, PyObject *command, int response) {
     PyObject *owner, *table, *resolved;
     int r;
     if (response) {  /* if not resolve(last): self._late(last) */
-        if ((table = PyObject_GetAttr(protocol, str_lr_table)) == NULL)
+        if ((table = attrs_get(pa, protocol, str_lr_table)) == NULL)
             return -1;
         resolved = PyObject_CallMethodOneArg(table, str_lr_resolve, command);
         Py_DECREF(table);
@@ -186,10 +205,12 @@ static int lr_dispatch(PyObject *protocol, PyObject *command, int response) {
         return r ? 0 : lr_call(protocol, str_lr_late, &command, 1);
     }
     /* self._unanswered += 1; self._owner.requests_received(self, [command]) */
-    if (lr_add(protocol, str_lr_unanswered, 1) < 0 || (owner = PyObject_GetAttr(protocol, str_lr_owner)) == NULL)
+    if (lr_add(pa, protocol, str_lr_unanswered, 1) < 0 || (owner = attrs_get(pa, protocol, str_lr_owner)) == NULL)
         return -1;
     if (_PyType_Lookup(Py_TYPE(owner), str_lr_requests_received_name) == lr_requests_received) {
-        r = lr_request(protocol, owner, command);  /* RemotingNode's, inlined */
+        turn_attrs oa;  /* RemotingNode's, inlined */
+        r = lr_begin(&oa, &lr_owner_attrs, owner) < 0 ? -1 : lr_request(&oa, protocol, owner, command);
+        attrs_end(&oa);
     } else {
         PyObject *requests = PyList_New(1), *args[2] = {protocol, requests};
         if (requests != NULL) {
@@ -206,21 +227,21 @@ static int lr_dispatch(PyObject *protocol, PyObject *command, int response) {
 
 /* dataReceived's finally: the collected writes written (or _reading cleared), then a broken channel closed
  * once answered. 0, or -1 with an exception. */
-static int lr_read_end(PyObject *protocol) {
-    int r = lr_true(protocol, str_lr_out), broken;
+static int lr_read_end(turn_attrs *pa, PyObject *protocol) {
+    int r = attrs_true(pa, protocol, str_lr_out), broken;
     if (r < 0)
         return -1;
     if (r ? lr_call(protocol, str_lr_write_collected, NULL, 0) < 0
-          : PyObject_SetAttr(protocol, str_lr_reading, Py_False) < 0)
+          : attrs_set(pa, protocol, str_lr_reading, Py_False) < 0)
         return -1;
-    if ((broken = lr_true(protocol, str_lr_broken)) <= 0)
+    if ((broken = attrs_true(pa, protocol, str_lr_broken)) <= 0)
         return broken;
     return lr_call(protocol, str_lr_close_when_answered, NULL, 0);
 }
 
 /* 1 when protocol is a RemotingProtocol whose read of data lone_read handles (the checks before any side
  * effect), with the frame's command in *command; 0 when not (nothing done), -1 with an exception. */
-static int lr_accepts(PyObject *protocol, PyObject *data, PyObject **command, int *response) {
+static int lr_accepts(turn_attrs *pa, PyObject *protocol, PyObject *data, PyObject **command, int *response) {
     PyObject *v;
     Py_ssize_t size, limit;
     uint32_t length;
@@ -235,15 +256,17 @@ static int lr_accepts(PyObject *protocol, PyObject *data, PyObject **command, in
     length = (uint32_t)get_i32((const unsigned char *)PyBytes_AS_STRING(data));
     if ((uint64_t)length + 4 != (uint64_t)size)
         return 0;
-    if ((r = lr_true(protocol, str_lr_broken)) != 0 || (r = lr_true(protocol, str_lr_paused)) != 0)
+    if (lr_begin(pa, &lr_protocol_attrs, protocol) < 0)
+        return -1;
+    if ((r = attrs_true(pa, protocol, str_lr_broken)) != 0 || (r = attrs_true(pa, protocol, str_lr_paused)) != 0)
         return r < 0 ? -1 : 0;
-    if ((v = PyObject_GetAttr(protocol, str_lr_unprocessed)) == NULL)
+    if ((v = attrs_get(pa, protocol, str_lr_unprocessed)) == NULL)
         return -1;
     r = PyBytes_CheckExact(v) && PyBytes_GET_SIZE(v) == 0;
     Py_DECREF(v);
     if (!r)
         return 0;
-    if ((v = PyObject_GetAttr(protocol, str_lr_max_length)) == NULL)
+    if ((v = attrs_get(pa, protocol, str_lr_max_length)) == NULL)
         return -1;
     limit = PyLong_Check(v) ? PyLong_AsSsize_t(v) : -1;
     Py_DECREF(v);
@@ -266,17 +289,21 @@ static int lr_accepts(PyObject *protocol, PyObject *data, PyObject **command, in
 /* lone_read's work: 1 once handled (0 or -1 as dataReceived returned or raised), 0 having done nothing. */
 static int lone_read_turn(PyObject *protocol, PyObject *data) {
     PyObject *command, *now, *type, *value, *tb;
-    int response, r = lr_accepts(protocol, data, &command, &response);
-    if (r <= 0)
+    turn_attrs pa = {NULL};
+    int response, r = lr_accepts(&pa, protocol, data, &command, &response);
+    if (r <= 0) {
+        attrs_end(&pa);
         return r;
+    }
     Py_INCREF(protocol);
-    now = PyObject_CallMethodNoArgs(protocol, str_lr_seconds);  /* self._last_activity = self._seconds() */
-    r = now == NULL ? -1 : PyObject_SetAttr(protocol, str_lr_last_activity, now);
+    now = attrs_get(&pa, protocol, str_lr_seconds);  /* self._last_activity = self._seconds() */
+    Py_XSETREF(now, now == NULL ? NULL : PyObject_CallNoArgs(now));
+    r = now == NULL ? -1 : attrs_set(&pa, protocol, str_lr_last_activity, now);
     Py_XDECREF(now);
-    if (r == 0 && PyObject_SetAttr(protocol, str_lr_reading, Py_True) == 0) {  /* nothing unprocessed stays b"" */
-        r = lr_dispatch(protocol, command, response);
+    if (r == 0 && attrs_set(&pa, protocol, str_lr_reading, Py_True) == 0) {  /* nothing unprocessed stays b"" */
+        r = lr_dispatch(&pa, protocol, command, response);
         PyErr_Fetch(&type, &value, &tb);
-        if (lr_read_end(protocol) < 0) {
+        if (lr_read_end(&pa, protocol) < 0) {
             r = -1;
             if (type != NULL)
                 _PyErr_ChainExceptions(type, value, tb);  /* as a finally that raises */
@@ -288,6 +315,7 @@ static int lone_read_turn(PyObject *protocol, PyObject *data) {
     }
     Py_DECREF(command);
     Py_DECREF(protocol);
+    attrs_end(&pa);
     return r < 0 ? -1 : 1;
 }
 
@@ -309,6 +337,7 @@ static PyObject *lone_read(PyObject *self, PyObject *const *args, Py_ssize_t nar
  * type, the method otherwise: 0, or -1 with an exception */
 static int channel_answer_now(PyObject *channel, PyObject *frame) {
     PyObject *lost, *transport, *sent, *args[3];
+    turn_attrs ca;
     int now;
     if (lr_protocol == NULL || !Py_IS_TYPE(channel, lr_protocol)) {
         PyObject *answer_now = PyUnicode_InternFromString("answer_now");
@@ -316,22 +345,25 @@ static int channel_answer_now(PyObject *channel, PyObject *frame) {
         Py_XDECREF(answer_now);
         return now;
     }
+    if (lr_begin(&ca, &lr_protocol_attrs, channel) < 0)
+        return -1;
     /* if self._reading and self._write_now and not self._out and self._lost is None */
-    if ((now = lr_true(channel, str_lr_reading)) > 0 && (now = lr_true(channel, str_lr_write_now)) > 0 &&
-        (now = lr_true(channel, str_lr_out)) >= 0) {
+    if ((now = attrs_true(&ca, channel, str_lr_reading)) > 0 && (now = attrs_true(&ca, channel, str_lr_write_now)) > 0 &&
+        (now = attrs_true(&ca, channel, str_lr_out)) >= 0) {
         now = !now;
         if (now) {
-            if ((lost = PyObject_GetAttr(channel, str_lr_lost)) == NULL)
-                return -1;
-            now = lost == Py_None;
-            Py_DECREF(lost);
+            lost = attrs_get(&ca, channel, str_lr_lost);
+            now = lost == NULL ? -1 : lost == Py_None;
+            Py_XDECREF(lost);
         }
     }
-    if (now < 0)
-        return -1;
-    if (!now)
-        return lr_call(channel, str_lr_reply_frame, &frame, 1);  /* self.reply_frame(frame) */
-    if (lr_add(channel, str_lr_unanswered, -1) < 0 || (transport = PyObject_GetAttr(channel, str_lr_transport)) == NULL)
+    if (now <= 0) {
+        attrs_end(&ca);
+        return now < 0 ? -1 : lr_call(channel, str_lr_reply_frame, &frame, 1);  /* self.reply_frame(frame) */
+    }
+    transport = lr_add(&ca, channel, str_lr_unanswered, -1) < 0 ? NULL : attrs_get(&ca, channel, str_lr_transport);
+    attrs_end(&ca);
+    if (transport == NULL)
         return -1;
     args[0] = lr_plain, args[1] = transport, args[2] = frame;  /* send_now(transport, frame) or write_now(...) */
     sent = send_now(NULL, args, 3);

@@ -58,43 +58,54 @@ static PyObject *set_lone_store(PyObject *self, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+/* Reading a service's and its message store's attributes (_speedups_attrs.h); the types' slots, copied for each use */
+static PyObject *const *const ls_service_names[] = {
+    &str_ls_put_lone, &str_ls_sync_flush, &str_ls_completion, &str_ls_inline, &str_ls_hop_started, &str_ls_queue,
+    &str_ls_delivering, &str_ls_ready, &str_ls_accepting, &str_ls_in_pool, &str_ls_queued_messages, &str_ls_max_queued,
+    &str_ls_reactor, &str_ls_populating, &str_ls_answering, &str_ls_arrivals, &str_ls_store, &str_ls_drained};
+static turn_attrs ls_service_attrs = {NULL, 0, ls_service_names, sizeof(ls_service_names) / sizeof(PyObject **),
+                                      NULL, 0};
+static PyObject *const *const ls_store_names[] = {&str_ls_lone_put, &str_ls_commit_log, &str_ls_running,
+                                                  &str_ls_config, &str_ls_retention};
+static turn_attrs ls_store_attrs = {NULL, 0, ls_store_names, sizeof(ls_store_names) / sizeof(PyObject **), NULL, 0};
+
 /* The object bound method m is bound to (borrowed) when m is function bound; NULL otherwise. */
 static PyObject *ls_bound(PyObject *m, PyObject *function) {
     return function != NULL && PyMethod_Check(m) && PyMethod_GET_FUNCTION(m) == function ? PyMethod_GET_SELF(m) : NULL;
 }
 
-/* obj.name is None: 1, 0, or -1 with an exception */
-static int ls_is_none(PyObject *obj, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(obj, name);
+/* obj.name is None (one of attrs' names; attrs NULL: any): 1, 0, or -1 with an exception */
+static int ls_is_none(turn_attrs *attrs, PyObject *obj, PyObject *name) {
+    PyObject *v = attrs != NULL ? attrs_get(attrs, obj, name) : PyObject_GetAttr(obj, name);
     int r = v == NULL ? -1 : v == Py_None;
     Py_XDECREF(v);
     return r;
 }
 
-/* obj.name.inner's truth: 1, 0, or -1 with an exception */
-static int ls_inner_true(PyObject *obj, PyObject *name, PyObject *inner) {
-    PyObject *v = PyObject_GetAttr(obj, name);
+/* obj.name.inner's truth (name one of attrs' names): 1, 0, or -1 with an exception */
+static int ls_inner_true(turn_attrs *attrs, PyObject *obj, PyObject *name, PyObject *inner) {
+    PyObject *v = attrs_get(attrs, obj, name);
     int r = v == NULL ? -1 : lr_true(v, inner);
     Py_XDECREF(v);
     return r;
 }
 
 /* put_lone_now's first test (the reference), true: 1 (the put may complete at once), 0, or -1 with an exception */
-static int ls_open(PyObject *s) {
+static int ls_open(turn_attrs *a, PyObject *s) {
     /* not (lone is None or self._sync_flush or self._completion.hooks or not self._inline or self._hop_started is
      * not None or self._queue or self._delivering or not self._ready or not self._accepting or
      * self._in_pool.running or self._queued_messages >= self._max_queued) */
     PyObject *queued, *most;
     int r;
-    if ((r = ls_is_none(s, str_ls_put_lone)) != 0 || (r = lr_true(s, str_ls_sync_flush)) != 0 ||
-        (r = ls_inner_true(s, str_ls_completion, str_ls_hooks)) != 0 || (r = lr_true(s, str_ls_inline)) != 1 ||
-        (r = ls_is_none(s, str_ls_hop_started)) != 1 || (r = lr_true(s, str_ls_queue)) != 0 ||
-        (r = lr_true(s, str_ls_delivering)) != 0 || (r = lr_true(s, str_ls_ready)) != 1 ||
-        (r = lr_true(s, str_ls_accepting)) != 1 || (r = ls_inner_true(s, str_ls_in_pool, str_ls_running)) != 0)
+    if ((r = ls_is_none(a, s, str_ls_put_lone)) != 0 || (r = attrs_true(a, s, str_ls_sync_flush)) != 0 ||
+        (r = ls_inner_true(a, s, str_ls_completion, str_ls_hooks)) != 0 || (r = attrs_true(a, s, str_ls_inline)) != 1 ||
+        (r = ls_is_none(a, s, str_ls_hop_started)) != 1 || (r = attrs_true(a, s, str_ls_queue)) != 0 ||
+        (r = attrs_true(a, s, str_ls_delivering)) != 0 || (r = attrs_true(a, s, str_ls_ready)) != 1 ||
+        (r = attrs_true(a, s, str_ls_accepting)) != 1 || (r = ls_inner_true(a, s, str_ls_in_pool, str_ls_running)) != 0)
         return r < 0 ? -1 : 0;
-    if ((queued = PyObject_GetAttr(s, str_ls_queued_messages)) == NULL)
+    if ((queued = attrs_get(a, s, str_ls_queued_messages)) == NULL)
         return -1;
-    if ((most = PyObject_GetAttr(s, str_ls_max_queued)) == NULL) {
+    if ((most = attrs_get(a, s, str_ls_max_queued)) == NULL) {
         Py_DECREF(queued);
         return -1;
     }
@@ -110,14 +121,16 @@ static int ls_may_put(PyObject *store, PyObject **lone, PyObject **log) {
     /* if lone is None or log.speedups is None or not self.running or self.config.broker_role == "SLAVE" or
      * log.dispatch_failed or self.retention.disk_full: return None */
     PyObject *config, *role;
+    turn_attrs a;
     int r;
-    *log = NULL;
-    if ((*lone = PyObject_GetAttr(store, str_ls_lone_put)) == NULL ||
-        (*log = PyObject_GetAttr(store, str_ls_commit_log)) == NULL)
+    *lone = *log = NULL;
+    if (lr_begin(&a, &ls_store_attrs, store) < 0 || (*lone = attrs_get(&a, store, str_ls_lone_put)) == NULL ||
+        (*log = attrs_get(&a, store, str_ls_commit_log)) == NULL)
         goto refused;
-    if (*lone == Py_None || (r = ls_is_none(*log, str_ls_speedups)) != 0 || (r = lr_true(store, str_ls_running)) != 1)
+    if (*lone == Py_None || (r = ls_is_none(NULL, *log, str_ls_speedups)) != 0 ||
+        (r = attrs_true(&a, store, str_ls_running)) != 1)
         goto refused;
-    if ((config = PyObject_GetAttr(store, str_ls_config)) == NULL)
+    if ((config = attrs_get(&a, store, str_ls_config)) == NULL)
         goto refused;
     role = PyObject_GetAttr(config, str_ls_broker_role);
     Py_DECREF(config);
@@ -126,10 +139,12 @@ static int ls_may_put(PyObject *store, PyObject **lone, PyObject **log) {
     r = PyObject_RichCompareBool(role, ls_slave, Py_EQ);
     Py_DECREF(role);
     if (r != 0 || (r = lr_true(*log, str_ls_dispatch_failed)) != 0 ||
-        (r = ls_inner_true(store, str_ls_retention, str_ls_disk_full)) != 0)
+        (r = ls_inner_true(&a, store, str_ls_retention, str_ls_disk_full)) != 0)
         goto refused;
+    attrs_end(&a);
     return 1;
 refused:
+    attrs_end(&a);
     Py_CLEAR(*lone);
     Py_CLEAR(*log);
     return PyErr_Occurred() ? -1 : 0;
@@ -151,19 +166,19 @@ static PyObject *ls_put_lone_of(PyObject *store, PyObject *msg) {
 }
 
 /* What put_lone_now does once its first test passed (the reference, from self._hop_started = ... on) */
-static PyObject *ls_put_now_open(PyObject *service, PyObject *msg) {
+static PyObject *ls_put_now_open(turn_attrs *a, PyObject *service, PyObject *msg) {
     PyObject *lone, *reactor, *now, *stored, *store, *answering, *status;
     PyObject *result, *max_offset, *due;
     int r;
-    if ((lone = PyObject_GetAttr(service, str_ls_put_lone)) == NULL)
+    if ((lone = attrs_get(a, service, str_ls_put_lone)) == NULL)
         return NULL;
-    if ((reactor = PyObject_GetAttr(service, str_ls_reactor)) == NULL) {
+    if ((reactor = attrs_get(a, service, str_ls_reactor)) == NULL) {
         Py_DECREF(lone);
         return NULL;
     }
     now = PyObject_CallMethodNoArgs(reactor, str_ls_seconds);  /* the writer's state is ours until lone_answered */
     Py_DECREF(reactor);
-    r = now == NULL ? -1 : PyObject_SetAttr(service, str_ls_hop_started, now);
+    r = now == NULL ? -1 : attrs_set(a, service, str_ls_hop_started, now);
     Py_XDECREF(now);
     if (r < 0) {
         Py_DECREF(lone);
@@ -192,7 +207,7 @@ static PyObject *ls_put_now_open(PyObject *service, PyObject *msg) {
     if (stored == Py_None) {  /* self._hop_started = None; return self._enqueue_single(msg) */
         PyObject *call[2] = {service, msg};
         Py_DECREF(stored);
-        if (PyObject_SetAttr(service, str_ls_hop_started, Py_None) < 0)
+        if (attrs_set(a, service, str_ls_hop_started, Py_None) < 0)
             return NULL;
         return PyObject_VectorcallMethod(str_ls_enqueue_single, call, 2, NULL);
     }
@@ -203,7 +218,7 @@ static PyObject *ls_put_now_open(PyObject *service, PyObject *msg) {
     }
     result = PyTuple_GET_ITEM(stored, 0), max_offset = PyTuple_GET_ITEM(stored, 1), due = PyTuple_GET_ITEM(stored, 2);
     /* if populate_due and not self._populating: self._populate() */
-    if ((r = PyObject_IsTrue(due)) > 0 && (r = lr_true(service, str_ls_populating)) == 0)
+    if ((r = PyObject_IsTrue(due)) > 0 && (r = attrs_true(a, service, str_ls_populating)) == 0)
         r = lr_call(service, str_ls_populate, NULL, 0);
     if (r < 0 || (status = PyObject_GetAttr(result, str_ls_status)) == NULL) {
         Py_DECREF(stored);
@@ -211,7 +226,7 @@ static PyObject *ls_put_now_open(PyObject *service, PyObject *msg) {
     }
     answering = PyTuple_Pack(3, msg, status, max_offset);  /* self._answering = (msg, result.status, max_offset) */
     Py_DECREF(status);
-    r = answering == NULL ? -1 : PyObject_SetAttr(service, str_ls_answering, answering);
+    r = answering == NULL ? -1 : attrs_set(a, service, str_ls_answering, answering);
     Py_XDECREF(answering);
     result = r < 0 ? NULL : Py_NewRef(result);
     Py_DECREF(stored);
@@ -220,19 +235,21 @@ static PyObject *ls_put_now_open(PyObject *service, PyObject *msg) {
 
 static PyObject *store_put_now(PyObject *put, PyObject *msg) {
     PyObject *service = ls_bound(put, ls_put_now);
+    turn_attrs a;
     int open;
     if (service == NULL)
         return PyObject_CallOneArg(put, msg);
     Py_INCREF(service);
-    open = ls_open(service);
-    put = open < 0 ? NULL : open ? ls_put_now_open(service, msg) : PyObject_CallOneArg(put, msg);
+    open = lr_begin(&a, &ls_service_attrs, service) < 0 ? -1 : ls_open(&a, service);
+    put = open < 0 ? NULL : open ? ls_put_now_open(&a, service, msg) : PyObject_CallOneArg(put, msg);
+    attrs_end(&a);
     Py_DECREF(service);
     return put;
 }
 
 /* ArrivalListeners.of(topic) (the reference) of service._arrivals, a new reference */
-static PyObject *ls_listeners(PyObject *service, PyObject *topic) {
-    PyObject *arrivals = PyObject_GetAttr(service, str_ls_arrivals), *by_topic, *found;
+static PyObject *ls_listeners(turn_attrs *a, PyObject *service, PyObject *topic) {
+    PyObject *arrivals = attrs_get(a, service, str_ls_arrivals), *by_topic, *found;
     if (arrivals == NULL)
         return NULL;
     by_topic = PyObject_GetAttr(arrivals, str_ls_by_topic);
@@ -255,10 +272,10 @@ static PyObject *ls_listeners(PyObject *service, PyObject *topic) {
 }
 
 /* lone_answered's arrival notice of a put stored PUT_OK (the reference): 0, or -1 with an exception */
-static int ls_notice(PyObject *service, PyObject *msg, PyObject *max_offset) {
+static int ls_notice(turn_attrs *a, PyObject *service, PyObject *msg, PyObject *max_offset) {
     PyObject *topic = PyObject_GetAttr(msg, str_ls_topic), *listeners = NULL, *queue_id = NULL, *found = NULL;
     int r = -1;
-    if (topic == NULL || (listeners = ls_listeners(service, topic)) == NULL)
+    if (topic == NULL || (listeners = ls_listeners(a, service, topic)) == NULL)
         goto done;
     if ((r = PyObject_IsTrue(listeners)) <= 0)  /* else nobody listens to it now */
         goto done;
@@ -266,7 +283,7 @@ static int ls_notice(PyObject *service, PyObject *msg, PyObject *max_offset) {
     if ((queue_id = PyObject_GetAttr(msg, str_ls_queue_id)) == NULL)
         goto done;
     if (max_offset == Py_None) {  /* self._store.get_max_offset_in_queue(topic, queue_id) */
-        PyObject *store = PyObject_GetAttr(service, str_ls_store), *call[3] = {store, topic, queue_id};
+        PyObject *store = attrs_get(a, service, str_ls_store), *call[3] = {store, topic, queue_id};
         if (store == NULL)
             goto done;
         found = PyObject_VectorcallMethod(str_ls_max_offset, call, 3, NULL);
@@ -288,14 +305,15 @@ done:
 }
 
 static PyObject *store_answered(PyObject *answered) {
-    PyObject *service = ls_bound(answered, ls_answered), *answering;
+    PyObject *service = ls_bound(answered, ls_answered), *answering = NULL;
+    turn_attrs a;
     int r, busy = 0;
     if (service == NULL)
         return PyObject_CallNoArgs(answered);
     Py_INCREF(service);
     /* answering, self._answering = self._answering, None */
-    answering = PyObject_GetAttr(service, str_ls_answering);
-    if (answering == NULL || PyObject_SetAttr(service, str_ls_answering, Py_None) < 0) {
+    if (lr_begin(&a, &ls_service_attrs, service) < 0 || (answering = attrs_get(&a, service, str_ls_answering)) == NULL ||
+        attrs_set(&a, service, str_ls_answering, Py_None) < 0) {
         r = -1;
     } else if (answering == Py_None) {
         r = 0;
@@ -304,16 +322,17 @@ static PyObject *store_answered(PyObject *answered) {
         r = -1;
     } else {
         r = PyTuple_GET_ITEM(answering, 1) == ls_put_ok
-                ? ls_notice(service, PyTuple_GET_ITEM(answering, 0), PyTuple_GET_ITEM(answering, 2)) : 0;
+                ? ls_notice(&a, service, PyTuple_GET_ITEM(answering, 0), PyTuple_GET_ITEM(answering, 2)) : 0;
         /* if self._queue or self._drained: self._hop_finished() else: self._hop_started = None */
-        if (r == 0 && (busy = lr_true(service, str_ls_queue)) == 0)
-            busy = lr_true(service, str_ls_drained);
+        if (r == 0 && (busy = attrs_true(&a, service, str_ls_queue)) == 0)
+            busy = attrs_true(&a, service, str_ls_drained);
         if (r < 0 || busy < 0)
             r = -1;
         else
             r = busy ? lr_call(service, str_ls_hop_finished, NULL, 0)
-                     : PyObject_SetAttr(service, str_ls_hop_started, Py_None);
+                     : attrs_set(&a, service, str_ls_hop_started, Py_None);
     }
+    attrs_end(&a);
     Py_XDECREF(answering);
     Py_DECREF(service);
     if (r < 0)

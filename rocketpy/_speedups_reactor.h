@@ -16,68 +16,7 @@
 #include <math.h>
 #include <sys/epoll.h>
 
-/* Plain instance attributes read fast: from the instance's dict (checked once per version of its type: no
- * __getattribute__ or __getattr__, and no data descriptor of the names read) or, when absent there, from its
- * type; anything else through PyObject_GetAttr. The same objects PyObject_GetAttr would give. */
-typedef struct {
-    PyTypeObject *type;
-    unsigned int tag;  /* the type's version when checked; 0: not checked, or not plain */
-    PyObject *const *const *names;
-    size_t count;
-    PyObject *dict;  /* the instance dict during one use (a new reference), or NULL */
-} turn_attrs;
-
-static void attrs_check(turn_attrs *attrs, PyTypeObject *type) {
-    size_t i;
-    attrs->type = type;
-    attrs->tag = 0;
-    if (type->tp_getattro != PyObject_GenericGetAttr)
-        return;
-    for (i = 0; i < attrs->count; i++) {
-        PyObject *found = _PyType_Lookup(type, *attrs->names[i]);  /* borrowed; gives the type a version */
-        if (found != NULL && Py_TYPE(found)->tp_descr_set != NULL)
-            return;
-    }
-    if (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
-        attrs->tag = type->tp_version_tag;
-}
-
-/* Start reading obj's attributes; 0, or -1 with an exception. attrs_end ends it. */
-static int attrs_begin(turn_attrs *attrs, PyObject *obj) {
-    PyTypeObject *type = Py_TYPE(obj);
-    attrs->dict = NULL;
-    if (type != attrs->type || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) || type->tp_version_tag != attrs->tag)
-        attrs_check(attrs, type);
-    if (attrs->tag != 0) {
-        PyObject *dict = PyObject_GenericGetDict(obj, NULL);
-        if (dict == NULL)
-            return -1;
-        if (PyDict_CheckExact(dict))
-            attrs->dict = dict;
-        else
-            Py_DECREF(dict);
-    }
-    return 0;
-}
-
-static void attrs_end(turn_attrs *attrs) {
-    Py_CLEAR(attrs->dict);
-}
-
-/* obj.name (one of attrs' names) as a new reference, NULL with an exception */
-static PyObject *attrs_get(turn_attrs *attrs, PyObject *obj, PyObject *name) {
-    if (attrs->dict != NULL) {
-        PyObject *value = PyDict_GetItemWithError(attrs->dict, name), *found;
-        if (value != NULL)
-            return Py_NewRef(value);
-        if (PyErr_Occurred())
-            return NULL;
-        found = _PyType_Lookup(attrs->type, name);  /* a class attribute that is no descriptor */
-        if (found != NULL && Py_TYPE(found)->tp_descr_get == NULL)
-            return Py_NewRef(found);
-    }
-    return PyObject_GetAttr(obj, name);
-}
+/* turn_attrs (reading a connection's and the reactor's attributes): _speedups_attrs.h */
 
 typedef struct {
     PyObject_HEAD
