@@ -1742,9 +1742,9 @@ static int intern_array(PyObject **out, const char *const *texts, int n) {
 #include "_speedups_mapped.h"  /* write_zeros: a segment's zeros ahead, 256 KiB a pwrite */
 #include "_speedups_producer.h"  /* fire, deliver: an automatic batch's members given their results */
 
+#include "_speedups_attrs.h"  /* turn_attrs: plain attributes through the instance dict */
 #include "_speedups_answerfirst.h"  /* answer_first: a lone send's answer written before the store's notices */
 #include "_speedups_request.h"  /* lone_send, send_now: a lone send request from its command to its answer */
-#include "_speedups_attrs.h"  /* turn_attrs: plain attributes through the instance dict */
 #include "_speedups_loneread.h"  /* lone_read: a read of one whole frame handled from the reactor's turn */
 #include "_speedups_lonestore.h"  /* store_put_now, store_answered: the store service's part of a lone send */
 #include "_speedups_syncanswer.h"  /* sync_answer_*: a lone SYNC_FLUSH send answered as its sync ends */

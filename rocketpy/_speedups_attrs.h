@@ -1,6 +1,7 @@
 /* rocketpy._speedups, an object's plain attributes read and written through its instance dict: included
- * once, before _speedups_loneread.h, _speedups_lonestore.h and _speedups_reactor.h, which read the
- * attributes of connections, protocols, the reactor and the store service this way. */
+ * once, before _speedups_request.h, _speedups_loneread.h, _speedups_lonestore.h and _speedups_reactor.h, which
+ * read the attributes of connections (and their transports), protocols, the reactor and the store service this
+ * way. */
 
 /* Plain instance attributes read fast: from the instance's dict (checked once per version of its type: no
  * __getattribute__ or __getattr__, and no data descriptor of the names read) or, when absent there, from its

@@ -188,9 +188,25 @@ static int send_names(void) {
     return intern_names(names, out, 11);
 }
 
+/* Reading a transport's attributes (_speedups_attrs.h): a slot per type (tcp.Server, tcp.Client), copied per use */
+static PyObject *const *const send_attr_names[] = {&str_temp_buffer, &str_offset, &str_data_buffer, &str_connected,
+                                                   &str_disconnecting, &str_write_disconnected, &str_tls,
+                                                   &str_send_limit};
+static turn_attrs send_attrs[2] = {
+    {NULL, 0, send_attr_names, sizeof(send_attr_names) / sizeof(PyObject **), NULL, 0},
+    {NULL, 0, send_attr_names, sizeof(send_attr_names) / sizeof(PyObject **), NULL, 0}};
+
 /* The truth of an attribute: 1, 0, or -1 (absent or an error: cleared). */
 static int truth_attr(PyObject *obj, PyObject *name) {
     int r = attr_true(obj, name);  /* _speedups_producer.h */
+    if (r < 0)
+        PyErr_Clear();
+    return r;
+}
+
+/* truth_attr of one of attrs' names */
+static int send_truth(turn_attrs *attrs, PyObject *obj, PyObject *name) {
+    int r = attrs_true(attrs, obj, name);
     if (r < 0)
         PyErr_Clear();
     return r;
@@ -203,34 +219,42 @@ static int send_ready(PyObject *plain, PyObject *transport, Py_ssize_t size) {
     PyObject *v;
     Py_ssize_t queued;
     int64_t offset, limit;
-    if (send_names() < 0 || !PyAnySet_Check(plain) || PySet_Contains(plain, (PyObject *)Py_TYPE(transport)) != 1)
+    turn_attrs *slot = send_attrs[0].type == Py_TYPE(transport) || send_attrs[0].type == NULL ? &send_attrs[0]
+                                                                                               : &send_attrs[1];
+    turn_attrs a = *slot;
+    a.dict = NULL;
+    if (send_names() < 0 || !PyAnySet_Check(plain) || PySet_Contains(plain, (PyObject *)Py_TYPE(transport)) != 1 ||
+        attrs_begin(&a, transport) < 0)
         goto no;
-    v = PyObject_GetAttr(transport, str_temp_buffer);
+    slot->type = a.type, slot->tag = a.tag, slot->settable = a.settable;
+    v = attrs_get(&a, transport, str_temp_buffer);
     queued = v != NULL && PyList_CheckExact(v) ? PyList_GET_SIZE(v) : -1;
     Py_XDECREF(v);
     if (queued != 0)
         goto no;
-    v = PyObject_GetAttr(transport, str_offset);
+    v = attrs_get(&a, transport, str_offset);
     if (v == NULL || !PyLong_CheckExact(v) || !I64_OK(v, &offset)) {
         Py_XDECREF(v);
         goto no;
     }
     Py_DECREF(v);
-    v = PyObject_GetAttr(transport, str_data_buffer);
+    v = attrs_get(&a, transport, str_data_buffer);
     queued = v != NULL && PyBytes_CheckExact(v) ? PyBytes_GET_SIZE(v) : -1;
     Py_XDECREF(v);
-    if (queued < 0 || offset != queued || truth_attr(transport, str_connected) != 1 ||
-        truth_attr(transport, str_disconnecting) != 0 || truth_attr(transport, str_write_disconnected) != 0 ||
-        truth_attr(transport, str_tls) != 0)
+    if (queued < 0 || offset != queued || send_truth(&a, transport, str_connected) != 1 ||
+        send_truth(&a, transport, str_disconnecting) != 0 || send_truth(&a, transport, str_write_disconnected) != 0 ||
+        send_truth(&a, transport, str_tls) != 0)
         goto no;
-    v = PyObject_GetAttr(transport, str_send_limit);
+    v = attrs_get(&a, transport, str_send_limit);
     if (v == NULL || !PyLong_CheckExact(v) || !I64_OK(v, &limit) || size > limit) {
         Py_XDECREF(v);
         goto no;
     }
     Py_DECREF(v);
+    attrs_end(&a);
     return 1;
 no:
+    attrs_end(&a);
     PyErr_Clear();
     return 0;
 }
