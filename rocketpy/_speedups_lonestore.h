@@ -271,7 +271,8 @@ static PyObject *ls_listeners(turn_attrs *a, PyObject *service, PyObject *topic)
     return found;
 }
 
-/* lone_answered's arrival notice of a put stored PUT_OK (the reference): 0, or -1 with an exception */
+/* lone_answered's arrival notice of a put stored PUT_OK: StoreService._notify_put (the reference); 0, or -1
+ * with an exception */
 static int ls_notice(turn_attrs *a, PyObject *service, PyObject *msg, PyObject *max_offset) {
     PyObject *topic = PyObject_GetAttr(msg, str_ls_topic), *listeners = NULL, *queue_id = NULL, *found = NULL;
     int r = -1;

@@ -278,12 +278,7 @@ class StoreService(StoreReads, Service):
             return
         msg, status, max_offset = answering
         if status is PutMessageStatus.PUT_OK:
-            topic = msg.topic
-            listeners = self._arrivals.of(topic)
-            if listeners:  # else nobody listens to it now
-                queue_id = msg.queue_id
-                self._notify_arrival(listeners, topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id)
-                                     if max_offset is None else max_offset)
+            self._notify_put(msg, max_offset)
         if self._queue or self._drained:  # the notices' puts, or a stop waiting: else only the state
             self._hop_finished()
         else:
@@ -490,13 +485,7 @@ class StoreService(StoreReads, Service):
         append): the same notices and completion, without the loops over puts and results.
         ``max_offset``: the queue's, when the store said it."""
         if result.status is PutMessageStatus.PUT_OK:
-            first = msgs[0]
-            topic = first.topic
-            listeners = self._arrivals.of(topic)
-            if listeners:  # else nobody listens to it now
-                queue_id = first.queue_id
-                self._notify_arrival(listeners, topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id)
-                                     if max_offset is None else max_offset)
+            self._notify_put(msgs[0], max_offset)
         self._delivering += 1
         try:
             self._completion.complete(d.callback, msgs, result)
@@ -596,6 +585,16 @@ class StoreService(StoreReads, Service):
             listeners = of(topic)
             if listeners:  # else nobody listens to it now
                 self._notify_arrival(listeners, topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id))
+
+    def _notify_put(self, msg: MessageExt, max_offset: int | None) -> None:
+        """The arrival notice of a put stored PUT_OK whose first message is ``msg`` (``max_offset``: its queue's,
+        when the store said it), to the listeners of its topic (none: nothing to do)."""
+        topic = msg.topic
+        listeners = self._arrivals.of(topic)
+        if listeners:
+            queue_id = msg.queue_id
+            self._notify_arrival(listeners, topic, queue_id, self._store.get_max_offset_in_queue(topic, queue_id)
+                                 if max_offset is None else max_offset)
 
     def _notify_arrival(self, listeners: Iterable[ArrivalListener], topic: str, queue_id: int,
                         max_offset: int) -> None:
