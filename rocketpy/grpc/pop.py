@@ -68,6 +68,7 @@ class PopService:
         self._reading: set[tuple[str, str, int]] = set()
         #: topic → waiting receives, woken by an arrival or a lease expiry.
         self._waiters: dict[str, list[Deferred[None]]] = {}
+        self._arrival: Any = None  # listen_to's: wanted while a receive waits
         self._renewer = LoopingCall(self.renew_due)
         self._renewer.clock = clock
         self._reviver = LoopingCall(lambda: Deferred.fromCoroutine(self.revive_due()))
@@ -77,12 +78,21 @@ class PopService:
     def now_ms(self) -> int:
         return int(self._clock.seconds() * 1000)
 
+    def listen_to(self, store: Any) -> None:
+        """Be ``store``'s arrival listener (:meth:`message_arrived`), called only while a receive waits: else
+        a put calls nothing here."""
+        self._arrival = store.add_arrival_listener(self.message_arrived)
+        self._arrival.wanted = bool(self._waiters)
+
     def message_arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
         """The store's arrival listener: wake the receives long-polling ``topic``."""
         self._wake(topic)
 
     def _wake(self, topic: str) -> None:
-        for d in self._waiters.pop(topic, []):
+        waiting = self._waiters.pop(topic, [])
+        if not self._waiters and self._arrival is not None:
+            self._arrival.wanted = False
+        for d in waiting:
             if not d.called:
                 d.callback(None)
 
@@ -112,6 +122,8 @@ class PopService:
 
     def _wait(self, group: str, topic: str, left_ms: int) -> Deferred[None]:
         d: Deferred[None] = Deferred()
+        if not self._waiters and self._arrival is not None:
+            self._arrival.wanted = True
         self._waiters.setdefault(topic, []).append(d)
         expiry = self.receipts.next_expiry(group, topic)
         until_expiry = None if expiry is None else expiry - self.now_ms() + 1

@@ -505,7 +505,7 @@ def broker_messaging(reactor: Any, broker: Any, retry_delays_ms: list[int],
 
     slave = broker.config.broker_role == "SLAVE"
     pop = PopService(reactor, broker.store, broker.topics, broker.offsets)
-    broker.store.add_arrival_listener(pop.message_arrived)
+    pop.listen_to(broker.store)
     offsets_path = broker.offsets.path
     checkpoint = PopCheckpoint(pop, None if offsets_path is None else
                                os.path.join(os.path.dirname(offsets_path), "popReceipts.json"))

@@ -56,7 +56,7 @@ class PullMessageProcessorTests(SynchronousTestCase):
         self.hold = PullRequestHoldService(self.clock, self.store.get_max_offset_in_queue)
         self.hold.startService()
         self.addCleanup(self.hold.stopService)
-        self.store.add_arrival_listener(self.hold.notify_message_arriving)
+        self.hold.listen_to(self.store)  # called only while a pull is held
         self.subscriptions: dict[tuple[str, str], Sub] = {}
         self.commits: list[tuple[str, str, str, int, int]] = []
         self.channel = FakeChannel("10.0.0.9:4444")
@@ -213,12 +213,17 @@ class PullMessageProcessorTests(SynchronousTestCase):
         self.assertEqual(self.commits, [("10.0.0.9:4444", "CID", "T", 0, 1)])
 
     def test_long_poll_woken_by_arrival(self) -> None:
-        """A held pull is answered as soon as a message reaches its queue, without a second commit."""
+        """A held pull is answered as soon as a message reaches its queue, without a second commit; the
+        hold is the store's arrival listener only meanwhile."""
+        arrival = self.hold._arrival
+        self.assertFalse(arrival.wanted)
         self.assertIsNone(self.pull(sysFlag="7", commitOffset="0"))
         self.assertEqual(self.hold.parked_count("T", 0), 1)
+        self.assertTrue(arrival.wanted)
         self.put("X", queue_id=1)
         self.assertNoResult(self.held)
         self.put("TagA")
+        self.assertFalse(arrival.wanted)
         response = self.successResultOf(self.held)
         self.assert_offsets(response, ResponseCode.SUCCESS, 1, 0, 1)
         self.assertEqual(len(self.commits), 1)

@@ -95,7 +95,7 @@ class PopServiceTests(SynchronousTestCase):
         self.offsets = ConsumerOffsetManager()
         self.dead: list[tuple[str, Lease]] = []
         self.pop = PopService(self.clock, self.store, self.topics, self.offsets, self._dead_letter)
-        self.store.add_arrival_listener(self.pop.message_arrived)
+        self.pop.listen_to(self.store)  # called only while a receive waits
 
     def _dead_letter(self, group: str, lease: Lease) -> Deferred[bool]:
         self.dead.append((group, lease))
@@ -179,10 +179,14 @@ class PopServiceTests(SynchronousTestCase):
 
     def test_long_poll_woken_by_arrival(self) -> None:
         """A receive with nothing to take waits; a new message answers it before the poll ends."""
+        arrival = self.pop._arrival
+        self.assertFalse(arrival.wanted, "nothing waits: puts do not call the listener")
         d = Deferred.fromCoroutine(self.pop.receive("G", "T", 10, 10_000, 5_000, ALL))
         self.assertNoResult(d)
+        self.assertTrue(arrival.wanted)
         self.put(b"late")
         self.assertEqual([m.body for m, _ in self.successResultOf(d)], [b"late"])
+        self.assertFalse(arrival.wanted)
         self.assertEqual([c for c in self.clock.getDelayedCalls() if "timed_out" in repr(c)], [])  # timer gone
         empty = Deferred.fromCoroutine(self.pop.receive("G", "T", 10, 10_000, 5_000, ALL))
         self.clock.advance(4.9)

@@ -153,11 +153,15 @@ class TransferTests(SynchronousTestCase):
         self.assertEqual(self.service.slave_offsets, [3 * FILE, 3 * FILE + 10])
 
     def test_lost_link_leaves_no_timer(self) -> None:
-        """A closed link is forgotten and its heartbeat timer cancelled."""
+        """A closed link is forgotten and its heartbeat timer cancelled; the store's appends call the HA
+        listener only while a slave is connected."""
+        self.assertFalse(self.service._arrival.wanted)
         link = Link(self.service)
         self.assertEqual(self.service.slave_count, 1)
+        self.assertTrue(self.service._arrival.wanted)
         link.proto.connectionLost()
         self.assertEqual((self.service.slave_count, self.clock.getDelayedCalls()), (0, []))
+        self.assertFalse(self.service._arrival.wanted)
 
     def test_connected_and_lost_are_logged_with_the_slave(self) -> None:
         """Both lines name the slave's address; the second says how far it had acknowledged."""
