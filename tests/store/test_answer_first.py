@@ -98,7 +98,7 @@ class PutLoneNowTests(TestCase):
         await self.warm(service)
         d = self.put_now(service, msg("T", 3))
         self.assertIsInstance(d, Deferred)
-        self.assertTrue((await d).ok)  # type: ignore[misc]
+        self.assertTrue((await d).ok)
         await service.stopService()
         service = await self.service()
         await self.warm(service)
@@ -106,7 +106,7 @@ class PutLoneNowTests(TestCase):
         service.add_put_hook(hooked.append)
         d = self.put_now(service, msg("T", 3))
         self.assertIsInstance(d, Deferred)
-        self.assertTrue((await d).ok)  # type: ignore[misc]
+        self.assertTrue((await d).ok)
         self.assertEqual(len(hooked), 1)
         service._completion.hooks.clear()
         service._put_lone = None
@@ -114,7 +114,7 @@ class PutLoneNowTests(TestCase):
         service.add_arrival_listener(lambda *args: seen.append(args))
         d = self.put_now(service, msg("T", 4))
         self.assertIsInstance(d, Deferred)
-        self.assertTrue((await d).ok)  # type: ignore[misc]
+        self.assertTrue((await d).ok)
         self.assertEqual(seen, [("T", 0, 5)])
         await service.stopService()
 
@@ -136,7 +136,7 @@ class PutLoneNowTests(TestCase):
         service._put_lone = broken
         d = self.put_now(service, msg("T", 3))
         self.assertIsInstance(d, Deferred)
-        self.assertEqual((await d).status, PutMessageStatus.UNKNOWN_ERROR)  # type: ignore[misc]
+        self.assertEqual((await d).status, PutMessageStatus.UNKNOWN_ERROR)
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
         self.assertFalse(service.is_busy())
         await service.stopService()
@@ -162,7 +162,7 @@ class PutLoneNowTests(TestCase):
         the queue and the store refuses it there, as put_message would."""
         service = await self.service()
         await self.warm(service)
-        store = service._store
+        store: Any = service._store
         for refuse, undo in ((lambda: setattr(store.config, "broker_role", "SLAVE"),
                               lambda: setattr(store.config, "broker_role", "ASYNC_MASTER")),
                              (lambda: setattr(store.commit_log, "dispatch_failed", True),
@@ -172,7 +172,7 @@ class PutLoneNowTests(TestCase):
             refuse()
             d = self.put_now(service, msg("T", 3))
             self.assertIsInstance(d, Deferred)
-            self.assertEqual((await d).status, PutMessageStatus.SERVICE_NOT_AVAILABLE)  # type: ignore[misc]
+            self.assertEqual((await d).status, PutMessageStatus.SERVICE_NOT_AVAILABLE)
             self.assertIsNone(service._answering)
             undo()
             await deferLater(reactor, 0)
