@@ -334,13 +334,18 @@ class _ReadPathMixin:
             return out
 
         peers: list[_Peer] = []
+        sent = [0]
 
-        def connect(reactor: Any, transport: Any, peer: _Peer) -> None:
-            peers.append(peer)
-            for i, data in enumerate(reads):  # one read each, 10 ms apart
-                reactor.callLater(0.01 * i, transport.write, data)
+        def answered() -> bool:  # checked every 10 ms: the next read written once the last one is answered
+            if not peers:
+                return False
+            count = len(answers(peers[0].received))
+            if count == sent[0] and sent[0] < len(reads):
+                peers[0].transport.write(reads[sent[0]])
+                sent[0] += 1
+            return count >= wanted
 
-        self.connected(server.build_channel, connect, lambda: bool(peers) and len(answers(peers[0].received)) >= wanted)
+        self.connected(server.build_channel, lambda reactor, transport, peer: peers.append(peer), answered)
         case: Any = self
         got = answers(peers[0].received)
         ways = ["processed", "later", "command", "ValueError: lone boom", "lone 0", "lone 1"]  # opaque % 6 from 2
