@@ -81,15 +81,10 @@ static int lr_begin(turn_attrs *local, turn_attrs *slot, PyObject *obj) {
     return 0;
 }
 
-/* The truth of obj.name: 1, 0, or -1 with an exception */
+/* The truth of obj.name (any name, through PyObject_GetAttr): 1, 0, or -1 with an exception */
 static int lr_true(PyObject *obj, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    int r;
-    if (v == NULL)
-        return -1;
-    r = v == Py_False || v == Py_None ? 0 : v == Py_True ? 1 : PyObject_IsTrue(v);
-    Py_DECREF(v);
-    return r;
+    turn_attrs generic = {NULL};
+    return attrs_true(&generic, obj, name);
 }
 
 /* obj.name(args...) with at most 4 args: 0, or -1 with an exception */
