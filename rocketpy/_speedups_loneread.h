@@ -15,18 +15,19 @@
  *     RemotingNode.lone_result for what is not answered yet; else request_received); a response resolves its
  *     request (else _late). Then the read's end: _write_collected, or _reading cleared; _close_when_answered
  *     when broken. None, having done nothing, for anything else: then dataReceived reads it.
- * channel_answer_now(channel, frame)
- *     RemotingProtocol.answer_now (the reference) for a channel of exactly that type; the method otherwise.
+ * channel_answer_now(channel, frame) (answer_now in the module, for tests)
+ *     RemotingProtocol.answer_now (the reference) for a channel of exactly that type whose answer_now is that
+ *     one; the method otherwise.
  */
 
 static PyTypeObject *lr_protocol;  /* RemotingProtocol (a new reference), NULL until set_lone_read */
-static PyObject *lr_data_received, *lr_requests_received, *lr_failure, *lr_plain, *lr_write_now;
+static PyObject *lr_data_received, *lr_requests_received, *lr_failure, *lr_plain, *lr_write_now, *lr_answer_now;
 static PyObject *str_lr_broken, *str_lr_unprocessed, *str_lr_paused, *str_lr_max_length, *str_lr_owner,
     *str_lr_seconds, *str_lr_last_activity, *str_lr_reading, *str_lr_unanswered, *str_lr_out, *str_lr_rpc_hooks,
     *str_lr_processors, *str_lr_default, *str_lr_lone, *str_lr_code, *str_lr_lone_result, *str_lr_request_received,
     *str_lr_reply_failure, *str_lr_table, *str_lr_resolve, *str_lr_late, *str_lr_write_collected,
     *str_lr_close_when_answered, *str_lr_write_now, *str_lr_lost, *str_lr_transport, *str_lr_reply_frame,
-    *str_lr_requests_received_name, *str_lr_data_received_name;
+    *str_lr_requests_received_name, *str_lr_data_received_name, *str_lr_answer_now;
 
 static int lone_read_names(void) {
     static const char *const names[] = {
@@ -34,14 +35,14 @@ static int lone_read_names(void) {
         "_unanswered", "_out", "rpc_hooks", "_processors", "_default", "lone", "code", "lone_result",
         "request_received", "_reply_failure", "_table", "resolve", "_late", "_write_collected",
         "_close_when_answered", "_write_now", "_lost", "transport", "reply_frame", "requests_received",
-        "dataReceived"};
+        "dataReceived", "answer_now"};
     static PyObject **const out[] = {
         &str_lr_broken, &str_lr_unprocessed, &str_lr_paused, &str_lr_max_length, &str_lr_owner, &str_lr_seconds,
         &str_lr_last_activity, &str_lr_reading, &str_lr_unanswered, &str_lr_out, &str_lr_rpc_hooks,
         &str_lr_processors, &str_lr_default, &str_lr_lone, &str_lr_code, &str_lr_lone_result,
         &str_lr_request_received, &str_lr_reply_failure, &str_lr_table, &str_lr_resolve, &str_lr_late,
         &str_lr_write_collected, &str_lr_close_when_answered, &str_lr_write_now, &str_lr_lost, &str_lr_transport,
-        &str_lr_reply_frame, &str_lr_requests_received_name, &str_lr_data_received_name};
+        &str_lr_reply_frame, &str_lr_requests_received_name, &str_lr_data_received_name, &str_lr_answer_now};
     return intern_names(names, out, (int)(sizeof(names) / sizeof(names[0])));
 }
 
@@ -59,6 +60,7 @@ static PyObject *set_lone_read(PyObject *self, PyObject *const *args, Py_ssize_t
     Py_XSETREF(lr_failure, Py_NewRef(args[3]));
     Py_XSETREF(lr_plain, Py_NewRef(args[4]));
     Py_XSETREF(lr_write_now, Py_NewRef(args[5]));
+    Py_XSETREF(lr_answer_now, Py_XNewRef(_PyType_Lookup((PyTypeObject *)args[0], str_lr_answer_now)));
     Py_RETURN_NONE;
 }
 
@@ -79,6 +81,21 @@ static int lr_begin(turn_attrs *local, turn_attrs *slot, PyObject *obj) {
         return -1;
     slot->type = local->type, slot->tag = local->tag, slot->settable = local->settable;
     return 0;
+}
+
+/* 1 when obj (whose attributes attrs reads) would call function for obj.name(): its type's, not one of its own
+ * (an instance attribute); 0 otherwise, or -1 with an exception */
+static int lr_own_method(turn_attrs *attrs, PyObject *obj, PyObject *name, PyObject *function) {
+    if (function == NULL || _PyType_Lookup(Py_TYPE(obj), name) != function || attrs->dict == NULL)
+        return 0;
+    switch (PyDict_Contains(attrs->dict, name)) {
+    case 0:
+        return 1;
+    case 1:
+        return 0;
+    default:
+        return -1;
+    }
 }
 
 /* The truth of obj.name (any name, through PyObject_GetAttr): 1, 0, or -1 with an exception */
@@ -202,11 +219,20 @@ static int lr_dispatch(turn_attrs *pa, PyObject *protocol, PyObject *command, in
     /* self._unanswered += 1; self._owner.requests_received(self, [command]) */
     if (lr_add(pa, protocol, str_lr_unanswered, 1) < 0 || (owner = attrs_get(pa, protocol, str_lr_owner)) == NULL)
         return -1;
-    if (_PyType_Lookup(Py_TYPE(owner), str_lr_requests_received_name) == lr_requests_received) {
-        turn_attrs oa;  /* RemotingNode's, inlined */
-        r = lr_begin(&oa, &lr_owner_attrs, owner) < 0 ? -1 : lr_request(&oa, protocol, owner, command);
+    {
+        turn_attrs oa;
+        if ((r = lr_begin(&oa, &lr_owner_attrs, owner)) == 0 &&
+            (r = lr_own_method(&oa, owner, str_lr_requests_received_name, lr_requests_received)) == 1)
+            r = lr_request(&oa, protocol, owner, command);  /* RemotingNode's, inlined */
+        else if (r == 0)
+            r = 2;
         attrs_end(&oa);
-    } else {
+    }
+    if (r != 2) {
+        Py_DECREF(owner);
+        return r;
+    }
+    {
         PyObject *requests = PyList_New(1), *args[2] = {protocol, requests};
         if (requests != NULL) {
             PyList_SET_ITEM(requests, 0, Py_NewRef(command));
@@ -242,8 +268,7 @@ static int lr_accepts(turn_attrs *pa, PyObject *protocol, PyObject *data, PyObje
     uint32_t length;
     int r;
     *command = NULL;
-    if (lr_protocol == NULL || !Py_IS_TYPE(protocol, lr_protocol) || !PyBytes_CheckExact(data) ||
-        orjson_loads == NULL || _PyType_Lookup(lr_protocol, str_lr_data_received_name) != lr_data_received)
+    if (lr_protocol == NULL || !Py_IS_TYPE(protocol, lr_protocol) || !PyBytes_CheckExact(data) || orjson_loads == NULL)
         return 0;
     size = PyBytes_GET_SIZE(data);
     if (size < 4)
@@ -251,8 +276,11 @@ static int lr_accepts(turn_attrs *pa, PyObject *protocol, PyObject *data, PyObje
     length = (uint32_t)get_i32((const unsigned char *)PyBytes_AS_STRING(data));
     if ((uint64_t)length + 4 != (uint64_t)size)
         return 0;
-    if (lr_begin(pa, &lr_protocol_attrs, protocol) < 0)
+    if (lr_begin(pa, &lr_protocol_attrs, protocol) < 0 ||
+        (r = lr_own_method(pa, protocol, str_lr_data_received_name, lr_data_received)) < 0)
         return -1;
+    if (r == 0)
+        return 0;  /* a dataReceived of its own */
     if ((r = attrs_true(pa, protocol, str_lr_broken)) != 0 || (r = attrs_true(pa, protocol, str_lr_paused)) != 0)
         return r < 0 ? -1 : 0;
     if ((v = attrs_get(pa, protocol, str_lr_unprocessed)) == NULL)
@@ -340,8 +368,15 @@ static int channel_answer_now(PyObject *channel, PyObject *frame) {
         Py_XDECREF(answer_now);
         return now;
     }
-    if (lr_begin(&ca, &lr_protocol_attrs, channel) < 0)
+    if (lr_begin(&ca, &lr_protocol_attrs, channel) < 0 ||
+        (now = lr_own_method(&ca, channel, str_lr_answer_now, lr_answer_now)) < 0) {
+        attrs_end(&ca);
         return -1;
+    }
+    if (now == 0) {  /* an answer_now of its own, or another one */
+        attrs_end(&ca);
+        return lr_call(channel, str_lr_answer_now, &frame, 1);
+    }
     /* if self._reading and self._write_now and not self._out and self._lost is None */
     if ((now = attrs_true(&ca, channel, str_lr_reading)) > 0 && (now = attrs_true(&ca, channel, str_lr_write_now)) > 0 &&
         (now = attrs_true(&ca, channel, str_lr_out)) >= 0) {
@@ -371,7 +406,19 @@ static int channel_answer_now(PyObject *channel, PyObject *frame) {
     return sent == NULL ? -1 : 0;
 }
 
+static PyObject *answer_now_py(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "answer_now(channel, frame)");
+        return NULL;
+    }
+    if (channel_answer_now(args[0], args[1]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 #define LONE_READ_METHODS \
+    {"answer_now", (PyCFunction)(void (*)(void))answer_now_py, METH_FASTCALL, \
+     "answer_now(channel, frame): what answer_first calls, RemotingProtocol.answer_now in C for that type."}, \
     {"set_lone_read", (PyCFunction)(void (*)(void))set_lone_read, METH_FASTCALL, \
      "set_lone_read(RemotingProtocol, its dataReceived, RemotingNode.requests_received, Failure, plain, " \
      "write_now): what lone_read reads for (rocketpy/remoting/node.py)."}, \

@@ -80,7 +80,18 @@ class Echo:
         return request.make_response(0, "echo")
 
 
-def connected(hooks: bool) -> tuple[RemotingProtocol, list[Any], StringTransport, list[Any]]:
+class SendingTransport(StringTransport):
+    """What write_now writes through at once (as a TCP connection with nothing queued)."""
+
+    _tempDataBuffer: list[bytes] = []
+    offset, dataBuffer, connected, disconnecting, _writeDisconnected, TLS = 0, b"", True, False, False, False
+
+    def writeSomeData(self, data: bytes) -> int:
+        self.io.write(b"now:" + data)
+        return len(data)
+
+
+def connected(hooks: bool, transport: StringTransport | None = None) -> tuple[RemotingProtocol, list[Any], StringTransport, list[Any]]:
     """A channel of a server with a lone processor (the usual code), an echo for the rest, and two
     pending requests of its own (opaques 0 and 1) whose outcomes are noted."""
     events: list[Any] = []
@@ -89,7 +100,8 @@ def connected(hooks: bool) -> tuple[RemotingProtocol, list[Any], StringTransport
     server.register_default_processor(Echo(events))  # type: ignore[arg-type]
     channel = server.build_channel()
     channel.MAX_LENGTH = LIMIT
-    transport = StringTransport(peerAddress=IPv4Address("TCP", "10.0.0.1", 4000))
+    if transport is None:
+        transport = StringTransport(peerAddress=IPv4Address("TCP", "10.0.0.1", 4000))
     channel.makeConnection(transport)
     outcomes: list[Any] = []
     for _ in range(2):
@@ -168,6 +180,9 @@ class LoneReadTests(SynchronousTestCase):
         channel.resumeProducing()
         channel._broken = True
         self.assertIsNone(_compiled.lone_read(channel, whole))
+        channel._broken = False
+        channel.dataReceived = lambda data: None  # type: ignore[method-assign]  # a read of its own
+        self.assertIsNone(_compiled.lone_read(channel, whole))
         self.assertEqual(events, [])
 
         class Sub(RemotingProtocol):
@@ -176,6 +191,39 @@ class LoneReadTests(SynchronousTestCase):
         other = Sub(channel._owner, Clock())
         other.makeConnection(StringTransport())
         self.assertIsNone(_compiled.lone_read(other, whole))
+
+    def test_answer_now(self) -> None:
+        """The C answer_now (what a lone send's answer goes through) against the method: inside a read or
+        not, with answers collected before it or not, a lost channel; an answer_now of the channel's own
+        or its class's (patched) is called instead."""
+
+        def state(c: bool, reading: bool, collected: bool, lost: bool) -> tuple[Any, ...]:
+            channel, _, transport, _ = connected(False, SendingTransport())
+            channel._reading, channel._unanswered = reading, 1
+            channel._write_now = True
+            if collected:
+                channel._out.append(b"before")
+            if lost:
+                channel._lost = RemotingConnectionLost("peer", "gone")
+            if c:
+                _compiled.answer_now(channel, b"frame")
+            else:
+                channel.answer_now(b"frame")
+            return transport.value(), channel._out, channel._unanswered, channel._reading
+
+        for reading in (True, False):
+            for collected in (True, False):
+                for lost in (True, False):
+                    self.assertEqual(state(True, reading, collected, lost), state(False, reading, collected, lost))
+        self.assertEqual(state(True, True, False, False), (b"now:frame", [], 0, True), "sent at once, counted answered")
+        channel, _, transport, _ = connected(False)
+        written: list[bytes] = []
+        channel.answer_now = written.append  # type: ignore[method-assign,assignment]
+        _compiled.answer_now(channel, b"own")
+        del channel.answer_now
+        self.patch(RemotingProtocol, "answer_now", lambda self, frame: written.append(frame))
+        _compiled.answer_now(channel, b"patched")
+        self.assertEqual((written, transport.value()), ([b"own", b"patched"], b""))
 
     def test_other_owner_gets_the_list(self) -> None:
         """An owner whose requests_received is its own gets the one request in a list, as from dataReceived."""

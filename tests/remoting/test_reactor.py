@@ -341,7 +341,8 @@ class _ReadPathMixin:
                 return False
             count = len(answers(peers[0].received))
             if count == sent[0] and sent[0] < len(reads):
-                peers[0].transport.write(reads[sent[0]])
+                transport: Any = peers[0].transport
+                transport.write(reads[sent[0]])
                 sent[0] += 1
             return count >= wanted
 
