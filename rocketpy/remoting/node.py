@@ -262,11 +262,11 @@ class RemotingNode:
         except Exception:
             self._reply_run_failure(Failure(), channel, run)
             return
-        if isinstance(results, Deferred):
+        if type(results) is list or not isinstance(results, Deferred):  # answered at once: no ABC check
+            self._reply_run(results, channel, run)
+        else:
             args = (channel, run)
             results.addCallbacks(self._reply_run, self._reply_run_failure, callbackArgs=args, errbackArgs=args)
-        else:
-            self._reply_run(results, channel, run)
 
     def _hooks_pass(self, channel: RemotingProtocol, request: RemotingCommand) -> bool:
         """Run the ``before_request`` hooks; one raising (an ACL refusal) answers SYSTEM_ERROR."""
