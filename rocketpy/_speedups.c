@@ -1731,6 +1731,7 @@ static int intern_array(PyObject **out, const char *const *texts, int n) {
     return 0;
 }
 
+#include "_speedups_attrs.h"  /* turn_attrs: plain attributes through the instance dict */
 #include "_speedups_store.h"
 #include "_speedups_remoting.h"
 #include "_speedups_storeput.h"  /* lone_put: the store service's inline append of one message */
@@ -1742,7 +1743,6 @@ static int intern_array(PyObject **out, const char *const *texts, int n) {
 #include "_speedups_mapped.h"  /* write_zeros: a segment's zeros ahead, 256 KiB a pwrite */
 #include "_speedups_producer.h"  /* fire, deliver: an automatic batch's members given their results */
 
-#include "_speedups_attrs.h"  /* turn_attrs: plain attributes through the instance dict */
 #include "_speedups_answerfirst.h"  /* answer_first: a lone send's answer written before the store's notices */
 #include "_speedups_request.h"  /* lone_send, send_now: a lone send request from its command to its answer */
 #include "_speedups_loneread.h"  /* lone_read: a read of one whole frame handled from the reactor's turn */

@@ -1,7 +1,7 @@
 /* rocketpy._speedups, an object's plain attributes read and written through its instance dict: included
- * once, before _speedups_request.h, _speedups_loneread.h, _speedups_lonestore.h and _speedups_reactor.h, which
- * read the attributes of connections (and their transports), protocols, the reactor and the store service this
- * way. */
+ * once, before _speedups_store.h, _speedups_storeput.h, _speedups_request.h, _speedups_loneread.h,
+ * _speedups_lonestore.h and _speedups_reactor.h, which read the attributes of the store's objects,
+ * connections (and their transports), protocols, the reactor and the store service this way. */
 
 /* Plain instance attributes read fast: from the instance's dict (checked once per version of its type: no
  * __getattribute__ or __getattr__, and no data descriptor of the names read) or, when absent there, from its
@@ -84,5 +84,53 @@ static int attrs_true(turn_attrs *attrs, PyObject *obj, PyObject *name) {
         return -1;
     r = v == Py_False || v == Py_None ? 0 : v == Py_True ? 1 : PyObject_IsTrue(v);
     Py_DECREF(v);
+    return r;
+}
+
+/* obj.name (name an exact str, best interned) as a new reference, NULL with an exception: what PyObject_GetAttr
+ * gives, read from the instance dict when obj's type has the generic getattr and no data descriptor of name
+ * (checked at each read through the type's method cache), else through PyObject_GetAttr. For objects read a
+ * few times each, without a turn_attrs of their names. */
+static PyObject *plain_get(PyObject *obj, PyObject *name) {
+    PyTypeObject *type = Py_TYPE(obj);
+    if (type->tp_getattro == PyObject_GenericGetAttr) {
+        PyObject *found = _PyType_Lookup(type, name), **dict;  /* borrowed */
+        if (found == NULL || Py_TYPE(found)->tp_descr_set == NULL) {
+            dict = _PyObject_GetDictPtr(obj);
+            if (dict != NULL && *dict != NULL && PyDict_CheckExact(*dict)) {
+                PyObject *value = PyDict_GetItemWithError(*dict, name);
+                if (value != NULL)
+                    return Py_NewRef(value);
+                if (PyErr_Occurred())
+                    return NULL;
+                if (found != NULL && Py_TYPE(found)->tp_descr_get == NULL)  /* a class attribute, no descriptor */
+                    return Py_NewRef(found);
+            }
+        }
+    }
+    return PyObject_GetAttr(obj, name);
+}
+
+/* obj.name = value (a new reference, stolen: NULL after a failed allocation gives -1): into the instance dict
+ * when obj's type has the generic setattr and no data descriptor of name, else PyObject_SetAttr; 0, or -1 with an
+ * exception */
+static int plain_set(PyObject *obj, PyObject *name, PyObject *value) {
+    PyTypeObject *type = Py_TYPE(obj);
+    int r;
+    if (value == NULL)
+        return -1;
+    if (type->tp_setattro == PyObject_GenericSetAttr) {
+        PyObject *found = _PyType_Lookup(type, name), **dict;
+        if (found == NULL || Py_TYPE(found)->tp_descr_set == NULL) {
+            dict = _PyObject_GetDictPtr(obj);
+            if (dict != NULL && *dict != NULL && PyDict_CheckExact(*dict)) {
+                r = PyDict_SetItem(*dict, name, value);
+                Py_DECREF(value);
+                return r;
+            }
+        }
+    }
+    r = PyObject_SetAttr(obj, name, value);
+    Py_DECREF(value);
     return r;
 }

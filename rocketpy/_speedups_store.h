@@ -113,6 +113,31 @@ static PyObject *offset_id(PyObject *host, int64_t offset) {
     return id;
 }
 
+/* The queue table's key "topic-queueId" (CommitLog._place's f"{topic}-{queue_id}"), as PyUnicode_FromFormat("%U-%lld")
+ * gives it: built directly for ASCII text, the usual topic; NULL with an exception. */
+static PyObject *queue_key(PyObject *topic, int64_t qid) {
+    char digits[24];
+    uint64_t u = qid < 0 ? -(uint64_t)qid : (uint64_t)qid;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(topic), d = 0, i;
+    PyObject *key;
+    char *p;
+    if (!PyUnicode_IS_ASCII(topic))
+        return PyUnicode_FromFormat("%U-%lld", topic, (long long)qid);
+    do
+        digits[d++] = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (qid < 0)
+        digits[d++] = '-';
+    if ((key = PyUnicode_New(n + 1 + d, 127)) == NULL)
+        return NULL;
+    p = PyUnicode_DATA(key);
+    memcpy(p, PyUnicode_DATA(topic), n);
+    p[n] = '-';
+    for (i = 0; i < d; i++)
+        p[n + 1 + i] = digits[d - 1 - i];
+    return key;
+}
+
 /* place_chunk(chunk, table, phys, now, host) -> (phys, undo, records, ids) or None
  * CommitLog._place (the reference): for each put (i, msgs, bufs, total) of chunk and each of its
  * records from commit-log offset phys on: the queue offset from table ("topic-queueId" -> next
@@ -179,7 +204,7 @@ static PyObject *place_chunk(PyObject *self, PyObject *const *args, Py_ssize_t n
                     if (in_run && table_set(table, key, next) < 0)
                         goto fail;
                     in_run = 0;
-                    Py_XSETREF(key, PyUnicode_FromFormat("%U-%lld", topic, (long long)qid));
+                    Py_XSETREF(key, queue_key(topic, qid));
                     if (key == NULL)
                         goto fail;
                     last_topic_obj = topic, last_qid = qid;
@@ -251,7 +276,7 @@ fail:
 
 /* An int attribute in [lo, hi] into *out: 1; 0 when missing or another value (no exception). */
 static int int_named(PyObject *o, PyObject *name, int64_t lo, int64_t hi, int64_t *out) {
-    PyObject *v = PyObject_GetAttr(o, name);
+    PyObject *v = plain_get(o, name);
     int ok;
     if (v == NULL) {
         PyErr_Clear();
@@ -268,10 +293,7 @@ static int int_attr(PyObject *o, int name, int64_t lo, int64_t hi, int64_t *out)
 
 /* obj.name = v (int); -1 with an exception. */
 static int set_int_named(PyObject *o, PyObject *name, int64_t v) {
-    PyObject *value = PyLong_FromLongLong(v);
-    int r = value == NULL ? -1 : PyObject_SetAttr(o, name, value);
-    Py_XDECREF(value);
-    return r;
+    return plain_set(o, name, PyLong_FromLongLong(v));
 }
 
 static int set_int_attr(PyObject *o, int name, int64_t v) {
@@ -280,7 +302,7 @@ static int set_int_attr(PyObject *o, int name, int64_t v) {
 
 /* The last item of o.name (a list), or NULL (no exception) when it is missing or empty; new reference. */
 static PyObject *last_of(PyObject *o, int name) {
-    PyObject *list = PyObject_GetAttr(o, store_names[name]), *last = NULL;
+    PyObject *list = plain_get(o, store_names[name]), *last = NULL;
     if (list == NULL)
         PyErr_Clear();
     else if (PyList_CheckExact(list) && PyList_GET_SIZE(list) > 0)
@@ -291,7 +313,7 @@ static PyObject *last_of(PyObject *o, int name) {
 
 /* A writable view of o.data (an mmap) of at least need bytes: 1; 0 (no exception) otherwise. */
 static int data_view(PyObject *o, Py_buffer *view, int64_t need) {
-    PyObject *data = PyObject_GetAttr(o, store_names[S_DATA]);
+    PyObject *data = plain_get(o, store_names[S_DATA]);
     int r;
     if (data == NULL) {
         PyErr_Clear();
@@ -481,8 +503,8 @@ static int flush_cache(DispatchCache *c) {
     for (i = 0; i < c->nqueues; i++) {
         CachedQueue *q = &c->queues[i];
         PyObject *position = PyLong_FromLongLong(q->wrote);
-        if (r == 0 && (position == NULL || PyObject_SetAttr(q->mf, store_names[S_WROTE], position) < 0 ||
-                       PyObject_SetAttr(q->mf, store_names[S_COMMITTED], position) < 0 ||
+        if (r == 0 && (position == NULL || plain_set(q->mf, store_names[S_WROTE], Py_NewRef(position)) < 0 ||
+                       plain_set(q->mf, store_names[S_COMMITTED], Py_NewRef(position)) < 0 ||
                        set_int_attr(q->cq, S_MAX_PHYSIC, q->max_physic) < 0))
             r = -1;
         Py_XDECREF(position);
@@ -492,7 +514,7 @@ static int flush_cache(DispatchCache *c) {
     }
     c->nqueues = 0;
     if (c->logics_ts != NULL) {
-        if (r == 0 && PyObject_SetAttr(c->cqs, store_names[S_LOGICS_TS], c->logics_ts) < 0)
+        if (r == 0 && plain_set(c->cqs, store_names[S_LOGICS_TS], Py_NewRef(c->logics_ts)) < 0)
             r = -1;
         Py_CLEAR(c->logics_ts);
     }
@@ -502,7 +524,7 @@ static int flush_cache(DispatchCache *c) {
         for (i = 0; i < 6 && r == 0; i++)
             if (set_int_attr(c->file, WRITTEN[i], values[i]) < 0)
                 r = -1;
-        if (r == 0 && PyObject_SetAttr(c->file, store_names[S_DIRTY], Py_True) < 0)
+        if (r == 0 && plain_set(c->file, store_names[S_DIRTY], Py_NewRef(Py_True)) < 0)
             r = -1;
         PyBuffer_Release(&c->iview);
         Py_CLEAR(c->file);
@@ -522,7 +544,7 @@ static CachedQueue *cached_queue(DispatchCache *c, PyObject *cq) {
     if (c->nqueues == CQ_CACHE && flush_cache(c) < 0)
         return NULL;
     q = &c->queues[c->nqueues];
-    files = PyObject_GetAttr(cq, store_names[S_FILES]);
+    files = plain_get(cq, store_names[S_FILES]);
     if (files == NULL) {
         PyErr_Clear();
         return NULL;
@@ -589,7 +611,7 @@ static int load_index(DispatchCache *c) {
             Py_DECREF(f);
             return 0;
         }
-    mapped = PyObject_GetAttr(f, store_names[S_MAPPED]);
+    mapped = plain_get(f, store_names[S_MAPPED]);
     if (mapped == NULL)
         PyErr_Clear();
     /* the view covers the header, the slots and every entry */
@@ -703,7 +725,7 @@ static PyObject *dispatch_chunk(PyObject *self, PyObject *const *args, Py_ssize_
         return NULL;
     memset(&c, 0, sizeof c);
     c.cqs = args[1], c.index = args[2];
-    c.table = PyObject_GetAttr(c.cqs, store_names[S_TABLE]);
+    c.table = plain_get(c.cqs, store_names[S_TABLE]);
     if (c.table == NULL)
         return NULL;
     for (i = 0; i < PyList_GET_SIZE(chunk) && !failed; i++) {

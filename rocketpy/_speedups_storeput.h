@@ -182,12 +182,12 @@ static Py_ssize_t lone_keys(PyObject *props) {
 
 /* o.name += by (an int attribute); -1 with an exception. */
 static int lone_add(PyObject *o, int name, int64_t by) {
-    PyObject *v = PyObject_GetAttr(o, lone_names[name]), *step, *sum = NULL;
+    PyObject *v = plain_get(o, lone_names[name]), *step, *sum = NULL;
     int r = -1;
     if (v == NULL)
         return -1;
     if ((step = PyLong_FromLongLong(by)) != NULL && (sum = PyNumber_Add(v, step)) != NULL)
-        r = PyObject_SetAttr(o, lone_names[name], sum);
+        r = plain_set(o, lone_names[name], Py_NewRef(sum));
     Py_DECREF(v);
     Py_XDECREF(step);
     Py_XDECREF(sum);
@@ -207,7 +207,7 @@ static int lone_stats(PyObject *cl, PyObject *topic, int64_t records, int64_t to
         Py_XDECREF(v);
         return v == NULL ? -1 : 0;
     }
-    if ((stats = PyObject_GetAttr(cl, lone_names[L_STATS])) == NULL)
+    if ((stats = plain_get(cl, lone_names[L_STATS])) == NULL)
         return -1;
     for (b = 0; b < n; b++) {  /* bisect_left(LATENCY_BOUNDS_MS, elapsed) */
         I64_OK(PyTuple_GET_ITEM(lone_latency_bounds, b), &bound);
@@ -216,8 +216,8 @@ static int lone_stats(PyObject *cl, PyObject *topic, int64_t records, int64_t to
     }
     if (lone_add(stats, L_PUTS, 1) < 0 || lone_add(stats, L_RECORDS, records) < 0 ||
         lone_add(stats, L_BYTES, total) < 0 ||
-        lone_add(stats, L_PUT_MS_TOTAL, elapsed) < 0 || (sizes = PyObject_GetAttr(stats, lone_names[L_TOPIC_BYTES])) == NULL ||
-        (buckets = PyObject_GetAttr(stats, lone_names[L_LATENCY])) == NULL)
+        lone_add(stats, L_PUT_MS_TOTAL, elapsed) < 0 || (sizes = plain_get(stats, lone_names[L_TOPIC_BYTES])) == NULL ||
+        (buckets = plain_get(stats, lone_names[L_LATENCY])) == NULL)
         goto done;
     if (!PyDict_CheckExact(sizes) || !PyList_CheckExact(buckets) || PyList_GET_SIZE(buckets) <= b) {
         PyErr_SetString(PyExc_TypeError, "StoreStats: topic_bytes must be a dict and latency_buckets a long enough list");
@@ -233,7 +233,7 @@ static int lone_stats(PyObject *cl, PyObject *topic, int64_t records, int64_t to
         goto done;
     PyList_SetItem(buckets, b, v);  /* steals v */
     v = NULL;
-    if ((most = PyObject_GetAttr(stats, lone_names[L_MAX_PUT_MS])) == NULL || !I64_OK(most, &max_ms))
+    if ((most = plain_get(stats, lone_names[L_MAX_PUT_MS])) == NULL || !I64_OK(most, &max_ms))
         goto done;
     r = elapsed > max_ms ? lone_set_int(stats, L_MAX_PUT_MS, elapsed) : 0;
 done:
@@ -265,7 +265,7 @@ static int dispatch_raised(PyObject *cl) {
 static int lock_now(PyObject *cl, PyObject **lock) {
     PyObject *v;
     int r;
-    if ((*lock = PyObject_GetAttr(cl, lone_names[L_LOCK])) == NULL ||
+    if ((*lock = plain_get(cl, lone_names[L_LOCK])) == NULL ||
         (v = PyObject_CallMethodOneArg(*lock, lone_names[L_ACQUIRE], Py_False)) == NULL)
         return -1;
     r = v == Py_True;
@@ -322,11 +322,11 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto fail;
     if (!locked)
         goto python;
-    if ((now_ms = PyObject_GetAttr(cl, lone_names[L_NOW_MS])) == NULL || (now = lone_now(now_ms)) == -1)
+    if ((now_ms = plain_get(cl, lone_names[L_NOW_MS])) == NULL || (now = lone_now(now_ms)) == -1)
         goto fail;
-    if ((queue = PyObject_GetAttr(cl, lone_names[L_QUEUE])) == NULL)
+    if ((queue = plain_get(cl, lone_names[L_QUEUE])) == NULL)
         goto fail;
-    if ((mf = last_of(queue, S_MAPPED_FILES)) == NULL || (flag = PyObject_GetAttr(mf, lone_names[L_USE_PWRITE])) == NULL ||
+    if ((mf = last_of(queue, S_MAPPED_FILES)) == NULL || (flag = plain_get(mf, lone_names[L_USE_PWRITE])) == NULL ||
         (flag != Py_False && flag != Py_True) || !int_attr(mf, S_WROTE, 0, INT64_MAX / 4, &wrote) ||
         !int_attr(mf, S_FILE_SIZE, 0, INT64_MAX / 4, &file_size) || !int_attr(mf, S_FROM, 0, INT64_MAX / 4, &from))
         goto python;
@@ -334,9 +334,9 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (!lone_int(mf, pwrite_path ? L_ZEROED : L_POPULATED, &populated) || (pwrite_path && !lone_int(mf, L_FD, &fd)))
         goto python;
     /* the record: encoded first (encode_puts; its fallback is Python code), fits the file's faulted-in pages */
-    if ((config = PyObject_GetAttr(cl, lone_names[L_CONFIG])) == NULL ||
-        (host = PyObject_GetAttr(config, lone_names[L_STORE_HOST])) == NULL ||
-        (v = PyObject_GetAttr(config, lone_names[L_MAX_SIZE])) == NULL)
+    if ((config = plain_get(cl, lone_names[L_CONFIG])) == NULL ||
+        (host = plain_get(config, lone_names[L_STORE_HOST])) == NULL ||
+        (v = plain_get(config, lone_names[L_MAX_SIZE])) == NULL)
         goto fail;
     if (!I64_OK(v, &max_size) || PyBytes_GET_SIZE(body) > max_size) {  /* MESSAGE_ILLEGAL: Python says it */
         Py_DECREF(v);
@@ -355,7 +355,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (pwrite_path && after + lone_zero_window / 2 > populated && populated < file_size)  /* MappedFile.is_populated */
         goto python;
     /* the consume queue and the index: their files have room (no file to create); their buffers held */
-    if ((dispatchers = PyObject_GetAttr(cl, lone_names[L_DISPATCHERS])) == NULL)
+    if ((dispatchers = plain_get(cl, lone_names[L_DISPATCHERS])) == NULL)
         goto fail;
     if (!PyList_CheckExact(dispatchers) || PyList_GET_SIZE(dispatchers) < 1 || PyList_GET_SIZE(dispatchers) > 2 ||
         !Py_IS_TYPE(PyList_GET_ITEM(dispatchers, 0), (PyTypeObject *)lone_cqs_type) ||
@@ -364,7 +364,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto python;
     c.cqs = PyList_GET_ITEM(dispatchers, 0);
     c.index = PyList_GET_SIZE(dispatchers) == 2 ? PyList_GET_ITEM(dispatchers, 1) : Py_None;
-    if ((c.table = PyObject_GetAttr(c.cqs, store_names[S_TABLE])) == NULL)
+    if ((c.table = plain_get(c.cqs, store_names[S_TABLE])) == NULL)
         goto fail;
     caching = 1;
     queues = PyDict_CheckExact(c.table) ? PyDict_GetItemWithError(c.table, topic) : NULL;
@@ -380,12 +380,12 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto python;
     viewing = !pwrite_path;
     /* its place (CommitLog._place): the queue offset, the id */
-    if ((table = PyObject_GetAttr(cl, lone_names[L_QUEUE_TABLE])) == NULL ||
-        (host_hex = PyObject_GetAttr(cl, lone_names[L_HOST_HEX])) == NULL)
+    if ((table = plain_get(cl, lone_names[L_QUEUE_TABLE])) == NULL ||
+        (host_hex = plain_get(cl, lone_names[L_HOST_HEX])) == NULL)
         goto fail;
     if (!PyDict_CheckExact(table) || !PyUnicode_CheckExact(host_hex) || !PyUnicode_IS_ASCII(host_hex))
         goto python;
-    if ((key = PyUnicode_FromFormat("%U-%lld", topic, (long long)qid)) == NULL)
+    if ((key = queue_key(topic, qid)) == NULL)
         goto fail;
     next = PyDict_GetItemWithError(table, key);  /* borrowed */
     if (next == NULL && PyErr_Occurred())
@@ -393,7 +393,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (next != NULL && (!I64_OK(next, &queue_offset) || queue_offset < 0 || queue_offset == INT64_MAX))
         goto python;
     phys = from + wrote;
-    if ((slow = PyObject_GetAttr(cl, lone_names[L_DISPATCH])) == NULL || (id = offset_id(host_hex, phys)) == NULL ||
+    if ((slow = plain_get(cl, lone_names[L_DISPATCH])) == NULL || (id = offset_id(host_hex, phys)) == NULL ||
         (next_obj = PyLong_FromLongLong(queue_offset + 1)) == NULL || (now_obj = PyLong_FromLongLong(now)) == NULL)
         goto fail;
     /* the record patched and written past the file's end: nothing else changed yet */
@@ -423,7 +423,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         set_slot(msg, F_STORE_TIMESTAMP, Py_NewRef(now_obj)) < 0 || set_slot(msg, F_STORE_SIZE, PyLong_FromLongLong(total)) < 0)
         goto fail;
     if (set_int_attr(mf, S_WROTE, after) < 0 || set_int_attr(mf, S_COMMITTED, after) < 0 ||
-        PyObject_SetAttr(mf, lone_names[L_STORE_TS], now_obj) < 0)
+        plain_set(mf, lone_names[L_STORE_TS], Py_NewRef(now_obj)) < 0)
         goto fail;
     if (lone_appended != NULL)  /* sync_lone_put's fdatasync, before the dispatch (_speedups_syncanswer.h) */
         lone_appended(mf);
