@@ -491,7 +491,7 @@ typedef struct {
     CachedQueue *last_q;
     PyObject *file;  /* the index file, NULL when not loaded */
     Py_buffer iview;
-    IndexState s;
+    IndexState s, loaded;  /* the fields now, and as loaded (the ones unchanged are not written back) */
 } DispatchCache;
 
 /* Write the cached fields back and drop the cache; -1 with an exception. */
@@ -521,8 +521,10 @@ static int flush_cache(DispatchCache *c) {
     if (c->file != NULL) {
         static const int WRITTEN[6] = {S_INDEX_COUNT, S_BEGIN_TS, S_END_TS, S_BEGIN_PHY, S_END_PHY, S_HASH_SLOT_COUNT};
         int64_t values[6] = {c->s.count, c->s.begin_ts, c->s.end_ts, c->s.begin_phy, c->s.end_phy, c->s.hash_slot_count};
+        int64_t loaded[6] = {c->loaded.count, c->loaded.begin_ts, c->loaded.end_ts, c->loaded.begin_phy,
+                             c->loaded.end_phy, c->loaded.hash_slot_count};
         for (i = 0; i < 6 && r == 0; i++)
-            if (set_int_attr(c->file, WRITTEN[i], values[i]) < 0)
+            if (values[i] != loaded[i] && set_int_attr(c->file, WRITTEN[i], values[i]) < 0)
                 r = -1;
         if (r == 0 && plain_set(c->file, store_names[S_DIRTY], Py_NewRef(Py_True)) < 0)
             r = -1;
@@ -624,6 +626,7 @@ static int load_index(DispatchCache *c) {
         return 0;
     }
     c->file = f;
+    c->loaded = c->s;
     return 1;
 }
 
@@ -685,8 +688,9 @@ static int index_dispatch(DispatchCache *c, Record *r) {
 }
 
 /* One record of dispatch_chunk: its entry and keys written here when both go the common way (1),
- * else dispatch(msg) does it after the cache is written back (0); -1 with an exception. */
-static int dispatch_record(DispatchCache *c, PyObject *msg, PyObject *slow) {
+ * else dispatch(msg) does it after the cache is written back (0); -1 with an exception. dispatch is slow, or
+ * when name is not NULL, slow's method name (looked up only then). */
+static int dispatch_record(DispatchCache *c, PyObject *msg, PyObject *slow, PyObject *name) {
     Record r;
     int taken = 0;
     Py_INCREF(msg);
@@ -697,7 +701,8 @@ static int dispatch_record(DispatchCache *c, PyObject *msg, PyObject *slow) {
         record_release(&r);
     }
     if (!taken) {  /* the Python dispatch does the record, after the cache is written back */
-        PyObject *done = flush_cache(c) < 0 ? NULL : PyObject_CallOneArg(slow, msg);
+        PyObject *done = flush_cache(c) < 0 ? NULL
+                         : name != NULL ? PyObject_CallMethodOneArg(slow, name, msg) : PyObject_CallOneArg(slow, msg);
         taken = done == NULL ? -1 : 0;
         Py_XDECREF(done);
     }
@@ -738,7 +743,7 @@ static PyObject *dispatch_chunk(PyObject *self, PyObject *const *args, Py_ssize_
         }
         msgs = Py_NewRef(PyTuple_GET_ITEM(item, 1));
         for (j = 0; j < PySequence_Fast_GET_SIZE(msgs) && !failed; j++)
-            failed = dispatch_record(&c, PySequence_Fast_GET_ITEM(msgs, j), slow) < 0;
+            failed = dispatch_record(&c, PySequence_Fast_GET_ITEM(msgs, j), slow, NULL) < 0;
         Py_DECREF(msgs);
     }
     if (failed) {  /* write back what was done, keeping the exception */

@@ -182,16 +182,19 @@ static Py_ssize_t lone_keys(PyObject *props) {
 
 /* o.name += by (an int attribute); -1 with an exception. */
 static int lone_add(PyObject *o, int name, int64_t by) {
-    PyObject *v = plain_get(o, lone_names[name]), *step, *sum = NULL;
-    int r = -1;
+    PyObject *v = plain_get(o, lone_names[name]), *step, *sum;
+    int64_t n;
     if (v == NULL)
         return -1;
-    if ((step = PyLong_FromLongLong(by)) != NULL && (sum = PyNumber_Add(v, step)) != NULL)
-        r = plain_set(o, lone_names[name], Py_NewRef(sum));
+    if (PyLong_CheckExact(v) && as_int64(v, INT64_MIN / 2, INT64_MAX / 2, &n) && by >= INT64_MIN / 2 && by <= INT64_MAX / 2) {
+        Py_DECREF(v);  /* an int: the same sum without PyNumber_Add */
+        return plain_set(o, lone_names[name], PyLong_FromLongLong(n + by));
+    }
+    step = PyLong_FromLongLong(by);
+    sum = step != NULL ? PyNumber_Add(v, step) : NULL;
     Py_DECREF(v);
     Py_XDECREF(step);
-    Py_XDECREF(sum);
-    return r;
+    return plain_set(o, lone_names[name], sum);
 }
 
 /* StoreStats.record_put(topic, records, total, elapsed) (the reference) for 0 <= elapsed <= LOCK_WARN_MS;
@@ -288,7 +291,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     PyObject *cl, *msg, *topic, *body, *props, *queue_id;
     PyObject *lock = NULL, *now_ms = NULL, *queue = NULL, *mf = NULL, *flag = NULL, *config = NULL, *host = NULL;
     PyObject *dispatchers = NULL, *table = NULL, *key = NULL, *host_hex = NULL, *id = NULL, *buf = NULL;
-    PyObject *now_obj = NULL, *slow = NULL, *result = NULL, *max_offset = NULL, *out = NULL, *next_obj = NULL;
+    PyObject *now_obj = NULL, *result = NULL, *max_offset = NULL, *out = NULL, *next_obj = NULL;
     PyObject *queues, *cq, *next, *v;
     DispatchCache c;
     CachedQueue *q;
@@ -393,7 +396,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (next != NULL && (!I64_OK(next, &queue_offset) || queue_offset < 0 || queue_offset == INT64_MAX))
         goto python;
     phys = from + wrote;
-    if ((slow = plain_get(cl, lone_names[L_DISPATCH])) == NULL || (id = offset_id(host_hex, phys)) == NULL ||
+    if ((id = offset_id(host_hex, phys)) == NULL ||
         (next_obj = PyLong_FromLongLong(queue_offset + 1)) == NULL || (now_obj = PyLong_FromLongLong(now)) == NULL)
         goto fail;
     /* the record patched and written past the file's end: nothing else changed yet */
@@ -429,7 +432,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         lone_appended(mf);
     /* dispatched (dispatch_chunk); the queue's max offset while its cache still says it */
     dispatched = 1;
-    switch (dispatch_record(&c, msg, slow)) {
+    switch (dispatch_record(&c, msg, cl, lone_names[L_DISPATCH])) {  /* cl.dispatch(msg) when not common */
     case 1:
         queue_max = (q->from + q->wrote) / CQ_UNIT;  /* q: cached_queue's slot, still held */
         break;
@@ -514,7 +517,6 @@ done:
     Py_XDECREF(buf);
     Py_XDECREF(now_obj);
     Py_XDECREF(next_obj);
-    Py_XDECREF(slow);
     Py_XDECREF(result);
     Py_XDECREF(max_offset);
     return out;
