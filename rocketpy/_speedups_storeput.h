@@ -120,6 +120,96 @@ static PyObject *slotted(PyObject *t, const Py_ssize_t *offsets, PyObject **valu
     return o;
 }
 
+/* The commit log's attributes lone_put reads at every put, kept (borrowed) while its instance dict holds them
+ * unchanged: the same dict with the same version tag (PEP 509: any change to the dict gives it a new one), the
+ * type's version the same (no data descriptor of the names, generic getattr and setattr). lone_put's own
+ * write of reput_offset (an int replaced by an int: no code runs) keeps them. Python 3.11 only (later
+ * versions deprecate the tag): elsewhere every read is plain_get's. */
+enum { LC_LOCK, LC_NOW_MS, LC_QUEUE, LC_CONFIG, LC_DISPATCHERS, LC_QUEUE_TABLE, LC_HOST_HEX, LC_STATS, N_LC };
+static const int LC_NAMES[N_LC] = {L_LOCK, L_NOW_MS, L_QUEUE, L_CONFIG, L_DISPATCHERS, L_QUEUE_TABLE, L_HOST_HEX,
+                                   L_STATS};
+static struct {
+    PyTypeObject *type;  /* compared only */
+    unsigned int tag;  /* the type's version tag; 0: nothing kept */
+    PyObject *dict;  /* compared only: the values are alive while it holds them at this version */
+    uint64_t version;
+    PyObject *values[N_LC];  /* borrowed from dict */
+} log_kept;
+
+/* cl's instance dict (borrowed) when its type reads and writes plain attributes generically, else NULL */
+static PyObject *log_dict(PyObject *cl) {
+    PyObject **dict;
+    if (Py_TYPE(cl)->tp_getattro != PyObject_GenericGetAttr || Py_TYPE(cl)->tp_setattro != PyObject_GenericSetAttr ||
+        (dict = _PyObject_GetDictPtr(cl)) == NULL || *dict == NULL || !PyDict_CheckExact(*dict))
+        return NULL;
+    return *dict;
+}
+
+/* 1 when log_kept's values are cl's now */
+static int log_kept_holds(PyObject *cl) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    PyTypeObject *type = Py_TYPE(cl);
+    PyObject *dict;
+    if (log_kept.tag == 0 || type != log_kept.type || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ||
+        type->tp_version_tag != log_kept.tag || (dict = log_dict(cl)) != log_kept.dict)
+        return 0;
+    return ((PyDictObject *)dict)->ma_version_tag == log_kept.version;
+#else
+    return 0;
+#endif
+}
+
+/* Keep cl's values when every one is in its dict and no data descriptor of its type */
+static void log_keep(PyObject *cl) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    PyTypeObject *type = Py_TYPE(cl);
+    PyObject *dict = log_dict(cl), *found;
+    int i;
+    log_kept.tag = 0;
+    if (dict == NULL)
+        return;
+    for (i = 0; i < N_LC; i++) {
+        found = _PyType_Lookup(type, lone_names[LC_NAMES[i]]);
+        if ((found != NULL && Py_TYPE(found)->tp_descr_set != NULL) ||
+            (log_kept.values[i] = PyDict_GetItemWithError(dict, lone_names[LC_NAMES[i]])) == NULL) {
+            PyErr_Clear();
+            return;
+        }
+    }
+    found = _PyType_Lookup(type, lone_names[L_REPUT]);
+    if ((found != NULL && Py_TYPE(found)->tp_descr_set != NULL) || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
+        return;
+    log_kept.type = type, log_kept.tag = type->tp_version_tag, log_kept.dict = dict;
+    log_kept.version = ((PyDictObject *)dict)->ma_version_tag;
+#endif
+}
+
+/* cl's attribute LC_... (a new reference), NULL with an exception */
+static PyObject *log_attr(PyObject *cl, int which) {
+    if (log_kept_holds(cl) || (log_keep(cl), log_kept.tag != 0))  /* log_keep keeps cl's values, or none */
+        return Py_NewRef(log_kept.values[which]);
+    return plain_get(cl, lone_names[LC_NAMES[which]]);
+}
+
+/* cl.reput_offset = v (an int), keeping log_kept's values when they held and the old value is an int */
+static int log_set_reput(PyObject *cl, int64_t v) {
+    int held = log_kept_holds(cl), r;
+    PyObject *old;
+    if (held) {
+        old = PyDict_GetItemWithError(log_kept.dict, lone_names[L_REPUT]);  /* borrowed */
+        held = old != NULL && PyLong_CheckExact(old);
+        PyErr_Clear();
+    }
+    r = set_int_named(cl, lone_names[L_REPUT], v);
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    if (held && r == 0)
+        log_kept.version = ((PyDictObject *)log_kept.dict)->ma_version_tag;
+    else
+#endif
+        log_kept.tag = 0;
+    return r;
+}
+
 /* int_attr and set_int_attr for lone_names. */
 static int lone_int(PyObject *o, int name, int64_t *out) {
     return int_named(o, lone_names[name], 0, INT64_MAX / 4, out);
@@ -210,7 +300,7 @@ static int lone_stats(PyObject *cl, PyObject *topic, int64_t records, int64_t to
         Py_XDECREF(v);
         return v == NULL ? -1 : 0;
     }
-    if ((stats = plain_get(cl, lone_names[L_STATS])) == NULL)
+    if ((stats = log_attr(cl, LC_STATS)) == NULL)
         return -1;
     for (b = 0; b < n; b++) {  /* bisect_left(LATENCY_BOUNDS_MS, elapsed) */
         I64_OK(PyTuple_GET_ITEM(lone_latency_bounds, b), &bound);
@@ -268,7 +358,7 @@ static int dispatch_raised(PyObject *cl) {
 static int lock_now(PyObject *cl, PyObject **lock) {
     PyObject *v;
     int r;
-    if ((*lock = plain_get(cl, lone_names[L_LOCK])) == NULL ||
+    if ((*lock = log_attr(cl, LC_LOCK)) == NULL ||
         (v = PyObject_CallMethodOneArg(*lock, lone_names[L_ACQUIRE], Py_False)) == NULL)
         return -1;
     r = v == Py_True;
@@ -325,9 +415,9 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto fail;
     if (!locked)
         goto python;
-    if ((now_ms = plain_get(cl, lone_names[L_NOW_MS])) == NULL || (now = lone_now(now_ms)) == -1)
+    if ((now_ms = log_attr(cl, LC_NOW_MS)) == NULL || (now = lone_now(now_ms)) == -1)
         goto fail;
-    if ((queue = plain_get(cl, lone_names[L_QUEUE])) == NULL)
+    if ((queue = log_attr(cl, LC_QUEUE)) == NULL)
         goto fail;
     if ((mf = last_of(queue, S_MAPPED_FILES)) == NULL || (flag = plain_get(mf, lone_names[L_USE_PWRITE])) == NULL ||
         (flag != Py_False && flag != Py_True) || !int_attr(mf, S_WROTE, 0, INT64_MAX / 4, &wrote) ||
@@ -337,7 +427,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (!lone_int(mf, pwrite_path ? L_ZEROED : L_POPULATED, &populated) || (pwrite_path && !lone_int(mf, L_FD, &fd)))
         goto python;
     /* the record: encoded first (encode_puts; its fallback is Python code), fits the file's faulted-in pages */
-    if ((config = plain_get(cl, lone_names[L_CONFIG])) == NULL ||
+    if ((config = log_attr(cl, LC_CONFIG)) == NULL ||
         (host = plain_get(config, lone_names[L_STORE_HOST])) == NULL ||
         (v = plain_get(config, lone_names[L_MAX_SIZE])) == NULL)
         goto fail;
@@ -358,7 +448,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (pwrite_path && after + lone_zero_window / 2 > populated && populated < file_size)  /* MappedFile.is_populated */
         goto python;
     /* the consume queue and the index: their files have room (no file to create); their buffers held */
-    if ((dispatchers = plain_get(cl, lone_names[L_DISPATCHERS])) == NULL)
+    if ((dispatchers = log_attr(cl, LC_DISPATCHERS)) == NULL)
         goto fail;
     if (!PyList_CheckExact(dispatchers) || PyList_GET_SIZE(dispatchers) < 1 || PyList_GET_SIZE(dispatchers) > 2 ||
         !Py_IS_TYPE(PyList_GET_ITEM(dispatchers, 0), (PyTypeObject *)lone_cqs_type) ||
@@ -383,8 +473,8 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto python;
     viewing = !pwrite_path;
     /* its place (CommitLog._place): the queue offset, the id */
-    if ((table = plain_get(cl, lone_names[L_QUEUE_TABLE])) == NULL ||
-        (host_hex = plain_get(cl, lone_names[L_HOST_HEX])) == NULL)
+    if ((table = log_attr(cl, LC_QUEUE_TABLE)) == NULL ||
+        (host_hex = log_attr(cl, LC_HOST_HEX)) == NULL)
         goto fail;
     if (!PyDict_CheckExact(table) || !PyUnicode_CheckExact(host_hex) || !PyUnicode_IS_ASCII(host_hex))
         goto python;
@@ -450,7 +540,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
         break;
     }
     caching = 0;
-    if (flush_cache(&c) < 0 || lone_set_int(cl, L_REPUT, phys + total) < 0)
+    if (flush_cache(&c) < 0 || log_set_reput(cl, phys + total) < 0)
         goto fail;
     if ((max_offset = queue_max < 0 ? Py_NewRef(Py_None) : PyLong_FromLongLong(queue_max)) == NULL)
         goto fail;
