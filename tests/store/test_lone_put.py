@@ -7,6 +7,7 @@ appended in one call leaves the same files, results, message fields, queue offse
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Callable
 
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +23,7 @@ from rocketpy.store.messagestore import COMPILED_LONE_PUT, INLINE_MAX_BODY, Mess
 from rocketpy.store.service import StoreService
 from rocketpy.store.status import PutMessageResult, PutMessageStatus
 from tests.common.implementations import C_SKIP
-from tests.store.test_commitlog import T0, small_config
+from tests.store.test_commitlog import T0, FakeClock, small_config
 from tests.store.test_store_speedups import MESSAGE, Spec, StorePair, build, files_under, message_fields, result_fields
 
 SKIP = C_SKIP if COMPILED_LONE_PUT is None or C_SKIP else None
@@ -108,6 +109,36 @@ class LonePutTests(SynchronousTestCase):
         self.assertGreater(len(pair.stores[0].index.files), 1)
         self.assertGreater(pair.lone, 540)
         self.assertEqual(pair.lone_fallbacks, 0, "nothing the C dispatch declined")
+
+    def test_commit_log_attributes_replaced(self) -> None:
+        """The commit log's attributes lone_put keeps between puts (while its instance dict is unchanged) are
+        read again once replaced: a new clock, host, queue table and lock take effect at the next put."""
+        pair = LonePair(self)
+        clocks = [FakeClock(T0 + 10_000), FakeClock(T0 + 10_000)]
+        changes: list[Callable[[MessageStore, int], None]] = [
+            lambda store, i: setattr(store.commit_log, "now_ms", clocks[i]),
+            lambda store, i: setattr(store.commit_log, "_host_hex", "0A0B0C0D" + store.commit_log._host_hex[8:]),
+            lambda store, i: setattr(store.commit_log, "topic_queue_table",
+                                     {**store.commit_log.topic_queue_table, "T-0": 40}),
+            lambda store, i: setattr(store.commit_log, "_lock", threading.Lock()),
+            lambda store, i: setattr(store.commit_log, "reput_offset", store.commit_log.reput_offset),
+        ]
+        for _ in range(3):  # the queue's and the index's first files: the Python path
+            pair.put(self, USUAL)
+        for change in [None, *changes, None]:
+            if change is not None:
+                for i, store in enumerate(pair.stores):
+                    change(store, i)
+            for n in range(3):
+                lone = pair.lone
+                pair.put(self, USUAL)
+                self.assertEqual(pair.lone, lone + 1)
+        pair.assert_same(self)
+        self.assertEqual(pair.stores[0].commit_log.topic_queue_table["T-0"], 40 + 3 * 4)
+        held = pair.stores[0].commit_log._lock
+        held.acquire()  # a writer holds the new lock: the put is the Python path's
+        self.assertIsNone(pair.stores[0].put_lone(build(USUAL, USUAL)))
+        held.release()
 
     def test_size_refusals(self) -> None:
         """With a 300-byte body limit, bodies over it are refused by put_many, as without put_lone."""
