@@ -87,28 +87,50 @@ static int attrs_true(turn_attrs *attrs, PyObject *obj, PyObject *name) {
     return r;
 }
 
-/* obj.name (name an exact str, best interned) as a new reference, NULL with an exception: what PyObject_GetAttr
- * gives, read from the instance dict when obj's type has the generic getattr and no data descriptor of name
- * (checked at each read through the type's method cache), else through PyObject_GetAttr. For objects read a
- * few times each, without a turn_attrs of their names. */
+/* Which (type, name) pairs had no data descriptor of name at the type's version: a small table of our own
+ * (CPython's method cache, _PyType_Lookup, is shared with every lookup of the interpreter and misses often here).
+ * Names are the module's interned strings, alive as long as it is. */
+static struct {
+    PyTypeObject *type;  /* compared only: another type at the same address has another version */
+    unsigned int tag;
+    PyObject *name;
+} plain_seen[256];
+
+/* 1 when type has no data descriptor of name (so obj.name is its dict's, or a class attribute), else 0 */
+static int plain_name(PyTypeObject *type, PyObject *name) {
+    size_t h = (((uintptr_t)type >> 4) * 31 + ((uintptr_t)name >> 4)) & 255;
+    PyObject *found;
+    if (plain_seen[h].type == type && plain_seen[h].name == name && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) &&
+        type->tp_version_tag == plain_seen[h].tag)
+        return 1;
+    found = _PyType_Lookup(type, name);  /* borrowed; gives the type a version */
+    if (found != NULL && Py_TYPE(found)->tp_descr_set != NULL)
+        return 0;
+    if (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)
+        plain_seen[h].type = type, plain_seen[h].tag = type->tp_version_tag, plain_seen[h].name = name;
+    return 1;
+}
+
+/* obj's instance dict (borrowed) when it has one, an exact dict; else NULL */
+static PyObject *plain_dict(PyObject *obj) {
+    PyObject **dict = _PyObject_GetDictPtr(obj);
+    return dict != NULL && *dict != NULL && PyDict_CheckExact(*dict) ? *dict : NULL;
+}
+
+/* obj.name (name one of the module's interned strings) as a new reference, NULL with an exception: what
+ * PyObject_GetAttr gives, read from the instance dict when obj's type has the generic getattr and no data
+ * descriptor of name, else through PyObject_GetAttr. For objects read a few times each, without a turn_attrs of
+ * their names. */
 static PyObject *plain_get(PyObject *obj, PyObject *name) {
     PyTypeObject *type = Py_TYPE(obj);
-    if (type->tp_getattro == PyObject_GenericGetAttr) {
-        PyObject *found = _PyType_Lookup(type, name), **dict;  /* borrowed */
-        if (found == NULL || Py_TYPE(found)->tp_descr_set == NULL) {
-            dict = _PyObject_GetDictPtr(obj);
-            if (dict != NULL && *dict != NULL && PyDict_CheckExact(*dict)) {
-                PyObject *value = PyDict_GetItemWithError(*dict, name);
-                if (value != NULL)
-                    return Py_NewRef(value);
-                if (PyErr_Occurred())
-                    return NULL;
-                if (found != NULL && Py_TYPE(found)->tp_descr_get == NULL)  /* a class attribute, no descriptor */
-                    return Py_NewRef(found);
-            }
-        }
+    PyObject *dict, *value;
+    if (type->tp_getattro == PyObject_GenericGetAttr && plain_name(type, name) && (dict = plain_dict(obj)) != NULL) {
+        if ((value = PyDict_GetItemWithError(dict, name)) != NULL)
+            return Py_NewRef(value);
+        if (PyErr_Occurred())
+            return NULL;
     }
-    return PyObject_GetAttr(obj, name);
+    return PyObject_GetAttr(obj, name);  /* a class attribute, a descriptor, none */
 }
 
 /* obj.name = value (a new reference, stolen: NULL after a failed allocation gives -1): into the instance dict
@@ -116,21 +138,14 @@ static PyObject *plain_get(PyObject *obj, PyObject *name) {
  * exception */
 static int plain_set(PyObject *obj, PyObject *name, PyObject *value) {
     PyTypeObject *type = Py_TYPE(obj);
+    PyObject *dict;
     int r;
     if (value == NULL)
         return -1;
-    if (type->tp_setattro == PyObject_GenericSetAttr) {
-        PyObject *found = _PyType_Lookup(type, name), **dict;
-        if (found == NULL || Py_TYPE(found)->tp_descr_set == NULL) {
-            dict = _PyObject_GetDictPtr(obj);
-            if (dict != NULL && *dict != NULL && PyDict_CheckExact(*dict)) {
-                r = PyDict_SetItem(*dict, name, value);
-                Py_DECREF(value);
-                return r;
-            }
-        }
-    }
-    r = PyObject_SetAttr(obj, name, value);
+    if (type->tp_setattro == PyObject_GenericSetAttr && plain_name(type, name) && (dict = plain_dict(obj)) != NULL)
+        r = PyDict_SetItem(dict, name, value);
+    else
+        r = PyObject_SetAttr(obj, name, value);
     Py_DECREF(value);
     return r;
 }

@@ -138,11 +138,9 @@ static struct {
 
 /* cl's instance dict (borrowed) when its type reads and writes plain attributes generically, else NULL */
 static PyObject *log_dict(PyObject *cl) {
-    PyObject **dict;
-    if (Py_TYPE(cl)->tp_getattro != PyObject_GenericGetAttr || Py_TYPE(cl)->tp_setattro != PyObject_GenericSetAttr ||
-        (dict = _PyObject_GetDictPtr(cl)) == NULL || *dict == NULL || !PyDict_CheckExact(*dict))
+    if (Py_TYPE(cl)->tp_getattro != PyObject_GenericGetAttr || Py_TYPE(cl)->tp_setattro != PyObject_GenericSetAttr)
         return NULL;
-    return *dict;
+    return plain_dict(cl);
 }
 
 /* 1 when log_kept's values are cl's now */
@@ -163,21 +161,18 @@ static int log_kept_holds(PyObject *cl) {
 static void log_keep(PyObject *cl) {
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
     PyTypeObject *type = Py_TYPE(cl);
-    PyObject *dict = log_dict(cl), *found;
+    PyObject *dict = log_dict(cl);
     int i;
     log_kept.tag = 0;
     if (dict == NULL)
         return;
-    for (i = 0; i < N_LC; i++) {
-        found = _PyType_Lookup(type, lone_names[LC_NAMES[i]]);
-        if ((found != NULL && Py_TYPE(found)->tp_descr_set != NULL) ||
+    for (i = 0; i < N_LC; i++)
+        if (!plain_name(type, lone_names[LC_NAMES[i]]) ||
             (log_kept.values[i] = PyDict_GetItemWithError(dict, lone_names[LC_NAMES[i]])) == NULL) {
             PyErr_Clear();
             return;
         }
-    }
-    found = _PyType_Lookup(type, lone_names[L_REPUT]);
-    if ((found != NULL && Py_TYPE(found)->tp_descr_set != NULL) || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
+    if (!plain_name(type, lone_names[L_REPUT]) || !(type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG))
         return;
     log_kept.type = type, log_kept.tag = type->tp_version_tag, log_kept.dict = dict;
     log_kept.version = ((PyDictObject *)dict)->ma_version_tag;
