@@ -83,12 +83,14 @@ def add_reactor_option(parser: argparse.ArgumentParser) -> None:
 
 
 def start_rocketpy(workdir: str, flush: str, grpc_port: int | None = None,
-                   extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], int]:
+                   extra: tuple[str, ...] = (), wrapper: tuple[str, ...] = (),
+                   wait: float = 30) -> tuple[subprocess.Popen[bytes], int]:
     """A rocketpy process with the given flush mode (its 5.x gRPC endpoint on ``grpc_port``, or
-    none; ``extra`` options); returns it and the broker port once it accepts."""
+    none; ``extra`` options; run by ``wrapper``, e.g. valgrind); returns it and the broker port once
+    it accepts (within ``wait`` seconds)."""
     namesrv, broker = free_port(), free_port()
     args = [
-        sys.executable, "-m", "twisted", "--reactor", REACTOR, "rocketpy",
+        *wrapper, sys.executable, "-m", "twisted", "--reactor", REACTOR, "rocketpy",
         "--namesrv-listen", f"tcp:{namesrv}:interface=127.0.0.1",
         "--listen", f"tcp:{broker}:interface=127.0.0.1",
         "--store-dir", os.path.join(workdir, "store"),
@@ -101,7 +103,7 @@ def start_rocketpy(workdir: str, flush: str, grpc_port: int | None = None,
     env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
     log = open(os.path.join(workdir, "rocketpy.log"), "ab")
     process = subprocess.Popen(args, cwd=os.path.dirname(HERE), env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise SystemExit(f"rocketpy exited with {process.returncode}, see {log.name}")
@@ -111,7 +113,7 @@ def start_rocketpy(workdir: str, flush: str, grpc_port: int | None = None,
         except OSError:
             time.sleep(0.2)
     process.kill()
-    raise SystemExit("rocketpy did not start listening in 30 s")
+    raise SystemExit(f"rocketpy did not start listening in {wait:.0f} s")
 
 
 def process_cpu(pid: int) -> float | None:

@@ -17,11 +17,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,27 +31,12 @@ import broker as broker_bench  # noqa: E402  (benchmarks/broker.py)
 
 def start(workdir: str, out: str) -> tuple[subprocess.Popen[bytes], int]:
     """The broker under callgrind, instrumentation off; it and its name server's port once it accepts."""
-    namesrv, port = broker_bench.free_port(), broker_bench.free_port()
-    args = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-            sys.executable, "-m", "twisted", "--reactor", broker_bench.REACTOR, "rocketpy",
-            "--namesrv-listen", f"tcp:{namesrv}:interface=127.0.0.1", "--listen", f"tcp:{port}:interface=127.0.0.1",
-            "--store-dir", os.path.join(workdir, "store"), "--namesrv-config-dir", os.path.join(workdir, "namesrv"),
-            "--flush-disk-type", "ASYNC_FLUSH", "--http", "none", "--grpc-listen", "none",
-            "--ha-listen", f"tcp:{broker_bench.free_port()}:interface=127.0.0.1"]
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE), PYTHONHASHSEED="0")
-    log = open(os.path.join(workdir, "rocketpy.log"), "ab")
-    process = subprocess.Popen(args, cwd=os.path.dirname(HERE), env=env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300  # slow under valgrind
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"the broker exited with {process.returncode}, see {log.name}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process, namesrv
-        except OSError:
-            time.sleep(0.5)
-    process.kill()
-    raise SystemExit("the broker did not start listening in 300 s")
+    os.environ["PYTHONHASHSEED"] = "0"
+    process, _port = broker_bench.start_rocketpy(
+        workdir, "ASYNC_FLUSH", wrapper=("valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                         f"--callgrind-out-file={out}"), wait=300)  # slow under valgrind
+    listen = process.args[process.args.index("--namesrv-listen") + 1]  # type: ignore[union-attr]
+    return process, int(listen.split(":")[1])
 
 
 async def drive(reactor: Any, options: argparse.Namespace) -> None:
