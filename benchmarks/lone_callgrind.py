@@ -27,6 +27,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import broker as broker_bench  # noqa: E402  (benchmarks/broker.py)
+import client as client_bench  # noqa: E402  (benchmarks/client.py)
 
 
 def start(workdir: str, out: str) -> tuple[subprocess.Popen[bytes], int]:
@@ -35,8 +36,7 @@ def start(workdir: str, out: str) -> tuple[subprocess.Popen[bytes], int]:
     process, _port = broker_bench.start_rocketpy(
         workdir, "ASYNC_FLUSH", wrapper=("valgrind", "--tool=callgrind", "--instr-atstart=no",
                                          f"--callgrind-out-file={out}"), wait=300)  # slow under valgrind
-    listen = process.args[process.args.index("--namesrv-listen") + 1]  # type: ignore[union-attr]
-    return process, int(listen.split(":")[1])
+    return process, client_bench._namesrv_port(process)
 
 
 async def drive(reactor: Any, options: argparse.Namespace) -> None:
