@@ -67,7 +67,7 @@ static PyObject *chunk_result(PyObject *put, PyObject *ids, PyObject *now_obj) {
 /* put_encoded(commit_log, encoded, count) -> [PutMessageResult] or None: see the top. */
 static PyObject *put_encoded(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *cl, *encoded, *lock = NULL, *now_ms = NULL, *queue = NULL, *mf = NULL, *flag = NULL, *table = NULL;
-    PyObject *host_hex = NULL, *now_obj = NULL, *base_obj = NULL, *placed = NULL, *results = NULL, *out = NULL, *v;
+    PyObject *host_hex = NULL, *now_obj = NULL, *base_obj = NULL, *placed = NULL, *results = NULL, *out = NULL;
     PyObject *records, *ids, *call[5];
     Py_buffer view;
     int locked = 0, viewing = 0, marked = 0;
@@ -159,10 +159,7 @@ static PyObject *put_encoded(PyObject *self, PyObject *const *args, Py_ssize_t n
         goto fail;
     marked = 0;
     locked = 0;
-    if ((v = PyObject_CallMethodNoArgs(lock, lone_names[L_RELEASE])) == NULL)
-        goto fail;
-    Py_DECREF(v);
-    if ((ended = lone_now(now_ms)) == -1)
+    if ((ended = unlock_then_now(lock, now_ms)) == -1)
         goto fail;
     for (i = 0; i < count; i++) {
         PyObject *put = PyList_GET_ITEM(encoded, i), *msgs = PyTuple_GET_ITEM(put, 1);

@@ -92,9 +92,10 @@ static int ls_inner_true(turn_attrs *attrs, PyObject *obj, PyObject *name, PyObj
 
 /* put_lone_now's first test (the reference), true: 1 (the put may complete at once), 0, or -1 with an exception */
 static int ls_open(turn_attrs *a, PyObject *s) {
-    /* not (lone is None or self._sync_flush or self._completion.hooks or not self._inline or self._hop_started is
-     * not None or self._queue or self._delivering or not self._ready or not self._accepting or
-     * self._in_pool.running or self._queued_messages >= self._max_queued) */
+    /* not (lone is None or not self._completes_at_once() or self._queued_messages >= self._max_queued), with
+     * _completes_at_once: not (self._sync_flush or self._completion.hooks or not self._inline or
+     * self._hop_started is not None or self._queue or self._delivering or not self._ready or not self._accepting
+     * or self._in_pool.running) */
     PyObject *queued, *most;
     int r;
     if ((r = ls_is_none(a, s, str_ls_put_lone)) != 0 || (r = attrs_true(a, s, str_ls_sync_flush)) != 0 ||

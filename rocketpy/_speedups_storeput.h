@@ -362,6 +362,16 @@ static int lock_now(PyObject *cl, PyObject **lock) {
 }
 
 /* lock.release(), keeping the exception being raised, if any (and dropping release's own). */
+/* The commit log's lock released (the put's records placed), then the clock read for its stats: the time
+ * (ms), or -1 with an exception */
+static int64_t unlock_then_now(PyObject *lock, PyObject *now_ms) {
+    PyObject *v = PyObject_CallMethodNoArgs(lock, lone_names[L_RELEASE]);
+    if (v == NULL)
+        return -1;
+    Py_DECREF(v);
+    return lone_now(now_ms);
+}
+
 static void unlock_keeping(PyObject *lock) {
     PyObject *type, *value, *traceback, *v;
     PyErr_Fetch(&type, &value, &traceback);
@@ -555,10 +565,7 @@ static PyObject *lone_put(PyObject *self, PyObject *const *args, Py_ssize_t narg
             goto fail;
     }
     locked = 0;
-    if ((v = PyObject_CallMethodNoArgs(lock, lone_names[L_RELEASE])) == NULL)
-        goto fail;
-    Py_DECREF(v);
-    if ((ended = lone_now(now_ms)) == -1)
+    if ((ended = unlock_then_now(lock, now_ms)) == -1)
         goto fail;
     if (lone_stats(cl, topic, 1, total, ended - now) < 0)
         goto fail;

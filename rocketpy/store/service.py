@@ -248,9 +248,7 @@ class StoreService(StoreReads, Service):
         (the caller refuses). Otherwise :meth:`put_message`'s Deferred, and nothing more to call.
         """
         lone = self._put_lone
-        if (lone is None or self._sync_flush or self._completion.hooks or not self._inline
-                or self._hop_started is not None or self._queue or self._delivering or not self._ready
-                or not self._accepting or self._in_pool.running or self._queued_messages >= self._max_queued):
+        if lone is None or not self._completes_at_once() or self._queued_messages >= self._max_queued:
             return None if self.is_busy() else self.put_message(msg)
         self._hop_started = self._reactor.seconds()  # the writer's state is ours until lone_answered
         try:
@@ -265,6 +263,14 @@ class StoreService(StoreReads, Service):
             self._populate()
         self._answering = (msg, result.status, max_offset)
         return result
+
+    def _completes_at_once(self) -> bool:
+        """Whether a put may be appended and completed right here (:meth:`put_lone_now`, :meth:`put_many_now`):
+        ASYNC_FLUSH appending inline, no put hook, the writer idle (no hop, nothing queued or being delivered, no
+        pool job) and the store ready and accepting."""
+        return not (self._sync_flush or self._completion.hooks or not self._inline or self._hop_started is not None
+                    or self._queue or self._delivering or not self._ready or not self._accepting
+                    or self._in_pool.running)
 
     def _enqueue_single(self, msg: MessageExt) -> Deferred[PutMessageResult]:
         """One message's put through the queue (or :meth:`_enqueue`'s inline append)."""
@@ -324,9 +330,7 @@ class StoreService(StoreReads, Service):
         writer idle, the store vouching for an inline append), their results themselves, no Deferred;
         their arrival notices ran already, as before :meth:`put_many`'s Deferred fires. None, having
         done nothing, otherwise: then :meth:`put_many`."""
-        if (self._sync_flush or self._completion.hooks or not self._inline or self._hop_started is not None
-                or self._queue or self._delivering or not self._ready or not self._accepting
-                or self._in_pool.running or not puts or not self._store.can_append_inline(puts)):
+        if not puts or not self._completes_at_once() or not self._store.can_append_inline(puts):
             return None
         self._hop_started = self._reactor.seconds()  # the writer's state is ours meanwhile
         try:
