@@ -243,6 +243,10 @@ class IMessageStore(Interface):
     def flush_consume_queues(least_pages: int = 0) -> None:
         """Make the consume queues and the index durable."""
 
+    def trail_page_cache() -> int:
+        """Drop the commit log's pages far behind its flushed offset that no reader read lately
+        (the flush thread's, about once a second); the bytes it asked to drop."""
+
     def clean_expired_files(positions: Iterable[tuple[str, str, int, int]] = ()) -> int:
         """Delete expired commit-log files (and what only they needed); how many went. Above 85 %
         ``positions`` (every group's committed offsets) decide which files are consumed."""

@@ -44,7 +44,7 @@ DEFAULTS: dict[str, str] = {
     "sync-flush-completion": "native",
     "commit-log-file-size": str(1024 * 1024 * 1024),
     "consume-queue-file-size": str(300_000 * 20),
-    "commit-log-page-cache-keep": "0",
+    "commit-log-page-cache-keep": str(1 << 30),
     "max-hash-slot-num": str(5_000_000),
     "max-index-num": str(20_000_000),
     "broker-name": "broker-a",
@@ -161,8 +161,9 @@ class Options(usage.Options):
         ["commit-log-file-size", None, None, "bytes per commit log file [default: 1073741824]"],
         ["consume-queue-file-size", None, None, "bytes per consume queue file [default: 6000000]"],
         ["commit-log-page-cache-keep", None, None,
-         "bytes of the commit log kept in the page cache behind its flushed offset, older pages dropped "
-         "(reads of them go to the disk); 0 keeps all [default: 0]"],
+         "bytes of the commit log kept in the page cache behind its flushed offset; older pages no "
+         "reader read in the last minute are dropped (reads of them go to the disk); 0 keeps all "
+         "[default: 1073741824]"],
         ["max-hash-slot-num", None, None, "hash slots per index file [default: 5000000]"],
         ["max-index-num", None, None, "entries per index file (40 + 4 x slots + 20 x entries bytes) [default: 20000000]"],
         ["broker-name", None, None, "[default: broker-a]"],

@@ -449,6 +449,7 @@ class FakeMessageStore:
         self.min_physical_offset = 0
         self.queues: dict[tuple[str, int], int] = {}
         self.flush_error: Exception | None = None
+        self.trails = 0  # trail_page_cache calls
         self.load_result = True
         self.on_put: Callable[[MessageExt], None] | None = None
         self.populate_wanted = False  # what populate_due answers
@@ -507,6 +508,10 @@ class FakeMessageStore:
 
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         self.events.append(("flush_cq", least_pages))
+
+    def trail_page_cache(self) -> int:
+        self.trails += 1
+        return 0
 
     def clean_expired_files(self, positions: Iterable[tuple[str, str, int, int]] = ()) -> int:
         self.events.append("clean")

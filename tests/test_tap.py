@@ -183,9 +183,10 @@ class OptionsTests(SynchronousTestCase):
             self.assertEqual(built[0].sync_flush_completion, expected)
 
     def test_commit_log_page_cache_keep(self) -> None:
-        """--commit-log-page-cache-keep (bytes) reaches the store config; 0 (off) by default."""
+        """--commit-log-page-cache-keep (bytes) reaches the store config; 1 GiB by default, 0 is off."""
         store_dir = self.mktemp()
-        for argv, expected in (((), 0), (("--commit-log-page-cache-keep", "67108864"), 64 << 20)):
+        for argv, expected in (((), 1 << 30), (("--commit-log-page-cache-keep", "67108864"), 64 << 20),
+                               (("--commit-log-page-cache-keep", "0"), 0)):
             built: list[MessageStoreConfig] = []
             with mock.patch("rocketpy.broker.controller.BrokerService.__init__",
                             lambda self, reactor, config, store_config, **kwargs: built.append(store_config)):

@@ -36,6 +36,7 @@ from rocketpy.store.dispatch import DispatchRequest, SupportsDispatch
 from rocketpy.store.index import IndexService
 from rocketpy.store.mappedfile import MappedFile
 from rocketpy.store.mappedfilequeue import MappedFileQueue
+from rocketpy.store.pagecache import PageCacheTrail
 from rocketpy.store.recovery import BLANK_SIZE, walk
 from rocketpy.store.stats import StoreStats
 from rocketpy.store.timer import TimerRules, is_timer_request
@@ -47,7 +48,6 @@ from rocketpy.store.status import (
 )
 
 LOCK_WARN_MS = 500
-DROP_STEP = 4 << 20  # _drop_cache_behind drops at least this much at a time
 RECORD_SLACK = 64 * 1024  # a record may exceed max_message_size by this much (4.9.5+)
 _PAGE_CACHE_BUSY_CEILING_MS = 10_000_000
 _HEAD = struct.Struct(">ii")
@@ -121,7 +121,8 @@ class CommitLog:
         self._tags_codes: dict[str, int] = {}
         #: the compiled put functions, or None for the Python reference (tests compare both)
         self.speedups = COMPILED
-        self._cache_dropped_below = 0  # _drop_cache_behind dropped the log's pages below this
+        #: which pages behind the flushed offset to drop from the page cache
+        self.page_cache = PageCacheTrail(config.commit_log_page_cache_keep, self.queue.drop_cache)
 
     def load(self) -> bool:
         """Open the existing files (recovery must follow); False if one has the wrong size."""
@@ -486,19 +487,17 @@ class CommitLog:
             advanced = True
             if self.queue.flushed_where >= self.queue.max_offset:
                 break
-        if advanced and self.config.commit_log_page_cache_keep > 0:
-            self._drop_cache_behind()
         return advanced
 
-    def _drop_cache_behind(self) -> None:
-        """Drop the log's pages more than ``commit_log_page_cache_keep`` bytes behind the flushed
-        offset from the page cache, a step of at least :data:`DROP_STEP` at a time (doc/store.md,
-        "Page cache behind the flushed position")."""
-        below = self.queue.flushed_where - self.config.commit_log_page_cache_keep
-        start = max(self._cache_dropped_below, self.queue.min_offset)
-        if below - start >= DROP_STEP:
-            self.queue.drop_cache(start, below)
-            self._cache_dropped_below = below
+    def note_read(self, offset: int) -> None:
+        """A reader read the log at ``offset`` (any thread): :class:`PageCacheTrail` keeps it cached a while."""
+        self.page_cache.note_read(offset)
+
+    def trail_page_cache(self) -> int:
+        """Drop the pages far behind the flushed offset that nobody read lately (blocking; the
+        flush thread's); returns the bytes it asked to drop (doc/store.md, "Page cache behind the
+        flushed position")."""
+        return self.page_cache.advance(self.queue.flushed_where, self.queue.min_offset)
 
     def close(self) -> None:
         self.queue.close()

@@ -37,11 +37,12 @@ class MessageStoreConfig:
     sync_flush_completion: str = "native"
     os_page_cache_busy_timeout: float = 1.0
     commit_log_write_path: str = "auto"  # "mmap", "pwrite", or "auto": pwrite for SYNC_FLUSH, else mmap
-    #: bytes of the commit log kept in the page cache behind its flushed offset: older pages are
-    #: dropped after the flushes, so the kernel reuses them for new ones (reads of them go to the
-    #: disk); 0 keeps them all (the kernel evicts as it likes). doc/store.md, "Page cache behind the
-    #: flushed position"
-    commit_log_page_cache_keep: int = 0
+    #: bytes of the commit log kept in the page cache behind its flushed offset: older pages that
+    #: no reader read lately are dropped, so the kernel reuses them for new ones (reads of them go
+    #: to the disk); 0 keeps them all (the kernel evicts as it likes). doc/store.md, "Page cache
+    #: behind the flushed position"
+    commit_log_page_cache_keep: int = 1 << 30
+    page_cache_trail_interval: float = 1.0  # seconds between the drops of those pages
     file_reserved_time: float = 72  # hours
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75

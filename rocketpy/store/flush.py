@@ -1,5 +1,6 @@
 """The store's flushes: :class:`CommitLogFlush` owns the commit log's (group commit, periodic),
-:class:`FlushLoops` runs the periodic pool work (commit-log flush, consume-queue flush, retention).
+:class:`FlushLoops` runs the periodic pool work (commit-log flush, consume-queue flush, retention,
+the commit log's pages behind its flushed offset).
 
 RocketMQ runs these as service threads (``FlushRealTimeService``, ``CleanCommitLogService``; doc/store.md); here each is a
 reactor ``LoopingCall`` that hands one blocking call to the store's pool per tick. A loop
@@ -34,6 +35,8 @@ class FlushableStore(Protocol):
     def flush(self, least_pages: int = 0) -> bool: ...
 
     def flush_consume_queues(self, least_pages: int = 0) -> None: ...
+
+    def trail_page_cache(self) -> int: ...
 
     def clean_expired_files(self, positions: Sequence[ConsumerPosition] = ()) -> int: ...
 
@@ -159,13 +162,17 @@ class FlushLoops:
         does not hold up appends) and knows whether a flush runs.
     :param sync_flush: SYNC_FLUSH: flush any dirty byte each tick (WAIT=false puts and
         waiters left over by a failed group commit), not only 4 pages.
+    :param in_flush_pool: runs a blocking callable on the flush thread (the page-cache trail,
+        when ``commit_log_page_cache_keep`` is set); default ``in_pool``.
     """
 
     log = Logger()
 
     def __init__(self, store: FlushableStore, config: MessageStoreConfig, clock: IReactorTime,
-                 in_pool: InPool, commit_log: CommitLogFlush, sync_flush: bool = False) -> None:
+                 in_pool: InPool, commit_log: CommitLogFlush, sync_flush: bool = False,
+                 in_flush_pool: InPool | None = None) -> None:
         self._store = store
+        self._in_flush_pool = in_pool if in_flush_pool is None else in_flush_pool
         self._config = config
         self._clock = clock
         self._in_pool = in_pool
@@ -185,6 +192,8 @@ class FlushLoops:
             (cfg.flush_interval_commit_log, self.flush_commit_log, "commit-log flush"),
             (cfg.flush_interval_consume_queue, self.flush_consume_queues, "consume-queue flush"),
             (cfg.clean_resource_interval, self.clean_expired_files, "retention check"),
+            *([(cfg.page_cache_trail_interval, self.trail_page_cache, "page-cache trail")]
+              if cfg.commit_log_page_cache_keep > 0 else []),
         ):
             loop = LoopingCall(self._guarded, tick, what)
             loop.clock = self._clock
@@ -229,6 +238,10 @@ class FlushLoops:
             self._last_thorough_cq = self._clock.seconds()
             least = 0
         await self._in_pool(self._store.flush_consume_queues, least)
+
+    async def trail_page_cache(self) -> None:
+        """Drop the commit log's pages far behind its flushed offset that nobody read lately."""
+        await self._in_flush_pool(self._store.trail_page_cache)
 
     async def clean_expired_files(self) -> None:
         """One retention check: the facade deletes what its rules allow."""

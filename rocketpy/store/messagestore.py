@@ -364,6 +364,10 @@ class MessageStore(MessageReader):
         if self.checkpoint is not None:
             self.checkpoint.physic_msg_timestamp = self.commit_log.queue.store_timestamp
 
+    def trail_page_cache(self) -> int:
+        """:meth:`CommitLog.trail_page_cache` (the flush thread's, about once a second)."""
+        return self.commit_log.trail_page_cache()
+
     def flush_consume_queues(self, least_pages: int = 0) -> None:
         """Flush the consume queues and write the checkpoint; a thorough pass (0 pages) also
         flushes the index and advances the checkpoint's logics and index times.

@@ -55,6 +55,9 @@ class CommitLogReader(Protocol):
     def get_data(self, offset: int, size: int) -> bytes | None:
         """``size`` bytes at ``offset``, or None when they are gone or not yet readable."""
 
+    def note_read(self, offset: int) -> None:
+        """A pull reads from ``offset`` on (its pages stay cached a while)."""
+
 
 def physical_memory() -> int:
     """Bytes of RAM on this machine (0 when unknown)."""
@@ -235,6 +238,8 @@ class MessageReader:
         last_phy = 0
         pos = 0
         files = getattr(self._log, "queue", None) if _pull_collect is not None else None
+        if limit:
+            self._log.note_read(_I64.unpack_from(entries, 0)[0])
         limits = (
             max_phy, self._memory_limit,
             config.max_transfer_bytes_on_message_in_disk, config.max_transfer_count_on_message_in_disk,

@@ -96,12 +96,14 @@ def message(topic: str = "T", queue_id: int = 0, body: bytes = b"x" * 100, wait:
 
 
 def make_service(flush_disk_type: str = "ASYNC_FLUSH", pool: InlinePool | None = None,
+                 config_args: dict[str, Any] | None = None,
                  **service_args: Any) -> tuple[StoreService, FakeMessageStore, ThreadlessClock, Any]:
-    """A started :class:`StoreService` over a fake store, an inline (or given) pool and a clock.
+    """A started :class:`StoreService` over a fake store (its config with ``config_args``), an
+    inline (or given) pool and a clock.
 
     With a :class:`ManualPool` the load hop is left queued for the test to run.
     """
-    config = MessageStoreConfig(store_path_root_dir="unused", flush_disk_type=flush_disk_type)
+    config = MessageStoreConfig(store_path_root_dir="unused", flush_disk_type=flush_disk_type, **(config_args or {}))
     store = FakeMessageStore(config)
     clock = ThreadlessClock()
     pool = pool if pool is not None else InlinePool()

@@ -150,6 +150,15 @@ class AsyncFlushTests(SynchronousTestCase):
         self.assertEqual(cq, [("flush_cq", 2)] * 59 + [("flush_cq", 0)])
         self.assertEqual(store.events.count("clean"), 6)
 
+    def test_page_cache_trail_every_second(self) -> None:
+        """The commit log's page-cache trail runs every second while ``commit_log_page_cache_keep``
+        is set (the default), never when it is 0."""
+        for keep, expected in ((1 << 30, 5), (0, 0)):
+            _, store, clock, _ = make_service(config_args={"commit_log_page_cache_keep": keep})
+            for _ in range(5):
+                clock.advance(1)
+            self.assertEqual(store.trails, expected)
+
     def test_retention_gets_consumer_positions(self) -> None:
         """Each retention check takes a fresh snapshot of the groups' offsets on the reactor."""
         service, store, clock, _ = make_service()
@@ -246,7 +255,7 @@ class GroupCommitTests(SynchronousTestCase):
         clock.advance(0.5)  # the late flush covers it; firing again would raise AlreadyCalledError
         self.assertEqual(store.flushed_offset, store.max_physical_offset)
         self.flushLoggedErrors(OSError)
-        self.assertEqual(clock.getDelayedCalls().__len__(), 3, "only the three loops remain")
+        self.assertEqual(clock.getDelayedCalls().__len__(), 4, "only the four loops remain")
 
 
 class CommitLogFlushTests(SynchronousTestCase):

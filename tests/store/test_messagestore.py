@@ -13,7 +13,7 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from rocketpy.common.message import MessageExt, decode_record
 from rocketpy.store.config import MessageStoreConfig
-from rocketpy.store import commitlog, consumequeue, mappedfile, recovery
+from rocketpy.store import commitlog, consumequeue, mappedfile, pagecache, recovery
 from rocketpy.store.mappedfile import OS_PAGE_SIZE
 from rocketpy.store.messagestore import MessageStore
 from rocketpy.store.status import GetMessageStatus, PutMessageStatus
@@ -439,10 +439,11 @@ class PageCacheTests(StoreCase):
     """The commit log's pages behind the flushed offset, the queues' and the index's ahead of their writers."""
 
     def test_pages_dropped_behind_the_flushed_offset(self) -> None:
-        """With ``commit_log_page_cache_keep``, a flush drops the log's pages more than that far
-        behind the flushed offset, a step at a time, across files; what was dropped still reads
-        the same. 0 (the default) drops nothing."""
-        self.patch(commitlog, "DROP_STEP", 2 * OS_PAGE_SIZE)
+        """With ``commit_log_page_cache_keep``, ``trail_page_cache`` drops the log's whole chunks
+        more than that far behind the flushed offset, across files, but not a chunk a pull just
+        read; what was dropped still reads the same. 0 drops nothing."""
+        chunk = 2 * OS_PAGE_SIZE
+        self.patch(pagecache, "CHUNK", chunk)
         for keep in (0, 3 * OS_PAGE_SIZE):
             store = self.open_store(small_config(self.mktemp(), commit_log_write_path="mmap",
                                                  commit_log_page_cache_keep=keep))
@@ -453,22 +454,28 @@ class PageCacheTests(StoreCase):
                 dropped.append((start, end))
                 real(start, end)
 
-            self.patch(store.commit_log.queue, "drop_cache", drop_cache)
+            self.patch(store.commit_log.page_cache, "_drop", drop_cache)
             self.store = store
             self.put_many(10, size=500)  # ~1 page
             store.flush(0)
+            store.trail_page_cache()
+            self.assertEqual(dropped, [])
             self.put_many(200, size=500)  # past the first 64 KiB file
             store.flush(0)
-            flushed = store.flushed_offset
-            self.put_many(4, size=500)  # less than a step more
-            store.flush(0)
+            read = store.get_message("G", "T", 1, 0, 1)  # a pull of queue 1's first record
+            self.assertEqual(read.status, GetMessageStatus.FOUND)
+            held = decode_record(read.records[0]).commit_log_offset // chunk
+            store.trail_page_cache()
+            line = (store.flushed_offset - keep) // chunk
             if keep == 0:
                 self.assertEqual(dropped, [])
             else:
-                self.assertEqual(dropped, [(0, flushed - keep)])
-                self.assertGreater(flushed - keep, SIZE)
+                self.assertGreater(line * chunk, SIZE)
+                expected = [c for c in range(line) if c != held]
+                self.assertEqual([c for start, end in dropped for c in range(start // chunk, end // chunk)],
+                                 expected)
             bodies = self.queue_bodies("T", 0, store) + self.queue_bodies("T", 1, store)
-            self.assertEqual(len(bodies), 214)
+            self.assertEqual(len(bodies), 210)
 
     def test_queues_and_index_faulted_in_ahead(self) -> None:
         """populate_ahead faults in (MADV_POPULATE_WRITE) each consume queue's next pages and the

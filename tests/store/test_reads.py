@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 from twisted.trial.unittest import SynchronousTestCase
 
 from rocketpy.common.message import MessageExt, decode_record, encode_record, patch_record, tags_code
@@ -22,6 +24,7 @@ class FakeCommitLog:
         self.data = bytearray()
         self.min_offset = 0
         self.reads = 0
+        self.noted: list[int] = []  # note_read offsets
 
     @property
     def max_offset(self) -> int:
@@ -32,6 +35,9 @@ class FakeCommitLog:
         if offset < self.min_offset or offset + size > len(self.data):
             return None
         return bytes(self.data[offset : offset + size])
+
+    def note_read(self, offset: int) -> None:
+        self.noted.append(offset)
 
 
 class ReadTests(SynchronousTestCase):
@@ -87,6 +93,17 @@ class ReadTests(SynchronousTestCase):
         self.put(3)
         self.assert_result(self.get(3), GetMessageStatus.OFFSET_OVERFLOW_ONE, 3, 0)
         self.assert_result(self.get(9), GetMessageStatus.OFFSET_OVERFLOW_BADLY, 3, 0)
+
+    def test_pull_notes_where_it_reads(self) -> None:
+        """Each pull that finds entries tells the log where it reads (the page-cache trail keeps
+        that chunk cached); one that finds none does not."""
+        self.put(5, queue_id=0)
+        self.put(5, queue_id=1)
+        self.get(3, queue_id=1)
+        self.get(5, queue_id=1)
+        first_of_queue_1 = self.queues.find("T", 1).entries_from(3, 20)
+        assert first_of_queue_1 is not None
+        self.assertEqual(self.log.noted, [struct.unpack_from(">q", first_of_queue_1)[0]])
 
     def test_offset_found_null(self) -> None:
         """The queue file holding the offset is gone: OFFSET_FOUND_NULL, next = the next file's start."""
