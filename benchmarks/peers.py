@@ -26,7 +26,9 @@ on rocketpy (its own ``Producer`` / ``PullConsumer``) and at once on Redis (redi
 
 Redis gets one stream per queue of the rocketpy topic and ``XADD`` goes round robin over
 them, as the producer does over queues. For every run it also prints the CPU per message
-(user + system, all threads, from ``/proc``) of this client process and of the server process.
+(user + system, all threads, from ``/proc``) of this client process and of the server process,
+and the machine's steal time meanwhile (the CPU a VM's hypervisor gave others: runs with steal
+are not comparable with quiet ones).
 
 Fairness choices:
 
@@ -106,6 +108,8 @@ class Sample:
     server_us: float | None = None
     server_faults: float | None = None  # the server's minor page faults per message
     server_main_faults: float | None = None  # those of its main thread (rocketpy's reactor)
+    steal: float | None = None  # the share of the machine's CPU time the hypervisor took meanwhile
+    server_disk_reads: float | None = None  # bytes the server read from the disk per message
 
 
 @dataclass
@@ -323,6 +327,7 @@ async def measure(run: Callable[[float], Any], seconds: float, server_pid: int) 
     """``run(seconds)`` (a Deferred, or blocking), with the client's and the server's CPU per message."""
     client_cpu, server_cpu = broker_bench.process_cpu(os.getpid()), broker_bench.process_cpu(server_pid)
     server_faults, main_faults = minor_faults(server_pid), minor_faults(server_pid, server_pid)
+    times, disk_reads = steal_and_total(), read_bytes(server_pid)
     began = time.perf_counter()
     sample = run(seconds)
     if isinstance(sample, Deferred):
@@ -334,7 +339,32 @@ async def measure(run: Callable[[float], Any], seconds: float, server_pid: int) 
     if faults is not None and server_faults is not None and main is not None and main_faults is not None:
         sample.server_faults = (faults - server_faults) / messages
         sample.server_main_faults = (main - main_faults) / messages
+    after, disk_after = steal_and_total(), read_bytes(server_pid)
+    if disk_reads is not None and disk_after is not None:
+        sample.server_disk_reads = (disk_after - disk_reads) / messages
+    if times is not None and after is not None and after[1] > times[1]:
+        sample.steal = (after[0] - times[0]) / (after[1] - times[1])
     return sample
+
+
+def steal_and_total() -> tuple[int, int] | None:
+    """The machine's steal and total CPU time so far (``/proc/stat`` ticks; None elsewhere): a VM
+    whose host is busy shows steal, and its figures are not comparable with a quiet run's."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(t) for t in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (ticks[7], sum(ticks[:8])) if len(ticks) >= 8 else None
+
+
+def read_bytes(pid: int) -> int | None:
+    """Bytes process ``pid`` had the disk read for it so far (``/proc/PID/io``; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 def minor_faults(pid: int, thread: int | None = None) -> int | None:
@@ -360,6 +390,10 @@ def describe(sample: Sample) -> str:
         text += f" (cpu {sample.client_us:.1f}+{sample.server_us:.1f} µs)"
     if sample.server_faults is not None:
         text += f" {sample.server_faults:.3f} faults/msg ({sample.server_main_faults:.3f} main thread)"
+    if sample.server_disk_reads is not None and sample.server_disk_reads >= 0.5:
+        text += f" disk reads {sample.server_disk_reads:,.0f} B/msg"
+    if sample.steal is not None:
+        text += f" steal {sample.steal:.0%}"
     return text
 
 
@@ -416,8 +450,10 @@ def judge(goal: Goal, mine: list[Sample], peer: list[Sample]) -> str:
 
 def report(shapes: list[Shape], options: argparse.Namespace) -> None:
     by_name = {shape.name: shape for shape in shapes}
+    steal = [s.steal for shape in shapes for who in shape.samples.values() for s in who if s.steal is not None]
+    stolen = f", steal median {statistics.median(steal):.0%} max {max(steal):.0%}" if steal else ""
     print(f"\nmedians of {options.rounds} rounds x {options.seconds} s, 1 KiB bodies, python "
-          f"{sys.version.split()[0]}, {redis_description(options)}\n")
+          f"{sys.version.split()[0]}, {redis_description(options)}{stolen}\n")
     print("| shape | rocketpy | Redis | ratio (per-round median) "
           "| CPU µs/msg rocketpy: client + broker | CPU µs/msg Redis: client + server | targets |")
     print("|---|---|---|---|---|---|---|")
@@ -519,15 +555,16 @@ async def bench(reactor: Any, options: argparse.Namespace, stack: contextlib.Exi
 async def selected(shapes: list[Shape], names: str, producer: Producer, redis_fill: Callable[[float], Sample] | None,
                    errors: broker_bench.Errors) -> list[Shape]:
     """The shapes whose names contain one of the comma-separated ``names``; when no send shape is
-    among them, 2 s of ``send_batch`` (and of pipelined ``XADD``) first, so that pulls find messages."""
+    among them, 2 s of ``send_batch`` first, and when none writes to Redis (``send_batch`` has no
+    Redis run of its own), 2 s of pipelined ``XADD``, so that pulls find messages."""
     wanted = [name.strip() for name in names.split(",") if name.strip()]
     chosen = [shape for shape in shapes if any(name in shape.name for name in wanted)]
     if not chosen:
         raise SystemExit(f"--shapes {names!r} selects none of: {', '.join(shape.name for shape in shapes)}")
     if not any(shape.name.startswith(("send", "pipelined")) for shape in chosen):
         await rocketpy_batches(producer, FILL_SECONDS, errors)
-        if redis_fill is not None:
-            redis_fill(FILL_SECONDS)
+    if redis_fill is not None and not any(shape.name.startswith(("send/1", "pipelined")) for shape in chosen):
+        redis_fill(FILL_SECONDS)
     return chosen
 
 
