@@ -22,6 +22,7 @@ from rocketpy.grpc.endpoint import listen_address
 from rocketpy.ha.config import ha_listen_endpoint
 from rocketpy.store.config import DEFAULT_DELAY_LEVELS, SYNC_FLUSH_COMPLETIONS
 from rocketpy.util.gctuning import DEFAULT_GEN0_THRESHOLD, GCThresholdService
+from rocketpy.util.heaptuning import DEFAULT_HEAP_KEEP, HeapKeepService
 from rocketpy.util.service import OrderedMultiService
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ DEFAULTS: dict[str, str] = {
     "timer-max-delay-sec": str(3 * 24 * 3600),
     "timer-precision-ms": "1000",
     "gc-threshold": str(DEFAULT_GEN0_THRESHOLD),
+    "heap-keep": str(DEFAULT_HEAP_KEEP),
     "transaction-check-interval": "60000",
     "transaction-timeout": "6000",
 }
@@ -105,7 +107,7 @@ _BOOL_OPTIONS = ("auto-create-topic-enable", "slave-read-enable", "enable-proper
                  "clean-file-forcibly-enable", "trace-topic-enable", "timer-wheel-enable")
 _INT_OPTIONS = (
     "commit-log-file-size", "consume-queue-file-size", "commit-log-page-cache-keep", "max-hash-slot-num", "max-index-num",
-    "broker-id", "default-topic-queue-nums", "gc-threshold", "transaction-check-interval", "transaction-timeout",
+    "broker-id", "default-topic-queue-nums", "gc-threshold", "heap-keep", "transaction-check-interval", "transaction-timeout",
     "timer-max-delay-sec", "timer-precision-ms",
 )
 _KEY_VALUE = re.compile(r"([^=:\s]+)\s*[=:]\s*(.*)$")
@@ -187,6 +189,9 @@ class Options(usage.Options):
         ["timer-precision-ms", None, None, "timer step: 100, 200, 500 or 1000 [default: 1000]"],
         ["gc-threshold", None, None,
          f"the garbage collector's first-generation threshold; 0 keeps Python's [default: {DEFAULT_GEN0_THRESHOLD}]"],
+        ["heap-keep", None, None,
+         "bytes of freed heap glibc keeps rather than returning them to the kernel (M_TRIM_THRESHOLD; "
+         f"allocations below half of it come from the heap); 0 keeps glibc's [default: {DEFAULT_HEAP_KEEP}]"],
         ["http", None, None,
          "endpoint serving /metrics (Prometheus) and the dashboard (/), or none [default: tcp:8080:interface=127.0.0.1 "
          "with --role all, none otherwise]"],
@@ -419,10 +424,11 @@ def makeService(options: Options, reactor: Any = None) -> OrderedServices:
 
 def build_tree(options: Options, reactor: Any, top: _Tree) -> _Tree:
     """Add the services of ``options`` to ``top`` in start order (each starts once the previous one
-    has; they stop in reverse): GC tuning, name server, broker, its gRPC endpoint, then its HTTP
+    has; they stop in reverse): GC and heap tuning, name server, broker, its gRPC endpoint, then its HTTP
     endpoint. Adding a service is one ``top.add(name, service)`` line here."""
     log = Logger(namespace="rocketpy.tap")
     top.add("gc", GCThresholdService(options["gc-threshold"]))
+    top.add("heap", HeapKeepService(options["heap-keep"]))
     if options["role"] in ("all", "namesrv"):
         from rocketpy.namesrv.service import NamesrvService
 

@@ -31,6 +31,7 @@ from rocketpy.remoting.command import RemotingCommand
 from rocketpy.store.config import MessageStoreConfig
 from rocketpy.tap import Options, OrderedServices, _broker_configs, endpoint_port, makeService
 from rocketpy.util.gctuning import GCThresholdService
+from rocketpy.util.heaptuning import HeapKeepService
 from tests.broker.test_clients import CPP_HEARTBEAT
 from tests.fakes import CannedStoreService, FakeChannel
 from tests.ports import free_port
@@ -158,7 +159,7 @@ class OptionsTests(SynchronousTestCase):
         self.assertIs(_parse("--config", path)["enable-property-filter"], True)
         top = makeService(_parse("--role", "broker", "--store-dir", self.mktemp(), "--enable-property-filter", "true"),
                           MemoryReactorClock())
-        self.assertTrue(list(top)[1].config.enable_property_filter)
+        self.assertTrue(top.getServiceNamed("broker").config.enable_property_filter)
         self.assertIn("--enable-property-filter", str(self.assertRaises(
             usage.UsageError, _parse, "--enable-property-filter", "yes")))
 
@@ -203,7 +204,7 @@ class OptionsTests(SynchronousTestCase):
         ]
         for argv, name, expected in cases:
             top = makeService(_parse("--role", "broker", "--store-dir", self.mktemp(), *argv), MemoryReactorClock())
-            config = list(top)[1].topics.select_topic_config(name)
+            config = top.getServiceNamed("broker").topics.select_topic_config(name)
             self.assertEqual(config and config.read_queue_nums, expected)
 
     def test_endpoint_port(self) -> None:
@@ -221,9 +222,11 @@ class MakeServiceTests(SynchronousTestCase):
         reactor = MemoryReactorClock()
         top = makeService(_parse("--store-dir", os.path.join(root, "store"),
                                  "--namesrv-config-dir", os.path.join(root, "ns")), reactor)
-        gc_tuning, *services = list(top)
+        gc_tuning, heap, *services = list(top)
         self.assertIsInstance(gc_tuning, GCThresholdService)
         self.assertEqual(gc_tuning.gen0, 10_000)
+        self.assertIsInstance(heap, HeapKeepService)
+        self.assertEqual(heap.keep, 8 << 20)
         self.assertIsInstance(services[0], NamesrvService)
         self.assertIsInstance(services[1], BrokerService)
         self.assertFalse(os.path.exists(root))
@@ -237,9 +240,9 @@ class MakeServiceTests(SynchronousTestCase):
         """--role namesrv and --role broker build only that service."""
         reactor = MemoryReactorClock()
         self.assertEqual([type(s) for s in makeService(_parse("--role", "namesrv"), reactor)],
-                         [GCThresholdService, NamesrvService])
+                         [GCThresholdService, HeapKeepService, NamesrvService])
         self.assertEqual([type(s) for s in makeService(_parse("--role", "broker", "--store-dir", self.mktemp()),
-                                                       reactor)], [GCThresholdService, BrokerService])
+                                                       reactor)], [GCThresholdService, HeapKeepService, BrokerService])
 
     def test_gc_threshold(self) -> None:
         """The first-generation threshold is raised while running and restored on stop; 0 keeps it."""
