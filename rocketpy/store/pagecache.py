@@ -8,6 +8,7 @@ goes when its reads stop, and a dropped one read again is held, then dropped aga
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Callable
@@ -69,7 +70,7 @@ class PageCacheTrail:
         line = (flushed - self.keep) >> self._shift
 
         def cold(chunk: int) -> bool:
-            return now - read_at.get(chunk, -READ_HOLD) >= READ_HOLD
+            return now - read_at.get(chunk, -math.inf) >= READ_HOLD
 
         held = self._held
         held.update(c for c in read_at if first <= c < self._line)  # dropped, read back in
