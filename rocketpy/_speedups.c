@@ -850,19 +850,27 @@ slow: {  /* not a buffer, or an unusual offset: the Python reference */
     }
 }
 
-static PyObject *decode_records(PyObject *self, PyObject *data) {
+/* decode_records(data, extra=None): every record of data; extra's items added to each one's properties. */
+static PyObject *decode_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_buffer view;
     Py_ssize_t pos = 0, size = 0;
-    PyObject *out;
-    if (PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+    PyObject *out, *data, *extra;
+    if (nargs < 1 || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "decode_records() takes 1 or 2 arguments");
+    data = args[0];
+    extra = nargs > 1 && args[1] != Py_None ? args[1] : NULL;
+    if ((extra != NULL && !PyDict_CheckExact(extra)) || PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
         PyErr_Clear();
-        return fallback(py_decode_records, &data, 1);
+        return fallback(py_decode_records, args, nargs);
     }
     out = PyList_New(0);
     while (out != NULL && pos < view.len) {
-        PyObject *msg = decode_at(data, &view, pos, 0, &size);
-        if (msg == NULL || PyList_Append(out, msg) < 0)
+        PyObject *msg = decode_at(data, &view, pos, 0, &size), *props = NULL;
+        if (msg == NULL || (extra != NULL && ((props = PyObject_GetAttr(msg, field_names[3])) == NULL
+                                              || PyDict_Update(props, extra) < 0))
+            || PyList_Append(out, msg) < 0)
             Py_CLEAR(out);
+        Py_XDECREF(props);
         Py_XDECREF(msg);
         pos += size;
     }
@@ -1813,7 +1821,7 @@ static PyMethodDef methods[] = {
     {"encode_record", encode_record, METH_O, "C encode_record."},
     {"patch_record", (PyCFunction)(void (*)(void))patch_record, METH_FASTCALL, "C patch_record."},
     {"decode_record", (PyCFunction)(void (*)(void))decode_record, METH_FASTCALL | METH_KEYWORDS, "C decode_record."},
-    {"decode_records", decode_records, METH_O, "C decode_records."},
+    {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL, "C decode_records."},
     {"inline_bound", (PyCFunction)(void (*)(void))inline_bound, METH_FASTCALL,
      "C rocketpy.store.messagestore.inline_bound."},
     {"set_inline_bound", set_inline_bound, METH_O, "Register inline_bound's Python reference."},

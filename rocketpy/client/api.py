@@ -199,12 +199,16 @@ class MQClientAPI:
             raise MQBrokerError(response.code, response.remark, addr)
         ext = response.ext_fields
         try:
-            messages: list[MessageExt] = decode_records(response.body) if status is PullStatus.FOUND else []
+            min_offset, max_offset = get_int(ext, "minOffset"), get_int(ext, "maxOffset")
+            # Java's processPullResult: each message carries its queue's offsets
+            messages: list[MessageExt] = decode_records(response.body, {
+                MessageConst.MIN_OFFSET: str(min_offset), MessageConst.MAX_OFFSET: str(max_offset),
+            }) if status is PullStatus.FOUND else []
             return PullResult(
                 status,
                 get_int(ext, "nextBeginOffset"),
-                get_int(ext, "minOffset"),
-                get_int(ext, "maxOffset"),
+                min_offset,
+                max_offset,
                 messages,
                 get_int(ext, "suggestWhichBrokerId", 0),
             )

@@ -232,7 +232,7 @@ class ConsumerBase:
                     except DecompressionError as e:
                         self.log.warn("message at {offset} of {mq} left compressed: {error}",
                                       offset=msg.queue_offset, mq=mq, error=e)
-            result.messages = prepare_pulled(result.messages, mq, sub, result.min_offset, result.max_offset)
+            result.messages = prepare_pulled(result.messages, sub)
         return result
 
     async def query_offset(self, mq: MessageQueue) -> int:

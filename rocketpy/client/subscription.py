@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from rocketpy.common.message import MessageConst, MessageExt, java_hash
-from rocketpy.common.route import MessageQueue
 from rocketpy.common.topic import RETRY_GROUP_TOPIC_PREFIX
 
 SUB_ALL = "*"
@@ -87,15 +86,10 @@ def build_subscription(topic: str, selector: Selector, version_ms: int) -> Subsc
     return SubscriptionData(topic, expression, tags, [java_hash(t) for t in tags], version_ms)
 
 
-def prepare_pulled(
-    messages: list[MessageExt], queue: MessageQueue, sub: SubscriptionData, min_offset: int, max_offset: int
-) -> list[MessageExt]:
-    """Java's ``processPullResult``: re-filter by tag and add MIN_OFFSET/MAX_OFFSET."""
-    kept = messages if sub.matches_all else [m for m in messages if sub.matches(m)]
-    offsets = {MessageConst.MIN_OFFSET: str(min_offset), MessageConst.MAX_OFFSET: str(max_offset)}
-    for m in kept:
-        m.properties.update(offsets)
-    return kept
+def prepare_pulled(messages: list[MessageExt], sub: SubscriptionData) -> list[MessageExt]:
+    """Java's ``processPullResult``: re-filter by tag (MIN_OFFSET/MAX_OFFSET were added as the
+    pull response was decoded)."""
+    return messages if sub.matches_all else [m for m in messages if sub.matches(m)]
 
 
 def restore_retry_topic(msg: MessageExt, group: str) -> None:

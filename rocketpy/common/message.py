@@ -417,12 +417,15 @@ def check_record(data: Buffer, offset: int, limit: int, check_crc: bool = False)
     return size
 
 
-def decode_records(data: bytes | memoryview) -> list[MessageExt]:
-    """Decode back-to-back stored records (a PULL_MESSAGE body)."""
+def decode_records(data: bytes | memoryview, extra: dict[str, str] | None = None) -> list[MessageExt]:
+    """Decode back-to-back stored records (a PULL_MESSAGE body), ``extra``'s items added to each
+    one's properties."""
     out = []
     pos = 0
     while pos < len(data):
         msg = _decode_record(data, pos)
+        if extra:
+            msg.properties.update(extra)
         out.append(msg)
         pos += msg.store_size
     return out
@@ -482,7 +485,7 @@ class Implementation(NamedTuple):
     encode_record: Callable[[MessageExt], bytearray]
     patch_record: Callable[[bytearray, int, int, int], None]
     decode_record: Callable[..., MessageExt]
-    decode_records: Callable[[bytes | memoryview], list[MessageExt]]
+    decode_records: Callable[..., list[MessageExt]]
 
 
 #: The Python reference: the fallback of the compiled functions on unusual input and errors.

@@ -131,6 +131,21 @@ class RecordTests(ImplementationTestCase):
         self.assertEqual((got.body, got.topic, got.properties, got.store_size), (two.body, two.topic, two.properties, len(b)))
         self.assertEqual([r.body for r in self.impl.decode_records(view)], [one.body, two.body])
 
+    def test_records_with_extra_properties(self) -> None:
+        """decode_records adds ``extra``'s items to every record's properties (a pull's offsets);
+        None or empty adds nothing."""
+        one, two = self.sample(), self.sample()
+        two.properties = {"KEYS": "k", "MAX_OFFSET": "stale"}
+        data = bytes(self.impl.encode_record(one)) + bytes(self.impl.encode_record(two))
+        extra = {"MIN_OFFSET": "4", "MAX_OFFSET": "9"}
+        got = self.impl.decode_records(data, extra)
+        self.assertEqual([r.properties for r in got],
+                         [{**one.properties, **extra}, {"KEYS": "k", "MIN_OFFSET": "4", "MAX_OFFSET": "9"}])
+        self.assertEqual(extra, {"MIN_OFFSET": "4", "MAX_OFFSET": "9"})
+        for none in (None, {}):
+            self.assertEqual([r.properties for r in self.impl.decode_records(data, none)],
+                             [one.properties, two.properties])
+
     def test_unusual_input_handled_like_python(self) -> None:
         """IPv4-mapped and unparsable hosts, and a list host, encode as the reference does."""
         msg = self.sample()

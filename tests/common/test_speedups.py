@@ -105,6 +105,7 @@ class EquivalenceTests(SynchronousTestCase):
         self.same("decode_record", raw, len(prefix), check_crc)
         self.same("decode_record", memoryview(raw), len(prefix), check_crc)
         self.same("decode_records", raw[len(prefix):] + raw[len(prefix):])
+        self.same("decode_records", raw[len(prefix):], {"MIN_OFFSET": "0", "MAX_OFFSET": "7"})
         self.same("decode_record", raw, data.draw(st.integers(-100, len(raw) + 5)))
 
     @EXAMPLES
