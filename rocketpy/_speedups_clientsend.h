@@ -498,7 +498,7 @@ static PyObject *lone_answered(PyObject *self, PyObject *const *args, Py_ssize_t
 
 /* lone_setup(request_then, batcher_cls, api_cls, client_invoke_then, permits_cls, channel_invoke_then,
  * channel_send_request, tbw102, code, version, async_mode, answered, plain_tcp): after plain_setup and
- * set_send_result; plain_tcp is writenow._PLAIN_SEND (send_now's transport types). */
+ * set_send_result; plain_tcp is writenow.PLAIN_SEND (send_now's transport types). */
 static PyObject *lone_setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PyObject **targets[13] = {&cs_request_then, &cs_batcher_cls, &cs_api_cls, &cs_client_invoke_then, &cs_permits_cls,
                               &cs_channel_invoke_then, &cs_channel_send_request, &cs_tbw102, &cs_code, &cs_version,

@@ -5,7 +5,7 @@
  *
  * set_lone_read(protocol_type, data_received, requests_received, failure, plain, write_now)
  *     remoting/node.py at import: RemotingProtocol, its dataReceived, RemotingNode.requests_received,
- *     twisted's Failure, writenow's _PLAIN_SEND and write_now.
+ *     twisted's Failure, writenow's PLAIN_SEND and write_now.
  * lone_read(protocol, data) -> True | None
  *     RemotingProtocol.dataReceived (rocketpy/remoting/protocol.py, the reference) for a read that is one
  *     whole plain frame, on a protocol of exactly that type whose dataReceived is that one, not broken, not

@@ -40,7 +40,7 @@ static int sync_answer_names(void) {
         PyObject *module = PyImport_ImportModule("rocketpy.remoting.writenow");
         if (module == NULL)
             return -1;
-        sa_plain = PyObject_GetAttrString(module, "_PLAIN_SEND");
+        sa_plain = PyObject_GetAttrString(module, "PLAIN_SEND");
         Py_DECREF(module);
         if (sa_plain == NULL)
             return -1;

@@ -629,7 +629,7 @@ def _compiled_plain_send() -> Callable[[Producer, Message, Mode, float], Deferre
         module.lone_setup(Producer._request_then, AutoBatcher, MQClientAPI, RemotingClient.invoke_then, Permits,
                           RemotingProtocol.invoke_then, RemotingProtocol._send_request, TBW102,
                           int(RequestCode.SEND_MESSAGE_V2), ROCKETPY_VERSION, Mode.ASYNC, module.lone_answered,
-                          writenow._PLAIN_SEND)
+                          writenow.PLAIN_SEND)
     send: Callable[[Producer, Message, Mode, float], Deferred[Any] | None] = module.plain_send
     return send
 

@@ -26,7 +26,7 @@ from rocketpy.remoting.codes import ONEWAY_FLAG, RESPONSE_FLAG, ResponseCode
 from rocketpy.remoting.command import RemotingCommand
 from rocketpy.remoting.errors import RequestRefused
 from rocketpy.remoting.protocol import RemotingProtocol
-from rocketpy.remoting.writenow import _PLAIN_SEND, write_now
+from rocketpy.remoting.writenow import PLAIN_SEND, write_now
 from rocketpy.util.ratelimit import EveryFewSeconds
 
 #: ``_reply_run``'s answers as frames in one C call (rocketpy/_speedups_remoting.h
@@ -478,4 +478,4 @@ if speedups.compiled is not None and hasattr(speedups.compiled, "set_lone_read")
     # the reactor's C turn reads one whole frame without dataReceived (rocketpy/_speedups_loneread.h): for
     # a RemotingProtocol owned by a node whose requests_received is this one, as these two do it
     speedups.compiled.set_lone_read(RemotingProtocol, RemotingProtocol.dataReceived, RemotingNode.requests_received,
-                                    Failure, _PLAIN_SEND, write_now)
+                                    Failure, PLAIN_SEND, write_now)

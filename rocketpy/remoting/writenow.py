@@ -18,7 +18,7 @@ from twisted.internet import tcp
 from rocketpy.common import speedups
 
 #: the connection classes whose ``writeSomeData`` is ``Connection``'s (a bounded ``socket.send``)
-_PLAIN_SEND = frozenset(cls for cls in (tcp.Server, tcp.Client) if cls.writeSomeData is tcp.Connection.writeSomeData)
+PLAIN_SEND = frozenset(cls for cls in (tcp.Server, tcp.Client) if cls.writeSomeData is tcp.Connection.writeSomeData)
 
 
 def can_write_now(transport: Any) -> bool:
@@ -42,7 +42,7 @@ def write_now(transport: tcp.Connection, data: bytes) -> None:
     """Send ``data`` now if the transport has nothing queued; the rest goes through ``write``."""
     if _nothing_queued(transport):
         sent: Any  # bytes taken, or why not (ConnectionLost / None)
-        if type(transport) in _PLAIN_SEND and len(data) <= transport.SEND_LIMIT:
+        if type(transport) in PLAIN_SEND and len(data) <= transport.SEND_LIMIT:
             # Connection.writeSomeData inlined (socket.send retries EINTR itself, PEP 475)
             try:
                 sent = transport.socket.send(data)
@@ -69,7 +69,7 @@ def write_all_now(transport: tcp.Connection, frames: list[bytes]) -> None:
     """:func:`write_now` of several frames without joining them: one ``sendmsg`` when the transport
     has nothing queued, and what the socket did not take queued as it is (only the frame it took part
     of is cut), with ``writeSequence``."""
-    if type(transport) in _PLAIN_SEND and len(frames) <= _IOV_MAX and _nothing_queued(transport):
+    if type(transport) in PLAIN_SEND and len(frames) <= _IOV_MAX and _nothing_queued(transport):
         sent: int | None
         try:
             sent = transport.socket.sendmsg(frames)
@@ -87,8 +87,8 @@ def write_all_now(transport: tcp.Connection, frames: list[bytes]) -> None:
     transport.writeSequence(frames)
 
 
-#: :func:`write_now` for the plain case (a type of ``_PLAIN_SEND``, nothing queued, within ``SEND_LIMIT``)
+#: :func:`write_now` for the plain case (a type of ``PLAIN_SEND``, nothing queued, within ``SEND_LIMIT``)
 #: in one C call (rocketpy/_speedups_request.h ``send_now``): ``send_now(transport, data)`` is True once
 #: written, None having done nothing (then :func:`write_now` decides); None when not built.
 send_now: Callable[[Any, bytes], bool | None] | None = (
-    partial(speedups.compiled.send_now, _PLAIN_SEND) if speedups.compiled is not None else None)
+    partial(speedups.compiled.send_now, PLAIN_SEND) if speedups.compiled is not None else None)

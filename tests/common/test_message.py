@@ -142,7 +142,8 @@ class RecordTests(ImplementationTestCase):
         self.assertEqual([r.properties for r in got],
                          [{**one.properties, **extra}, {"KEYS": "k", "MIN_OFFSET": "4", "MAX_OFFSET": "9"}])
         self.assertEqual(extra, {"MIN_OFFSET": "4", "MAX_OFFSET": "9"})
-        for none in (None, {}):
+        nothing: tuple[dict[str, str] | None, ...] = (None, {})
+        for none in nothing:
             self.assertEqual([r.properties for r in self.impl.decode_records(data, none)],
                              [one.properties, two.properties])
 
