@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 from twisted.logger import Logger
 
 from rocketpy.common import speedups
+from rocketpy.util.libc import libc_function
 
 OS_PAGE_SIZE = 4096
 WRITE_PATHS = ("mmap", "pwrite")
@@ -69,21 +70,9 @@ def _zero_range(fd: int, offset: int, length: int) -> bool:
     raise OSError(err, os.strerror(err))
 
 
-def _libc_function(name: str, *argtypes: Any) -> Any:
-    """libc's ``name`` through ctypes (which releases the GIL for the call), returning an int and
-    setting errno; None where there is none."""
-    try:
-        function = getattr(ctypes.CDLL(None, use_errno=True), name)
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = list(argtypes)
-    function.restype = ctypes.c_int
-    return function
-
-
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_ZERO_RANGE = 0x10
-_libc_fallocate = _libc_function("fallocate", ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+_libc_fallocate = libc_function("fallocate", ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
 
 #: Bytes of an mmap-written segment faulted in ahead of the write position at a time: at 100 MB/s
 #: of appends, the quarter window a pool thread has to fault in the next one lasts 10 ms (two of
@@ -100,9 +89,9 @@ _MADV_POPULATE_WRITE = 23  # Linux 5.14+
 _MS_SYNC = 4  # Linux's value
 
 _MADV_DONTNEED = 4
-_madvise = _libc_function("madvise", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_madvise = libc_function("madvise", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _libc_madvise = _madvise  # for MADV_POPULATE_WRITE: None once the kernel refused it
-_libc_msync = _libc_function("msync", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc_msync = libc_function("msync", ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 
 class MappedFile:

@@ -13,11 +13,12 @@ fixes them for the process (glibc stops adjusting them), which is why it is done
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import platform
 from typing import Callable
 
 from twisted.application.service import Service
+
+from rocketpy.util.libc import libc_function
 
 #: bytes of freed heap glibc keeps (``--heap-keep``); allocations below half of it come from the heap
 DEFAULT_HEAP_KEEP = 8 << 20
@@ -29,12 +30,7 @@ def glibc_mallopt() -> Callable[[int, int], int] | None:
     """glibc's ``mallopt``, or None on another C library."""
     if platform.libc_ver()[0] != "glibc":
         return None
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-    except (OSError, AttributeError):
-        return None
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt
+    return libc_function("mallopt", ctypes.c_int, ctypes.c_int)
 
 
 def keep_freed_heap(keep: int, mallopt: Callable[[int, int], int] | None = None) -> bool:
