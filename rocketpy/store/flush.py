@@ -151,28 +151,28 @@ class CommitLogFlush:
 
 
 class FlushLoops:
-    """The three periodic tasks of a running store.
+    """The periodic tasks of a running store: commit-log flush, consume-queue flush, retention, and the
+    page-cache trail when ``commit_log_page_cache_keep`` is set.
 
     :param store: the blocking facade; only read here, called in the pool.
     :param config: intervals and page thresholds (``flush_*``, ``clean_resource_interval``).
     :param clock: the reactor's time; ``LoopingCall.clock`` and the thorough-flush timer.
     :param in_pool: runs a blocking callable in the store's writer pool (consume-queue
         flush, retention), returning a Deferred.
+    :param in_flush_pool: runs a blocking callable on the flush thread (the page-cache trail,
+        when ``commit_log_page_cache_keep`` is set).
     :param commit_log: flushes the commit log (on its own thread, so that an ``fdatasync``
         does not hold up appends) and knows whether a flush runs.
     :param sync_flush: SYNC_FLUSH: flush any dirty byte each tick (WAIT=false puts and
         waiters left over by a failed group commit), not only 4 pages.
-    :param in_flush_pool: runs a blocking callable on the flush thread (the page-cache trail,
-        when ``commit_log_page_cache_keep`` is set); default ``in_pool``.
     """
 
     log = Logger()
 
     def __init__(self, store: FlushableStore, config: MessageStoreConfig, clock: IReactorTime,
-                 in_pool: InPool, commit_log: CommitLogFlush, sync_flush: bool = False,
-                 in_flush_pool: InPool | None = None) -> None:
+                 in_pool: InPool, in_flush_pool: InPool, commit_log: CommitLogFlush, sync_flush: bool = False) -> None:
         self._store = store
-        self._in_flush_pool = in_pool if in_flush_pool is None else in_flush_pool
+        self._in_flush_pool = in_flush_pool
         self._config = config
         self._clock = clock
         self._in_pool = in_pool

@@ -120,8 +120,8 @@ class StoreService(StoreReads, Service):
                                          self._config.sync_flush_timeout)
         self._flush = CommitLogFlush(self._flush_waiters, self._flush_log, self._advance_flushed, self._check_drained,
                                      self._flush_group)
-        self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool, self._flush, self._sync_flush,
-                                 self._in_flush_pool)
+        self._loops = FlushLoops(message_store, self._config, reactor, self._in_pool, self._in_flush_pool, self._flush,
+                                 self._sync_flush)
 
     # -- lifecycle --
 
