@@ -123,6 +123,8 @@ class CommitLog:
         self.speedups = COMPILED
         #: which pages behind the flushed offset to drop from the page cache
         self.page_cache = PageCacheTrail(config.commit_log_page_cache_keep, self.queue.drop_cache)
+        #: a reader read the log at this offset (any thread): the trail keeps its chunk cached a while
+        self.note_read: Callable[[int], None] = self.page_cache.note_read
 
     def load(self) -> bool:
         """Open the existing files (recovery must follow); False if one has the wrong size."""
@@ -488,10 +490,6 @@ class CommitLog:
             if self.queue.flushed_where >= self.queue.max_offset:
                 break
         return advanced
-
-    def note_read(self, offset: int) -> None:
-        """A reader read the log at ``offset`` (any thread): :class:`PageCacheTrail` keeps it cached a while."""
-        self.page_cache.note_read(offset)
 
     def trail_page_cache(self) -> int:
         """Drop the pages far behind the flushed offset that nobody read lately (blocking; the
